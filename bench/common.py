@@ -1,0 +1,48 @@
+"""Helpers shared by the benchmarks: RSS readings and result files."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def rss_bytes() -> int:
+    """Current resident set size of this process (Linux /proc)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def peak_rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS, so later peaks exclude model loading."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
+                         text=True).stdout.strip()
+    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def write_result(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({**payload, "machine": machine()}, indent=2))
+    print(json.dumps(payload, indent=2))
+    return path

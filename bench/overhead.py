@@ -1,0 +1,78 @@
+"""ES iteration time vs plain generation of the same workload, side by side in one process.
+
+Plain generation: population_size x generate(the same batch of prompts) with the weights
+untouched. ES iteration: Trainer.step() = ask + (apply noise, generate, score) per member
++ tell + update. The ratio is the cost of ES itself on top of generation.
+
+    python bench/overhead.py --noise gaussian --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+from common import write_result  # noqa: E402
+
+from evotune.config import TrainConfig  # noqa: E402
+from evotune.trainer import Trainer  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--population-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=10)
+    parser.add_argument("--task", default="arithmetic")
+    parser.add_argument("--noise", default="gaussian")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--name", default=None)
+    args = parser.parse_args()
+
+    config = TrainConfig(task=args.task, population_size=args.population_size, antithetic=True, sigma=2e-3,
+                         learning_rate=4e-3, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                         noise=args.noise, iterations=10_000, report_to=[], num_eval=8)
+    trainer = Trainer(config, tempfile.mkdtemp(prefix="evotune-bench-"))
+    backend, space = trainer.backend, trainer.space
+
+    def plain_generation(rows) -> float:
+        started = time.perf_counter()
+        prompts = [row["prompt"] for row in rows]
+        for _ in range(config.population_size):
+            trainer.task.rewards(rows, backend.generate(prompts, config.max_new_tokens))
+        return time.perf_counter() - started
+
+    def timed(fn, *a) -> float:
+        started = time.perf_counter()
+        fn(*a)
+        return time.perf_counter() - started
+
+    plain_generation(trainer.batch_rows(0))  # warm-up: caches, allocator, threads
+    generation, iteration, apply_times = [], [], []
+    for repeat in range(args.repeats):
+        rows = trainer.batch_rows(trainer.strategy.iteration)
+        generation.append(plain_generation(rows))  # the same prompts the ES step will use
+        iteration.append(timed(trainer.step))
+        candidate = trainer.strategy.ask()[0]
+        apply_times.append(timed(space.apply, candidate))
+        space.restore()
+        trainer.strategy._pending = None
+    median = statistics.median
+    payload = {
+        "command": "python bench/overhead.py " + " ".join(sys.argv[1:]),
+        "model": config.model, "task": config.task, "population_size": config.population_size,
+        "batch_size": config.batch_size, "max_new_tokens": config.max_new_tokens, "noise": config.noise,
+        "dtype": config.dtype, "trained_parameters": space.num_parameters,
+        "plain_generation_s": [round(x, 3) for x in generation], "es_iteration_s": [round(x, 3) for x in iteration],
+        "apply_one_candidate_s": round(median(apply_times), 3),
+        "overhead_ratio_median": round(median(i / g for i, g in zip(iteration, generation)), 3),
+    }
+    write_result(args.name or f"overhead_{args.noise}_{args.task}_{args.max_new_tokens}tok", payload)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Batched greedy generation with transformers.
+
+Prompts follow TRL's two formats: a string is used as is; a list of chat messages
+gets the tokenizer's chat template with the generation prompt appended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .models import load_model
+
+
+def render_prompt(tokenizer: Any, prompt: str | list[dict]) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if tokenizer.chat_template is None:  # a base model: join the turns as plain text
+        return "\n".join(message["content"] for message in prompt) + "\n"
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+class HFBackend:
+    """Holds one model replica and its tokenizer; generates completions for prompts."""
+
+    def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.generation_batch_size = generation_batch_size
+        self._encoded: dict[tuple[str, ...], dict[str, torch.Tensor]] = {}  # the same prompts recur for every candidate
+
+    @classmethod
+    def load(cls, model: str, dtype: str = "bfloat16", device: str = "cpu",
+             generation_batch_size: int | None = None) -> "HFBackend":
+        return cls(*load_model(model, dtype, device), generation_batch_size=generation_batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _encode(self, texts: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        if texts not in self._encoded:
+            if len(self._encoded) > 8:
+                self._encoded.clear()
+            # add_special_tokens=False: chat templates already carry their own BOS/markers.
+            batch = self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
+            self._encoded[texts] = {key: value.to(self.device) for key, value in batch.items()}
+        return self._encoded[texts]
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[str | list[dict]], max_new_tokens: int, do_sample: bool = False,
+                 temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
+        """Completions (decoded new tokens, special tokens removed) for each prompt, in order."""
+        texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
+        step = self.generation_batch_size or len(texts)
+        completions: list[str] = []
+        for start in range(0, len(texts), step):
+            batch = self._encode(tuple(texts[start:start + step]))
+            sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {
+                "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+            output = self.model.generate(**batch, max_new_tokens=max_new_tokens,
+                                         pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (batch, prompt + new)
+            new_tokens = output[:, batch["input_ids"].shape[1]:]
+            completions.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+        return completions
+
+    def save_pretrained(self, directory: str) -> None:
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)

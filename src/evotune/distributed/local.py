@@ -1,0 +1,39 @@
+"""Evaluate a population in this process: one model replica, candidates in turn."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+
+class LocalEvaluator:
+    """For each candidate: apply it to the weights, generate, score; restore at the end.
+
+    Candidates are applied back to back (each apply() writes mean + its perturbation
+    from the master copy), so the weights are restored once per population, not per member.
+    """
+
+    def __init__(self, space: Any, backend: Any, task: Any, max_new_tokens: int):
+        self.space = space
+        self.backend = backend
+        self.task = task
+        self.max_new_tokens = max_new_tokens
+
+    def evaluate(self, candidates: list, rows: list[dict],
+                 on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
+        """(pop,) mean reward of each candidate over `rows`; NaN where every sample was skipped."""
+        prompts = [row["prompt"] for row in rows]
+        rewards = np.full(len(candidates), np.nan)
+        try:
+            for index, candidate in enumerate(candidates):
+                self.space.apply(candidate)
+                completions = self.backend.generate(prompts, self.max_new_tokens)
+                per_sample = self.task.rewards(rows, completions)  # (batch,)
+                if not np.isnan(per_sample).all():
+                    rewards[index] = float(np.nanmean(per_sample))
+                if on_candidate is not None:
+                    on_candidate(index)
+        finally:  # an error mid-population must not leave perturbed weights behind
+            self.space.restore()
+        return rewards

@@ -1,0 +1,44 @@
+"""A plain parameter vector as a search space (toy problems, conformance tests).
+
+The same seed-to-noise function as the model spaces, on one tensor named "vector",
+so a strategy tested here behaves identically on a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import Space
+from .noise import noise
+
+
+class VectorSpace(Space):
+    def __init__(self, initial: np.ndarray, noise_kind: str = "gaussian"):
+        self.mean = torch.as_tensor(np.asarray(initial, dtype=np.float32)).clone()  # (d,)
+        self.current = self.mean.clone()  # what an objective sees: mean or mean + perturbation
+        self.noise_kind = noise_kind
+
+    def apply(self, candidate: Any) -> None:
+        eps = noise(self.mean.shape, candidate.seed, "vector", self.noise_kind)
+        self.current = self.mean + candidate.scale * eps
+
+    def restore(self) -> None:
+        self.current = self.mean.clone()
+
+    def update(self, seeds: list[int], coefficients: list[float], optimizer: Any) -> None:
+        gradient = torch.zeros_like(self.mean)
+        for seed, coefficient in zip(seeds, coefficients):
+            gradient.add_(noise(self.mean.shape, seed, "vector", self.noise_kind), alpha=coefficient)
+        optimizer.begin_step()
+        self.mean = self.mean + optimizer.step("vector", gradient, self.mean)
+        self.current = self.mean.clone()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {"vector": self.mean.clone()}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.mean = tensors["vector"].clone()
+        self.current = self.mean.clone()

@@ -1,0 +1,150 @@
+"""The ES loop: ask -> evaluate -> tell -> update -> log -> checkpoint, with exact resume."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from .backends import HFBackend
+from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from .config import TrainConfig
+from .distributed import LocalEvaluator
+from .errors import ConfigError
+from .spaces import FullParameterSpace, derive_seed
+from .strategies import OpenES
+from .tasks import Task, get_task
+from .tracking import MetricsLogger, plot_curves
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"`device` is {device!r} but CUDA is not available; set `device: cpu` (or auto).")
+    return device
+
+
+def build_task(config: TrainConfig) -> Task:
+    return get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
+                    eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
+                    reward_weights=config.reward_weights or None, **config.task_args)
+
+
+def evaluate_model(backend: Any, task: Task, rows: list[dict], max_new_tokens: int,
+                   chunk_size: int = 64) -> tuple[dict[str, float], list[str]]:
+    """Greedy completions for held-out rows and the task's metrics (reward, accuracy, ...)."""
+    completions: list[str] = []
+    for start in range(0, len(rows), chunk_size):
+        chunk = rows[start:start + chunk_size]
+        completions.extend(backend.generate([row["prompt"] for row in chunk], max_new_tokens))
+    return task.evaluate(rows, completions), completions
+
+
+class Trainer:
+    """Full-parameter ES at Scale on one process. `backend`/`task` may be passed in (tests, notebooks)."""
+
+    def __init__(self, config: TrainConfig, output_dir: str | Path, resume: bool = False,
+                 backend: Any = None, task: Task | None = None):
+        self.config = config
+        self.output_dir = Path(output_dir)
+        self.checkpoint_dir = self.output_dir / "checkpoint"
+        existing = find_checkpoint(self.checkpoint_dir)
+        if existing and not resume:
+            raise ConfigError(f"{self.output_dir} already holds a checkpoint; pass --resume to continue that run, "
+                              "or choose a new --output-dir.")
+        if resume and not existing:
+            raise ConfigError(f"--resume: no checkpoint in {self.checkpoint_dir}; start without --resume.")
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        self.task = task or build_task(config)
+        self.backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device),
+                                                 config.generation_batch_size)
+        self.space = FullParameterSpace(self.backend.model, config.parameters or None,
+                                        config.exclude_parameters or None, noise_kind=config.noise)
+        self.strategy = OpenES(config.population_size, config.sigma, config.learning_rate, config.antithetic,
+                               config.fitness_shaping, config.optimizer, config.weight_decay, config.seed)
+        self.evaluator = LocalEvaluator(self.space, self.backend, self.task, config.max_new_tokens)
+        self.update_log: list[dict] = []
+        if existing:
+            self._load(existing)
+        self.logger = MetricsLogger(self.output_dir, config.report_to,
+                                    resume_iteration=self.strategy.iteration if existing else None)
+
+    def _load(self, directory: Path) -> None:
+        checkpoint = load_checkpoint(directory)
+        self.space.load_state_tensors(checkpoint["space_tensors"])
+        self.strategy.load_state_dict(checkpoint["state"]["strategy"])
+        self.strategy.optimizer.load_state_dict(checkpoint["state"]["strategy"]["optimizer"],
+                                                checkpoint["optimizer_tensors"])
+        self.update_log = checkpoint["update_log"]
+
+    def save_checkpoint(self) -> None:
+        state = {"iteration": self.strategy.iteration, "strategy": self.strategy.state_dict()}
+        save_checkpoint(self.checkpoint_dir, state, self.space.state_tensors(),
+                        self.strategy.optimizer.tensors(), self.update_log)
+
+    def batch_rows(self, iteration: int) -> list[dict]:
+        """The prompts every candidate of `iteration` is scored on (a pure function of seed, iteration)."""
+        rows = self.task.train_rows
+        rng = np.random.default_rng(derive_seed(self.config.seed, "batch", iteration))
+        size = self.config.batch_size
+        picks = rng.choice(len(rows), size=size, replace=size > len(rows))
+        return [rows[int(index)] for index in picks]
+
+    def evaluate(self) -> dict[str, float]:
+        metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, self.config.max_new_tokens)
+        return {f"eval/{key}": value for key, value in metrics.items()}
+
+    def step(self) -> dict[str, float]:
+        """One iteration; returns its metrics record."""
+        started = time.perf_counter()
+        iteration = self.strategy.iteration
+        rows = self.batch_rows(iteration)
+        candidates = self.strategy.ask()
+        rewards = self.evaluator.evaluate(candidates, rows)  # (pop,)
+        update, metrics = self.strategy.tell(rewards)
+        self.space.update(update.seeds, update.coefficients, self.strategy.optimizer)
+        self.update_log.append({"iteration": iteration, "seeds": update.seeds, "coefficients": update.coefficients})
+        return {"iteration": iteration + 1, **metrics, "time_s": time.perf_counter() - started}
+
+    def train(self) -> dict[str, float]:
+        from tqdm.auto import tqdm
+
+        config = self.config
+        last_eval: dict[str, float] = {}
+        if self.strategy.iteration == 0:  # the baseline, so the gain is visible
+            last_eval = self.evaluate()
+            self.logger.log({"iteration": 0, **last_eval})
+        bar = tqdm(total=config.iterations, initial=self.strategy.iteration, desc="evotune", unit="it",
+                   dynamic_ncols=True)
+        try:
+            while self.strategy.iteration < config.iterations:
+                record = self.step()
+                iteration = record["iteration"]
+                is_last = iteration == config.iterations
+                if is_last or (config.eval_every and iteration % config.eval_every == 0):
+                    last_eval = self.evaluate()
+                    record.update(last_eval)
+                self.logger.log(record)
+                if is_last or (config.checkpoint_every and iteration % config.checkpoint_every == 0):
+                    self.save_checkpoint()
+                bar.update(1)
+                bar.set_postfix(reward=f"{record['reward_mean']:.3f}", max=f"{record['reward_max']:.3f}",
+                                **{k.split("/", 1)[1]: f"{v:.3f}" for k, v in last_eval.items()
+                                   if k in ("eval/accuracy", "eval/reward")})
+        finally:
+            bar.close()
+            self.logger.close()
+        self.finish()
+        return last_eval
+
+    def finish(self) -> None:
+        self.space.restore()
+        self.backend.save_pretrained(str(self.output_dir / "final"))
+        plot_curves(self.logger.path, self.output_dir / "curves.png",
+                    title=f"{self.config.model} on {self.config.task}")

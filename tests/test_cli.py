@@ -1,0 +1,76 @@
+"""CLI smoke runs with tiny budgets, and the one-paragraph errors users see."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from evotune.cli.main import main
+
+
+def write_config(tmp_path, model_dir: str, **overrides) -> str:
+    values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=1,
+                  checkpoint_every=1, dtype="float32", report_to=[])
+    values.update(overrides)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def test_train_smoke_run_with_overrides(tiny_model_dir, tmp_path, capsys):
+    config = write_config(tmp_path, tiny_model_dir)
+    run = tmp_path / "run"
+    assert main(["train", config, "--output-dir", str(run), "--set", "iterations=3", "--set", "seed=4"]) == 0
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["iterations"] == 3 and resolved["seed"] == 4 and resolved["sigma"] == 0.05
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["iteration"] == 3
+    assert (run / "final" / "config.json").exists()
+    assert "eval/reward" in json.loads(capsys.readouterr().out)
+    # a finished run can be extended with --resume
+    assert main(["train", config, "--output-dir", str(run), "--set", "iterations=4", "--resume"]) == 0
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["iteration"] == 4
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("sigmaa=0.1", "unknown key `sigmaa`; did you mean `sigma`?"),
+    ("sigma=0", "`sigma` is 0"),
+    ("population_size=1", "at least 2"),
+    ("task=nonexistent", "nonexistent"),
+    ("antithetic=maybe", "true or false"),
+])
+def test_bad_config_is_one_paragraph_with_the_fix(tiny_model_dir, tmp_path, capsys, override, expected):
+    config = write_config(tmp_path, tiny_model_dir)
+    assert main(["train", config, "--output-dir", str(tmp_path / "run"), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert expected in err.replace("\n  ", " ")
+    assert "Traceback" not in err
+
+
+def test_unknown_model_is_a_clear_error(tmp_path, capsys):
+    code = main(["eval", "--model", str(tmp_path / "missing-model"), "--task", "arithmetic", "--num-eval", "2"])
+    assert code == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_eval_writes_json_for_several_models(tiny_model_dir, tmp_path, capsys):
+    output = tmp_path / "metrics.json"
+    samples = tmp_path / "samples.jsonl"
+    assert main(["eval", "--model", tiny_model_dir, "--model", tiny_model_dir, "--task", "arithmetic",
+                 "--num-eval", "3", "--max-new-tokens", "4", "--output", str(output),
+                 "--samples", str(samples)]) == 0
+    results = json.loads(output.read_text())
+    assert len(results) == 2 and results[0]["num_eval"] == 3
+    assert results[0]["accuracy"] == results[1]["accuracy"]  # same model, greedy: same numbers
+    assert len(samples.read_text().splitlines()) == 6
+    assert "accuracy" in capsys.readouterr().out
+
+
+def test_console_script_is_installed():
+    result = subprocess.run([sys.executable, "-m", "evotune.cli.main", "keys"], capture_output=True, text=True)
+    assert result.returncode == 0 and "population_size" in result.stdout

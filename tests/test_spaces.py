@@ -1,0 +1,120 @@
+"""Space contracts: noise determinism, exact restore, no-op settings, fp32 accumulation, replay."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from evotune.spaces import FullParameterSpace, noise
+from evotune.strategies import SGD, Candidate
+
+
+def digest(tensor: torch.Tensor) -> str:
+    return hashlib.sha256(tensor.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def snapshot(model) -> dict[str, torch.Tensor]:
+    return {name: param.detach().clone() for name, param in model.named_parameters()}
+
+
+def assert_bit_identical(model, reference):
+    for name, param in model.named_parameters():
+        assert torch.equal(param.view(torch.uint8) if param.dtype == torch.bfloat16 else param, reference[name].view(
+            torch.uint8) if param.dtype == torch.bfloat16 else reference[name]), name
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "rademacher"])
+def test_noise_is_the_same_in_another_process(kind):
+    code = ("import hashlib, torch; from evotune.spaces import noise; "
+            f"t = noise((7, 33), 123456789, 'layers.0.weight', {kind!r}); "
+            "print(hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest())")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == digest(noise((7, 33), 123456789, "layers.0.weight", kind))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "rademacher"])
+def test_noise_is_independent_across_tensors_and_seeds(kind):
+    a = noise((64, 64), 1, "layers.0.q_proj.weight", kind)
+    b = noise((64, 64), 1, "layers.1.q_proj.weight", kind)  # same shape, other tensor
+    c = noise((64, 64), 2, "layers.0.q_proj.weight", kind)  # same tensor, other member
+    assert not torch.equal(a, b) and not torch.equal(a, c)
+    assert abs(float((a * b).mean())) < 0.05  # uncorrelated
+    assert abs(float(a.std()) - 1.0) < 0.05 and abs(float(a.mean())) < 0.05
+    if kind == "rademacher":
+        assert set(a.unique().tolist()) == {-1.0, 1.0}
+
+
+def test_exact_restore_after_100_cycles(tiny_backend):
+    model = tiny_backend.model
+    before = snapshot(model)
+    space = FullParameterSpace(model)
+    for member in range(100):
+        space.apply(Candidate(seed=member, scale=(-1) ** member * 0.05))
+        if member % 10 == 0:
+            space.restore()
+    space.restore()
+    assert_bit_identical(model, before)
+
+
+def test_apply_changes_every_selected_tensor(tiny_backend):
+    model = tiny_backend.model
+    before = snapshot(model)
+    space = FullParameterSpace(model)
+    space.apply(Candidate(seed=1, scale=0.05))
+    for name, param in model.named_parameters():
+        assert not torch.equal(param, before[name]), name
+
+
+def test_sigma_zero_apply_is_a_no_op(tiny_backend):
+    model = tiny_backend.model
+    before = snapshot(model)
+    FullParameterSpace(model).apply(Candidate(seed=3, scale=0.0))
+    assert_bit_identical(model, before)
+
+
+def test_learning_rate_zero_update_is_a_no_op(tiny_backend):
+    model = tiny_backend.model
+    before = snapshot(model)
+    space = FullParameterSpace(model)
+    space.update([1, 2, 3], [0.5, -0.2, 0.1], SGD(learning_rate=0.0))
+    assert_bit_identical(model, before)
+
+
+def test_update_accumulates_in_fp32(tiny_backend):
+    """A 1e-6 step vanishes in bf16 but must survive in the fp32 mean and add up over steps."""
+    model = tiny_backend.model
+    space = FullParameterSpace(model)
+    name = space.parameters[1][0]
+    start = space.master[name].clone()
+    for _ in range(3):
+        space.update([7], [1.0], SGD(learning_rate=1e-6))
+    expected = start + 3 * 1e-6 * noise(start.shape, 7, name)
+    assert torch.allclose(space.master[name], expected, atol=1e-7)
+    assert not torch.equal(space.master[name], start)
+
+
+def test_selection_by_regex_leaves_others_untouched(tiny_backend):
+    model = tiny_backend.model
+    before = snapshot(model)
+    space = FullParameterSpace(model, include=[r"self_attn"], exclude=[r"layers\.1\."])
+    assert space.parameters and all("layers.0.self_attn" in name for name, _ in space.parameters)
+    space.update([1], [1.0], SGD(learning_rate=0.1))
+    for name, param in model.named_parameters():
+        changed = not torch.equal(param, before[name])
+        assert changed == ("layers.0.self_attn" in name), name
+
+
+def test_replay_of_update_log_rebuilds_the_mean(tiny_backend):
+    model = tiny_backend.model
+    space = FullParameterSpace(model)
+    base = {k: v.clone() for k, v in space.master.items()}
+    log = [{"seeds": [11, 12], "coefficients": [0.3, -0.1]}, {"seeds": [13], "coefficients": [0.2]}]
+    space.replay(log, SGD(learning_rate=0.01))
+    trained = {k: v.clone() for k, v in space.master.items()}
+    space.load_state_tensors(base)
+    space.replay(log, SGD(learning_rate=0.01))
+    assert all(torch.equal(trained[k], space.master[k]) for k in trained)

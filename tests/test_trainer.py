@@ -1,0 +1,132 @@
+"""The training loop on a tiny real model: learning step, run directory, resume equality, bad rewards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from evotune.config import TrainConfig
+from evotune.errors import ConfigError, RewardFunctionError
+from evotune.trainer import Trainer
+
+
+def tiny_config(model_dir: str, **overrides) -> TrainConfig:
+    values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, iterations=4, batch_size=4, max_new_tokens=6, num_eval=4, eval_every=2,
+                  checkpoint_every=2, dtype="float32", report_to=["tensorboard"])
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def masters(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {name: tensor.clone() for name, tensor in trainer.space.master.items()}
+
+
+def test_parameters_change_after_one_step(tiny_model_dir, tmp_path):
+    trainer = Trainer(tiny_config(tiny_model_dir), tmp_path / "run")
+    before = {name: param.detach().clone() for name, param in trainer.backend.model.named_parameters()}
+    record = trainer.step()
+    assert record["reward_std"] > 0  # the perturbations produced different completions
+    changed = [name for name, param in trainer.backend.model.named_parameters()
+               if not torch.equal(param, before[name])]
+    assert len(changed) == len(before)
+
+
+def test_run_directory_contract(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    run = tmp_path / "run"
+    trainer = Trainer(tiny_config(tiny_model_dir), run)
+    trainer.train()
+    assert (run / "config.yaml").exists() and (run / "curves.png").stat().st_size > 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["iteration"] == 0 and "eval/reward" in records[0]
+    train_records = [r for r in records if "reward_mean" in r]
+    assert [r["iteration"] for r in train_records] == [1, 2, 3, 4]
+    for key in ("reward_mean", "reward_std", "reward_max", "time_s"):
+        assert all(key in r for r in train_records)
+    assert "eval/reward" in train_records[1] and "eval/reward" in train_records[3]
+    assert (run / "checkpoint" / "state.json").exists()
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    reloaded = AutoModelForCausalLM.from_pretrained(run / "final")
+    for name, param in reloaded.named_parameters():  # the saved model is the trained mean
+        assert torch.equal(param, trainer.space.master[name]), name
+
+
+def test_resume_gives_the_same_final_weights(tiny_model_dir, tmp_path, monkeypatch):
+    uninterrupted = Trainer(tiny_config(tiny_model_dir), tmp_path / "a")
+    uninterrupted.train()
+    expected = masters(uninterrupted)
+
+    killed = Trainer(tiny_config(tiny_model_dir), tmp_path / "b")
+    real_step, calls = Trainer.step, {"n": 0}
+
+    def dying_step(self):
+        calls["n"] += 1
+        if calls["n"] == 4:  # killed during iteration 4, after the checkpoint at iteration 2
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        killed.train()
+    monkeypatch.setattr(Trainer, "step", real_step)
+    resumed = Trainer(tiny_config(tiny_model_dir), tmp_path / "b", resume=True)
+    assert resumed.strategy.iteration == 2
+    resumed.train()
+    for name, tensor in expected.items():
+        assert torch.equal(tensor, resumed.space.master[name]), name
+    iterations = [json.loads(line)["iteration"] for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == [0, 1, 2, 3, 4]  # the lost iteration 3 is not logged twice
+
+
+def test_replaying_the_update_log_from_the_base_model_gives_the_final_weights(tiny_model_dir, tmp_path):
+    from evotune.checkpoint import load_checkpoint
+    from evotune.spaces import FullParameterSpace
+    from evotune.strategies.optimizers import SGD
+
+    trainer = Trainer(tiny_config(tiny_model_dir), tmp_path / "run")
+    trainer.train()
+    log = load_checkpoint(tmp_path / "run" / "checkpoint")["update_log"]
+    assert len(log) == 4
+    fresh = Trainer(tiny_config(tiny_model_dir, report_to=[]), tmp_path / "fresh")
+    fresh.space.replay(log, SGD(learning_rate=0.05))
+    for name, tensor in trainer.space.master.items():
+        assert torch.equal(tensor, fresh.space.master[name]), name
+
+
+def test_existing_checkpoint_without_resume_is_refused(tiny_model_dir, tmp_path):
+    Trainer(tiny_config(tiny_model_dir, iterations=2), tmp_path / "run").train()
+    with pytest.raises(ConfigError, match="--resume"):
+        Trainer(tiny_config(tiny_model_dir), tmp_path / "run")
+
+
+def write_module(tmp_path, monkeypatch, source: str) -> None:
+    (tmp_path / "user_rewards.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_raising_reward_function_names_the_prompt_and_leaves_a_resumable_run(tiny_model_dir, tmp_path, monkeypatch):
+    write_module(tmp_path, monkeypatch, "def explode(prompts, completions, **columns):\n"
+                                        "    raise ZeroDivisionError('boom')\n")
+    config = tiny_config(tiny_model_dir, reward_fns=["user_rewards.explode"])
+    trainer = Trainer(config, tmp_path / "run")
+    before = {name: param.detach().clone() for name, param in trainer.backend.model.named_parameters()}
+    with pytest.raises(RewardFunctionError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "explode" in message and "boom" in message
+    prompt = trainer.task.eval_rows[0]["prompt"]
+    assert (prompt if isinstance(prompt, str) else prompt[-1]["content"])[:30] in message
+    for name, param in trainer.backend.model.named_parameters():  # no perturbation left behind
+        assert torch.equal(param, before[name])
+
+
+def test_nan_reward_is_reported(tiny_model_dir, tmp_path, monkeypatch):
+    write_module(tmp_path, monkeypatch, "def nan_reward(prompts, completions, **columns):\n"
+                                        "    return [float('nan')] * len(prompts)\n")
+    trainer = Trainer(tiny_config(tiny_model_dir, reward_fns=["user_rewards.nan_reward"]), tmp_path / "run")
+    with pytest.raises(RewardFunctionError, match="nan_reward"):
+        trainer.train()
