@@ -103,15 +103,15 @@ def test_existing_checkpoint_without_resume_is_refused(tiny_model_dir, tmp_path)
         Trainer(tiny_config(tiny_model_dir), tmp_path / "run")
 
 
-def write_module(tmp_path, monkeypatch, source: str) -> None:
-    (tmp_path / "user_rewards.py").write_text(source)
+def write_module(tmp_path, monkeypatch, name: str, source: str) -> None:
+    (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
 def test_raising_reward_function_names_the_prompt_and_leaves_a_resumable_run(tiny_model_dir, tmp_path, monkeypatch):
-    write_module(tmp_path, monkeypatch, "def explode(prompts, completions, **columns):\n"
+    write_module(tmp_path, monkeypatch, "raising_rewards", "def explode(prompts, completions, **columns):\n"
                                         "    raise ZeroDivisionError('boom')\n")
-    config = tiny_config(tiny_model_dir, reward_fns=["user_rewards.explode"])
+    config = tiny_config(tiny_model_dir, reward_fns=["raising_rewards.explode"])
     trainer = Trainer(config, tmp_path / "run")
     before = {name: param.detach().clone() for name, param in trainer.backend.model.named_parameters()}
     with pytest.raises(RewardFunctionError) as error:
@@ -125,8 +125,8 @@ def test_raising_reward_function_names_the_prompt_and_leaves_a_resumable_run(tin
 
 
 def test_nan_reward_is_reported(tiny_model_dir, tmp_path, monkeypatch):
-    write_module(tmp_path, monkeypatch, "def nan_reward(prompts, completions, **columns):\n"
+    write_module(tmp_path, monkeypatch, "nan_rewards", "def nan_reward(prompts, completions, **columns):\n"
                                         "    return [float('nan')] * len(prompts)\n")
-    trainer = Trainer(tiny_config(tiny_model_dir, reward_fns=["user_rewards.nan_reward"]), tmp_path / "run")
+    trainer = Trainer(tiny_config(tiny_model_dir, reward_fns=["nan_rewards.nan_reward"]), tmp_path / "run")
     with pytest.raises(RewardFunctionError, match="nan_reward"):
         trainer.train()

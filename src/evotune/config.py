@@ -51,7 +51,7 @@ class TrainConfig:
     batch_size: int = _opt(32, "Prompts per candidate per iteration (reward = mean over them).")
     max_new_tokens: int = _opt(32, "Tokens generated per prompt (greedy decoding).")
     generation_batch_size: int | None = _opt(None, "Prompts per generate() call (default: the whole batch).")
-    num_eval: int | None = _opt(128, "Held-out prompts used for evaluation (None: the task's default).")
+    num_eval: int | None = _opt(None, "Held-out prompts used for evaluation (None: the task's default).")
     eval_every: int = _opt(10, "Evaluate every this many iterations (0: only before and after training).")
     checkpoint_every: int = _opt(10, "Write a resumable checkpoint every this many iterations.")
     seed: int = _opt(0, "Seeds the data order, the noise and the task generators.")

@@ -134,9 +134,9 @@ class Trainer:
                 if is_last or (config.checkpoint_every and iteration % config.checkpoint_every == 0):
                     self.save_checkpoint()
                 bar.update(1)
-                bar.set_postfix(reward=f"{record['reward_mean']:.3f}", max=f"{record['reward_max']:.3f}",
-                                **{k.split("/", 1)[1]: f"{v:.3f}" for k, v in last_eval.items()
-                                   if k in ("eval/accuracy", "eval/reward")})
+                bar.set_postfix({"reward": f"{record['reward_mean']:.3f}", "max": f"{record['reward_max']:.3f}",
+                                 **{key: f"{value:.3f}" for key, value in last_eval.items()
+                                    if key in ("eval/accuracy", "eval/reward")}})
         finally:
             bar.close()
             self.logger.close()

@@ -1,0 +1,100 @@
+"""The ``custom`` task: your prompts file plus your TRL-style reward functions, by import path.
+
+Reward functions are named as ``package.module:function`` (or ``package.module.function``) so a
+YAML config can refer to any code on PYTHONPATH, the same functions one would pass to TRL's
+``GRPOTrainer(reward_funcs=...)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable
+
+from ..errors import ConfigError
+from .base import RewardFn, Task
+from .data import load_rows, validate_rows
+
+
+def import_reward_fn(path: str) -> RewardFn:
+    """The callable at ``package.module:function`` or ``package.module.function``."""
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"reward function {path!r} is not an import path; write `package.module:function`.")
+    path = path.strip()
+    if ":" in path:
+        module_name, _, attribute = path.partition(":")
+    else:
+        module_name, _, attribute = path.rpartition(".")
+    if not module_name or not attribute:
+        raise ConfigError(f"reward function {path!r} is not an import path; write `package.module:function` "
+                          f"(e.g. `my_rewards:length_reward`).")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - ImportError or an error raised while importing the module
+        raise ConfigError(f"reward function {path!r}: importing module {module_name!r} failed with "
+                          f"{type(exc).__name__}: {exc}. The module must be importable: put its folder on "
+                          f"PYTHONPATH or install its package.") from exc
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"reward function {path!r}: module {module_name!r} has no attribute {attribute!r}; "
+                              f"check the function name.")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigError(f"reward function {path!r} is a {type(target).__name__}, not a function.")
+    return target
+
+
+def resolve_reward_fns(specs: list[str | Callable], weights: list[float] | None) -> tuple[list[RewardFn], list[float]]:
+    """Import each reward function (callables pass through) and pair it with a weight (default 1.0)."""
+    if isinstance(specs, (str, bytes)) or not specs:
+        raise ConfigError(f"`reward_fns` must be a non-empty list of import paths like "
+                          f"['my_rewards:length_reward'], got {specs!r}.")
+    fns = [spec if callable(spec) else import_reward_fn(spec) for spec in specs]
+    if weights is None:
+        weights = [1.0] * len(fns)
+    if isinstance(weights, (str, bytes)) or len(weights) != len(fns):
+        raise ConfigError(f"`reward_weights` has {len(weights)} entries but `reward_fns` has {len(fns)}; give one "
+                          f"weight per reward function (or leave `reward_weights` unset for 1.0 each).")
+    try:
+        weights = [float(w) for w in weights]
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"`reward_weights` must be numbers, got {weights!r}.") from exc
+    return fns, weights
+
+
+def build_custom(*, seed: int = 0, num_eval: int | None = None, dataset: str | None = None,
+                 eval_dataset: str | None = None, reward_fns: list[str | Callable] | None = None,
+                 reward_weights: list[float] | None = None) -> Task:
+    """Rows from ``dataset`` scored by ``reward_fns``.
+
+    Eval rows come from ``eval_dataset`` (its first ``num_eval`` rows if that is set) or else a seeded
+    hold-out of ``num_eval`` rows (default 10% of the rows, at least 1 and at most 128).
+    """
+    if not dataset:
+        raise ConfigError("task `custom` needs `dataset`: a .jsonl/.json/.csv/.parquet file with a `prompt` column "
+                          "(or a Hugging Face dataset name).")
+    if not reward_fns:
+        raise ConfigError("task `custom` needs `reward_fns`: a list of import paths like "
+                          "['my_rewards:length_reward'] with TRL's signature fn(prompts, completions, **columns).")
+    fns, weights = resolve_reward_fns(reward_fns, reward_weights)
+    rows = load_rows(dataset)
+    validate_rows(rows, dataset)
+    if eval_dataset:
+        eval_rows = load_rows(eval_dataset)
+        validate_rows(eval_rows, eval_dataset)
+        if num_eval is not None:
+            eval_rows = eval_rows[:num_eval]
+        train_rows = rows
+    else:
+        if num_eval is None:
+            num_eval = max(1, min(128, len(rows) // 10)) if len(rows) >= 2 else 0
+        if not isinstance(num_eval, int) or isinstance(num_eval, bool) or not 0 <= num_eval < len(rows):
+            raise ConfigError(f"`num_eval` must be an integer from 0 to {len(rows) - 1} for dataset {dataset!r} "
+                              f"({len(rows)} rows, and training needs at least one), got {num_eval!r}; or give "
+                              f"`eval_dataset`.")
+        order = list(range(len(rows)))
+        random.Random(f"custom-{seed}").shuffle(order)
+        eval_rows = [rows[i] for i in order[:num_eval]]
+        train_rows = [rows[i] for i in order[num_eval:]]
+    return Task(name="custom", train_rows=train_rows, eval_rows=eval_rows, reward_fns=fns, reward_weights=weights)

@@ -1,0 +1,131 @@
+"""Loading prompt datasets for the ``custom`` task, with errors that say what to fix.
+
+Local JSONL/JSON/CSV files are read with the standard library so that the package needs no pandas;
+parquet and Hugging Face Hub names need the optional ``pyarrow``/``pandas`` and ``datasets`` packages,
+and the error says so when they are missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError
+
+LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def load_rows(source: str) -> list[dict]:
+    """Rows of a local .jsonl/.json/.csv/.parquet file, or of a Hub dataset ``name`` or ``name:split``."""
+    path = Path(source).expanduser()
+    suffix = path.suffix.lower()
+    if path.is_file():
+        if suffix not in LOCAL_SUFFIXES:
+            raise DataError(f"Dataset file {source!r} has suffix {suffix!r}; use one of {', '.join(LOCAL_SUFFIXES)}.")
+        loader = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}[suffix]
+        rows = loader(path)
+    elif suffix in LOCAL_SUFFIXES or path.exists():
+        raise DataError(f"Dataset file {source!r} not found (or not a file); check the `dataset` path.")
+    else:
+        rows = _read_hub(source)
+    if not rows:
+        raise DataError(f"Dataset {source!r} is empty; it needs at least one row with a `prompt` column.")
+    return rows
+
+
+def validate_rows(rows: list[dict], source: str) -> None:
+    """Every row must be an object with a non-empty string prompt or a list of role/content messages."""
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise DataError(f"Dataset {source!r}, row {number}: expected an object with a `prompt` column, "
+                            f"got {type(row).__name__}.")
+        if "prompt" not in row:
+            raise DataError(f"Dataset {source!r} has no `prompt` column (row {number} has columns "
+                            f"{sorted(row)}); add a `prompt` column or rename the column holding the prompts to "
+                            f"`prompt`.")
+        if not _valid_prompt(row["prompt"]):
+            raise DataError(f"Dataset {source!r}, row {number}, column `prompt`: got {row['prompt']!r:.120}; a "
+                            f"prompt must be a non-empty string or a list of {{\"role\": ..., \"content\": ...}} "
+                            f"messages.")
+
+
+def _valid_prompt(prompt: Any) -> bool:
+    if isinstance(prompt, str):
+        return bool(prompt.strip())
+    return (isinstance(prompt, list) and len(prompt) > 0
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in prompt))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"Dataset {str(path)!r}, line {number}: not valid JSON ({exc}); each line of a "
+                                f".jsonl file must be one JSON object.") from exc
+    return rows
+
+
+def _read_json(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"Dataset {str(path)!r} is not valid JSON ({exc}).") from exc
+    if isinstance(data, dict):
+        lists = [value for key, value in data.items() if key in ("data", "rows") and isinstance(value, list)]
+        data = lists[0] if lists else data
+    if not isinstance(data, list):
+        raise DataError(f"Dataset {str(path)!r}: expected a JSON list of row objects (or {{\"data\": [...]}}), "
+                        f"got {type(data).__name__}.")
+    return data
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = [dict(row) for row in csv.DictReader(handle)]
+    for row in rows:  # a CSV cell can hold a chat prompt as JSON text
+        prompt = row.get("prompt")
+        if isinstance(prompt, str) and prompt.lstrip().startswith("["):
+            try:
+                parsed = json.loads(prompt)
+            except json.JSONDecodeError:
+                continue
+            if _valid_prompt(parsed):
+                row["prompt"] = parsed
+    return rows
+
+
+def _read_parquet(path: Path) -> list[dict]:
+    if importlib.util.find_spec("pyarrow") is not None:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if importlib.util.find_spec("pandas") is not None:
+        import pandas as pd
+
+        return pd.read_parquet(path).to_dict(orient="records")
+    raise DataError(f"Reading parquet file {str(path)!r} needs pyarrow: `pip install pyarrow` (or convert the "
+                    f"file to .jsonl).")
+
+
+def _read_hub(name: str) -> list[dict]:
+    if importlib.util.find_spec("datasets") is None:
+        raise DataError(f"Dataset {name!r} is not a local file and the `datasets` package is not installed; "
+                        f"`pip install datasets` to load it from the Hugging Face Hub, or give a local "
+                        f".jsonl/.json/.csv/.parquet file.")
+    import datasets
+
+    repo, _, split = name.partition(":")
+    try:
+        return list(datasets.load_dataset(repo, split=split or "train"))
+    except Exception as exc:  # noqa: BLE001 - any Hub failure becomes a readable DataError
+        raise DataError(f"Could not load Hugging Face dataset {repo!r} (split {split or 'train'!r}): "
+                        f"{type(exc).__name__}: {exc}. Check the name, or write `name:split`.") from exc

@@ -1,0 +1,54 @@
+"""Model loading: local directories, GGUF files, aliases, hub ids, dtypes, and their errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evotune.backends import HFBackend, resolve_model
+from evotune.backends.models import ModelSource, load_model
+from evotune.errors import ConfigError, ModelLoadError
+
+
+def test_alias_resolves_to_the_packaged_gguf():
+    source = resolve_model("smollm2-135m-instruct")
+    assert source.gguf_file and source.gguf_file.endswith(".gguf")
+
+
+def test_gguf_path_and_directory_resolution(tmp_path):
+    packaged = resolve_model("smollm2")
+    assert resolve_model(f"{packaged.path}/{packaged.gguf_file}") == packaged
+    assert resolve_model(packaged.path) == packaged  # a directory holding only a .gguf
+    assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == ModelSource("HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def test_missing_paths_and_unusable_directories_are_clear_errors(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        resolve_model(str(tmp_path / "nope.gguf"))
+    with pytest.raises(ModelLoadError, match="neither config.json nor a .gguf"):
+        resolve_model(str(tmp_path))
+
+
+def test_unreachable_hub_id_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="could not load model"):
+        load_model("evotune-test/not-a-real-model-id")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_local_directory_loads_in_each_dtype(tiny_model_dir, dtype):
+    backend = HFBackend.load(tiny_model_dir, dtype=dtype)
+    assert {p.dtype for p in backend.model.parameters()} == {getattr(torch, dtype)}
+    assert backend.tokenizer.padding_side == "left" and backend.tokenizer.pad_token is not None
+
+
+def test_bad_dtype_names_the_choices(tiny_model_dir):
+    with pytest.raises(ConfigError, match="float32, bfloat16, float16"):
+        HFBackend.load(tiny_model_dir, dtype="int3")
+
+
+def test_generation_is_batched_and_deterministic(tiny_backend):
+    prompts = ["Hello there", [{"role": "user", "content": "What is 2 + 2?"}], "A much longer prompt than the rest"]
+    first = tiny_backend.generate(prompts, max_new_tokens=5)
+    assert len(first) == 3 and all(isinstance(text, str) and text for text in first)
+    assert first == tiny_backend.generate(prompts, max_new_tokens=5)  # greedy: the same every time
