@@ -25,9 +25,10 @@ def write_config(tmp_path, model_dir: str, **overrides) -> str:
 def test_train_smoke_run_with_overrides(tiny_model_dir, tmp_path, capsys):
     config = write_config(tmp_path, tiny_model_dir)
     run = tmp_path / "run"
-    assert main(["train", config, "--output-dir", str(run), "--set", "iterations=3", "--set", "seed=4"]) == 0
+    assert main(["train", config, "--output-dir", str(run), "--set", "iterations=3", "--set", "seed=4",
+                 "--set", "learning_rate=5e-2"]) == 0  # YAML reads 5e-2 as a string; it must become 0.05
     resolved = yaml.safe_load((run / "config.yaml").read_text())
-    assert resolved["iterations"] == 3 and resolved["seed"] == 4 and resolved["sigma"] == 0.05
+    assert resolved["iterations"] == 3 and resolved["seed"] == 4 and resolved["learning_rate"] == 0.05
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["iteration"] == 3
     assert (run / "final" / "config.json").exists()
@@ -43,6 +44,8 @@ def test_train_smoke_run_with_overrides(tiny_model_dir, tmp_path, capsys):
     ("population_size=1", "at least 2"),
     ("task=nonexistent", "nonexistent"),
     ("antithetic=maybe", "true or false"),
+    ("sigma=big", "must be a number"),
+    ("iterations=2.5", "whole number"),
 ])
 def test_bad_config_is_one_paragraph_with_the_fix(tiny_model_dir, tmp_path, capsys, override, expected):
     config = write_config(tmp_path, tiny_model_dir)

@@ -130,3 +130,37 @@ def test_nan_reward_is_reported(tiny_model_dir, tmp_path, monkeypatch):
     trainer = Trainer(tiny_config(tiny_model_dir, reward_fns=["nan_rewards.nan_reward"]), tmp_path / "run")
     with pytest.raises(RewardFunctionError, match="nan_reward"):
         trainer.train()
+
+
+def test_reward_error_mid_run_leaves_a_run_that_resumes_to_the_same_weights(tiny_model_dir, tmp_path, monkeypatch):
+    """A reward function that breaks at iteration 3; after fixing it, --resume ends where a clean run ends."""
+    marker = tmp_path / "broken"
+    write_module(tmp_path, monkeypatch, "flaky_rewards",
+                 "import pathlib\n"
+                 f"MARKER = pathlib.Path({str(marker)!r})\n"
+                 "def length(prompts, completions, **columns):\n"
+                 "    if MARKER.exists():\n"
+                 "        raise RuntimeError('backend for the judge is down')\n"
+                 "    return [-float(len(c[0]['content'])) for c in completions]\n")
+    config = tiny_config(tiny_model_dir, reward_fns=["flaky_rewards:length"], report_to=[])
+    clean = Trainer(config, tmp_path / "clean")
+    clean.train()
+
+    broken = Trainer(config, tmp_path / "broken-run")
+    real_step = Trainer.step
+
+    def step_then_break(self):
+        if self.strategy.iteration == 2:
+            marker.write_text("")
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", step_then_break)
+    with pytest.raises(RewardFunctionError, match="judge is down"):
+        broken.train()
+    monkeypatch.setattr(Trainer, "step", real_step)
+    marker.unlink()
+    resumed = Trainer(config, tmp_path / "broken-run", resume=True)
+    assert resumed.strategy.iteration == 2
+    resumed.train()
+    for name, tensor in clean.space.master.items():
+        assert torch.equal(tensor, resumed.space.master[name]), name

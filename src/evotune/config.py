@@ -131,8 +131,15 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     if value is None or default is None:
         return value
     expected = type(default)
+    if expected is float and isinstance(value, str):  # YAML 1.1 reads `2e-3` (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"`{key}` is {value!r}; it must be a number, e.g. {default}.") from None
     if expected is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if expected is float:
+        raise ConfigError(f"`{key}` is {value!r}; it must be a number, e.g. {default}.")
     if expected is bool and not isinstance(value, bool):
         raise ConfigError(f"`{key}` is {value!r}; set it to true or false.")
     if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
