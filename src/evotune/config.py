@@ -37,7 +37,7 @@ class TrainConfig:
     space: str = _opt("full", "Search space: full (all or selected parameters).")
     parameters: list = _opt([], "Regexes of parameter names to train (empty: all parameters).")
     exclude_parameters: list = _opt([], "Regexes of parameter names to leave untouched.")
-    strategy: str = _opt("openes", "Search strategy: openes.")
+    strategy: str = _opt("openes", "Search strategy: openes (seeds + mean) or cma (pycma, small vector spaces).")
     population_size: int = _opt(30, "Candidates per iteration (N).")
     sigma: float = _opt(1e-3, "Noise scale of the perturbations.")
     learning_rate: float = _opt(5e-4, "Step size (sigma folded in, as in Qiu et al. 2025).")
@@ -76,6 +76,9 @@ class TrainConfig:
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"`{key}` is {getattr(self, key)!r}; set it to one of: {', '.join(allowed)}.")
+        if self.strategy == "cma" and self.space == "full":
+            raise ConfigError("`strategy: cma` searches a small vector (pycma keeps a covariance over it), not all "
+                              "of a model's weights; set `strategy: openes` for `space: full`.")
         if self.population_size < 2:
             raise ConfigError(f"`population_size` is {self.population_size}; ES needs at least 2 candidates to "
                               "compare (the paper uses 30).")

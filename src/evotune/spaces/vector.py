@@ -22,8 +22,17 @@ class VectorSpace(Space):
         self.noise_kind = noise_kind
 
     def apply(self, candidate: Any) -> None:
+        """A seed candidate (OpenES) is relative to the mean; a vector (CMA-ES) is an absolute point."""
+        if isinstance(candidate, np.ndarray):
+            self.current = torch.as_tensor(candidate, dtype=torch.float32)
+            return
         eps = noise(self.mean.shape, candidate.seed, "vector", self.noise_kind)
         self.current = self.mean + candidate.scale * eps
+
+    def set_mean(self, vector: np.ndarray) -> None:
+        """For strategies that own the mean (CMA-ES): adopt it after tell()."""
+        self.mean = torch.as_tensor(np.asarray(vector), dtype=torch.float32).clone()
+        self.current = self.mean.clone()
 
     def restore(self) -> None:
         self.current = self.mean.clone()
