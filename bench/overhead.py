@@ -5,6 +5,10 @@ untouched. ES iteration: Trainer.step() = ask + (apply noise, generate, score) p
 + tell + update. The ratio is the cost of ES itself on top of generation.
 
     python bench/overhead.py --noise gaussian --repeats 3
+
+Every completion is generated to exactly max_new_tokens (EOS is suppressed until then, in both
+arms): perturbed models stop at other lengths than the base model, which would otherwise make
+the two arms different workloads.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ def main() -> None:
                          noise=args.noise, iterations=10_000, report_to=[], num_eval=8)
     trainer = Trainer(config, tempfile.mkdtemp(prefix="evotune-bench-"))
     backend, space = trainer.backend, trainer.space
+    backend.model.generation_config.min_new_tokens = config.max_new_tokens  # the same tokens in both arms
 
     def plain_generation(rows) -> float:
         started = time.perf_counter()
@@ -66,7 +71,7 @@ def main() -> None:
         "command": "python bench/overhead.py " + " ".join(sys.argv[1:]),
         "model": config.model, "task": config.task, "population_size": config.population_size,
         "batch_size": config.batch_size, "max_new_tokens": config.max_new_tokens, "noise": config.noise,
-        "dtype": config.dtype, "trained_parameters": space.num_parameters,
+        "dtype": config.dtype, "trained_parameters": space.num_parameters, "fixed_length_generation": True,
         "plain_generation_s": [round(x, 3) for x in generation], "es_iteration_s": [round(x, 3) for x in iteration],
         "apply_one_candidate_s": round(median(apply_times), 3),
         "overhead_ratio_median": round(median(i / g for i, g in zip(iteration, generation)), 3),

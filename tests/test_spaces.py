@@ -118,3 +118,24 @@ def test_replay_of_update_log_rebuilds_the_mean(tiny_backend):
     space.load_state_tensors(base)
     space.replay(log, SGD(learning_rate=0.01))
     assert all(torch.equal(trained[k], space.master[k]) for k in trained)
+
+
+def test_chunked_noise_matches_the_whole_tensor_definition(tiny_backend, monkeypatch):
+    """Tensors larger than a chunk are perturbed piece by piece with the same values noise() defines."""
+    full_module = sys.modules["evotune.spaces.full"]
+    noise_module = sys.modules["evotune.spaces.noise"]  # the package's `noise` name is the function
+
+    monkeypatch.setattr(noise_module, "CHUNK_SIZE", 64)
+    monkeypatch.setattr(full_module, "CHUNK_SIZE", 64)
+    first = noise((10, 20), 5, "w")
+    assert torch.equal(first.view(-1)[:64], noise((64,), 5, "w"))  # chunk 0 is the one-chunk definition
+    assert not torch.equal(first.view(-1)[64:128], first.view(-1)[:64])  # later chunks: own seeds
+    model = tiny_backend.model
+    before = snapshot(model)
+    space = FullParameterSpace(model)
+    space.apply(Candidate(seed=9, scale=0.1))
+    for name, param in model.named_parameters():
+        expected = (space.master[name] + 0.1 * noise(param.shape, 9, name)).to(param.dtype)
+        assert torch.equal(param, expected), name
+    space.restore()
+    assert_bit_identical(model, before)

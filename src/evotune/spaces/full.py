@@ -13,6 +13,7 @@ accumulate in fp32 into the master and are written to the live weights once.
 from __future__ import annotations
 
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -20,7 +21,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Space
-from .noise import noise
+from .noise import CHUNK_SIZE, fill_noise_chunk
 
 
 def select_parameters(model: torch.nn.Module, include: list[str] | None,
@@ -61,13 +62,29 @@ class FullParameterSpace(Space):
         # so one thread is the default and threads are opt-in (e.g. for GPU-resident weights).
         self.num_threads = num_threads or 1
         self._pool = ThreadPoolExecutor(self.num_threads) if self.num_threads > 1 else None
+        self._scratch = threading.local()  # per thread: reusable fp32 buffers, as large as the largest tensor
 
     @property
     def num_parameters(self) -> int:
         return sum(tensor.numel() for tensor in self.master.values())
 
-    def _noise(self, seed: int, name: str, param: torch.nn.Parameter) -> torch.Tensor:
-        return noise(param.shape, seed, name, self.noise_kind, device=param.device)
+    def _buffer(self, slot: str, size: int, device: torch.device) -> torch.Tensor:
+        """A (size,) fp32 view into a per-thread buffer of CHUNK_SIZE, reused for every chunk."""
+        buffer = getattr(self._scratch, slot, None)
+        if buffer is None or buffer.device != device:
+            buffer = torch.empty(CHUNK_SIZE, dtype=torch.float32, device=device)
+            setattr(self._scratch, slot, buffer)
+        return buffer[:size]
+
+    def _chunks(self, name: str, param: torch.nn.Parameter):
+        """(chunk index, live slice, master slice) over the flattened tensor, CHUNK_SIZE at a time."""
+        live, master = param.data.view(-1), self.master[name].view(-1)
+        for chunk, start in enumerate(range(0, live.numel(), CHUNK_SIZE)):
+            yield chunk, live[start:start + CHUNK_SIZE], master[start:start + CHUNK_SIZE]
+
+    def _noise(self, seed: int, name: str, chunk: int, live: torch.Tensor) -> torch.Tensor:
+        out = self._buffer("noise", live.numel(), live.device)
+        return fill_noise_chunk(out, seed, name, chunk, self.noise_kind)
 
     def _for_each(self, work: Callable[[str, torch.nn.Parameter], None]) -> None:
         def run(item: tuple[str, torch.nn.Parameter]) -> None:
@@ -82,9 +99,10 @@ class FullParameterSpace(Space):
 
     def apply(self, candidate: Any) -> None:
         def perturb(name: str, param: torch.nn.Parameter) -> None:
-            eps = self._noise(candidate.seed, name, param)  # (shape,) fp32
-            # mean + scale * eps in fp32, cast once into the live dtype
-            param.copy_(eps.mul_(candidate.scale).add_(self.master[name].to(param.device)))
+            for chunk, live, master in self._chunks(name, param):
+                eps = self._noise(candidate.seed, name, chunk, live)  # (chunk,) fp32
+                # mean + scale * eps in fp32, cast once into the live dtype
+                live.copy_(eps.mul_(candidate.scale).add_(master.to(live.device)))
         self._for_each(perturb)
 
     def restore(self) -> None:
@@ -94,13 +112,14 @@ class FullParameterSpace(Space):
         optimizer.begin_step()
 
         def step(name: str, param: torch.nn.Parameter) -> None:
-            gradient = torch.zeros(param.shape, dtype=torch.float32, device=param.device)  # fp32 accumulator
-            for seed, coefficient in zip(seeds, coefficients):
-                if coefficient != 0.0:
-                    gradient.add_(self._noise(seed, name, param), alpha=float(coefficient))
-            master = self.master[name]
-            master.add_(optimizer.step(name, gradient, master.to(gradient.device)).to(master.device))
-            param.copy_(master)
+            for chunk, live, master in self._chunks(name, param):
+                gradient = self._buffer("gradient", live.numel(), live.device).zero_()  # fp32 accumulator
+                for seed, coefficient in zip(seeds, coefficients):
+                    if coefficient != 0.0:
+                        gradient.add_(self._noise(seed, name, chunk, live), alpha=float(coefficient))
+                key = name if chunk == 0 else f"{name}#{chunk}"  # optimizer state is per chunk
+                master.add_(optimizer.step(key, gradient, master.to(live.device)).to(master.device))
+                live.copy_(master)
         self._for_each(step)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:

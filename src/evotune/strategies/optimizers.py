@@ -15,7 +15,8 @@ from typing import Any
 
 @dataclass
 class SGD:
-    """delta = learning_rate * (gradient - weight_decay * mean)."""
+    """delta = learning_rate * (gradient - weight_decay * mean); computed in place in `gradient`
+    (a scratch buffer the caller does not reuse), so a step allocates nothing."""
 
     learning_rate: float
     weight_decay: float = 0.0
@@ -25,10 +26,10 @@ class SGD:
         self.step_count += 1
 
     def step(self, name: str, gradient: Any, mean: Any) -> Any:
-        delta = gradient * self.learning_rate
+        gradient *= self.learning_rate
         if self.weight_decay:
-            delta = delta - mean * (self.learning_rate * self.weight_decay)
-        return delta
+            gradient -= mean * (self.learning_rate * self.weight_decay)
+        return gradient
 
     def state_dict(self) -> dict:
         return {"step_count": self.step_count}
