@@ -34,9 +34,19 @@ class TrainConfig:
     reward_fns: list = _opt([], "Reward functions as dotted import paths with TRL's signature.")
     reward_weights: list = _opt([], "One weight per reward function (default 1.0 each).")
     # search space and strategy
-    space: str = _opt("full", "Search space: full (all or selected parameters).")
+    space: str = _opt("full", "Search space: full (all or selected weights), lora (every LoRA entry), svd_lora "
+                              "(ESSA: the LoRA factors' singular values).")
     parameters: list = _opt([], "Regexes of parameter names to train (empty: all parameters).")
     exclude_parameters: list = _opt([], "Regexes of parameter names to leave untouched.")
+    adapter: str | None = _opt(None, "lora/svd_lora: PEFT adapter directory to start from (e.g. an `evotune sft` "
+                                     "run's adapter/); None: a fresh LoRA adapter.")
+    lora_rank: int = _opt(8, "Rank of a fresh LoRA adapter (ESSA's grid: 2-64).")
+    lora_alpha: float = _opt(16.0, "LoRA scaling numerator of a fresh adapter (scale = lora_alpha / lora_rank).")
+    lora_target_modules: list = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules a fresh LoRA adapts.")
+    lora_init: str = _opt("kaiming", "Fresh adapter start: kaiming (PEFT's default, B = 0: ESSA's no-SFT start) "
+                                     "or gaussian.")
+    singular_value_fraction: float = _opt(1.0, "svd_lora: fraction of each factor's singular values searched "
+                                               "(ESSA's alpha), rounded down.")
     strategy: str = _opt("openes", "Search strategy: openes (seeds + mean) or cma (pycma, small vector spaces).")
     population_size: int = _opt(30, "Candidates per iteration (N).")
     sigma: float = _opt(1e-3, "Noise scale of the perturbations.")
@@ -46,11 +56,14 @@ class TrainConfig:
     optimizer: str = _opt("sgd", "Update rule on the mean: sgd or adam.")
     weight_decay: float = _opt(0.0, "Decoupled weight decay on the trained parameters.")
     noise: str = _opt("gaussian", "Perturbation distribution: gaussian (paper) or rademacher (cheaper on CPU).")
+    cma_diagonal: bool = _opt(False, "cma: separable (diagonal covariance) CMA-ES, linear cost in the dimension.")
     # the loop
     iterations: int = _opt(100, "Number of ES iterations.")
     batch_size: int = _opt(32, "Prompts per candidate per iteration (reward = mean over them).")
     max_new_tokens: int = _opt(32, "Tokens generated per prompt (greedy decoding).")
     generation_batch_size: int | None = _opt(None, "Prompts per generate() call (default: the whole batch).")
+    population_batch_size: int | None = _opt(None, "lora/svd_lora: candidates generated together in one batched "
+                                                  "generate, one adapter per row (None: one at a time).")
     num_eval: int | None = _opt(None, "Held-out prompts used for evaluation (None: the task's default).")
     eval_every: int = _opt(10, "Evaluate every this many iterations (0: only before and after training).")
     checkpoint_every: int = _opt(10, "Write a resumable checkpoint every this many iterations.")
@@ -59,6 +72,7 @@ class TrainConfig:
     backend: str = _opt("hf", "Generation backend: hf (transformers).")
     dtype: str = _opt("bfloat16", "Weights dtype for generation: float32, bfloat16, float16 (the mean stays fp32).")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
+    quantization: str = _opt("none", "lora/svd_lora base weights: none, int8 or int4 (bitsandbytes; needs CUDA).")
     workers: int = _opt(1, "Model replicas evaluating the population (1: in this process).")
     report_to: list = _opt(["tensorboard"], "Loggers besides metrics.jsonl: tensorboard (or [] for none).")
 
@@ -76,6 +90,7 @@ class TrainConfig:
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"`{key}` is {getattr(self, key)!r}; set it to one of: {', '.join(allowed)}.")
+        self._validate_adapter_keys()
         if self.strategy == "cma" and self.space == "full":
             raise ConfigError("`strategy: cma` searches a small vector (pycma keeps a covariance over it), not all "
                               "of a model's weights; set `strategy: openes` for `space: full`.")
@@ -106,6 +121,33 @@ class TrainConfig:
         unknown = set(self.report_to) - {"tensorboard"}
         if unknown:
             raise ConfigError(f"`report_to` has {sorted(unknown)}; supported: tensorboard.")
+
+    def _validate_adapter_keys(self) -> None:
+        from .backends.models import QUANTIZATIONS
+        from .spaces.lora import LORA_INITS
+        from .spaces.svd_lora import searched_count
+
+        if self.space == "full":
+            for key, default in (("adapter", None), ("population_batch_size", None), ("quantization", "none")):
+                if getattr(self, key) != default:
+                    raise ConfigError(f"`{key}` applies to the adapter spaces; set `space: svd_lora` (or lora), or "
+                                      f"remove `{key}`.")
+        if self.quantization not in QUANTIZATIONS:
+            raise ConfigError(f"`quantization` is {self.quantization!r}; set it to one of: {', '.join(QUANTIZATIONS)}.")
+        if self.lora_init not in LORA_INITS:
+            raise ConfigError(f"`lora_init` is {self.lora_init!r}; set it to one of: {', '.join(LORA_INITS)}.")
+        if self.lora_rank < 1 or not self.lora_target_modules:
+            raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
+        if not 0 < self.singular_value_fraction <= 1:
+            raise ConfigError(f"`singular_value_fraction` is {self.singular_value_fraction}; it must be in (0, 1].")
+        if self.space == "svd_lora" and self.adapter is None and searched_count(self.singular_value_fraction,
+                                                                                 self.lora_rank) == 0:
+            raise ConfigError(f"`singular_value_fraction` {self.singular_value_fraction} of rank {self.lora_rank} "
+                              f"rounds down to 0 singular values per factor: nothing to search. Set it to at least "
+                              f"{1 / self.lora_rank:g}, or raise `lora_rank`.")
+        if self.population_batch_size is not None and self.population_batch_size < 1:
+            raise ConfigError(f"`population_batch_size` is {self.population_batch_size}; use a positive number or "
+                              "remove it (one candidate at a time).")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,13 +10,18 @@ from .errors import ConfigError
 
 
 class MetricsLogger:
-    """Appends one JSON object per iteration; on resume drops lines past the checkpoint."""
+    """Appends one JSON object per iteration; on resume drops lines past the checkpoint.
 
-    def __init__(self, output_dir: Path, report_to: list[str], resume_iteration: int | None = None):
+    step_key names the record's x-axis: "iteration" for ES, "step" for `evotune sft`'s optimizer steps.
+    """
+
+    def __init__(self, output_dir: Path, report_to: list[str], resume_iteration: int | None = None,
+                 step_key: str = "iteration"):
         self.path = Path(output_dir) / "metrics.jsonl"
+        self.step_key = step_key
         if resume_iteration is not None and self.path.exists():
             kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["iteration"] <= resume_iteration]
+                    if line.strip() and json.loads(line)[step_key] <= resume_iteration]
             self.path.write_text("".join(line + "\n" for line in kept))
         elif resume_iteration is None:
             self.path.write_text("")
@@ -35,8 +40,8 @@ class MetricsLogger:
             handle.write(json.dumps(record) + "\n")
         if self.writer is not None:
             for key, value in record.items():
-                if key != "iteration" and isinstance(value, (int, float)):
-                    self.writer.add_scalar(key, value, record["iteration"])
+                if key != self.step_key and isinstance(value, (int, float)):
+                    self.writer.add_scalar(key, value, record[self.step_key])
             self.writer.flush()
 
     def close(self) -> None:

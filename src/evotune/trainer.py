@@ -11,12 +11,11 @@ import torch
 import yaml
 
 from .backends import HFBackend
+from .builders import ADAPTER_SPACES, build_evaluator, build_space, build_strategy
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
-from .distributed import LocalEvaluator
 from .errors import ConfigError
-from .spaces import FullParameterSpace, derive_seed
-from .strategies import OpenES
+from .spaces import derive_seed
 from .tasks import Task, get_task
 from .tracking import MetricsLogger, plot_curves
 
@@ -46,7 +45,7 @@ def evaluate_model(backend: Any, task: Task, rows: list[dict], max_new_tokens: i
 
 
 class Trainer:
-    """Full-parameter ES at Scale on one process. `backend`/`task` may be passed in (tests, notebooks)."""
+    """ES on one process (full weights or a LoRA adapter). `backend`/`task` may be passed in (tests, notebooks)."""
 
     def __init__(self, config: TrainConfig, output_dir: str | Path, resume: bool = False,
                  backend: Any = None, task: Task | None = None):
@@ -63,12 +62,10 @@ class Trainer:
         (self.output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         self.task = task or build_task(config)
         self.backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device),
-                                                 config.generation_batch_size)
-        self.space = FullParameterSpace(self.backend.model, config.parameters or None,
-                                        config.exclude_parameters or None, noise_kind=config.noise)
-        self.strategy = OpenES(config.population_size, config.sigma, config.learning_rate, config.antithetic,
-                               config.fitness_shaping, config.optimizer, config.weight_decay, config.seed)
-        self.evaluator = LocalEvaluator(self.space, self.backend, self.task, config.max_new_tokens)
+                                                 config.generation_batch_size, config.quantization)
+        self.space = build_space(config, self.backend)
+        self.strategy = build_strategy(config, self.space)
+        self.evaluator = build_evaluator(config, self.space, self.backend, self.task)
         self.update_log: list[dict] = []
         if existing:
             self._load(existing)
@@ -79,14 +76,20 @@ class Trainer:
         checkpoint = load_checkpoint(directory)
         self.space.load_state_tensors(checkpoint["space_tensors"])
         self.strategy.load_state_dict(checkpoint["state"]["strategy"])
-        self.strategy.optimizer.load_state_dict(checkpoint["state"]["strategy"]["optimizer"],
-                                                checkpoint["optimizer_tensors"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(checkpoint["state"]["strategy"]["optimizer"],
+                                           checkpoint["optimizer_tensors"])
         self.update_log = checkpoint["update_log"]
+
+    @property
+    def optimizer(self) -> Any:
+        """The optimizer on the mean (OpenES); None for strategies that own their mean (CMA-ES)."""
+        return getattr(self.strategy, "optimizer", None)
 
     def save_checkpoint(self) -> None:
         state = {"iteration": self.strategy.iteration, "strategy": self.strategy.state_dict()}
         save_checkpoint(self.checkpoint_dir, state, self.space.state_tensors(),
-                        self.strategy.optimizer.tensors(), self.update_log)
+                        self.optimizer.tensors() if self.optimizer is not None else {}, self.update_log)
 
     def batch_rows(self, iteration: int) -> list[dict]:
         """The prompts every candidate of `iteration` is scored on (a pure function of seed, iteration)."""
@@ -108,8 +111,12 @@ class Trainer:
         candidates = self.strategy.ask()
         rewards = self.evaluator.evaluate(candidates, rows)  # (pop,)
         update, metrics = self.strategy.tell(rewards)
-        self.space.update(update.seeds, update.coefficients, self.strategy.optimizer)
-        self.update_log.append({"iteration": iteration, "seeds": update.seeds, "coefficients": update.coefficients})
+        if update is None:  # CMA-ES moved its own mean: the space adopts it
+            self.space.set_mean(self.strategy.mean)
+        else:
+            self.space.update(update.seeds, update.coefficients, self.optimizer)
+            self.update_log.append({"iteration": iteration, "seeds": update.seeds,
+                                    "coefficients": update.coefficients})
         return {"iteration": iteration + 1, **metrics, "time_s": time.perf_counter() - started}
 
     def train(self) -> dict[str, float]:
@@ -145,6 +152,11 @@ class Trainer:
 
     def finish(self) -> None:
         self.space.restore()
-        self.backend.save_pretrained(str(self.output_dir / "final"))
+        final = str(self.output_dir / "final")
+        if self.config.space in ADAPTER_SPACES:  # a standard PEFT adapter; `evotune export --merge` merges it
+            self.space.save_adapter(final)
+            self.backend.tokenizer.save_pretrained(final)
+        else:
+            self.backend.save_pretrained(final)
         plot_curves(self.logger.path, self.output_dir / "curves.png",
                     title=f"{self.config.model} on {self.config.task}")

@@ -6,7 +6,7 @@ gets the tokenizer's chat template with the generation prompt appended.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -32,8 +32,8 @@ class HFBackend:
 
     @classmethod
     def load(cls, model: str, dtype: str = "bfloat16", device: str = "cpu",
-             generation_batch_size: int | None = None) -> "HFBackend":
-        return cls(*load_model(model, dtype, device), generation_batch_size=generation_batch_size)
+             generation_batch_size: int | None = None, quantization: str = "none") -> "HFBackend":
+        return cls(*load_model(model, dtype, device, quantization), generation_batch_size=generation_batch_size)
 
     @property
     def device(self) -> torch.device:
@@ -63,6 +63,35 @@ class HFBackend:
                                          pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (batch, prompt + new)
             new_tokens = output[:, batch["input_ids"].shape[1]:]
             completions.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+        return completions
+
+    @torch.inference_mode()
+    def generate_population(self, prompts: list[str | list[dict]], max_new_tokens: int, factors: Sequence[Any],
+                            stacked: Sequence[torch.Tensor]) -> list[list[str]]:
+        """Greedy completions of every prompt under each of P LoRA candidates, in one generate per prompt batch.
+
+        factors: the adapter space's LoRAFactor list; stacked[i]: (P, *factors[i].weight.shape), e.g.
+        AdapterSpace.candidate_factors(candidates). Returns P lists, each like generate(prompts).
+        Each prompt batch is encoded (left-padded) exactly as generate() does, then tiled P times,
+        candidate-major, so every candidate's rows see the same tokens and padding as on its own.
+        """
+        from .multi_lora import population_adapters
+
+        population = int(stacked[0].shape[0])
+        texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
+        step = self.generation_batch_size or len(texts)
+        completions: list[list[str]] = [[] for _ in range(population)]
+        for start in range(0, len(texts), step):
+            batch = self._encode(tuple(texts[start:start + step]))  # (group, prompt) ids and mask
+            group, prompt_length = batch["input_ids"].shape
+            tiled = {key: value.repeat(population, 1) for key, value in batch.items()}  # (P * group, prompt)
+            with population_adapters(self.model, factors, stacked, group):
+                output = self.model.generate(**tiled, max_new_tokens=max_new_tokens, do_sample=False,
+                                             temperature=None, top_p=None, top_k=None,
+                                             pad_token_id=self.tokenizer.pad_token_id)  # (P * group, prompt + new)
+            decoded = self.tokenizer.batch_decode(output[:, prompt_length:], skip_special_tokens=True)
+            for candidate in range(population):
+                completions[candidate].extend(decoded[candidate * group:(candidate + 1) * group])
         return completions
 
     def save_pretrained(self, directory: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import ConfigError, ModelLoadError
 
 DTYPES = ("float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "int8", "int4")
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
@@ -71,12 +72,74 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
-    """Return (model, tokenizer) in eval mode on `device`, with a pad token and left padding."""
+def quantization_kwargs(quantization: str, dtype: str, device: str, source: ModelSource) -> dict:
+    """from_pretrained arguments for bitsandbytes INT8/INT4 base weights (ESSA's quantized runs).
+
+    Only adapter spaces may use them: ES then writes the small fp32 adapter, never the packed base.
+    bitsandbytes' kernels are CUDA kernels, so on a CPU machine this is a clear error, not a slow path.
+    """
+    if quantization not in QUANTIZATIONS:
+        raise ConfigError(f"`quantization` is {quantization!r}; set it to one of {', '.join(QUANTIZATIONS)}.")
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        raise ConfigError(f"`quantization: {quantization}` runs bitsandbytes kernels, which need a CUDA GPU; this "
+                          f"run is on {device!r}. On CPU set `quantization: none` (the base stays in `dtype`, "
+                          "bfloat16 by default; the adapter search is the same).")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(f"`quantization: {quantization}` needs bitsandbytes: pip install 'evotune[quantization]'.")
+    if source.gguf_file:
+        raise ConfigError(f"`quantization: {quantization}` cannot re-quantize a GGUF file; save the model as a "
+                          "directory first (evotune export NAME --output-dir DIR) and set `model: DIR`.")
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "int8":
+        config = BitsAndBytesConfig(load_in_8bit=True)
+    else:
+        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                    bnb_4bit_compute_dtype=torch_dtype(dtype))
+    return {"quantization_config": config, "device_map": {"": device}}
+
+
+def find_adapter(path: str) -> tuple[Path, str] | None:
+    """(adapter directory, its base model) when `path` is a PEFT adapter or a run directory whose final/
+    is one; None otherwise. The base is the run's config.yaml `model`, else PEFT's recorded base."""
+    import json
+
+    import yaml
+
+    directory = Path(os.path.expanduser(path))
+    if (directory / "final" / "adapter_config.json").exists():
+        directory = directory / "final"
+    if not (directory / "adapter_config.json").exists():
+        return None
+    run_config = directory.parent / "config.yaml"
+    base = yaml.safe_load(run_config.read_text()).get("model") if run_config.exists() else None
+    base = base or json.loads((directory / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ModelLoadError(f"adapter {directory} names no base model; load the base with load_model and the "
+                             "adapter with peft.PeftModel.from_pretrained.")
+    return directory, base
+
+
+def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", quantization: str = "none"):
+    """Return (model, tokenizer) in eval mode on `device`, with a pad token and left padding.
+
+    `name` may also be a PEFT adapter directory (or a run directory holding one in final/): the
+    result is then its base model wrapped in the adapter (a PeftModel).
+    """
+    adapter = find_adapter(name)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model, tokenizer = load_model(adapter[1], dtype, device, quantization)
+        return PeftModel.from_pretrained(model, str(adapter[0])).eval(), tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_model(name)
     kwargs = {}
+    if quantization != "none":
+        kwargs = quantization_kwargs(quantization, dtype, device, source)
     if source.gguf_file:
         from transformers import GgufConfig
 
@@ -104,5 +167,7 @@ def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu"):
     tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
     # Not requires_grad_(False): on CPU that makes bf16 generation ~4x slower (measured with
     # torch 2.13); every weight write happens under torch.no_grad() anyway.
-    model.to(device).eval()
+    if quantization == "none":  # bitsandbytes placed the quantized model already (device_map)
+        model.to(device)
+    model.eval()
     return model, tokenizer

@@ -32,6 +32,16 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sft(args: argparse.Namespace) -> int:
+    from ..sft import load_sft_config, run_sft
+
+    config = load_sft_config(args.config, args.set)
+    output_dir = args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else "runs/sft")
+    print(f"evotune: LoRA SFT of {config.model} on {config.dataset or config.task} -> {output_dir}", file=sys.stderr)
+    print(json.dumps(run_sft(config, output_dir), indent=2))
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     from ..backends import HFBackend
     from ..config import parse_overrides
@@ -71,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/checkpoint")
     train.set_defaults(run=_train)
 
+    sft = commands.add_parser("sft", help="LoRA supervised fine-tuning (ESSA stage 1): writes OUTPUT_DIR/adapter")
+    sft.add_argument("config", nargs="?", help="YAML config (keys: see evotune.sft.SFTConfig)")
+    sft.add_argument("--output-dir", help="run directory (default runs/<config name>, or runs/sft)")
+    sft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    sft.set_defaults(run=_sft)
+
     evaluate = commands.add_parser("eval", help="evaluate one or more models on a task")
     evaluate.add_argument("--model", action="append", required=True, help="alias, directory, .gguf, or hub id (repeatable)")
     evaluate.add_argument("--task", required=True)
@@ -84,9 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--samples", help="also append prompt/completion pairs to this JSONL file")
     evaluate.set_defaults(run=_eval)
 
+    export = commands.add_parser("export", help="write a plain transformers model (merging a LoRA run's adapter)")
+    export.add_argument("model", help="run directory or adapter (with --merge), or alias / directory / .gguf")
+    export.add_argument("--output-dir", required=True)
+    export.add_argument("--merge", action="store_true", help="fold the LoRA adapter into the base weights")
+    export.add_argument("--dtype", default="float32", help="dtype of the written weights")
+    export.set_defaults(run=_export)
+
     keys = commands.add_parser("keys", help="list the config keys with their defaults and help")
     keys.set_defaults(run=_keys)
     return parser
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ..export import export_model
+
+    print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype), indent=2))
+    return 0
 
 
 def _keys(args: argparse.Namespace) -> int:

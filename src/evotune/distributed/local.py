@@ -7,6 +7,12 @@ from typing import Any, Callable
 import numpy as np
 
 
+def mean_reward(task: Any, rows: list[dict], completions: list[str]) -> float:
+    """One candidate's mean reward over `rows`; NaN where every sample was skipped (None)."""
+    per_sample = task.rewards(rows, completions)  # (batch,)
+    return float("nan") if np.isnan(per_sample).all() else float(np.nanmean(per_sample))
+
+
 class LocalEvaluator:
     """For each candidate: apply it to the weights, generate, score; restore at the end.
 
@@ -29,9 +35,7 @@ class LocalEvaluator:
             for index, candidate in enumerate(candidates):
                 self.space.apply(candidate)
                 completions = self.backend.generate(prompts, self.max_new_tokens)
-                per_sample = self.task.rewards(rows, completions)  # (batch,)
-                if not np.isnan(per_sample).all():
-                    rewards[index] = float(np.nanmean(per_sample))
+                rewards[index] = mean_reward(self.task, rows, completions)
                 if on_candidate is not None:
                     on_candidate(index)
         finally:  # an error mid-population must not leave perturbed weights behind

@@ -2,10 +2,12 @@
 
 from .base import Space
 from .full import FullParameterSpace, select_parameters
+from .lora import LoRASpace, init_lora_adapter
 from .noise import NOISE_KINDS, derive_seed, noise
+from .svd_lora import SVDLoRASpace
 from .vector import VectorSpace
 
-SPACES = {"full": FullParameterSpace}
+SPACES = {"full": FullParameterSpace, "lora": LoRASpace, "svd_lora": SVDLoRASpace}
 
-__all__ = ["FullParameterSpace", "NOISE_KINDS", "SPACES", "Space", "VectorSpace", "derive_seed", "noise",
-           "select_parameters"]
+__all__ = ["FullParameterSpace", "LoRASpace", "NOISE_KINDS", "SPACES", "SVDLoRASpace", "Space", "VectorSpace",
+           "derive_seed", "init_lora_adapter", "noise", "select_parameters"]

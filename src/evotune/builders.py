@@ -1,0 +1,68 @@
+"""Config -> the loop's parts: space, strategy, evaluator. The trainer only composes them.
+
+Adapter spaces (ESSA: Korotyshova, Shaposhnikov et al., arXiv 2507.04453) wrap the loaded
+model in a PEFT LoRA adapter, either one loaded from disk (the `evotune sft` warm start) or a
+fresh one, and evolve only that adapter; the base weights are never written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .config import TrainConfig
+from .errors import ConfigError
+from .spaces import FullParameterSpace, Space
+
+ADAPTER_SPACES = ("lora", "svd_lora")
+
+
+def attach_adapter(model: Any, config: TrainConfig) -> Any:
+    """The model wrapped in its "default" LoRA adapter: loaded from `config.adapter`, or fresh."""
+    from .spaces.lora import init_lora_adapter
+
+    if config.adapter is None:
+        return init_lora_adapter(model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
+                                 config.lora_init, config.seed)
+    from peft import PeftModel
+
+    directory = Path(config.adapter)
+    if not (directory / "adapter_config.json").exists():
+        raise ConfigError(f"`adapter` is {config.adapter!r}, which holds no adapter_config.json; point it at a "
+                          "PEFT adapter directory (an `evotune sft` run writes DIR/adapter), or remove `adapter` "
+                          "to start from a fresh LoRA.")
+    return PeftModel.from_pretrained(model, str(directory), adapter_name="default").eval()
+
+
+def build_space(config: TrainConfig, backend: Any) -> Space:
+    """The search space; for adapter spaces `backend.model` becomes the PEFT-wrapped model."""
+    if config.space == "full":
+        return FullParameterSpace(backend.model, config.parameters or None, config.exclude_parameters or None,
+                                  noise_kind=config.noise)
+    from .spaces.lora import LoRASpace
+    from .spaces.svd_lora import SVDLoRASpace
+
+    backend.model = attach_adapter(backend.model, config)
+    if config.space == "lora":
+        return LoRASpace(backend.model, noise_kind=config.noise)
+    return SVDLoRASpace(backend.model, alpha=config.singular_value_fraction, noise_kind=config.noise)
+
+
+def build_strategy(config: TrainConfig, space: Any) -> Any:
+    from .strategies import CMAES, OpenES
+
+    if config.strategy == "cma":  # CMA-ES owns the mean; it starts where the space is (zero offsets)
+        return CMAES(config.population_size, config.sigma, initial_mean=space.mean_vector(),
+                     diagonal=config.cma_diagonal, seed=config.seed)
+    return OpenES(config.population_size, config.sigma, config.learning_rate, config.antithetic,
+                  config.fitness_shaping, config.optimizer, config.weight_decay, config.seed)
+
+
+def build_evaluator(config: TrainConfig, space: Any, backend: Any, task: Any) -> Any:
+    from .distributed import LocalEvaluator
+
+    if config.population_batch_size and config.population_batch_size > 1:
+        from .distributed import BatchedEvaluator
+
+        return BatchedEvaluator(space, backend, task, config.max_new_tokens, config.population_batch_size)
+    return LocalEvaluator(space, backend, task, config.max_new_tokens)

@@ -1,0 +1,326 @@
+"""LoRA supervised fine-tuning: stage 1 of ESSA, the warm start that evolution then refines.
+
+ESSA (Korotyshova, Shaposhnikov et al., "ESSA: Evolutionary Strategies for Scalable Alignment",
+arXiv 2507.04453) first trains a LoRA adapter on Q/K/V/O with ordinary SFT, then searches only
+the singular values of its factors with CMA-ES (`evotune train` with `space: svd_lora` and
+`adapter: DIR/adapter`). ES can only move inside the subspace this adapter spans, so stage 1
+should leave a model that is better than the base but not solved.
+
+Data is TRL's prompt-completion format: the prompt gets the chat template exactly as at
+generation time, the completion and EOS follow, and the loss covers only completion + EOS.
+The run directory follows `evotune train`: config.yaml, metrics.jsonl (one record per optimizer
+step, eval records at step 0 and the last step), TensorBoard, loss.png, and adapter/ (a standard
+PEFT adapter plus the tokenizer; `peft.PeftModel.from_pretrained(base, DIR/adapter)` reloads it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import _coerce, _opt, parse_overrides
+from .errors import ConfigError, DataError
+
+IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
+
+
+@dataclass
+class SFTConfig:
+    # what to train, on what
+    model: str = _opt("smollm2-135m-instruct", "Base model: built-in alias, local directory, .gguf file, or hub id.")
+    task: str | None = _opt(None, "Built-in task (e.g. arithmetic): its train rows are the SFT data (completion = "
+                                  "their `solution` or `answer` column) and its held-out rows are evaluated "
+                                  "before and after training.")
+    task_args: dict = _opt({}, "Extra arguments of the built-in task (e.g. {digits: 2}).")
+    dataset: str | None = _opt(None, "JSONL/CSV/parquet file with `prompt` and `completion` columns (TRL's "
+                                     "prompt-completion format); replaces the task's train rows.")
+    num_train: int | None = _opt(None, "Use at most this many training examples (None: all).")
+    num_eval: int | None = _opt(None, "Held-out prompts of the task evaluated (None: the task's default; 0: none).")
+    max_new_tokens: int = _opt(32, "Tokens generated per held-out prompt (greedy decoding).")
+    # the adapter (the same keys as `evotune train`, so stage 2 can reuse them)
+    lora_rank: int = _opt(8, "LoRA rank (ESSA's grid: 2-64).")
+    lora_alpha: float = _opt(16.0, "LoRA scaling numerator (scale = lora_alpha / lora_rank).")
+    lora_target_modules: list = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules the adapter wraps.")
+    lora_init: str = _opt("kaiming", "Adapter start: kaiming (PEFT's default, B = 0: starts as the base model) "
+                                     "or gaussian.")
+    # the optimizer
+    learning_rate: float = _opt(2e-4, "AdamW peak learning rate (linear warmup, then linear decay to 0).")
+    epochs: int = _opt(1, "Passes over the training examples (ignored when `max_steps` is set).")
+    batch_size: int = _opt(8, "Examples per optimizer step.")
+    max_steps: int | None = _opt(None, "Optimizer steps to run (None: `epochs` passes over the data).")
+    warmup_steps: int = _opt(0, "Steps of linear learning-rate warmup.")
+    weight_decay: float = _opt(0.0, "AdamW decoupled weight decay.")
+    max_grad_norm: float = _opt(1.0, "Clip the gradient norm to this (0: no clipping).")
+    seed: int = _opt(0, "Seeds the adapter's initialization, the data order and the task generators.")
+    # where it runs
+    # float32: on CPU a backward pass through bfloat16 weights measured ~2x slower per step.
+    dtype: str = _opt("float32", "Base weights dtype: float32, bfloat16, float16 (the adapter trains in fp32).")
+    device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
+    report_to: list = _opt(["tensorboard"], "Loggers besides metrics.jsonl: tensorboard (or [] for none).")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        from .backends.models import DTYPES
+        from .spaces.lora import LORA_INITS
+        from .tasks import TASKS
+
+        built_in = [name for name in TASKS if name != "custom"]
+        if self.task is None and self.dataset is None:
+            raise ConfigError("SFT needs data: set `task` (a built-in task, e.g. `--set task=arithmetic`) or "
+                              "`dataset` (a file with `prompt` and `completion` columns).")
+        if self.task is not None and self.task not in built_in:
+            raise ConfigError(f"`task` is {self.task!r}; set it to one of: {', '.join(built_in)} (your own data "
+                              "goes in `dataset`, with `prompt` and `completion` columns).")
+        for key, allowed in (("dtype", DTYPES), ("lora_init", tuple(LORA_INITS))):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"`{key}` is {getattr(self, key)!r}; set it to one of: {', '.join(allowed)}.")
+        if self.lora_rank < 1 or not self.lora_target_modules:
+            raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"`learning_rate` is {self.learning_rate}; it must be > 0 (LoRA SFT: 1e-4 to 1e-3).")
+        for key in ("task", "dataset"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), str):
+                raise ConfigError(f"`{key}` is {getattr(self, key)!r}; it must be a name or path (a string).")
+        for key in ("epochs", "batch_size", "max_new_tokens", "max_steps", "num_train"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"`{key}` is {value!r}; it must be a whole number of at least 1"
+                                  + (" (or null for no limit)." if key in ("max_steps", "num_train") else "."))
+        for key in ("warmup_steps", "weight_decay", "max_grad_norm"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"`{key}` is {getattr(self, key)}; it must be >= 0.")
+        unknown = set(self.report_to) - {"tensorboard"}
+        if unknown:
+            raise ConfigError(f"`report_to` has {sorted(unknown)}; supported: tensorboard.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "SFTConfig":
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
+                raise ConfigError(f"{source}: unknown SFT key `{key}`; {hint}")
+        coerced = {}
+        for key, value in values.items():
+            default = known[key].default if known[key].default is not dataclasses.MISSING else None
+            coerced[key] = _coerce(key, value, default)
+        return cls(**coerced)
+
+
+def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:
+    """YAML file (optional) <- --set overrides, then validated."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist; pass a YAML file path, or only --set keys.")
+        try:
+            values = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path} must hold a mapping of keys to values, not {type(values).__name__}.")
+    values.update(parse_overrides(overrides or []))
+    return SFTConfig.from_dict(values, source=str(path) if path is not None else "config")
+
+
+def dataset_completion(row: dict, number: int, source: str) -> str:
+    """A row's `completion`: a string, or TRL's conversational [{"role": "assistant", "content": ...}]."""
+    if "completion" not in row:
+        raise DataError(f"Dataset {source!r} has no `completion` column (row {number} has columns {sorted(row)}); "
+                        "SFT data is TRL's prompt-completion format: add a `completion` column.")
+    completion = row["completion"]
+    if isinstance(completion, list) and len(completion) == 1 and isinstance(completion[0], dict) \
+            and completion[0].get("role") == "assistant":
+        completion = completion[0].get("content")
+    if not isinstance(completion, str) or not completion.strip():
+        raise DataError(f"Dataset {source!r}, row {number}, column `completion`: got {completion!r:.120}; it must be "
+                        "a non-empty string or a list with one assistant message.")
+    return completion
+
+
+def sft_rows(config: SFTConfig) -> tuple[list[dict], Any]:
+    """(rows with `prompt` and `completion` to train on, the task evaluated before/after or None)."""
+    from .tasks import get_task
+    from .tasks.data import load_rows, validate_rows
+
+    task = None
+    if config.task is not None:
+        task = get_task(config.task, seed=config.seed, num_eval=config.num_eval, **config.task_args)
+    if config.dataset is not None:
+        rows = load_rows(config.dataset)
+        validate_rows(rows, config.dataset)
+        rows = [{"prompt": row["prompt"], "completion": dataset_completion(row, number, config.dataset)}
+                for number, row in enumerate(rows, start=1)]
+    else:
+        columns = sorted(task.train_rows[0]) if task.train_rows else []
+        # `solution` (a full worked answer) teaches more than a bare `answer` when a task has both.
+        target = next((name for name in ("solution", "answer") if name in columns), None)
+        if target is None:
+            raise ConfigError(f"task {config.task!r} has no `solution` or `answer` column to learn from (its rows "
+                              f"have {columns}); give SFT data as `dataset` with `prompt` and `completion` columns.")
+        rows = [{"prompt": row["prompt"], "completion": str(row[target])} for row in task.train_rows]
+    if not rows:
+        raise ConfigError(f"task {config.task!r} has no training rows; raise its `num_train` in `task_args`.")
+    return rows[:config.num_train], task  # num_train None keeps every row
+
+
+def encode_example(tokenizer: Any, prompt: Any, completion: str) -> dict[str, list[int]]:
+    """Token ids of prompt + completion + EOS; labels are IGNORE_INDEX on the prompt (no loss there).
+
+    Prompt and completion are tokenized apart so the prompt tokens are exactly what generation
+    sees (HFBackend renders and encodes prompts the same way), and EOS teaches the model to stop.
+    """
+    from .backends.hf import render_prompt
+
+    prompt_ids = tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return {"input_ids": prompt_ids + completion_ids, "labels": [IGNORE_INDEX] * len(prompt_ids) + completion_ids}
+
+
+def collate(examples: list[dict[str, list[int]]], pad_token_id: int) -> dict[str, Any]:
+    """Right-padded (batch, length) tensors; padding is masked from attention and from the loss."""
+    import torch
+
+    length = max(len(example["input_ids"]) for example in examples)
+
+    def pad(values: list[int], fill: int) -> list[int]:
+        return values + [fill] * (length - len(values))
+
+    return {"input_ids": torch.tensor([pad(e["input_ids"], pad_token_id) for e in examples]),
+            "attention_mask": torch.tensor([pad([1] * len(e["input_ids"]), 0) for e in examples]),
+            "labels": torch.tensor([pad(e["labels"], IGNORE_INDEX) for e in examples])}
+
+
+def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: SFTConfig, logger: Any) -> list[float]:
+    """AdamW on the parameters that require grad (the LoRA factors); logs and returns each step's loss."""
+    import torch
+    from tqdm.auto import tqdm
+
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(examples) / config.batch_size)
+    total = config.max_steps or steps_per_epoch * config.epochs
+    warmup = config.warmup_steps
+    # transformers' default schedule: linear warmup, then linear decay that reaches 0 after the last step.
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: step / warmup if step < warmup
+                                                 else max(0.0, (total - step) / max(1, total - warmup)))
+    device = next(model.parameters()).device
+    losses: list[float] = []
+    model.train()
+    with tqdm(total=total, desc="evotune sft", unit="step", dynamic_ncols=True) as bar:
+        for epoch in range(math.ceil(total / steps_per_epoch)):  # max_steps may need more than `epochs`
+            order = list(range(len(examples)))
+            random.Random(f"sft-{config.seed}-{epoch}").shuffle(order)
+            for start in range(0, len(order), config.batch_size):
+                if len(losses) == total:
+                    break
+                started = time.perf_counter()
+                batch = collate([examples[index] for index in order[start:start + config.batch_size]], pad_token_id)
+                loss = model(**{key: value.to(device) for key, value in batch.items()}).loss  # completion-token mean
+                loss.backward()
+                if config.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
+                learning_rate = schedule.get_last_lr()[0]
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+                logger.log({"step": len(losses), "epoch": round(len(losses) / steps_per_epoch, 4),
+                            "loss": losses[-1], "learning_rate": learning_rate,
+                            "time_s": time.perf_counter() - started})
+                bar.update(1)
+                bar.set_postfix({"loss": f"{losses[-1]:.4f}"})
+    model.eval()
+    return losses
+
+
+def evaluate_and_log(backend: Any, task: Any, config: SFTConfig, logger: Any, step: int) -> dict[str, float]:
+    """Greedy held-out metrics of the backend's current model, as `evotune train` evaluates; logged at `step`."""
+    from .trainer import evaluate_model
+
+    backend.model.eval()
+    metrics, _ = evaluate_model(backend, task, task.eval_rows, config.max_new_tokens)
+    logger.log({"step": step, **{f"eval/{key}": value for key, value in metrics.items()}})
+    return metrics
+
+
+def plot_loss(metrics_path: Path, output_png: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .tracking import read_metrics
+
+    records = [record for record in read_metrics(metrics_path) if "loss" in record]
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    axis.plot([r["step"] for r in records], [r["loss"] for r in records])
+    axis.set(xlabel="optimizer step", ylabel="loss (completion tokens)", title=title)
+    figure.tight_layout()
+    figure.savefig(output_png, dpi=110)
+    plt.close(figure)
+    return Path(output_png)
+
+
+def run_sft(config: SFTConfig, output_dir: str | Path, backend: Any = None) -> dict[str, Any]:
+    """Stage 1 end to end; returns the summary (also printed by `evotune sft`).
+
+    `backend` (an HFBackend, for tests and notebooks) replaces loading `config.model`; afterwards
+    its `.model` is the trained PeftModel, as `evotune train` does for adapter spaces.
+    """
+    from .backends import HFBackend
+    from .spaces.lora import init_lora_adapter
+    from .tracking import MetricsLogger
+    from .trainer import resolve_device
+
+    output_dir = Path(output_dir)
+    if (output_dir / "adapter").exists():
+        raise ConfigError(f"{output_dir} already holds an adapter/ from an earlier run; choose a new --output-dir.")
+    started = time.perf_counter()
+    rows, task = sft_rows(config)  # data errors surface before the model loads
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device))
+    examples = [encode_example(backend.tokenizer, row["prompt"], row["completion"]) for row in rows]
+    backend.model = init_lora_adapter(backend.model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
+                                      config.lora_init, config.seed)
+    logger = MetricsLogger(output_dir, config.report_to, step_key="step")
+    summary: dict[str, Any] = {"output_dir": str(output_dir), "examples": len(examples)}
+    has_eval = task is not None and len(task.eval_rows) > 0
+    try:
+        if has_eval:  # with lora_init kaiming the adapter starts as a no-op: this scores the base model
+            summary["eval_before"] = evaluate_and_log(backend, task, config, logger, step=0)
+        losses = train_adapter(backend.model, examples, backend.tokenizer.pad_token_id, config, logger)
+        if has_eval:
+            summary["eval_after"] = evaluate_and_log(backend, task, config, logger, step=len(losses))
+    finally:
+        logger.close()
+    backend.model.save_pretrained(output_dir / "adapter")
+    backend.tokenizer.save_pretrained(output_dir / "adapter")
+    summary.update(steps=len(losses), loss_first=losses[0], loss_last=losses[-1],
+                   time_s=round(time.perf_counter() - started, 1), adapter=str(output_dir / "adapter"))
+    title = f"LoRA SFT of {Path(config.model).name}"
+    if has_eval:
+        metric = "accuracy" if "accuracy" in summary["eval_before"] else "reward"
+        title += f"; {metric} {summary['eval_before'][metric]:.3f} -> {summary['eval_after'][metric]:.3f}"
+    plot_loss(logger.path, output_dir / "loss.png", title)
+    return summary

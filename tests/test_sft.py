@@ -1,0 +1,157 @@
+"""`evotune sft` (ESSA stage 1) on a tiny random Llama: masking, learning, frozen base, reload, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from evotune.errors import ConfigError, DataError
+from evotune.sft import IGNORE_INDEX, SFTConfig, collate, encode_example, load_sft_config, run_sft, sft_rows
+
+QUESTION = [{"role": "user", "content": "What is 12 + 30? Reply with only the number."}]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def tiny_config(model_dir: str, **overrides) -> SFTConfig:
+    # one batch of 4 seen at every step, so the loss must fall step after step
+    values = dict(model=model_dir, task="arithmetic", num_train=4, num_eval=0, batch_size=4, max_steps=8,
+                  learning_rate=5e-2, lora_rank=4, dtype="float32", device="cpu", report_to=[])
+    return SFTConfig(**{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tmp_path_factory):
+    """One tiny run: (backend whose model is now the trained PeftModel, run directory, base weights before)."""
+    from evotune.backends import HFBackend
+
+    backend = HFBackend.load(tiny_model_dir, dtype="float32", device="cpu")
+    before = {name: tensor.clone() for name, tensor in backend.model.state_dict().items()}
+    output_dir = tmp_path_factory.mktemp("sft") / "run"
+    run_sft(tiny_config(tiny_model_dir), output_dir, backend=backend)
+    return backend, output_dir, before
+
+
+def test_loss_is_only_on_completion_tokens_and_eos(tokenizer):
+    from evotune.backends.hf import render_prompt
+
+    example = encode_example(tokenizer, QUESTION, "42")
+    prompt_length = len(tokenizer(render_prompt(tokenizer, QUESTION), add_special_tokens=False)["input_ids"])
+    labels, ids = example["labels"], example["input_ids"]
+    assert labels[:prompt_length] == [IGNORE_INDEX] * prompt_length
+    assert labels[prompt_length:] == ids[prompt_length:] and labels[-1] == tokenizer.eos_token_id
+    assert tokenizer.decode(labels[prompt_length:]) == "42" + tokenizer.eos_token
+    # the training text is the chat template's own rendering of the finished conversation
+    conversation = tokenizer.apply_chat_template(QUESTION + [{"role": "assistant", "content": "42"}], tokenize=False)
+    assert conversation.startswith(tokenizer.decode(ids))
+    batch = collate([example, encode_example(tokenizer, "Say hi.", "hi")], tokenizer.pad_token_id)
+    padding = batch["attention_mask"] == 0
+    assert padding.any() and (batch["labels"][padding] == IGNORE_INDEX).all()
+
+
+def test_loss_decreases_and_only_the_adapter_changes(trained):
+    backend, output_dir, before = trained
+    losses = [r["loss"] for r in map(json.loads, (output_dir / "metrics.jsonl").read_text().splitlines())]
+    # A 16-wide random model's logits span ~0.3 nats at most (weights of std 0.02), so the drop is small.
+    assert len(losses) == 8 and all(later < earlier for earlier, later in zip(losses, losses[1:]))
+    assert losses[-1] < losses[0] - 0.05
+    base = backend.model.get_base_model()
+    trained_names = [name for name, p in backend.model.named_parameters() if p.requires_grad]
+    assert trained_names and all("lora_" in name for name in trained_names)
+    after = {name.replace(".base_layer", ""): tensor for name, tensor in base.state_dict().items()
+             if "lora_" not in name}
+    assert after.keys() == before.keys()
+    assert all(torch.equal(before[name], after[name]) for name in before)  # bit-identical base weights
+    assert any(p.abs().sum() > 0 for name, p in base.named_parameters() if "lora_B" in name)  # B left zero
+
+
+def test_adapter_reloads_in_peft_with_identical_logits(trained, tiny_model_dir, tokenizer):
+    from peft import PeftModel
+
+    from evotune.backends.models import load_model
+
+    backend, output_dir, _ = trained
+    ids = torch.tensor([encode_example(tokenizer, QUESTION, "42")["input_ids"]])
+    with torch.no_grad():
+        expected = backend.model(ids).logits
+        reloaded = PeftModel.from_pretrained(load_model(tiny_model_dir, "float32")[0], str(output_dir / "adapter"))
+        assert torch.equal(reloaded(ids).logits, expected)
+        # evotune's own loader (the ES stage's `adapter:`) finds the base through DIR/config.yaml
+        model, _ = load_model(str(output_dir / "adapter"), "float32")
+        assert torch.equal(model(ids).logits, expected)
+        assert not torch.equal(load_model(tiny_model_dir, "float32")[0](ids).logits, expected)
+
+
+def test_dataset_in_trl_prompt_completion_format(tmp_path):
+    path = tmp_path / "data.jsonl"
+    rows = [{"prompt": QUESTION, "completion": [{"role": "assistant", "content": "42"}]},
+            {"prompt": "2 + 2 =", "completion": " 4"}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    train, task = sft_rows(SFTConfig(dataset=str(path)))
+    assert [row["completion"] for row in train] == ["42", " 4"] and task is None
+    assert len(sft_rows(SFTConfig(dataset=str(path), num_train=1))[0]) == 1
+    path.write_text(json.dumps({"prompt": "2 + 2 =", "answer": "4"}) + "\n")
+    with pytest.raises(DataError, match="no `completion` column"):
+        sft_rows(SFTConfig(dataset=str(path)))
+
+
+def test_task_completions_come_from_solution_or_answer():
+    assert sft_rows(SFTConfig(task="arithmetic", num_train=3, num_eval=2))[0][0]["completion"].isdigit()
+    assert sft_rows(SFTConfig(task="conciseness", num_train=3))[0][0]["completion"]  # its `solution` column
+    with pytest.raises(ConfigError, match="no `solution` or `answer` column"):
+        sft_rows(SFTConfig(task="countdown", task_args={"num_train": 4}, num_eval=2))
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"task": "arithmetic", "learning_rat": 1e-3}, "unknown SFT key `learning_rat`; did you mean `learning_rate`?"),
+    ({}, "set `task`"),
+    ({"task": "custom"}, "`dataset`"),
+    ({"task": "arithmetic", "lora_rank": 0}, "`lora_rank` must be >= 1"),
+    ({"task": "arithmetic", "max_steps": 0}, "or null for no limit"),
+    ({"task": "arithmetic", "learning_rate": "fast"}, "must be a number"),
+])
+def test_bad_config_names_the_key_and_the_fix(values, expected):
+    with pytest.raises(ConfigError, match=expected.replace("`", ".").replace("?", ".")):
+        SFTConfig.from_dict(values)
+
+
+def test_cli_smoke_run_writes_the_run_directory(tiny_model_dir, tmp_path, capsys):
+    from evotune.cli.main import main
+
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump(dict(model=tiny_model_dir, task="arithmetic", num_train=8, num_eval=2,
+                                          max_new_tokens=4, batch_size=4, dtype="float32", device="cpu")))
+    run = tmp_path / "run"
+    assert main(["sft", str(config), "--output-dir", str(run), "--set", "max_steps=2",
+                 "--set", "learning_rate=1e-3"]) == 0  # YAML reads 1e-3 as a string; it must become 0.001
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 2 and {"eval_before", "eval_after"} <= summary.keys()
+    assert load_sft_config(run / "config.yaml").learning_rate == 1e-3
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 2] and "eval/accuracy" in records[0]
+    assert {"step", "epoch", "loss", "learning_rate", "time_s"} <= records[1].keys()
+    for name in ("loss.png", "adapter/adapter_config.json", "adapter/adapter_model.safetensors",
+                 "adapter/tokenizer.json"):
+        assert (run / name).exists(), name
+    assert any((run / "tensorboard").iterdir())
+    # a second run into the same directory, and a typo, are one-paragraph errors
+    assert main(["sft", str(config), "--output-dir", str(run)]) == 2
+    assert main(["sft", str(config), "--output-dir", str(tmp_path / "other"), "--set", "epoch=2"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "already holds an adapter/" in err and "did you mean `epochs`?" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_example_config_raises_arithmetic_accuracy_on_the_real_model(tmp_path):
+    example = Path(__file__).parents[1] / "examples" / "sft_arithmetic.yaml"
+    summary = run_sft(load_sft_config(example), tmp_path / "run")
+    assert summary["eval_after"]["accuracy"] > summary["eval_before"]["accuracy"] + 0.15
