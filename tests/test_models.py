@@ -52,3 +52,25 @@ def test_generation_is_batched_and_deterministic(tiny_backend):
     first = tiny_backend.generate(prompts, max_new_tokens=5)
     assert len(first) == 3 and all(isinstance(text, str) and text for text in first)
     assert first == tiny_backend.generate(prompts, max_new_tokens=5)  # greedy: the same every time
+
+
+def test_lm_head_gets_contiguous_input_and_the_same_generations(tiny_model_dir):
+    """The head hook (backends/hf.py) only changes memory layout: a frozen model, whose head matmul
+    would otherwise expand its weight per row, generates exactly what it did without the hook."""
+    from evotune.backends.hf import contiguous_head_input
+
+    prompts = ["What is 2 + 3?", "Name a colour.", "7"]
+    model, tokenizer = load_model(tiny_model_dir, "float32")
+    model.requires_grad_(False)  # as PEFT leaves the base (and a tied head)
+    bare = HFBackend.__new__(HFBackend)  # the backend without its __init__, so without the hook
+    bare.model, bare.tokenizer, bare.generation_batch_size, bare._encoded = model, tokenizer, None, {}
+    expected = bare.generate(prompts, 6)
+
+    contiguous_head_input(model)
+    contiguous_head_input(model)  # idempotent: one hook, however often it is asked for
+    head = model.get_output_embeddings()
+    assert len(head._forward_pre_hooks) == 1
+    seen: list[bool] = []
+    head.register_forward_pre_hook(lambda module, args: seen.append(args[0].is_contiguous()))
+    assert HFBackend(model, tokenizer).generate(prompts, 6) == expected
+    assert seen and all(seen)

@@ -139,3 +139,18 @@ def test_chunked_noise_matches_the_whole_tensor_definition(tiny_backend, monkeyp
         assert torch.equal(param, expected), name
     space.restore()
     assert_bit_identical(model, before)
+
+
+def test_rademacher_signs_follow_the_documented_bit_layout():
+    """Element i is +1 iff bit i % 8 (least significant first) of byte i // 8 is set, for any length."""
+    import numpy as np
+
+    from evotune.spaces.noise import derive_seed, rademacher_bytes
+
+    for count in (8, 13, 1000):
+        values = noise((count,), 7, "w", "rademacher")
+        packed = rademacher_bytes(count, derive_seed(7, "w"))
+        bits = np.unpackbits(packed, bitorder="little")[:count]
+        assert values.tolist() == (bits.astype(np.float32) * 2 - 1).tolist()
+    # A shorter tensor is a prefix of a longer one drawn from the same seed (same stream).
+    assert torch.equal(noise((13,), 7, "w", "rademacher"), noise((1000,), 7, "w", "rademacher")[:13])

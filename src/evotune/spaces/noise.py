@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import torch
 
 NOISE_KINDS = ("gaussian", "rademacher")
@@ -27,25 +28,48 @@ def derive_seed(*parts: object) -> int:
 CHUNK_SIZE = 1 << 22
 
 
+# Row b of this table holds the 8 signs encoded by byte value b, least significant bit first:
+# +1 for a set bit, -1 for a clear one. (256, 8) fp32, 8 KiB, one per device.
+_SIGN_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
+def _sign_table(device: torch.device) -> torch.Tensor:
+    if device not in _SIGN_TABLES:
+        bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")  # (256, 8)
+        _SIGN_TABLES[device] = torch.from_numpy(bits.astype(np.float32) * 2.0 - 1.0).to(device)
+    return _SIGN_TABLES[device]
+
+
+def rademacher_bytes(count: int, seed: int) -> np.ndarray:
+    """ceil(count / 8) random bytes from PCG64(seed): numpy's bit streams are fixed across versions
+    and platforms, so every worker, CPU or GPU, draws the same signs (torch's generators differ by device)."""
+    words = np.random.default_rng(seed).bit_generator.random_raw((count + 63) // 64)  # (ceil(count/64),) uint64
+    return words.astype("<u8", copy=False).view(np.uint8)[:(count + 7) // 8]  # little-endian byte order
+
+
 def fill_noise_chunk(out: torch.Tensor, seed: int, name: str, chunk: int, kind: str = "gaussian") -> torch.Tensor:
     """Fill the 1-D fp32 `out` with chunk `chunk` of tensor `name`'s noise for member `seed`.
 
-    gaussian: N(0, 1), the paper's choice. rademacher: +-1 with equal probability, the same
-    mean and covariance (so the same ES gradient estimate in expectation) and several times
-    cheaper to draw on a CPU, where drawing noise rivals generation.
+    gaussian: N(0, 1), the paper's choice, from torch's generator on out's device.
+    rademacher: +-1 with equal probability, element i from bit i % 8 of byte i // 8 of
+    rademacher_bytes. The same mean and covariance as Gaussian noise (so the same ES gradient
+    estimate in expectation), one random bit per weight instead of 32, and a table lookup to
+    expand: ~5x cheaper on a CPU, where drawing noise rivals generation.
     """
-    generator = torch.Generator(device=out.device)
     # chunk 0 keeps the plain (seed, name) seed, so tensors of one chunk need no chunk index
-    generator.manual_seed(derive_seed(seed, name) if chunk == 0 else derive_seed(seed, name, chunk))
+    chunk_seed = derive_seed(seed, name) if chunk == 0 else derive_seed(seed, name, chunk)
     if kind == "gaussian":
+        generator = torch.Generator(device=out.device)
+        generator.manual_seed(chunk_seed)
         return out.normal_(generator=generator)
     if kind == "rademacher":
         count = out.numel()
-        packed = torch.randint(0, 256, ((count + 7) // 8,), generator=generator, device=out.device,
-                               dtype=torch.uint8)  # 8 signs per byte
-        shifts = torch.arange(8, device=out.device, dtype=torch.uint8)
-        bits = (packed.unsqueeze(1) >> shifts).bitwise_and_(1).reshape(-1)[:count]  # (count,) in {0, 1}
-        return out.copy_(bits).mul_(2.0).sub_(1.0)
+        packed = torch.from_numpy(rademacher_bytes(count, chunk_seed).astype(np.int64)).to(out.device)  # (bytes,)
+        table = _sign_table(out.device)
+        if count % 8 == 0:  # expand straight into `out`, viewed as (bytes, 8)
+            torch.index_select(table, 0, packed, out=out.view(-1, 8))
+            return out
+        return out.copy_(torch.index_select(table, 0, packed).view(-1)[:count])
     raise ValueError(f"unknown noise kind {kind!r}; choose one of {NOISE_KINDS}")
 
 
