@@ -20,6 +20,62 @@ def learning_rows(data: dict) -> list[str]:
     return rows
 
 
+def heldout_lines() -> list[str]:
+    lines = []
+    for path in sorted(RESULTS.glob("heldout_*.json")):
+        d = json.loads(path.read_text())
+        lines += [f"## Larger held-out set: {d['task']} ({d['num_prompts']} fresh prompts)", "", f"`{d['command']}`", "",
+                  "| model | accuracy | 95% CI | only this model right | only base right |", "|---|---|---|---|---|",
+                  f"| base {d['base']['model']} | {d['base']['accuracy']} | {d['base']['ci95']} | | |"]
+        lines += [f"| {r['run']} (seed {r['seed']}) | **{r['accuracy']}** | {r['ci95']} | {r['only_trained_correct']} "
+                  f"| {r['only_base_correct']} |" for r in d["runs"]]
+        lines.append("")
+    return lines
+
+
+def essa_lines() -> list[str]:
+    lines = []
+    for path in sorted(RESULTS.glob("essa_*.json")):
+        d = json.loads(path.read_text())
+        if "runs" not in d:
+            continue
+        lines += [f"## ESSA end to end ({path.stem}, {d['metric']})", "", f"`{d['command']}`", "",
+                  "| seed | base | after SFT | after ESSA | best during ESSA | SFT s | ESSA s | s/iteration |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['seed']} | {r['base']:.4g} | {r['sft']:.4g} | **{r['essa']:.4g}** "
+                  f"| {max(v for _, v in r['curve']):.4g} | {r['wall_time_s']['sft']} | {r['wall_time_s']['essa']} "
+                  f"| {r['iteration_time_s_mean']} |" for r in d["runs"]]
+        lines.append("")
+    return lines
+
+
+def population_batch_lines() -> list[str]:
+    lines = []
+    for path in sorted(RESULTS.glob("population_batch*.json")):
+        d = json.loads(path.read_text())
+        lines += [f"## Population-batched adapter evaluation ({d['population_size']} candidates x {d['batch_size']} "
+                  f"prompts x {d['max_new_tokens']} tokens, {d['dtype']})", "", f"`{d['command']}`", "",
+                  "| arm | s per population (median) | speedup | identical completions |", "|---|---|---|---|"]
+        for arm, seconds in d["median_seconds_per_population"].items():
+            lines.append(f"| {arm} | {seconds} | {d['speedup_over_one_at_a_time'].get(arm, 1.0)} "
+                         f"| {d['identical_completions'].get(arm, 'reference')} |")
+        lines.append("")
+    return lines
+
+
+def toy_lines() -> list[str]:
+    path = RESULTS / "essa_toy_digits.json"
+    if not path.exists():
+        return []
+    d = json.loads(path.read_text())
+    lines = ["## ESSA Appendix E toy (sklearn digits; singular values only)", "", f"`{d['command']}`", "",
+             "| start | ES train | ES test | SGD train | SGD test |", "|---|---|---|---|---|"]
+    for start, arms in d["final"].items():
+        lines.append(f"| {start} | {arms['es']['train']:.3f} | {arms['es']['test']:.3f} | {arms['sgd']['train']:.3f} "
+                     f"| {arms['sgd']['test']:.3f} |")
+    return lines + [""]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "", "Written by `python bench/report.py` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
@@ -48,6 +104,7 @@ def main() -> None:
                   f"peak {d['training_peak_rss_mib']} MiB, of which the fp32 host master copy is "
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
+    lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -27,10 +27,12 @@ def _opt(default: Any, help: str, **kwargs: Any) -> Any:
 class TrainConfig:
     # what to train, on what
     model: str = _opt("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
-    task: str = _opt("arithmetic", "Task name: arithmetic, countdown, conciseness, or custom.")
+    task: str = _opt("arithmetic", "Task name: arithmetic, countdown, conciseness, gsm8k, math, ifeval, "
+                                   "reward_model, or custom.")
     task_args: dict = _opt({}, "Extra arguments of the built-in task (e.g. {digits: 3}).")
-    dataset: str | None = _opt(None, "Custom task: JSONL/CSV/parquet path or datasets name with a `prompt` column.")
-    eval_dataset: str | None = _opt(None, "Custom task: held-out dataset (default: a seeded split of `dataset`).")
+    dataset: str | None = _opt(None, "custom / gsm8k / math / ifeval / reward_model: JSONL/CSV/parquet path or "
+                                     "datasets name (custom needs a `prompt` column).")
+    eval_dataset: str | None = _opt(None, "Held-out dataset for those tasks (default: a seeded split of `dataset`).")
     reward_fns: list = _opt([], "Reward functions as dotted import paths with TRL's signature.")
     reward_weights: list = _opt([], "One weight per reward function (default 1.0 each).")
     # search space and strategy

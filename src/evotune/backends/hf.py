@@ -87,6 +87,55 @@ class HFBackend:
         return completions
 
     @torch.inference_mode()
+    def sample_with_ids(self, prompts: list[str | list[dict]], max_new_tokens: int, temperature: float = 1.0,
+                        top_p: float = 1.0) -> list[tuple[list[int], list[int], str]]:
+        """Sampled completions with their token ids: (prompt ids, completion ids through EOS, text) per
+        prompt. For estimates that need the sampled tokens themselves (KL from a reference model)."""
+        texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
+        step = self.generation_batch_size or len(texts)
+        out: list[tuple[list[int], list[int], str]] = []
+        for start in range(0, len(texts), step):
+            batch = self._encode(tuple(texts[start:start + step]))
+            output = self.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=True,
+                                         temperature=temperature, top_p=top_p, top_k=None,
+                                         pad_token_id=self.tokenizer.pad_token_id)  # (batch, prompt + new)
+            width = batch["input_ids"].shape[1]
+            for row, ids in enumerate(output.tolist()):
+                mask = batch["attention_mask"][row].tolist()
+                prompt = [token for token, keep in zip(batch["input_ids"][row].tolist(), mask) if keep]
+                completion = ids[width:]
+                if self.tokenizer.eos_token_id in completion:  # keep EOS, drop the padding after it
+                    completion = completion[:completion.index(self.tokenizer.eos_token_id) + 1]
+                out.append((prompt, completion, self.tokenizer.decode(completion, skip_special_tokens=True)))
+        return out
+
+    @torch.inference_mode()
+    def completion_logprobs(self, pairs: list[tuple[list[int], list[int]]], batch_size: int = 4) -> list[torch.Tensor]:
+        """log p(completion token t | prompt, tokens < t) for each (prompt ids, completion ids), fp32 (len,).
+
+        Sequences are right-padded, so positions start at 0 for every row and padding, which comes
+        after the tokens scored, cannot affect them under causal attention.
+        """
+        pad = self.tokenizer.pad_token_id
+        result: list[torch.Tensor] = []
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start:start + batch_size]
+            sequences = [prompt + completion for prompt, completion in chunk]
+            width = max(len(sequence) for sequence in sequences)
+            ids = torch.tensor([s + [pad] * (width - len(s)) for s in sequences], device=self.device)  # (b, width)
+            mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences], device=self.device)
+            logits = self.model(input_ids=ids, attention_mask=mask).logits  # (b, width, vocab)
+            for row, (prompt, completion) in enumerate(chunk):
+                if not completion:
+                    result.append(torch.zeros(0))
+                    continue
+                # logits at position i predict token i + 1
+                scores = logits[row, len(prompt) - 1:len(prompt) - 1 + len(completion)].float()  # (len, vocab)
+                targets = torch.tensor(completion, device=scores.device)
+                result.append(scores.log_softmax(-1).gather(-1, targets[:, None])[:, 0].cpu())
+        return result
+
+    @torch.inference_mode()
     def generate_population(self, prompts: list[str | list[dict]], max_new_tokens: int, factors: Sequence[Any],
                             stacked: Sequence[torch.Tensor]) -> list[list[str]]:
         """Greedy completions of every prompt under each of P LoRA candidates, in one generate per prompt batch.

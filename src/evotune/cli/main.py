@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from ..errors import EvotuneError
@@ -43,31 +42,24 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ..backends import HFBackend
     from ..config import parse_overrides
+    from ..evaluation import EvalOptions, evaluate_models, format_table
     from ..tasks import get_task
-    from ..trainer import evaluate_model, resolve_device
+    from ..trainer import resolve_device
 
-    task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, **parse_overrides(args.task_arg))
-    results = []
-    for model in args.model:
-        started = time.perf_counter()
-        backend = HFBackend.load(model, args.dtype, resolve_device(args.device))
-        metrics, completions = evaluate_model(backend, task, task.eval_rows, args.max_new_tokens)
-        results.append({"model": model, "task": args.task, "num_eval": len(task.eval_rows),
-                        **metrics, "time_s": round(time.perf_counter() - started, 2)})
-        if args.samples:
-            with open(args.samples, "a") as handle:
-                for row, completion in zip(task.eval_rows, completions):
-                    handle.write(json.dumps({"model": model, "prompt": row["prompt"], "completion": completion}) + "\n")
-    keys = [key for key in results[0] if key not in ("model", "task")]
-    print(" | ".join(["model"] + keys))
-    for result in results:
-        print(" | ".join([result["model"]] + [f"{result[k]:.4f}" if isinstance(result[k], float) else str(result[k])
-                                              for k in keys]))
+    task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
+                    eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg))
     output = Path(args.output or f"evotune-eval-{args.task}.json")
+    plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)
+    options = EvalOptions(max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=resolve_device(args.device),
+                          seed=args.seed, num_samples=args.num_samples, temperature=args.temperature,
+                          top_p=args.top_p, kl_reference=args.kl_reference, samples_path=args.samples,
+                          plot_path=plot)
+    models = list(dict.fromkeys(args.model + ([args.kl_reference] if args.kl_reference else [])))
+    results = evaluate_models(models, task, options)
+    print(format_table(results))
     output.write_text(json.dumps(results, indent=2))
-    print(f"wrote {output}", file=sys.stderr)
+    print(f"wrote {output}" + (f" and {plot}" if plot else ""), file=sys.stderr)
     return 0
 
 
@@ -88,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     sft.set_defaults(run=_sft)
 
     evaluate = commands.add_parser("eval", help="evaluate one or more models on a task")
-    evaluate.add_argument("--model", action="append", required=True, help="alias, directory, .gguf, or hub id (repeatable)")
+    evaluate.add_argument("--model", action="append", required=True,
+                          help="alias, model dir, .gguf, hub id, adapter, run dir or run checkpoint/ (repeatable)")
     evaluate.add_argument("--task", required=True)
     evaluate.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE")
     evaluate.add_argument("--num-eval", type=int, default=None)
@@ -97,7 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="auto")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--output", help="JSON file for the metrics (default evotune-eval-TASK.json)")
-    evaluate.add_argument("--samples", help="also append prompt/completion pairs to this JSONL file")
+    evaluate.add_argument("--samples", help="also append (model, prompt, completion, reward) rows to this JSONL")
+    evaluate.add_argument("--dataset", help="gsm8k / math / ifeval / reward_model / custom: data file or hub name")
+    evaluate.add_argument("--eval-dataset", help="held-out data file (default: a seeded split of --dataset)")
+    evaluate.add_argument("--num-samples", type=int, default=0, metavar="K",
+                          help="also sample K completions per prompt: avg@K and pass@K")
+    evaluate.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for --num-samples")
+    evaluate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling for --num-samples")
+    evaluate.add_argument("--kl-reference", metavar="MODEL",
+                          help="also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
+    evaluate.add_argument("--plot", help="reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
     evaluate.set_defaults(run=_eval)
 
     export = commands.add_parser("export", help="write a plain transformers model (merging a LoRA run's adapter)")

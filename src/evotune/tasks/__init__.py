@@ -1,7 +1,7 @@
 """Tasks: prompt datasets plus reward functions with TRL's signature.
 
 ``get_task(name, ...)`` builds a :class:`Task` by name: ``arithmetic``, ``countdown``,
-``conciseness`` or ``custom`` (your file and your reward functions). Reward functions take
+``conciseness``, ``gsm8k``, ``math``, ``ifeval``, ``reward_model`` or ``custom`` (your file and your reward functions). Reward functions take
 ``(prompts, completions, **columns)`` and return one float (or None to skip) per completion,
 so the same functions work with TRL's GRPOTrainer.
 """
@@ -18,10 +18,14 @@ from .conciseness import build_conciseness, conciseness_reward
 from .countdown import (build_countdown, countdown_answer_reward, countdown_format_reward, countdown_reward,
                         solve)
 from .custom import build_custom, import_reward_fn, resolve_reward_fns
+from .ifeval import build_ifeval, ifeval_reward
+from .math_answers import build_gsm8k, build_math, math_answer_reward
+from .reward_model import RewardModelScorer, build_reward_model
 
 __all__ = [
-    "RewardFn", "TASKS", "Task", "arithmetic_reward", "completion_text", "conciseness_reward",
+    "RewardFn", "RewardModelScorer", "TASKS", "Task", "arithmetic_reward", "completion_text", "conciseness_reward",
     "countdown_answer_reward", "countdown_format_reward", "countdown_reward", "get_task", "import_reward_fn",
+    "ifeval_reward", "math_answer_reward",
     "prompt_text", "solve",
 ]
 
@@ -30,6 +34,10 @@ TASKS: dict[str, Callable[..., Task]] = {
     "countdown": build_countdown,
     "conciseness": build_conciseness,
     "custom": build_custom,
+    "gsm8k": build_gsm8k,
+    "math": build_math,
+    "ifeval": build_ifeval,
+    "reward_model": build_reward_model,
 }
 
 _COMMON_ARGS = ("seed", "num_eval")
@@ -50,15 +58,19 @@ def get_task(name: str, *, seed: int = 0, num_eval: int | None = None, dataset: 
                               f"`eval_dataset`, `reward_fns` and `reward_weights`.")
         return build_custom(seed=seed, num_eval=num_eval, dataset=dataset, eval_dataset=eval_dataset,
                             reward_fns=reward_fns, reward_weights=reward_weights)
-    valid = [p for p in inspect.signature(builder).parameters if p not in _COMMON_ARGS]
+    files = {"dataset": dataset, "eval_dataset": eval_dataset}
+    valid = [p for p in inspect.signature(builder).parameters if p not in _COMMON_ARGS and p not in files]
     unknown = sorted(set(task_args) - set(valid))
     if unknown:
         raise ConfigError(f"Unknown task_args {unknown} for task {name!r}; valid ones are "
                           f"{valid or 'none'}.")
-    for key, value in (("dataset", dataset), ("eval_dataset", eval_dataset)):
-        if value:
-            raise ConfigError(f"`{key}` is only used by task `custom`; task {name!r} builds its own data. Unset "
-                              f"`{key}`, or set `task: custom`.")
+    reads_files = "dataset" in inspect.signature(builder).parameters
+    for key, value in files.items():
+        if value and not reads_files:
+            raise ConfigError(f"`{key}` is not used by task {name!r}, which builds its own data. Unset `{key}`, or "
+                              f"set `task: custom` (or gsm8k / math, which read files).")
+    if reads_files:
+        task_args = {**task_args, **files}
     task = builder(seed=seed, num_eval=num_eval, **task_args)
     if reward_fns:
         task.reward_fns, task.reward_weights = resolve_reward_fns(reward_fns, reward_weights)

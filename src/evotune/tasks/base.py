@@ -140,6 +140,10 @@ class Task:
     reward_fns: list[RewardFn]
     reward_weights: list[float]
     metric_fns: dict[str, RewardFn] = field(default_factory=dict)
+    skipped_rows: int = 0  # data rows dropped while loading (e.g. an unparsable gold answer), reported by eval
+    # metric -> row column weighting its samples in the mean (IFEval's instruction-level accuracy
+    # weights each prompt by its number of instructions); unlisted metrics are plain means.
+    metric_weights: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.reward_weights) != len(self.reward_fns):
@@ -163,8 +167,12 @@ class Task:
         rewards = self.rewards(rows, completions)
         results: dict[str, float] = {"reward": _nanmean(rewards)}
         for metric, fn in self.metric_fns.items():
-            values = call_reward_fn(fn, rows, completions)
-            results[metric] = _nanmean(np.array([np.nan if v is None else v for v in values], dtype=np.float64))
+            values = np.array([np.nan if v is None else v for v in call_reward_fn(fn, rows, completions)])
+            weights = np.array([float(row[self.metric_weights[metric]]) if metric in self.metric_weights else 1.0
+                                for row in rows])
+            scored = ~np.isnan(values)
+            results[metric] = (float(np.average(values[scored], weights=weights[scored])) if scored.any()
+                               else float("nan"))
         skipped = int(np.isnan(rewards).sum())
         if skipped:
             results["skipped"] = float(skipped)

@@ -123,9 +123,11 @@ def _read_hub(name: str) -> list[dict]:
                         f".jsonl/.json/.csv/.parquet file.")
     import datasets
 
-    repo, _, split = name.partition(":")
+    parts = name.split(":")  # name, name:split, or name:config:split
+    repo, config, split = parts[0], parts[1] if len(parts) == 3 else None, parts[-1] if len(parts) > 1 else "train"
     try:
-        return list(datasets.load_dataset(repo, split=split or "train"))
+        return list(datasets.load_dataset(repo, config, split=split))
     except Exception as exc:  # noqa: BLE001 - any Hub failure becomes a readable DataError
-        raise DataError(f"Could not load Hugging Face dataset {repo!r} (split {split or 'train'!r}): "
-                        f"{type(exc).__name__}: {exc}. Check the name, or write `name:split`.") from exc
+        raise DataError(f"Could not load Hugging Face dataset {repo!r} (config {config!r}, split {split!r}): "
+                        f"{type(exc).__name__}: {exc}. Check the name (`name`, `name:split` or "
+                        f"`name:config:split`), or give a local file.") from exc

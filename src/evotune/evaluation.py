@@ -1,0 +1,225 @@
+"""`evotune eval`: score models side by side on a task's held-out prompts.
+
+Per model: greedy accuracy / mean reward with a 95% interval; optionally avg@k and pass@k from
+k sampled completions per prompt (ESSA's tables); optionally the KL divergence from a reference
+(base) model, estimated per token with Schulman's k3 estimator on completions sampled from the
+evaluated model, as Qiu et al. (arXiv 2509.24372) do for their reward-vs-KL Pareto analysis.
+
+Models may be an alias, a model directory, a .gguf file, a hub id, a PEFT adapter, a run
+directory (its final/), or a run's checkpoint/ directory (rebuilt from the run's config).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import ConfigError
+
+
+@dataclass
+class EvalOptions:
+    max_new_tokens: int = 32
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    seed: int = 0
+    num_samples: int = 0  # k for avg@k / pass@k (0: greedy only)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    kl_reference: str | None = None  # model the KL is measured from (usually the base)
+    chunk_size: int = 64
+    samples_path: str | None = None  # JSONL of (model, prompt, completion, reward)
+    plot_path: str | None = None  # reward-vs-KL PNG
+
+
+def wilson_interval(successes: float, total: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a proportion (well-behaved near 0 and 1, unlike the normal one)."""
+    if total == 0:
+        return (float("nan"), float("nan"))
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mean_interval(values: np.ndarray, z: float = 1.96) -> tuple[float, float]:
+    """Normal-approximation 95% interval of a mean."""
+    values = values[~np.isnan(values)]
+    if values.size < 2:
+        return (float("nan"), float("nan"))
+    half = z * values.std(ddof=1) / math.sqrt(values.size)
+    return (float(values.mean() - half), float(values.mean() + half))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def k3_kl(policy_logprobs: list[torch.Tensor], reference_logprobs: list[torch.Tensor]) -> dict[str, float]:
+    """KL(policy || reference) per token from policy samples: mean of (r - 1) - log r, r = p_ref / p_policy.
+
+    k3 is unbiased and, unlike log(p_policy / p_ref), never negative per token (Schulman, 2020).
+    """
+    per_token = [torch.expm1(ref - pol) - (ref - pol) for pol, ref in zip(policy_logprobs, reference_logprobs)]
+    tokens = torch.cat(per_token) if per_token else torch.zeros(0)
+    per_sequence = [float(t.sum()) for t in per_token]
+    return {"kl_per_token": float(tokens.mean()) if tokens.numel() else float("nan"),
+            "kl_per_sequence": float(np.mean(per_sequence)) if per_sequence else float("nan"),
+            "kl_tokens": int(tokens.numel())}
+
+
+def load_for_eval(model: str, dtype: str, device: str) -> Any:
+    """A backend for `model`; a run's checkpoint/ directory is rebuilt from the run's config and mean."""
+    from .backends import HFBackend
+
+    path = Path(model)
+    if (path / "state.json").exists() and (path / "space.safetensors").exists():
+        return _load_checkpoint(path, dtype, device)
+    if (path / "final" / "config.json").exists():  # a full-parameter run directory
+        return HFBackend.load(str(path / "final"), dtype, device)
+    return HFBackend.load(model, dtype, device)
+
+
+def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
+    from .backends import HFBackend
+    from .builders import build_space
+    from .checkpoint import load_checkpoint
+    from .config import load_config
+
+    run_config = directory.parent / "config.yaml"
+    if not run_config.exists():
+        raise ConfigError(f"{directory} looks like a checkpoint but {run_config} is missing; evaluate the run's "
+                          "final/ instead, or restore its config.yaml.")
+    config = load_config(run_config)
+    backend = HFBackend.load(config.model, dtype, device)
+    space = build_space(config, backend)
+    space.load_state_tensors(load_checkpoint(directory)["space_tensors"])
+    return backend
+
+
+def _greedy(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> tuple[dict, list[str], np.ndarray]:
+    from .trainer import evaluate_model
+
+    metrics, completions = evaluate_model(backend, task, rows, options.max_new_tokens, options.chunk_size)
+    rewards = task.rewards(rows, completions)  # (n,) NaN where skipped
+    if "accuracy" in task.metric_fns:
+        correct = np.array([v if v is not None else np.nan for v in
+                            task.metric_fns["accuracy"](prompts=[r["prompt"] for r in rows],
+                                                        completions=completions,
+                                                        **{k: [r.get(k) for r in rows] for k in rows[0]
+                                                           if k != "prompt"})], dtype=float)
+        scored = correct[~np.isnan(correct)]
+        metrics["accuracy_ci95"] = list(wilson_interval(float(scored.sum()), scored.size))
+    metrics["reward_ci95"] = list(mean_interval(rewards))
+    return metrics, completions, rewards
+
+
+def _sampled(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> dict[str, float]:
+    """avg@k and pass@k (accuracy tasks) or avg@k / max@k of the reward, from k samples per prompt."""
+    k = options.num_samples
+    torch.manual_seed(options.seed)
+    prompts = [row["prompt"] for row in rows]
+    per_sample = []  # k arrays of (n,)
+    for _ in range(k):
+        completions: list[str] = []
+        for start in range(0, len(prompts), options.chunk_size):
+            completions += backend.generate(prompts[start:start + options.chunk_size], options.max_new_tokens,
+                                            do_sample=True, temperature=options.temperature, top_p=options.top_p)
+        if "accuracy" in task.metric_fns:
+            values = task.metric_fns["accuracy"](prompts=prompts, completions=completions,
+                                                 **{key: [r.get(key) for r in rows] for key in rows[0] if key != "prompt"})
+            per_sample.append(np.array([np.nan if v is None else v for v in values], dtype=float))
+        else:
+            per_sample.append(task.rewards(rows, completions))
+    scores = np.stack(per_sample, axis=1)  # (n, k)
+    if "accuracy" in task.metric_fns:
+        correct = np.nan_to_num(scores) > 0
+        return {f"avg@{k}": float(correct.mean()),
+                f"pass@{k}": float(np.mean([pass_at_k(k, int(c), k) for c in correct.sum(axis=1)]))}
+    return {f"avg@{k}_reward": float(np.nanmean(scores)), f"max@{k}_reward": float(np.nanmean(np.nanmax(scores, 1)))}
+
+
+def _kl(backend: Any, reference: Any, rows: list[dict], options: EvalOptions) -> dict[str, float]:
+    if len(backend.tokenizer) != len(reference.tokenizer):
+        raise ConfigError("--kl-reference must share the evaluated model's tokenizer (the KL compares token "
+                          f"probabilities): vocabularies of {len(backend.tokenizer)} and {len(reference.tokenizer)}.")
+    torch.manual_seed(options.seed)
+    sampled = backend.sample_with_ids([row["prompt"] for row in rows], options.max_new_tokens,
+                                      temperature=1.0, top_p=1.0)  # on-policy samples: the estimator needs them
+    pairs = [(prompt, completion) for prompt, completion, _ in sampled]
+    return k3_kl(backend.completion_logprobs(pairs), reference.completion_logprobs(pairs))
+
+
+def evaluate_models(models: list[str], task: Any, options: EvalOptions) -> list[dict]:
+    """One result dict per model: task metrics, intervals, avg@k / pass@k, KL; samples and plot if asked."""
+    rows = task.eval_rows
+    if not rows:
+        raise ConfigError(f"task {task.name!r} has no held-out rows; set `num_eval` or give `eval_dataset`.")
+    reference = load_for_eval(options.kl_reference, options.dtype, options.device) if options.kl_reference else None
+    results = []
+    for model in models:
+        started = time.perf_counter()
+        backend = reference if model == options.kl_reference else load_for_eval(model, options.dtype, options.device)
+        metrics, completions, rewards = _greedy(backend, task, rows, options)
+        if options.num_samples:
+            metrics.update(_sampled(backend, task, rows, options))
+        if reference is not None:
+            metrics.update({"kl_per_token": 0.0, "kl_per_sequence": 0.0} if backend is reference
+                           else _kl(backend, reference, rows, options))
+        if task.skipped_rows:
+            metrics["skipped_rows"] = task.skipped_rows
+        results.append({"model": model, "task": task.name, "num_eval": len(rows), **metrics,
+                        "time_s": round(time.perf_counter() - started, 2)})
+        if options.samples_path:
+            with open(options.samples_path, "a") as handle:
+                for row, completion, reward in zip(rows, completions, rewards):
+                    handle.write(json.dumps({"model": model, "prompt": row["prompt"], "completion": completion,
+                                             "reward": None if np.isnan(reward) else float(reward)}) + "\n")
+    if options.plot_path and reference is not None:
+        plot_reward_vs_kl(results, options.plot_path, title=f"{task.name}: reward vs KL from {options.kl_reference}")
+    return results
+
+
+def plot_reward_vs_kl(results: list[dict], path: str, title: str = "") -> None:
+    """Each model as a point (KL per token, accuracy or reward): Qiu et al.'s Pareto view."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = "accuracy" if "accuracy" in results[0] else "reward"
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for index, result in enumerate(results):
+        axis.scatter(result["kl_per_token"], result[key], color=f"C{index}", label=result["model"], zorder=3)
+    axis.set(xlabel="KL(model || reference) per token (k3)", ylabel=f"held-out {key}", title=title)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def format_table(results: list[dict]) -> str:
+    """A plain text table: one row per model, scalar metrics as columns."""
+    keys = [key for key in results[0] if key not in ("model", "task") and not isinstance(results[0][key], list)]
+    lines = [" | ".join(["model"] + keys)]
+    for result in results:
+        cells = [result["model"]]
+        for key in keys:
+            value = result.get(key, "")
+            cells.append(f"{value:.4f}" if isinstance(value, float) else str(value))
+            if f"{key}_ci95" in result:
+                low, high = result[f"{key}_ci95"]
+                cells[-1] += f" [{low:.3f}, {high:.3f}]"
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""`evotune eval`: intervals, pass@k, the k3 KL estimator, and side-by-side runs on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from evotune.cli.main import main
+from evotune.evaluation import k3_kl, load_for_eval, pass_at_k, wilson_interval
+
+
+def test_pass_at_k_matches_the_combinatorial_definition():
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 1, 4) == 1.0
+    # n=5, c=2, k=2: 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)  # pass@1 is the accuracy
+
+
+def test_wilson_interval_contains_the_estimate_and_narrows():
+    low, high = wilson_interval(30, 100)
+    assert low < 0.3 < high and (0.2 < low < 0.22) and (0.39 < high < 0.41)
+    assert wilson_interval(0, 50)[0] == 0.0 and wilson_interval(0, 50)[1] > 0  # never a zero-width interval
+    assert wilson_interval(300, 1000)[1] - wilson_interval(300, 1000)[0] < high - low
+
+
+def test_k3_estimates_the_kl_between_two_categoricals():
+    """Samples from q, k3 with p: the mean approaches KL(q || p) computed exactly."""
+    generator = torch.Generator().manual_seed(0)
+    q = torch.tensor([0.5, 0.3, 0.2])
+    p = torch.tensor([0.2, 0.5, 0.3])
+    samples = torch.multinomial(q, 200_000, replacement=True, generator=generator)
+    estimate = k3_kl([q.log()[samples]], [p.log()[samples]])["kl_per_token"]
+    exact = float((q * (q / p).log()).sum())
+    assert estimate == pytest.approx(exact, rel=0.03)
+    same = k3_kl([q.log()[samples]], [q.log()[samples]])
+    assert same["kl_per_token"] == 0.0 and same["kl_tokens"] == 200_000
+
+
+@pytest.fixture
+def trained_run(tiny_model_dir, tmp_path):
+    """A finished full-parameter run on the tiny model (final/ and checkpoint/ differ from the base)."""
+    from evotune.config import TrainConfig
+    from evotune.trainer import Trainer
+
+    config = TrainConfig(model=tiny_model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.1,
+                         learning_rate=0.5, iterations=2, batch_size=2, max_new_tokens=4, num_eval=4,
+                         eval_every=0, checkpoint_every=2, dtype="float32", report_to=[])
+    Trainer(config, tmp_path / "run").train()
+    return tmp_path / "run"
+
+
+def test_checkpoint_and_run_directory_load_the_trained_weights(trained_run, tiny_model_dir):
+    final = load_for_eval(str(trained_run), "float32", "cpu")
+    checkpoint = load_for_eval(str(trained_run / "checkpoint"), "float32", "cpu")
+    base = load_for_eval(tiny_model_dir, "float32", "cpu")
+    final_params = dict(final.model.named_parameters())
+    assert all(torch.equal(param, final_params[name]) for name, param in checkpoint.model.named_parameters())
+    assert any(not torch.equal(param, final_params[name]) for name, param in base.model.named_parameters())
+
+
+def test_eval_cli_side_by_side_with_samples_pass_at_k_and_kl(trained_run, tiny_model_dir, tmp_path, capsys):
+    output, samples, plot = tmp_path / "eval.json", tmp_path / "samples.jsonl", tmp_path / "kl.png"
+    code = main(["eval", "--model", str(trained_run), "--task", "arithmetic", "--num-eval", "6",
+                 "--max-new-tokens", "5", "--dtype", "float32", "--num-samples", "2", "--kl-reference", tiny_model_dir,
+                 "--output", str(output), "--samples", str(samples), "--plot", str(plot)])
+    assert code == 0
+    results = json.loads(output.read_text())
+    assert [r["model"] for r in results] == [str(trained_run), tiny_model_dir]  # the reference is a row too
+    trained, base = results
+    for result in results:
+        assert {"accuracy", "reward", "accuracy_ci95", "avg@2", "pass@2", "kl_per_token", "time_s"} <= set(result)
+        low, high = result["accuracy_ci95"]
+        assert low <= result["accuracy"] <= high
+        assert result["avg@2"] <= result["pass@2"]
+    assert base["kl_per_token"] == 0.0
+    assert trained["kl_per_token"] > 0 and trained["kl_tokens"] > 0
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(lines) == 12 and {"model", "prompt", "completion", "reward"} <= set(lines[0])
+    assert plot.stat().st_size > 0
+    table = capsys.readouterr().out
+    assert "kl_per_token" in table.splitlines()[0] and str(trained_run) in table
+
+
+def test_kl_is_positive_and_grows_with_the_perturbation(tiny_model_dir):
+    """KL from the base is 0 for the base itself and larger for a larger weight change."""
+    from evotune.evaluation import EvalOptions, _kl
+    from evotune.tasks import get_task
+
+    task = get_task("arithmetic", num_eval=4)
+    reference = load_for_eval(tiny_model_dir, "float32", "cpu")
+    options = EvalOptions(max_new_tokens=6)
+    kls = []
+    for scale in (0.0, 0.05, 0.5):
+        backend = load_for_eval(tiny_model_dir, "float32", "cpu")
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for param in backend.model.parameters():
+                param.add_(torch.randn(param.shape, generator=generator) * scale)
+        kls.append(_kl(backend, reference, task.eval_rows, options)["kl_per_token"])
+    assert kls[0] == pytest.approx(0.0, abs=1e-6) and 0 < kls[1] < kls[2]
+    assert all(math.isfinite(k) for k in kls) and not np.isnan(kls).any()
