@@ -235,7 +235,7 @@ def test_unknown_task_and_args():
         get_task("gsm9k")
     with pytest.raises(ConfigError, match="digit.*valid ones.*'digits'"):
         get_task("arithmetic", digit=3)
-    assert set(TASKS) == {"arithmetic", "countdown", "conciseness", "custom"}
+    assert set(TASKS) == {"arithmetic", "countdown", "conciseness", "custom", "gsm8k", "math", "ifeval", "reward_model"}
 
 
 REWARD_MODULE = '''

@@ -55,7 +55,8 @@ def _eval(args: argparse.Namespace) -> int:
                           seed=args.seed, num_samples=args.num_samples, temperature=args.temperature,
                           top_p=args.top_p, kl_reference=args.kl_reference, samples_path=args.samples,
                           plot_path=plot)
-    models = list(dict.fromkeys(args.model + ([args.kl_reference] if args.kl_reference else [])))
+    reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in args.model else []
+    models = args.model + reference  # the reference is a row of the table too (KL 0)
     results = evaluate_models(models, task, options)
     print(format_table(results))
     output.write_text(json.dumps(results, indent=2))
