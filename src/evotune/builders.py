@@ -58,8 +58,22 @@ def build_strategy(config: TrainConfig, space: Any) -> Any:
                   config.fitness_shaping, config.optimizer, config.weight_decay, config.seed)
 
 
-def build_evaluator(config: TrainConfig, space: Any, backend: Any, task: Any) -> Any:
+def build_evaluator(config: TrainConfig, space: Any, backend: Any, task: Any,
+                    state_fn: Any = None, driver_checksum: Any = None) -> Any:
+    """In process, or a Ray actor pool (`distributed: ray`) whose new actors rebuild the mean via state_fn()."""
     from .distributed import LocalEvaluator
+
+    if config.distributed == "ray":
+        import torch
+
+        from .distributed.ray import RayEvaluator
+
+        gpus = config.worker_num_gpus
+        if gpus is None:
+            gpus = 1.0 if torch.cuda.is_available() and config.device != "cpu" else 0.0
+        return RayEvaluator(config, config.workers, state_fn, address=config.ray_address,
+                            checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus, num_gpus=gpus,
+                            driver_checksum=driver_checksum)
 
     if config.population_batch_size and config.population_batch_size > 1:
         from .distributed import BatchedEvaluator

@@ -75,7 +75,13 @@ class TrainConfig:
     dtype: str = _opt("bfloat16", "Weights dtype for generation: float32, bfloat16, float16 (the mean stays fp32).")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
     quantization: str = _opt("none", "lora/svd_lora base weights: none, int8 or int4 (bitsandbytes; needs CUDA).")
-    workers: int = _opt(1, "Model replicas evaluating the population (1: in this process).")
+    workers: int = _opt(1, "Model replicas evaluating the population (more than 1 needs distributed: ray).")
+    distributed: str = _opt("local", "local (this process) or ray (an actor pool of `workers` replicas).")
+    ray_address: str | None = _opt(None, "ray: cluster to join (default: $RAY_ADDRESS, else a local Ray instance).")
+    checksum_every: int = _opt(10, "ray: compare every replica's weights with the driver's every this many "
+                                   "iterations (0: never).")
+    worker_num_cpus: float = _opt(1.0, "ray: CPU cores per replica (also its torch threads).")
+    worker_num_gpus: float | None = _opt(None, "ray: GPUs per replica (None: 1 when CUDA is available, else 0).")
     report_to: list = _opt(["tensorboard"], "Loggers besides metrics.jsonl: tensorboard (or [] for none).")
 
     def __post_init__(self) -> None:
@@ -112,8 +118,14 @@ class TrainConfig:
         for key in ("eval_every", "checkpoint_every"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; use 0 to turn it off, or a positive number.")
-        if self.workers != 1:
-            raise ConfigError(f"`workers` is {self.workers}; this version evaluates in one process, set `workers: 1`.")
+        if self.distributed not in ("local", "ray"):
+            raise ConfigError(f"`distributed` is {self.distributed!r}; set it to local or ray.")
+        if self.workers < 1 or (self.workers > 1 and self.distributed != "ray"):
+            raise ConfigError(f"`workers` is {self.workers}; more than one replica runs on Ray: set `distributed: "
+                              "ray` (pip install 'evotune[ray]'), or `workers: 1`.")
+        if self.distributed == "ray" and self.population_batch_size:
+            raise ConfigError("`population_batch_size` batches candidates inside one process; with `distributed: "
+                              "ray` each replica evaluates one candidate at a time. Remove one of the two.")
         if self.task == "custom" and not (self.dataset and self.reward_fns):
             raise ConfigError("`task: custom` needs `dataset` (a file with a `prompt` column) and `reward_fns` "
                               "(dotted import paths of functions fn(prompts, completions, **columns)).")

@@ -65,7 +65,8 @@ class Trainer:
                                                  config.generation_batch_size, config.quantization)
         self.space = build_space(config, self.backend)
         self.strategy = build_strategy(config, self.space)
-        self.evaluator = build_evaluator(config, self.space, self.backend, self.task)
+        self.evaluator = build_evaluator(config, self.space, self.backend, self.task, state_fn=self.replica_state,
+                                         driver_checksum=self.mean_checksum)
         self.update_log: list[dict] = []
         if existing:
             self._load(existing)
@@ -91,13 +92,30 @@ class Trainer:
         save_checkpoint(self.checkpoint_dir, state, self.space.state_tensors(),
                         self.optimizer.tensors() if self.optimizer is not None else {}, self.update_log)
 
-    def batch_rows(self, iteration: int) -> list[dict]:
-        """The prompts every candidate of `iteration` is scored on (a pure function of seed, iteration)."""
-        rows = self.task.train_rows
+    def batch_indices(self, iteration: int) -> list[int]:
+        """Positions in task.train_rows of the prompts every candidate of `iteration` is scored on
+        (a pure function of seed and iteration, so remote replicas receive indices, not rows)."""
+        count = len(self.task.train_rows)
         rng = np.random.default_rng(derive_seed(self.config.seed, "batch", iteration))
         size = self.config.batch_size
-        picks = rng.choice(len(rows), size=size, replace=size > len(rows))
-        return [rows[int(index)] for index in picks]
+        return [int(index) for index in rng.choice(count, size=size, replace=size > count)]
+
+    def batch_rows(self, iteration: int) -> list[dict]:
+        return [self.task.train_rows[index] for index in self.batch_indices(iteration)]
+
+    def replica_state(self) -> dict:
+        """How another replica rebuilds this mean: the checkpoint, the updates logged after it, or
+        CMA-ES's mean vector (small), never the weights themselves."""
+        checkpoint = find_checkpoint(self.checkpoint_dir)
+        start = load_checkpoint(checkpoint)["state"]["iteration"] if checkpoint else 0
+        mean = self.strategy.mean.tolist() if self.optimizer is None and self.strategy.iteration else None
+        return {"checkpoint": str(checkpoint) if checkpoint else None, "mean": mean,
+                "log": [entry for entry in self.update_log if entry["iteration"] >= start]}
+
+    def mean_checksum(self) -> str:
+        from .distributed.ray import mean_checksum
+
+        return mean_checksum(self.space)
 
     def evaluate(self) -> dict[str, float]:
         metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, self.config.max_new_tokens)
@@ -107,17 +125,24 @@ class Trainer:
         """One iteration; returns its metrics record."""
         started = time.perf_counter()
         iteration = self.strategy.iteration
-        rows = self.batch_rows(iteration)
+        indices = self.batch_indices(iteration)
         candidates = self.strategy.ask()
-        rewards = self.evaluator.evaluate(candidates, rows)  # (pop,)
+        rewards = self.evaluator.evaluate(candidates, [self.task.train_rows[i] for i in indices],
+                                          row_indices=indices)  # (pop,)
         update, metrics = self.strategy.tell(rewards)
+        sync = getattr(self.evaluator, "sync", None)  # remote replicas apply the same step
         if update is None:  # CMA-ES moved its own mean: the space adopts it
             self.space.set_mean(self.strategy.mean)
+            if sync:
+                sync(iteration + 1, mean=self.strategy.mean)
         else:
             self.space.update(update.seeds, update.coefficients, self.optimizer)
             self.update_log.append({"iteration": iteration, "seeds": update.seeds,
                                     "coefficients": update.coefficients})
-        return {"iteration": iteration + 1, **metrics, "time_s": time.perf_counter() - started}
+            if sync:
+                sync(iteration + 1, seeds=update.seeds, coefficients=update.coefficients)
+        return {"iteration": iteration + 1, **metrics, **getattr(self.evaluator, "iteration_metrics", {}),
+                "time_s": time.perf_counter() - started}
 
     def train(self) -> dict[str, float]:
         from tqdm.auto import tqdm
@@ -151,6 +176,8 @@ class Trainer:
         return last_eval
 
     def finish(self) -> None:
+        if hasattr(self.evaluator, "close"):
+            self.evaluator.close()
         self.space.restore()
         final = str(self.output_dir / "final")
         if self.config.space in ADAPTER_SPACES:  # a standard PEFT adapter; `evotune export --merge` merges it

@@ -1,4 +1,7 @@
-"""Population evaluation: in process now; the Ray actor pool lives in its own module."""
+"""Population evaluation: in process (one candidate or many per generate), or on a Ray actor pool.
+
+The Ray pool lives in `ray.py`, the only module that imports ray; import it from there.
+"""
 
 from .batched import BatchedEvaluator
 from .local import LocalEvaluator

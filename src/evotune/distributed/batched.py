@@ -35,9 +35,11 @@ class BatchedEvaluator:
         self.max_new_tokens = max_new_tokens
         self.population_batch_size = population_batch_size
 
-    def evaluate(self, candidates: list, rows: list[dict],
+    def evaluate(self, candidates: list, rows: list[dict], row_indices: list[int] | None = None,
                  on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
-        """(pop,) mean reward of each candidate over `rows`; NaN where every sample was skipped."""
+        """(pop,) mean reward of each candidate over `rows`; NaN where every sample was skipped.
+
+        row_indices (the rows' positions in task.train_rows) matter only to remote evaluators."""
         prompts = [row["prompt"] for row in rows]
         rewards = np.full(len(candidates), np.nan)
         try:

@@ -26,9 +26,11 @@ class LocalEvaluator:
         self.task = task
         self.max_new_tokens = max_new_tokens
 
-    def evaluate(self, candidates: list, rows: list[dict],
+    def evaluate(self, candidates: list, rows: list[dict], row_indices: list[int] | None = None,
                  on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
-        """(pop,) mean reward of each candidate over `rows`; NaN where every sample was skipped."""
+        """(pop,) mean reward of each candidate over `rows`; NaN where every sample was skipped.
+
+        row_indices (the rows' positions in task.train_rows) matter only to remote evaluators."""
         prompts = [row["prompt"] for row in rows]
         rewards = np.full(len(candidates), np.nan)
         try:

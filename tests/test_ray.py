@@ -1,0 +1,128 @@
+"""The Ray actor pool on CPU with 2 actors and a tiny model: identical results, a killed actor, divergence."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from evotune.config import TrainConfig
+from evotune.errors import ConfigError, EvotuneError
+from evotune.trainer import Trainer
+
+pytestmark = [pytest.mark.requires_ray,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def config(model_dir: str, **overrides) -> TrainConfig:
+    values = dict(model=model_dir, task="conciseness", population_size=6, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, optimizer="adam", iterations=2, batch_size=3, max_new_tokens=5, num_eval=3,
+                  eval_every=0, checkpoint_every=1, dtype="float32", report_to=[])
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def state(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.parametrize("space, strategy", [("full", "openes"), ("svd_lora", "cma"),
+                                             pytest.param("lora", "openes", marks=pytest.mark.slow)])
+def test_two_actors_give_the_single_process_result(tiny_model_dir, tmp_path, space, strategy):
+    extra = {"space": space, "strategy": strategy}
+    if space != "full":
+        extra.update(lora_init="gaussian", sigma=0.2, optimizer="sgd")
+    local = Trainer(config(tiny_model_dir, **extra), tmp_path / "local")
+    local_records = [local.step() for _ in range(2)]
+    pooled = Trainer(config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1, **extra),
+                     tmp_path / "ray")
+    pooled_records = [pooled.step() for _ in range(2)]
+    for a, b in zip(local_records, pooled_records):
+        assert a["reward_mean"] == b["reward_mean"] and a["reward_max"] == b["reward_max"]
+    assert_same(state(local), state(pooled))
+    assert pooled_records[-1]["bytes_exchanged"] > 0
+    pooled.evaluator.check_replicas()  # every actor holds the driver's mean, bit for bit
+    pooled.evaluator.close()
+
+
+def test_bytes_exchanged_do_not_grow_with_the_model(tiny_model_dir, tmp_path):
+    """Seeds and rewards only: a model with 4x the weights sends the same bytes per iteration."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    wider = tmp_path / "wider"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                                 tie_word_embeddings=True)).save_pretrained(wider)
+    tokenizer.save_pretrained(wider)
+    sent = []
+    for model in (tiny_model_dir, str(wider)):
+        trainer = Trainer(config(model, distributed="ray", workers=2, checksum_every=0), tmp_path / f"run{len(sent)}")
+        trainer.step()
+        sent.append(trainer.step()["bytes_exchanged"])
+        trainer.evaluator.close()
+    assert sent[0] == sent[1]
+
+
+def test_a_killed_actor_changes_nothing(tiny_model_dir, tmp_path):
+    import ray
+
+    local = Trainer(config(tiny_model_dir), tmp_path / "local")
+    local.train()
+    pooled = Trainer(config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "ray")
+    pooled.step()
+    pooled.save_checkpoint()  # the replacement rebuilds from this checkpoint plus the update log after it
+    evaluate = pooled.evaluator.evaluate
+    killed = []
+
+    def evaluate_and_kill(*args, **kwargs):
+        def on_candidate(index):
+            if not killed:  # mid-iteration: the other actor is busy with a member when it dies
+                victim = pooled.evaluator.workers[1]
+                ray.kill(victim, no_restart=True)
+                killed.append(victim)
+        return evaluate(*args, **kwargs, on_candidate=on_candidate)
+
+    pooled.evaluator.evaluate = evaluate_and_kill
+    pooled.step()
+    assert killed and pooled.evaluator.replaced >= 1 and killed[0] not in pooled.evaluator.workers
+    assert_same(state(local), state(pooled))
+    pooled.evaluator.check_replicas()  # the rebuilt actor holds the same weights
+    pooled.evaluator.close()
+
+
+def test_divergent_replica_is_caught(tiny_model_dir, tmp_path):
+    import ray
+
+    trainer = Trainer(config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "run")
+    trainer.step()
+    ray.get(trainer.evaluator.workers[0].update.remote([123], [1.0]))  # one replica takes a step alone
+    with pytest.raises(EvotuneError, match="diverged"):
+        trainer.evaluator.check_replicas()
+    trainer.evaluator.close()
+
+
+def test_ray_config_errors_name_the_fix(tiny_model_dir):
+    with pytest.raises(ConfigError, match="distributed: ray"):
+        config(tiny_model_dir, workers=2)
+    with pytest.raises(ConfigError, match="population_batch_size"):
+        config(tiny_model_dir, space="lora", distributed="ray", workers=2, population_batch_size=2)
+    assert np.isfinite(config(tiny_model_dir, distributed="ray", workers=2).worker_num_cpus)
