@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,22 @@ def load_rows(source: str) -> list[dict]:
     if not rows:
         raise DataError(f"Dataset {source!r} is empty; it needs at least one row with a `prompt` column.")
     return rows
+
+
+def split_rows(rows: list[dict], eval_rows: list[dict] | None, num_eval: int | None, seed: int, name: str,
+               default_eval: int = 128) -> tuple[list[dict], list[dict]]:
+    """(train, eval): a given eval set (its first num_eval rows), else a seeded hold-out of num_eval rows
+    (default: 10% of the rows, at least 1, at most default_eval) that training never sees."""
+    if eval_rows is not None:
+        return rows, (eval_rows[:num_eval] if num_eval is not None else eval_rows)
+    if num_eval is None:
+        num_eval = min(default_eval, max(1, len(rows) // 10))
+    if not 0 < num_eval < len(rows):
+        raise DataError(f"task {name}: `num_eval` {num_eval} must be between 1 and {len(rows) - 1} ({len(rows)} "
+                        "rows, and training needs at least one); or give `eval_dataset`.")
+    order = list(range(len(rows)))
+    random.Random(f"{name}-split-{seed}").shuffle(order)
+    return [rows[i] for i in order[num_eval:]], [rows[i] for i in order[:num_eval]]
 
 
 def validate_rows(rows: list[dict], source: str) -> None:

@@ -13,14 +13,13 @@ stops a run and never silently scores as wrong.
 from __future__ import annotations
 
 import functools
-import random
 import re
 import warnings
 from typing import Any
 
 from ..errors import DataError
 from .base import Task, completion_text
-from .data import load_rows
+from .data import load_rows, split_rows
 
 SYSTEM_PROMPT = "Please reason step by step and place your final answer in \\boxed{}."
 GSM8K_HUB = "openai/gsm8k:main"  # the Hub copy used when no local file is given
@@ -114,26 +113,16 @@ def _rows(source: str, question_keys: tuple[str, ...], gold_of, system_prompt: s
     return rows, len(dropped)
 
 
-def _split(rows: list[dict], eval_rows: list[dict] | None, num_eval: int | None, num_train: int | None,
-           seed: int, name: str) -> tuple[list[dict], list[dict]]:
-    """Train/eval rows: a given eval set (first num_eval rows), else a seeded hold-out of num_eval rows."""
-    if eval_rows is None:
-        if num_eval is None:
-            num_eval = min(200, max(1, len(rows) // 10))
-        if not 0 < num_eval < len(rows):
-            raise DataError(f"task {name}: `num_eval` {num_eval} must be between 1 and {len(rows) - 1} "
-                            f"({len(rows)} rows); or give `eval_dataset`.")
-        order = list(range(len(rows)))
-        random.Random(f"{name}-split-{seed}").shuffle(order)
-        eval_rows, rows = [rows[i] for i in order[:num_eval]], [rows[i] for i in order[num_eval:]]
-    elif num_eval is not None:
-        eval_rows = eval_rows[:num_eval]
+def _load(name: str, dataset: str, eval_dataset: str | None, question_keys: tuple[str, ...], gold_of,
+          system_prompt: str, num_eval: int | None, num_train: int | None, seed: int) -> Task:
+    train, skipped = _rows(dataset, question_keys, gold_of, system_prompt)
+    evaluation = None
+    if eval_dataset:
+        evaluation, skipped_eval = _rows(eval_dataset, question_keys, gold_of, system_prompt)
+        skipped += skipped_eval
+    train, evaluation = split_rows(train, evaluation, num_eval, seed, name, default_eval=200)
     if num_train is not None:
-        rows = rows[:num_train]
-    return rows, eval_rows
-
-
-def _math_task(name: str, train: list[dict], evaluation: list[dict], skipped: int) -> Task:
+        train = train[:num_train]
     return Task(name=name, train_rows=train, eval_rows=evaluation, reward_fns=[math_answer_reward],
                 reward_weights=[1.0], metric_fns={"accuracy": math_answer_reward, "boxed": boxed_format_reward},
                 skipped_rows=skipped)
@@ -158,16 +147,10 @@ def build_gsm8k(*, seed: int = 0, num_eval: int | None = None, dataset: str | No
         # Without the marker only a bare number is a usable gold answer (not free text).
         return (text.replace(",", "") if re.fullmatch(r"-?[\d,]*\.?\d+(?:/\d+)?", text) else None), "answer"
 
-    train_source = dataset or f"{GSM8K_HUB}:train"
     if eval_dataset is None and dataset is None:
         eval_dataset = f"{GSM8K_HUB}:test"
-    train, skipped = _rows(train_source, ("question", "problem"), gold_of, system_prompt)
-    evaluation = None
-    if eval_dataset:
-        evaluation, skipped_eval = _rows(eval_dataset, ("question", "problem"), gold_of, system_prompt)
-        skipped += skipped_eval
-    train, evaluation = _split(train, evaluation, num_eval, num_train, seed, "gsm8k")
-    return _math_task("gsm8k", train, evaluation, skipped)
+    return _load("gsm8k", dataset or f"{GSM8K_HUB}:train", eval_dataset, ("question", "problem"), gold_of,
+                 system_prompt, num_eval, num_train, seed)
 
 
 def build_math(*, seed: int = 0, num_eval: int | None = None, dataset: str | None = None,
@@ -186,10 +169,5 @@ def build_math(*, seed: int = 0, num_eval: int | None = None, dataset: str | Non
             return last_boxed(row["solution"]), "solution"
         return None, "answer"
 
-    train, skipped = _rows(dataset, ("problem", "question"), gold_of, system_prompt)
-    evaluation = None
-    if eval_dataset:
-        evaluation, skipped_eval = _rows(eval_dataset, ("problem", "question"), gold_of, system_prompt)
-        skipped += skipped_eval
-    train, evaluation = _split(train, evaluation, num_eval, num_train, seed, "math")
-    return _math_task("math", train, evaluation, skipped)
+    return _load("math", dataset, eval_dataset, ("problem", "question"), gold_of, system_prompt, num_eval,
+                 num_train, seed)

@@ -9,14 +9,13 @@ custom head, loaded with `trust_remote_code`) use that instead.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import torch
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError
 from .base import Task, completion_text
-from .data import load_rows, validate_rows
+from .data import load_rows, split_rows, validate_rows
 
 
 class RewardModelScorer:
@@ -89,18 +88,11 @@ def build_reward_model(*, seed: int = 0, num_eval: int | None = None, dataset: s
                           "`prompt` column, e.g. HelpSteer2 prompts.")
     rows = load_rows(dataset)
     validate_rows(rows, dataset)
+    evaluation = None
     if eval_dataset:
         evaluation = load_rows(eval_dataset)
         validate_rows(evaluation, eval_dataset)
-        evaluation = evaluation[:num_eval] if num_eval is not None else evaluation
-    else:
-        count = num_eval if num_eval is not None else max(1, min(128, len(rows) // 10))
-        if not 0 < count < len(rows):
-            raise DataError(f"task reward_model: `num_eval` {count} must be between 1 and {len(rows) - 1} for "
-                            f"{dataset!r} ({len(rows)} rows); or give `eval_dataset`.")
-        order = list(range(len(rows)))
-        random.Random(f"reward_model-{seed}").shuffle(order)
-        evaluation, rows = [rows[i] for i in order[:count]], [rows[i] for i in order[count:]]
+    rows, evaluation = split_rows(rows, evaluation, num_eval, seed, "reward_model")
     scorer = RewardModelScorer(reward_model, batch_size=batch_size, device=device,
                                trust_remote_code=trust_remote_code)
     return Task(name="reward_model", train_rows=rows, eval_rows=evaluation, reward_fns=[scorer], reward_weights=[1.0])
