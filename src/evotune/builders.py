@@ -36,6 +36,12 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
 
 def build_space(config: TrainConfig, backend: Any) -> Space:
     """The search space; for adapter spaces `backend.model` becomes the PEFT-wrapped model."""
+    if config.backend == "vllm":  # the engine holds the weights: the space is a proxy over collective_rpc
+        from .backends.vllm import EngineSpace
+
+        return EngineSpace(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
+                           config.exclude_parameters or None, config.noise, config.optimizer, config.learning_rate,
+                           config.weight_decay)
     if config.space == "full":
         return FullParameterSpace(backend.model, config.parameters or None, config.exclude_parameters or None,
                                   noise_kind=config.noise)
@@ -46,6 +52,26 @@ def build_space(config: TrainConfig, backend: Any) -> Space:
     if config.space == "lora":
         return LoRASpace(backend.model, noise_kind=config.noise)
     return SVDLoRASpace(backend.model, alpha=config.singular_value_fraction, noise_kind=config.noise)
+
+
+def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
+    """Parameter names and shapes of an HF model, from its config alone (meta device: no weights loaded)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    return {name: list(param.shape) for name, param in skeleton.named_parameters()}
+
+
+def load_backend(config: TrainConfig, device: str) -> Any:
+    if config.backend == "vllm":
+        from .backends.vllm import VLLMBackend
+
+        return VLLMBackend(config.model, config.dtype, seed=config.seed)
+    from .backends import HFBackend
+
+    return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size, config.quantization)
 
 
 def build_strategy(config: TrainConfig, space: Any) -> Any:

@@ -71,7 +71,7 @@ class TrainConfig:
     checkpoint_every: int = _opt(10, "Write a resumable checkpoint every this many iterations.")
     seed: int = _opt(0, "Seeds the data order, the noise and the task generators.")
     # where it runs
-    backend: str = _opt("hf", "Generation backend: hf (transformers).")
+    backend: str = _opt("hf", "Generation backend: hf (transformers) or vllm (CUDA; space: full, optimizer: sgd).")
     dtype: str = _opt("bfloat16", "Weights dtype for generation: float32, bfloat16, float16 (the mean stays fp32).")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
     quantization: str = _opt("none", "lora/svd_lora base weights: none, int8 or int4 (bitsandbytes; needs CUDA).")
@@ -94,7 +94,7 @@ class TrainConfig:
         from .spaces import SPACES
 
         choices = {"space": SPACES, "strategy": STRATEGIES, "optimizer": OPTIMIZERS,
-                   "fitness_shaping": SHAPINGS, "noise": NOISE_KINDS, "dtype": DTYPES, "backend": ("hf",)}
+                   "fitness_shaping": SHAPINGS, "noise": NOISE_KINDS, "dtype": DTYPES, "backend": ("hf", "vllm")}
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"`{key}` is {getattr(self, key)!r}; set it to one of: {', '.join(allowed)}.")
@@ -118,6 +118,9 @@ class TrainConfig:
         for key in ("eval_every", "checkpoint_every"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; use 0 to turn it off, or a positive number.")
+        if self.backend == "vllm" and (self.space != "full" or self.optimizer != "sgd"):
+            raise ConfigError("`backend: vllm` perturbs the engine's own weights for `space: full` with the stateless "
+                              "`optimizer: sgd`; set those, or `backend: hf` for adapter spaces and Adam.")
         if self.distributed not in ("local", "ray"):
             raise ConfigError(f"`distributed` is {self.distributed!r}; set it to local or ray.")
         if self.workers < 1 or (self.workers > 1 and self.distributed != "ray"):

@@ -10,8 +10,7 @@ import numpy as np
 import torch
 import yaml
 
-from .backends import HFBackend
-from .builders import ADAPTER_SPACES, build_evaluator, build_space, build_strategy
+from .builders import ADAPTER_SPACES, build_evaluator, build_space, build_strategy, load_backend
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .errors import ConfigError
@@ -61,8 +60,7 @@ class Trainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         self.task = task or build_task(config)
-        self.backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device),
-                                                 config.generation_batch_size, config.quantization)
+        self.backend = backend or load_backend(config, resolve_device(config.device))
         self.space = build_space(config, self.backend)
         self.strategy = build_strategy(config, self.space)
         self.evaluator = build_evaluator(config, self.space, self.backend, self.task, state_fn=self.replica_state,
@@ -183,6 +181,8 @@ class Trainer:
         if self.config.space in ADAPTER_SPACES:  # a standard PEFT adapter; `evotune export --merge` merges it
             self.space.save_adapter(final)
             self.backend.tokenizer.save_pretrained(final)
+        elif self.config.backend == "vllm":  # the engine's fp32 mean, written as a plain HF model
+            self.backend.save_pretrained(final, self.space.state_tensors())
         else:
             self.backend.save_pretrained(final)
         plot_curves(self.logger.path, self.output_dir / "curves.png",

@@ -24,15 +24,16 @@ from .base import Space
 from .noise import CHUNK_SIZE, fill_noise_chunk
 
 
-def select_parameters(model: torch.nn.Module, include: list[str] | None,
-                      exclude: list[str] | None) -> list[tuple[str, torch.nn.Parameter]]:
+def select_parameters(model: torch.nn.Module | None, include: list[str] | None, exclude: list[str] | None,
+                      named_tensors: list[tuple[str, torch.Tensor]] | None = None) -> list[tuple[str, torch.Tensor]]:
     """Parameters whose name matches any `include` regex (all if None) and no `exclude` regex.
 
     named_parameters() already drops tied duplicates (e.g. a tied lm_head), so a shared
-    tensor is perturbed once, under its first name.
+    tensor is perturbed once, under its first name. `named_tensors` replaces the model's
+    parameters with given (name, tensor) pairs, e.g. HF-named views into an engine's fused weights.
     """
     selected = []
-    for name, param in model.named_parameters():
+    for name, param in (named_tensors if named_tensors is not None else model.named_parameters()):
         if include and not any(re.search(pattern, name) for pattern in include):
             continue
         if exclude and any(re.search(pattern, name) for pattern in exclude):
@@ -41,7 +42,7 @@ def select_parameters(model: torch.nn.Module, include: list[str] | None,
     if not selected:
         raise ConfigError(
             f"`parameters`={include!r} with `exclude_parameters`={exclude!r} selects no parameter of the "
-            f"model. Names look like {next(iter(dict(model.named_parameters())), '?')!r}; "
+            f"model. Names look like {(named_tensors or list(model.named_parameters()) or [('?',)])[0][0]!r}; "
             "set `parameters` to regexes that match some of them (or leave it empty for all).")
     return selected
 
@@ -49,12 +50,12 @@ def select_parameters(model: torch.nn.Module, include: list[str] | None,
 class FullParameterSpace(Space):
     """All (or a regex-selected subset of) a model's parameters, perturbed in place."""
 
-    def __init__(self, model: torch.nn.Module, include: list[str] | None = None,
+    def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",
-                 num_threads: int | None = None):
+                 num_threads: int | None = None, named_tensors: list[tuple[str, torch.Tensor]] | None = None):
         self.model = model
         self.noise_kind = noise_kind
-        self.parameters = select_parameters(model, include, exclude)
+        self.parameters = select_parameters(model, include, exclude, named_tensors)
         # fp32 master copy on the host: the exact mean (invariant: no drift).
         self.master = {name: param.detach().to("cpu", torch.float32, copy=True) for name, param in self.parameters}
         # Tensors are independent, so noise could be drawn in several threads; on CPU that
