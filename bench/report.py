@@ -76,6 +76,40 @@ def toy_lines() -> list[str]:
     return lines + [""]
 
 
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:.3f}" for v in value) + "]"
+    return str(value)
+
+
+def eval_lines() -> list[str]:
+    lines = []
+    for path in sorted(RESULTS.glob("eval_*.json")):
+        d = json.loads(path.read_text())
+        keys = [k for k in d["results"][0] if k not in ("model", "task", "num_eval", "time_s", "reward_ci95")]
+        lines += [f"## Evaluation: {d['task']} ({path.stem}, {d['results'][0]['num_eval']} prompts, "
+                  f"{d['max_new_tokens']} new tokens, {d['dtype']})", "", f"`{d['command']}`", "",
+                  "| model | " + " | ".join(keys) + " | time s |", "|---" * (len(keys) + 2) + "|"]
+        lines += ["| " + " | ".join([r["model"]] + [_cell(r.get(k, "")) for k in keys] + [_cell(r["time_s"])]) + " |"
+                  for r in d["results"]]
+        lines.append("")
+    return lines
+
+
+def ray_lines() -> list[str]:
+    path = RESULTS / "ray_scaling.json"
+    if not path.exists():
+        return []
+    d = json.loads(path.read_text())
+    lines = ["## Ray actor pool (CPU actors, one core each)", "", f"`{d['command']}` ({d['note']})", "",
+             "| actors | median s/iteration | speedup | bytes exchanged per iteration |", "|---|---|---|---|"]
+    lines += [f"| {a['workers']} | {a['median_iteration_s']} | {d['speedup_over_first_arm'][str(a['workers'])]} "
+              f"| {a['bytes_exchanged_per_iteration']} |" for a in d["arms"]]
+    return lines + [""]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "", "Written by `python bench/report.py` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
@@ -104,7 +138,7 @@ def main() -> None:
                   f"peak {d['training_peak_rss_mib']} MiB, of which the fp32 host master copy is "
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
-    lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines()
+    lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
