@@ -27,6 +27,16 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def peak_memory_mib() -> float:
+    """Peak resident memory of this process so far (Linux ru_maxrss is in KiB), plus CUDA's peak."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if torch.cuda.is_available():
+        peak += torch.cuda.max_memory_allocated() / 2**20
+    return round(peak, 1)
+
+
 def build_task(config: TrainConfig) -> Task:
     return get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
                     eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
@@ -139,8 +149,10 @@ class Trainer:
                                     "coefficients": update.coefficients})
             if sync:
                 sync(iteration + 1, seeds=update.seeds, coefficients=update.coefficients)
+        # samples_seen: completions sampled for training so far, the budget axis shared with GRPO runs
+        samples = (iteration + 1) * len(candidates) * len(indices)
         return {"iteration": iteration + 1, **metrics, **getattr(self.evaluator, "iteration_metrics", {}),
-                "time_s": time.perf_counter() - started}
+                "samples_seen": samples, "peak_rss_mib": peak_memory_mib(), "time_s": time.perf_counter() - started}
 
     def train(self) -> dict[str, float]:
         from tqdm.auto import tqdm

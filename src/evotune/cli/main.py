@@ -110,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--dtype", default="float32", help="dtype of the written weights")
     export.set_defaults(run=_export)
 
+    compare = commands.add_parser("compare", help="runs side by side: table and curves vs samples and time")
+    compare.add_argument("runs", nargs="+", help="run directories (their config.yaml and metrics.jsonl)")
+    compare.add_argument("--output", required=True, help="directory for compare.json, compare.md and PNGs")
+    compare.add_argument("--metric", help="eval metric (default eval/accuracy, else eval/reward)")
+    compare.add_argument("--target", type=float, help="also report the time and samples to reach this value")
+    compare.set_defaults(run=_compare)
+
     keys = commands.add_parser("keys", help="list the config keys with their defaults and help")
     keys.set_defaults(run=_keys)
     return parser
@@ -119,6 +126,15 @@ def _export(args: argparse.Namespace) -> int:
     from ..export import export_model
 
     print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype), indent=2))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ..compare import compare_runs, format_markdown
+
+    result = compare_runs(args.runs, args.output, args.metric, args.target)
+    print(format_markdown(result["methods"], result["metric"]))
+    print(f"wrote {args.output}/compare.json, compare.md and plots", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,143 @@
+"""`evotune compare RUN_DIR... --output DIR`: several runs side by side, on the budgets that matter.
+
+Both founding papers judge ES against GRPO by held-out accuracy per sampled completion and per
+wall-clock minute. Any run directory that follows the run-directory contract (config.yaml +
+metrics.jsonl with `samples_seen`, `time_s` and `eval/<metric>`) can be compared, whatever
+method wrote it. Runs are grouped into methods by their config (or its `method` key), so
+several seeds of one method give a mean and a spread.
+
+Writes DIR/compare.json, DIR/compare.md (one table) and DIR/<metric>_vs_samples.png,
+DIR/<metric>_vs_time.png. Time is the cumulative training time (`time_s`), evaluation excluded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .errors import ConfigError
+from .evaluation import wilson_interval
+from .tracking import read_metrics
+
+
+def method_label(config: dict) -> str:
+    """A run's method: its `method` key (e.g. grpo) or ES's space/strategy."""
+    if config.get("method"):
+        return str(config["method"])
+    return f"es {config.get('space', 'full')}/{config.get('strategy', 'openes')}"
+
+
+def load_run(directory: str | Path, metric: str | None) -> dict[str, Any]:
+    directory = Path(directory)
+    config_path, metrics_path = directory / "config.yaml", directory / "metrics.jsonl"
+    if not config_path.exists() or not metrics_path.exists():
+        raise ConfigError(f"{directory} is not a run directory (it needs config.yaml and metrics.jsonl); pass "
+                          "the --output-dir of an `evotune train` or `evotune grpo` run.")
+    config = yaml.safe_load(config_path.read_text()) or {}
+    records = read_metrics(metrics_path)
+    keys = {key for record in records for key in record if key.startswith("eval/")}
+    metric = metric or ("eval/accuracy" if "eval/accuracy" in keys else "eval/reward")
+    if metric not in keys:
+        raise ConfigError(f"{directory} has no `{metric}` in metrics.jsonl (it has {sorted(keys)}); pick one with "
+                          "--metric.")
+    elapsed, samples, curve = 0.0, 0, []
+    for record in records:  # cumulative training time and samples at every evaluation
+        elapsed += record.get("time_s", 0.0)
+        samples = record.get("samples_seen", samples)
+        if metric in record:
+            curve.append({"samples": samples, "time_s": round(elapsed, 2), "value": record[metric]})
+    return {"run": str(directory), "method": method_label(config), "seed": config.get("seed"), "metric": metric,
+            "num_eval": config.get("num_eval"), "curve": curve, "final": curve[-1]["value"],
+            "samples_seen": samples, "train_time_s": round(elapsed, 1),
+            "peak_rss_mib": max((r["peak_rss_mib"] for r in records if "peak_rss_mib" in r), default=None)}
+
+
+def time_to_target(run: dict, target: float) -> dict[str, float | None]:
+    """The first evaluation at or above `target`: cumulative time and samples then (None: never)."""
+    for point in run["curve"]:
+        if point["value"] >= target:
+            return {"time_s": point["time_s"], "samples": point["samples"]}
+    return {"time_s": None, "samples": None}
+
+
+def summarize(runs: list[dict], target: float | None) -> list[dict]:
+    """One row per method: final metric mean, spread over seeds, a 95% interval, budgets, memory."""
+    rows = []
+    for method in dict.fromkeys(run["method"] for run in runs):
+        group = [run for run in runs if run["method"] == method]
+        finals = np.array([run["final"] for run in group], dtype=float)
+        row = {"method": method, "runs": len(group), "final_mean": float(finals.mean()),
+               "final_std": float(finals.std(ddof=1)) if len(group) > 1 else 0.0,
+               "samples_seen": int(np.mean([run["samples_seen"] for run in group])),
+               "train_time_s": float(np.mean([run["train_time_s"] for run in group])),
+               "peak_rss_mib": max((run["peak_rss_mib"] or 0) for run in group) or None}
+        if group[0]["metric"].endswith("accuracy") and all(run["num_eval"] for run in group):
+            total = sum(run["num_eval"] for run in group)  # pooled over seeds' held-out sets
+            row["final_ci95"] = list(wilson_interval(float(sum(r["final"] * r["num_eval"] for r in group)), total))
+        if target is not None:
+            reached = [time_to_target(run, target) for run in group]
+            times = [r["time_s"] for r in reached if r["time_s"] is not None]
+            row["reached_target"] = f"{len(times)}/{len(group)}"
+            row["time_to_target_s"] = float(np.mean(times)) if times else None
+        rows.append(row)
+    return rows
+
+
+def _plot(runs: list[dict], axis_key: str, path: Path, label: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(run["method"] for run in runs))
+    figure, axis = plt.subplots(figsize=(6.5, 4))
+    for run in runs:
+        color = f"C{methods.index(run['method'])}"
+        xs = [point[axis_key] for point in run["curve"]]
+        axis.plot(xs, [point["value"] for point in run["curve"]], marker="o", color=color, alpha=0.8,
+                  label=f"{run['method']} (seed {run['seed']})")
+    axis.set(xlabel=label, ylabel=f"held-out {runs[0]['metric']}", title=f"{runs[0]['metric']} vs {label}")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def compare_runs(run_dirs: list[str], output_dir: str, metric: str | None = None,
+                 target: float | None = None) -> dict[str, Any]:
+    runs = [load_run(directory, metric) for directory in run_dirs]
+    metrics = {run["metric"] for run in runs}
+    if len(metrics) > 1:
+        raise ConfigError(f"the runs report different metrics ({sorted(metrics)}); choose one with --metric.")
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    name = runs[0]["metric"].replace("eval/", "")
+    _plot(runs, "samples", output / f"{name}_vs_samples.png", "sampled completions")
+    _plot(runs, "time_s", output / f"{name}_vs_time.png", "training time (s)")
+    summary = summarize(runs, target)
+    result = {"metric": runs[0]["metric"], "target": target, "methods": summary, "runs": runs}
+    (output / "compare.json").write_text(json.dumps(result, indent=2))
+    (output / "compare.md").write_text(format_markdown(summary, runs[0]["metric"]) + "\n")
+    return result
+
+
+def format_markdown(rows: list[dict], metric: str) -> str:
+    keys = [key for key in rows[0] if key != "method"]
+    lines = [f"| method | {' | '.join(keys)} |", "|---" * (len(keys) + 1) + "|"]
+    for row in rows:
+        cells = []
+        for key in keys:
+            value = row.get(key)
+            if isinstance(value, float):
+                cells.append(f"{value:.4g}")
+            elif isinstance(value, list):
+                cells.append("[" + ", ".join(f"{v:.3f}" for v in value) + "]")
+            else:
+                cells.append("" if value is None else str(value))
+        lines.append(f"| {row['method']} | {' | '.join(cells)} |")
+    return f"{metric}, final = last held-out evaluation\n\n" + "\n".join(lines)

@@ -1,0 +1,72 @@
+"""`evotune compare`: runs of several methods and seeds side by side, on samples and time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from evotune.cli.main import main
+from evotune.compare import compare_runs, time_to_target
+from evotune.config import TrainConfig
+from evotune.errors import ConfigError
+from evotune.trainer import Trainer
+
+
+def write_run(directory, config: dict, records: list[dict]):
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump(config))
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(directory)
+
+
+def synthetic(directory, method, seed, accuracies, samples_per_step=100, seconds_per_step=10.0, rss=500.0):
+    records = [{"iteration": 0, "eval/accuracy": accuracies[0]}]
+    for step, accuracy in enumerate(accuracies[1:], start=1):
+        records.append({"iteration": step, "reward_mean": 0.0, "samples_seen": step * samples_per_step,
+                        "time_s": seconds_per_step, "peak_rss_mib": rss + step, "eval/accuracy": accuracy})
+    return write_run(directory, {"method": method, "seed": seed, "num_eval": 100}, records)
+
+
+def test_table_spread_and_time_to_target(tmp_path):
+    runs = [synthetic(tmp_path / "es0", "es", 0, [0.1, 0.2, 0.3]),
+            synthetic(tmp_path / "es1", "es", 1, [0.1, 0.3, 0.5]),
+            synthetic(tmp_path / "grpo0", "grpo", 0, [0.1, 0.15, 0.2], samples_per_step=50, seconds_per_step=30.0)]
+    result = compare_runs(runs, str(tmp_path / "out"), target=0.3)
+    es, grpo = result["methods"]
+    assert (es["method"], es["runs"], grpo["runs"]) == ("es", 2, 1)
+    assert es["final_mean"] == pytest.approx(0.4) and es["final_std"] == pytest.approx(0.1414, abs=1e-3)
+    assert es["final_ci95"][0] < 0.4 < es["final_ci95"][1]  # pooled 200 held-out answers
+    assert es["samples_seen"] == 200 and grpo["train_time_s"] == 60.0 and es["peak_rss_mib"] == 502.0
+    assert es["reached_target"] == "2/2" and es["time_to_target_s"] == pytest.approx(15.0)  # 20 s and 10 s
+    assert grpo["reached_target"] == "0/1" and grpo["time_to_target_s"] is None
+    run = result["runs"][1]
+    assert [p["samples"] for p in run["curve"]] == [0, 100, 200] and [p["time_s"] for p in run["curve"]] == [0, 10, 20]
+    assert time_to_target(run, 0.25) == {"time_s": 10.0, "samples": 100}
+    for name in ("compare.json", "compare.md", "accuracy_vs_samples.png", "accuracy_vs_time.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+def test_compare_real_runs_from_the_cli(tiny_model_dir, tmp_path, capsys):
+    runs = []
+    for seed, space in ((0, "full"), (1, "full"), (0, "lora")):
+        config = TrainConfig(model=tiny_model_dir, task="conciseness", space=space, population_size=4,
+                             antithetic=True, sigma=0.05, learning_rate=0.05, iterations=2, batch_size=2,
+                             max_new_tokens=4, num_eval=3, eval_every=1, dtype="float32", seed=seed, report_to=[])
+        Trainer(config, tmp_path / f"{space}{seed}").train()
+        runs.append(str(tmp_path / f"{space}{seed}"))
+    assert main(["compare", *runs, "--output", str(tmp_path / "cmp")]) == 0
+    table = capsys.readouterr().out
+    assert "es full/openes | 2 |" in table and "es lora/openes | 1 |" in table
+    result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert result["metric"] == "eval/reward"
+    assert [p["samples"] for p in result["runs"][0]["curve"]] == [0, 8, 16]  # 4 candidates x 2 prompts per step
+
+
+def test_not_a_run_directory_and_missing_metric(tmp_path):
+    with pytest.raises(ConfigError, match="not a run directory"):
+        compare_runs([str(tmp_path)], str(tmp_path / "out"))
+    run = synthetic(tmp_path / "r", "es", 0, [0.1, 0.2])
+    with pytest.raises(ConfigError, match="no `eval/pass@4`"):
+        compare_runs([run], str(tmp_path / "out"), metric="eval/pass@4")
