@@ -65,7 +65,8 @@ def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
     figure, axes = plt.subplots(1, 1 + len(eval_keys), figsize=(5 * (1 + len(eval_keys)), 3.6), squeeze=False)
     train = [r for r in records if "reward_mean" in r]
     axes[0][0].plot([r["iteration"] for r in train], [r["reward_mean"] for r in train], label="population mean")
-    axes[0][0].plot([r["iteration"] for r in train], [r["reward_max"] for r in train], label="population max")
+    if all("reward_max" in r for r in train):  # ES logs the population max; GRPO runs do not
+        axes[0][0].plot([r["iteration"] for r in train], [r["reward_max"] for r in train], label="population max")
     axes[0][0].set(xlabel="iteration", ylabel="training reward", title="train")
     axes[0][0].legend()
     for axis, key in zip(axes[0][1:], eval_keys):

@@ -110,6 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--dtype", default="float32", help="dtype of the written weights")
     export.set_defaults(run=_export)
 
+    grpo = commands.add_parser("grpo", help="the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract")
+    grpo.add_argument("config", nargs="?", help="YAML config (keys: see evotune.baselines.grpo.GRPORunConfig)")
+    grpo.add_argument("--output-dir", help="run directory (default runs/<config name>, or runs/grpo)")
+    grpo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    grpo.add_argument("--resume", action="store_true", help="continue from the run's last TRL checkpoint")
+    grpo.add_argument("--sweep-learning-rates", type=float, nargs="+", metavar="LR",
+                      help="one run per learning rate, in OUTPUT_DIR/lr_<value>")
+    grpo.set_defaults(run=_grpo)
+
     compare = commands.add_parser("compare", help="runs side by side: table and curves vs samples and time")
     compare.add_argument("runs", nargs="+", help="run directories (their config.yaml and metrics.jsonl)")
     compare.add_argument("--output", required=True, help="directory for compare.json, compare.md and PNGs")
@@ -126,6 +135,18 @@ def _export(args: argparse.Namespace) -> int:
     from ..export import export_model
 
     print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype), indent=2))
+    return 0
+
+
+def _grpo(args: argparse.Namespace) -> int:
+    from ..baselines.grpo import load_grpo_config, run_grpo, sweep_learning_rates
+
+    config = load_grpo_config(args.config, args.set)
+    output_dir = args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else "runs/grpo")
+    if args.sweep_learning_rates:
+        print(json.dumps(sweep_learning_rates(config, output_dir, args.sweep_learning_rates), indent=2))
+    else:
+        print(json.dumps(run_grpo(config, output_dir, resume=args.resume), indent=2))
     return 0
 
 

@@ -1,0 +1,176 @@
+"""`evotune grpo`: the GRPO baseline, run by TRL's GRPOTrainer on evotune's config vocabulary.
+
+Both founding papers judge ES against GRPO (ESSA: verl's GRPO; Qiu et al.: PPO, GRPO, Dr.GRPO).
+This module runs the baseline with the same models, tasks, reward functions and held-out
+evaluation as `evotune train`, and writes the same run directory (config.yaml, metrics.jsonl with
+`samples_seen`, `time_s`, `eval/<metric>`; final/; TensorBoard), so `evotune eval` and
+`evotune compare` treat both methods alike. TRL is imported only here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import _coerce, _opt, parse_overrides
+from ..errors import ConfigError
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+
+
+@dataclass
+class GRPORunConfig:
+    # what to train, on what (the same keys as `evotune train`)
+    model: str = _opt("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
+    task: str = _opt("arithmetic", "Task name (as for evotune train).")
+    task_args: dict = _opt({}, "Extra arguments of the built-in task.")
+    dataset: str | None = _opt(None, "custom / gsm8k / math / ifeval / reward_model: data file or hub name.")
+    eval_dataset: str | None = _opt(None, "Held-out data for those tasks.")
+    reward_fns: list = _opt([], "Reward functions as import paths (TRL's signature); default: the task's.")
+    reward_weights: list = _opt([], "One weight per reward function.")
+    seed: int = _opt(0, "Seeds data order, sampling and initialization.")
+    dtype: str = _opt("float32", "Training dtype (float32 on CPU: bf16 backward is slower there).")
+    # GRPO itself (defaults from the papers: group 8, learning rate 1e-5 for LoRA / 1e-6 full)
+    iterations: int = _opt(20, "Optimizer steps.")
+    batch_size: int = _opt(4, "Prompts per step; each gets `num_generations` sampled completions.")
+    num_generations: int = _opt(8, "Group size G (completions per prompt); the papers use 8 or 30.")
+    learning_rate: float = _opt(1e-5, "AdamW learning rate (GRPO is sensitive to it: see --sweep-learning-rates).")
+    beta: float = _opt(0.0, "KL penalty to the reference model (0: none, TRL's default; 0.04: classic GRPO).")
+    loss_type: str = _opt("grpo", "grpo, dr_grpo (Dr. GRPO), dapo or bnpo (TRL's loss types).")
+    temperature: float = _opt(1.0, "Sampling temperature of the training completions.")
+    max_new_tokens: int = _opt(32, "Tokens per sampled completion (and per greedy eval completion).")
+    lora: bool = _opt(True, "Train a LoRA adapter (False: all parameters).")
+    lora_rank: int = _opt(8, "LoRA rank.")
+    lora_alpha: float = _opt(16.0, "LoRA scaling numerator.")
+    lora_target_modules: list = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules LoRA adapts.")
+    # loop and outputs
+    num_eval: int | None = _opt(None, "Held-out prompts (None: the task's default).")
+    eval_every: int = _opt(5, "Greedy held-out evaluation every this many steps (and before and after).")
+    checkpoint_every: int = _opt(10, "TRL checkpoint every this many steps (resume with --resume).")
+    report_to: list = _opt(["tensorboard"], "Loggers besides metrics.jsonl: tensorboard or [].")
+    method: str = _opt("grpo", "Label of this run in `evotune compare`.")
+
+    def __post_init__(self) -> None:
+        for key in ("iterations", "batch_size", "max_new_tokens"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"`{key}` is {getattr(self, key)}; it must be at least 1.")
+        if self.num_generations < 2:
+            raise ConfigError(f"`num_generations` is {self.num_generations}; GRPO compares a group of completions "
+                              "of one prompt, so it needs at least 2 (the papers use 8 or 30).")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"`learning_rate` is {self.learning_rate}; it must be > 0 (e.g. 1e-5).")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"`loss_type` is {self.loss_type!r}; set it to one of: {', '.join(LOSS_TYPES)}.")
+        if self.beta < 0:
+            raise ConfigError(f"`beta` is {self.beta}; use 0 (no KL term) or a positive weight such as 0.04.")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "GRPORunConfig":
+        import difflib
+
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
+                raise ConfigError(f"{source}: unknown GRPO key `{key}`; {hint}")
+        defaults = {name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                    for name, f in known.items()}
+        return cls(**{key: _coerce(key, value, defaults[key]) for key, value in values.items()})
+
+
+def load_grpo_config(path: str | None, overrides: list[str]) -> GRPORunConfig:
+    values = yaml.safe_load(Path(path).read_text()) or {} if path else {}
+    values.update(parse_overrides(overrides))
+    return GRPORunConfig.from_dict(values, source=path or "--set")
+
+
+def is_trl_available() -> bool:
+    return importlib.util.find_spec("trl") is not None
+
+
+def _dataset(rows: list[dict]) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_list(rows)
+
+
+def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> dict[str, Any]:
+    """Train with TRL's GRPOTrainer; returns the last held-out metrics."""
+    if not is_trl_available():
+        raise ConfigError("`evotune grpo` runs TRL's GRPOTrainer: pip install 'evotune[grpo]'.")
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ..backends import HFBackend
+    from ..backends.models import load_model
+    from ..tasks import get_task
+    from ..tracking import MetricsLogger, plot_curves
+    from .grpo_logging import EvotuneMetricsCallback
+
+    output = Path(output_dir)
+    if (output / "metrics.jsonl").exists() and not resume:
+        raise ConfigError(f"{output} already holds a run; pass --resume to continue it, or choose a new --output-dir.")
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    task = get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
+                    eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
+                    reward_weights=config.reward_weights or None, **config.task_args)
+    model, tokenizer = load_model(config.model, config.dtype, "cpu")
+    model.train()
+    tokenizer.padding_side = "left"
+    arguments = GRPOConfig(
+        output_dir=str(output / "trl"), learning_rate=config.learning_rate, max_steps=config.iterations,
+        per_device_train_batch_size=config.batch_size * config.num_generations,
+        num_generations=config.num_generations, max_completion_length=config.max_new_tokens,
+        temperature=config.temperature, beta=config.beta, loss_type=config.loss_type,
+        reward_weights=list(task.reward_weights), seed=config.seed, logging_steps=1,
+        save_steps=config.checkpoint_every, report_to="none", use_cpu=not _cuda(), bf16=False,
+        lr_scheduler_type="constant", disable_dropout=True,
+        gradient_checkpointing=False)  # small models: recomputation costs more than the memory it saves
+    peft_config = (LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                              target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+                   if config.lora else None)
+    logger = MetricsLogger(output, config.report_to, resume_iteration=_last_step(output) if resume else None)
+    trainer = GRPOTrainer(model=model, reward_funcs=list(task.reward_fns), args=arguments,
+                          train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
+                          peft_config=peft_config)
+    evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
+    callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=arguments.per_device_train_batch_size)
+    trainer.add_callback(callback)
+    started = time.perf_counter()
+    try:
+        trainer.train(resume_from_checkpoint=bool(resume and list((output / "trl").glob("checkpoint-*"))))
+    finally:
+        logger.close()
+    final = output / "final"
+    trainer.model.save_pretrained(str(final))  # a PEFT adapter (lora) or a full model
+    tokenizer.save_pretrained(str(final))
+    plot_curves(logger.path, output / "curves.png", title=f"GRPO: {config.model} on {config.task}")
+    return {"output_dir": str(output), **callback.last_eval, "time_s": round(time.perf_counter() - started, 1)}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _last_step(output: Path) -> int | None:
+    checkpoints = sorted(output.glob("trl/checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    return int(checkpoints[-1].name.split("-")[-1]) if checkpoints else None
+
+
+def sweep_learning_rates(config: GRPORunConfig, output_dir: str, learning_rates: list[float]) -> list[dict]:
+    """One GRPO run per learning rate (the papers stress GRPO's sensitivity to it), DIR/lr_<value>."""
+    results = []
+    for rate in learning_rates:
+        run = dataclasses.replace(config, learning_rate=float(rate))
+        results.append({"learning_rate": rate, **run_grpo(run, str(Path(output_dir) / f"lr_{rate:g}"))})
+    return results

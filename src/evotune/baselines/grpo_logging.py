@@ -1,0 +1,60 @@
+"""A transformers TrainerCallback writing GRPO steps in evotune's metrics.jsonl format.
+
+Per optimizer step: `iteration` (the step), `reward_mean` / `reward_std` (TRL's logged group
+rewards), `samples_seen` (completions sampled so far), `time_s` (the step's wall time),
+`peak_rss_mib`, TRL's own diagnostics (kl, completion length, ...) under `grpo/`, and the
+greedy held-out `eval/<metric>` before training, every `eval_every` steps and at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+
+
+class EvotuneMetricsCallback(TrainerCallback):
+    def __init__(self, logger: Any, task: Any, backend_fn: Callable[[], Any], config: Any, samples_per_step: int):
+        self.logger = logger
+        self.task = task
+        self.backend_fn = backend_fn
+        self.config = config
+        self.samples_per_step = samples_per_step
+        self.last_eval: dict[str, float] = {}
+        self._step_started = time.perf_counter()
+        self._step_time = 0.0
+
+    def evaluate(self) -> dict[str, float]:
+        from ..trainer import evaluate_model
+
+        metrics, _ = evaluate_model(self.backend_fn(), self.task, self.task.eval_rows, self.config.max_new_tokens)
+        self.last_eval = {f"eval/{key}": value for key, value in metrics.items()}
+        return self.last_eval
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:  # the baseline, so the gain is visible
+            self.logger.log({"iteration": 0, **self.evaluate()})
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._step_time = time.perf_counter() - self._step_started
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        from ..trainer import peak_memory_mib
+
+        logs = logs or {}
+        if "reward" not in logs:  # e.g. the end-of-training summary
+            return
+        step = state.global_step
+        record = {"iteration": step, "reward_mean": float(logs["reward"]),
+                  "reward_std": float(logs.get("reward_std", float("nan"))),
+                  "samples_seen": step * self.samples_per_step, "peak_rss_mib": peak_memory_mib(),
+                  "time_s": self._step_time}
+        record.update({f"grpo/{key}": float(value) for key, value in logs.items()
+                       if isinstance(value, (int, float)) and key not in ("reward", "reward_std", "epoch")})
+        if step == state.max_steps or (self.config.eval_every and step % self.config.eval_every == 0):
+            record.update(self.evaluate())
+        self.logger.log(record)
