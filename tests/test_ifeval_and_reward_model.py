@@ -117,10 +117,16 @@ def test_reward_model_task_and_its_errors(reward_model_dir, tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs trl")
 def test_trl_reward_functions_work_unchanged(tmp_path):
-    """TRL's own reward functions plug in by import path, with weights."""
+    """TRL's own reward functions plug in by import path, with weights, on a conversational dataset
+    (their convention: chat prompts get [{"role": "assistant", "content": ...}] completions)."""
     data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(4)))
-    task = get_task("custom", dataset=str(data), num_eval=1, reward_fns=["trl.rewards:think_format_reward"],
-                    reward_weights=[2.0])
-    rows = task.train_rows[:2]
-    assert list(task.rewards(rows, ["<think>\nok\n</think>\nanswer", "no tags"])) == [2.0, 0.0]
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "solution": f"${2 * i}$"}
+            for i in range(4)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    task = get_task("custom", dataset=str(data), num_eval=1,
+                    reward_fns=["trl.rewards:think_format_reward", "trl.rewards:accuracy_reward"],
+                    reward_weights=[0.5, 1.0])
+    train = task.train_rows[:2]
+    answers = [f"<think>\nadd\n</think>\n\\boxed{{{2 * int(r['prompt'][0]['content'].split()[2])}}}" for r in train]
+    assert list(task.rewards(train, answers)) == [1.5, 1.5]  # format 0.5 + correct 1.0
+    assert list(task.rewards(train, ["no tags, \\boxed{999}", "no tags"])) == [0.0, 0.0]
