@@ -124,17 +124,18 @@ def main() -> None:
     overhead = sorted(RESULTS.glob("overhead_*.json"))
     if overhead:
         lines += ["## Overhead (ES iteration / plain generation of the same workload, same process)", "",
-                  "| noise | task | pop | prompts | tokens | plain gen s | ES iteration s | apply s/candidate | ratio |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| noise | task | pop | prompts | tokens | plain gen s | ES iteration s | apply s/candidate | ratio "
+                  "| machine, date |", "|---|---|---|---|---|---|---|---|---|---|"]
         for path in overhead:
             d = json.loads(path.read_text())
             lines.append(f"| {d['noise']} | {d['task']} | {d['population_size']} | {d['batch_size']} "
                          f"| {d['max_new_tokens']} | {d['plain_generation_s']} | {d['es_iteration_s']} "
-                         f"| {d['apply_one_candidate_s']} | **{d['overhead_ratio_median']}** |")
+                         f"| {d['apply_one_candidate_s']} | **{d['overhead_ratio_median']}** "
+                         f"| {d['machine']['cpu']}, {d['machine']['date']} |")
         lines.append("")
     for path in sorted(RESULTS.glob("memory_*.json")):
         d = json.loads(path.read_text())
-        lines += ["## Memory", "", f"`{d['command']}`: model alone {d['model_alone_rss_mib']} MiB RSS, training "
+        lines += [f"## Memory ({d['noise']} noise; {d['machine']['cpu']}, {d['machine']['date']})", "", f"`{d['command']}`: model alone {d['model_alone_rss_mib']} MiB RSS, training "
                   f"peak {d['training_peak_rss_mib']} MiB, of which the fp32 host master copy is "
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
