@@ -23,8 +23,37 @@ def _opt(default: Any, help: str, **kwargs: Any) -> Any:
     return field(default=default, metadata={"help": help}, **kwargs)
 
 
+class ConfigMixin:
+    """What every typed config shares: dict round trip, help text, and from_dict with checked keys."""
+
+    KIND = ""  # e.g. "SFT": named in unknown-key errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config"):
+        """Unknown keys name the closest valid one; values are type-checked against the defaults."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
+                kind = f"{cls.KIND} " if cls.KIND else ""
+                raise ConfigError(f"{source}: unknown {kind}key `{key}`; {hint}")
+        coerced = {}
+        for key, value in values.items():
+            default = known[key].default if known[key].default is not dataclasses.MISSING else None
+            coerced[key] = _coerce(key, value, default)
+        return cls(**coerced)
+
+
 @dataclass
-class TrainConfig:
+class TrainConfig(ConfigMixin):
     # what to train, on what
     model: str = _opt("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
     task: str = _opt("arithmetic", "Task name: arithmetic, countdown, conciseness, gsm8k, math, ifeval, "
@@ -166,26 +195,6 @@ class TrainConfig:
             raise ConfigError(f"`population_batch_size` is {self.population_batch_size}; use a positive number or "
                               "remove it (one candidate at a time).")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def help(cls) -> dict[str, str]:
-        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "TrainConfig":
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        for key in values:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
-                raise ConfigError(f"{source}: unknown key `{key}`; {hint}")
-        coerced = {}
-        for key, value in values.items():
-            default = known[key].default if known[key].default is not dataclasses.MISSING else None
-            coerced[key] = _coerce(key, value, default)
-        return cls(**coerced)
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

@@ -15,8 +15,6 @@ PEFT adapter plus the tokenizer; `peft.PeftModel.from_pretrained(base, DIR/adapt
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import math
 import random
 import time
@@ -26,14 +24,16 @@ from typing import Any
 
 import yaml
 
-from .config import _coerce, _opt, parse_overrides
+from .config import ConfigMixin, _opt, parse_overrides
 from .errors import ConfigError, DataError
 
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(ConfigMixin):
+    KIND = "SFT"
+
     # what to train, on what
     model: str = _opt("smollm2-135m-instruct", "Base model: built-in alias, local directory, .gguf file, or hub id.")
     task: str | None = _opt(None, "Built-in task (e.g. arithmetic): its train rows are the SFT data (completion = "
@@ -102,27 +102,6 @@ class SFTConfig:
         unknown = set(self.report_to) - {"tensorboard"}
         if unknown:
             raise ConfigError(f"`report_to` has {sorted(unknown)}; supported: tensorboard.")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def help(cls) -> dict[str, str]:
-        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "SFTConfig":
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        for key in values:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
-                raise ConfigError(f"{source}: unknown SFT key `{key}`; {hint}")
-        coerced = {}
-        for key, value in values.items():
-            default = known[key].default if known[key].default is not dataclasses.MISSING else None
-            coerced[key] = _coerce(key, value, default)
-        return cls(**coerced)
 
 
 def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:

@@ -18,14 +18,16 @@ from typing import Any
 
 import yaml
 
-from ..config import _coerce, _opt, parse_overrides
+from ..config import ConfigMixin, _opt, parse_overrides
 from ..errors import ConfigError
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
 
 
 @dataclass
-class GRPORunConfig:
+class GRPORunConfig(ConfigMixin):
+    KIND = "GRPO"
+
     # what to train, on what (the same keys as `evotune train`)
     model: str = _opt("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
     task: str = _opt("arithmetic", "Task name (as for evotune train).")
@@ -69,20 +71,6 @@ class GRPORunConfig:
             raise ConfigError(f"`loss_type` is {self.loss_type!r}; set it to one of: {', '.join(LOSS_TYPES)}.")
         if self.beta < 0:
             raise ConfigError(f"`beta` is {self.beta}; use 0 (no KL term) or a positive weight such as 0.04.")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "GRPORunConfig":
-        import difflib
-
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        for key in values:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
-                raise ConfigError(f"{source}: unknown GRPO key `{key}`; {hint}")
-        defaults = {name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                    for name, f in known.items()}
-        return cls(**{key: _coerce(key, value, defaults[key]) for key, value in values.items()})
 
 
 def load_grpo_config(path: str | None, overrides: list[str]) -> GRPORunConfig:
