@@ -47,7 +47,10 @@ def main() -> None:
                           num_samples=args.num_samples, temperature=args.temperature, kl_reference=args.kl_reference,
                           plot_path=str(RESULTS / f"{name}.png") if args.kl_reference else None)
     started = time.perf_counter()
-    results = evaluate_models(args.model or ["smollm2-135m-instruct"], task, options)
+    models = args.model or ["smollm2-135m-instruct"]
+    if args.kl_reference and args.kl_reference not in models:
+        models = models + [args.kl_reference]  # the reference is a row too (KL 0), as in `evotune eval`
+    results = evaluate_models(models, task, options)
     print(format_table(results))
     write_result(name, {"command": "python bench/eval_tasks.py " + " ".join(sys.argv[1:]), "task": args.task,
                         "max_new_tokens": args.max_new_tokens, "num_samples": args.num_samples,
