@@ -233,15 +233,19 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None,
-                base: dict[str, Any] | None = None) -> TrainConfig:
-    """base (e.g. the quickstart) <- YAML file <- --set overrides, then validated."""
+def read_config_values(path: str | Path | None, overrides: list[str] | None = None,
+                       base: dict[str, Any] | None = None,
+                       missing_hint: str = "pass a YAML file path, or only --set keys") -> tuple[dict[str, Any], str]:
+    """base <- YAML file <- --set overrides, as raw values, and the name of their source (for errors).
+
+    Shared by every command's config (train, sft, grpo); each then validates with its own dataclass.
+    """
     values = dict(base or {})
     source = "config"
     if path is not None:
         path = Path(path)
         if not path.exists():
-            raise ConfigError(f"config file {path} does not exist; pass a YAML file path or no config for the quickstart.")
+            raise ConfigError(f"config file {path} does not exist; {missing_hint}.")
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
@@ -251,6 +255,14 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None,
         values.update(loaded)
         source = str(path)
     values.update(parse_overrides(overrides or []))
+    return values, source
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> TrainConfig:
+    """base (e.g. the quickstart) <- YAML file <- --set overrides, then validated."""
+    values, source = read_config_values(path, overrides, base,
+                                        missing_hint="pass a YAML file path or no config for the quickstart")
     return TrainConfig.from_dict(values, source=source)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigMixin, _opt, parse_overrides
+from .config import ConfigMixin, _opt, read_config_values
 from .errors import ConfigError, DataError
 
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
@@ -106,19 +106,8 @@ class SFTConfig(ConfigMixin):
 
 def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:
     """YAML file (optional) <- --set overrides, then validated."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist; pass a YAML file path, or only --set keys.")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path} must hold a mapping of keys to values, not {type(values).__name__}.")
-    values.update(parse_overrides(overrides or []))
-    return SFTConfig.from_dict(values, source=str(path) if path is not None else "config")
+    values, source = read_config_values(path, overrides)
+    return SFTConfig.from_dict(values, source=source)
 
 
 def dataset_completion(row: dict, number: int, source: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from ..config import ConfigMixin, _opt, parse_overrides
+from ..config import ConfigMixin, _opt, read_config_values
 from ..errors import ConfigError
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
@@ -74,9 +74,8 @@ class GRPORunConfig(ConfigMixin):
 
 
 def load_grpo_config(path: str | None, overrides: list[str]) -> GRPORunConfig:
-    values = yaml.safe_load(Path(path).read_text()) or {} if path else {}
-    values.update(parse_overrides(overrides))
-    return GRPORunConfig.from_dict(values, source=path or "--set")
+    values, source = read_config_values(path, overrides)
+    return GRPORunConfig.from_dict(values, source=source)
 
 
 def is_trl_available() -> bool:

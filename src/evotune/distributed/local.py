@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -34,12 +34,16 @@ class LocalEvaluator:
         prompts = [row["prompt"] for row in rows]
         rewards = np.full(len(candidates), np.nan)
         try:
-            for index, candidate in enumerate(candidates):
-                self.space.apply(candidate)
-                completions = self.backend.generate(prompts, self.max_new_tokens)
+            for index, completions in self.completions(candidates, prompts):
                 rewards[index] = mean_reward(self.task, rows, completions)
                 if on_candidate is not None:
                     on_candidate(index)
         finally:  # an error mid-population must not leave perturbed weights behind
             self.space.restore()
         return rewards
+
+    def completions(self, candidates: list, prompts: list) -> Iterator[tuple[int, list[str]]]:
+        """(candidate index, its greedy completions), one candidate applied and generated at a time."""
+        for index, candidate in enumerate(candidates):
+            self.space.apply(candidate)
+            yield index, self.backend.generate(prompts, self.max_new_tokens)
