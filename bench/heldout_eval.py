@@ -24,7 +24,7 @@ from common import write_result  # noqa: E402
 from evotune.backends import HFBackend  # noqa: E402
 from evotune.config import load_config  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
-from evotune.trainer import build_task  # noqa: E402
+from evotune.trainer import build_task, generate_in_chunks  # noqa: E402
 
 
 def wilson(successes: float, total: int, z: float = 1.96) -> tuple[float, float]:
@@ -35,12 +35,8 @@ def wilson(successes: float, total: int, z: float = 1.96) -> tuple[float, float]
 
 
 def score(model: str, dtype: str, task, rows: list[dict], max_new_tokens: int) -> list[float]:
-    backend = HFBackend.load(model, dtype)
-    completions = []
-    for start in range(0, len(rows), 64):
-        completions += backend.generate([r["prompt"] for r in rows[start:start + 64]], max_new_tokens)
-    return [float(x) for x in task.metric_fns["accuracy"](prompts=[r["prompt"] for r in rows], completions=completions,
-                                                           **{k: [r[k] for r in rows] for k in rows[0] if k != "prompt"})]
+    completions = generate_in_chunks(HFBackend.load(model, dtype), rows, max_new_tokens)
+    return [float(x) for x in task.metric_values("accuracy", rows, completions)]
 
 
 def main() -> None:

@@ -51,11 +51,16 @@ def find_checkpoint(directory: Path) -> Path | None:
     return None
 
 
+def load_state(directory: Path) -> dict[str, Any]:
+    """The checkpoint's small JSON state alone (iteration, strategy state), without the tensors."""
+    return json.loads((Path(directory) / STATE_FILE).read_text())
+
+
 def load_checkpoint(directory: Path) -> dict[str, Any]:
     directory = Path(directory)
     optimizer_path = directory / "optimizer.safetensors"
     return {
-        "state": json.loads((directory / STATE_FILE).read_text()),
+        "state": load_state(directory),
         "space_tensors": load_file(str(directory / "space.safetensors")),
         "optimizer_tensors": load_file(str(optimizer_path)) if optimizer_path.exists() else {},
         "update_log": json.loads((directory / "updates.json").read_text()),

@@ -108,17 +108,14 @@ def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
 
 
 def _greedy(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> tuple[dict, list[str], np.ndarray]:
-    from .trainer import evaluate_model
+    """Task metrics of greedy completions with 95% intervals; every reward function runs once."""
+    from .trainer import generate_in_chunks
 
-    metrics, completions = evaluate_model(backend, task, rows, options.max_new_tokens, options.chunk_size)
-    rewards = task.rewards(rows, completions)  # (n,) NaN where skipped
-    if "accuracy" in task.metric_fns:
-        correct = np.array([v if v is not None else np.nan for v in
-                            task.metric_fns["accuracy"](prompts=[r["prompt"] for r in rows],
-                                                        completions=completions,
-                                                        **{k: [r.get(k) for r in rows] for k in rows[0]
-                                                           if k != "prompt"})], dtype=float)
-        scored = correct[~np.isnan(correct)]
+    completions = generate_in_chunks(backend, rows, options.max_new_tokens, options.chunk_size)
+    rewards, values = task.scores(rows, completions)  # (n,) each, NaN where skipped
+    metrics = task.summarize(rows, rewards, values)
+    if "accuracy" in values:
+        scored = values["accuracy"][~np.isnan(values["accuracy"])]
         metrics["accuracy_ci95"] = list(wilson_interval(float(scored.sum()), scored.size))
     metrics["reward_ci95"] = list(mean_interval(rewards))
     return metrics, completions, rewards
@@ -126,23 +123,19 @@ def _greedy(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> 
 
 def _sampled(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> dict[str, float]:
     """avg@k and pass@k (accuracy tasks) or avg@k / max@k of the reward, from k samples per prompt."""
+    from .trainer import generate_in_chunks
+
     k = options.num_samples
     torch.manual_seed(options.seed)
-    prompts = [row["prompt"] for row in rows]
+    accuracy = "accuracy" in task.metric_fns
     per_sample = []  # k arrays of (n,)
     for _ in range(k):
-        completions: list[str] = []
-        for start in range(0, len(prompts), options.chunk_size):
-            completions += backend.generate(prompts[start:start + options.chunk_size], options.max_new_tokens,
-                                            do_sample=True, temperature=options.temperature, top_p=options.top_p)
-        if "accuracy" in task.metric_fns:
-            values = task.metric_fns["accuracy"](prompts=prompts, completions=completions,
-                                                 **{key: [r.get(key) for r in rows] for key in rows[0] if key != "prompt"})
-            per_sample.append(np.array([np.nan if v is None else v for v in values], dtype=float))
-        else:
-            per_sample.append(task.rewards(rows, completions))
+        completions = generate_in_chunks(backend, rows, options.max_new_tokens, options.chunk_size, do_sample=True,
+                                         temperature=options.temperature, top_p=options.top_p)
+        per_sample.append(task.metric_values("accuracy", rows, completions) if accuracy
+                          else task.rewards(rows, completions))
     scores = np.stack(per_sample, axis=1)  # (n, k)
-    if "accuracy" in task.metric_fns:
+    if accuracy:
         correct = np.nan_to_num(scores) > 0
         return {f"avg@{k}": float(correct.mean()),
                 f"pass@{k}": float(np.mean([pass_at_k(k, int(c), k) for c in correct.sum(axis=1)]))}

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from .builders import ADAPTER_SPACES, build_evaluator, build_space, build_strategy, load_backend
-from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import find_checkpoint, load_checkpoint, load_state, save_checkpoint
 from .config import TrainConfig
 from .errors import ConfigError
 from .spaces import derive_seed
@@ -43,13 +43,21 @@ def build_task(config: TrainConfig) -> Task:
                     reward_weights=config.reward_weights or None, **config.task_args)
 
 
-def evaluate_model(backend: Any, task: Task, rows: list[dict], max_new_tokens: int,
-                   chunk_size: int = 64) -> tuple[dict[str, float], list[str]]:
-    """Greedy completions for held-out rows and the task's metrics (reward, accuracy, ...)."""
+def generate_in_chunks(backend: Any, rows: list[dict], max_new_tokens: int, chunk_size: int = 64,
+                       **sampling: Any) -> list[str]:
+    """Completions for every row's prompt, `chunk_size` prompts per generate call (greedy unless
+    sampling arguments such as do_sample=True, temperature, top_p are given)."""
     completions: list[str] = []
     for start in range(0, len(rows), chunk_size):
         chunk = rows[start:start + chunk_size]
-        completions.extend(backend.generate([row["prompt"] for row in chunk], max_new_tokens))
+        completions.extend(backend.generate([row["prompt"] for row in chunk], max_new_tokens, **sampling))
+    return completions
+
+
+def evaluate_model(backend: Any, task: Task, rows: list[dict], max_new_tokens: int,
+                   chunk_size: int = 64) -> tuple[dict[str, float], list[str]]:
+    """Greedy completions for held-out rows and the task's metrics (reward, accuracy, ...)."""
+    completions = generate_in_chunks(backend, rows, max_new_tokens, chunk_size)
     return task.evaluate(rows, completions), completions
 
 
@@ -115,7 +123,7 @@ class Trainer:
         """How another replica rebuilds this mean: the checkpoint, the updates logged after it, or
         CMA-ES's mean vector (small), never the weights themselves."""
         checkpoint = find_checkpoint(self.checkpoint_dir)
-        start = load_checkpoint(checkpoint)["state"]["iteration"] if checkpoint else 0
+        start = load_state(checkpoint)["iteration"] if checkpoint else 0  # not the tensors: a full model's worth
         mean = self.strategy.mean.tolist() if self.optimizer is None and self.strategy.iteration else None
         return {"checkpoint": str(checkpoint) if checkpoint else None, "mean": mean,
                 "log": [entry for entry in self.update_log if entry["iteration"] >= start]}

@@ -162,18 +162,30 @@ class Task:
         total[~scored] = np.nan
         return total
 
-    def evaluate(self, rows: list[dict], completions: list[str]) -> dict[str, float]:
+    def metric_values(self, metric: str, rows: list[dict], completions: list[str]) -> np.ndarray:
+        """Per-sample values of one metric function, (n,), NaN where it returned None."""
+        values = call_reward_fn(self.metric_fns[metric], rows, completions)
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+    def scores(self, rows: list[dict], completions: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Every per-sample number at once: rewards (n,) and each metric's values (n,), NaN where skipped."""
+        return (self.rewards(rows, completions),
+                {metric: self.metric_values(metric, rows, completions) for metric in self.metric_fns})
+
+    def summarize(self, rows: list[dict], rewards: np.ndarray, values: dict[str, np.ndarray]) -> dict[str, float]:
         """Mean reward and metrics over rows (skipped samples excluded), plus ``skipped`` if any were."""
-        rewards = self.rewards(rows, completions)
         results: dict[str, float] = {"reward": _nanmean(rewards)}
-        for metric, fn in self.metric_fns.items():
-            values = np.array([np.nan if v is None else v for v in call_reward_fn(fn, rows, completions)])
+        for metric, per_sample in values.items():
             weights = np.array([float(row[self.metric_weights[metric]]) if metric in self.metric_weights else 1.0
                                 for row in rows])
-            scored = ~np.isnan(values)
-            results[metric] = (float(np.average(values[scored], weights=weights[scored])) if scored.any()
+            scored = ~np.isnan(per_sample)
+            results[metric] = (float(np.average(per_sample[scored], weights=weights[scored])) if scored.any()
                                else float("nan"))
         skipped = int(np.isnan(rewards).sum())
         if skipped:
             results["skipped"] = float(skipped)
         return results
+
+    def evaluate(self, rows: list[dict], completions: list[str]) -> dict[str, float]:
+        """Mean reward and metrics over rows (skipped samples excluded), plus ``skipped`` if any were."""
+        return self.summarize(rows, *self.scores(rows, completions))
