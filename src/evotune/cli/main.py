@@ -7,8 +7,23 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from ..errors import EvotuneError
+
+
+def _output_dir(args: argparse.Namespace, without_config: str) -> str:
+    """--output-dir, else runs/<config file name>, else the command's own default."""
+    return args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else without_config)
+
+
+def _run_parser(commands: Any, name: str, help_text: str, keys: str, default_dir: str) -> argparse.ArgumentParser:
+    """A command that runs from a config: CONFIG, --output-dir and --set, as train, sft and grpo share."""
+    command = commands.add_parser(name, help=help_text)
+    command.add_argument("config", nargs="?", help=f"YAML config (keys: see {keys})")
+    command.add_argument("--output-dir", help=f"run directory (default runs/<config name>, or {default_dir})")
+    command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    return command
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -16,7 +31,7 @@ def _train(args: argparse.Namespace) -> int:
     from ..trainer import Trainer
 
     config = load_config(args.config, args.set, base=None if args.config else QUICKSTART)
-    output_dir = args.output_dir or ("runs/quickstart" if args.config is None else f"runs/{Path(args.config).stem}")
+    output_dir = _output_dir(args, "runs/quickstart")
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
     trainer = Trainer(config, output_dir, resume=args.resume)
     try:
@@ -35,7 +50,7 @@ def _sft(args: argparse.Namespace) -> int:
     from ..sft import load_sft_config, run_sft
 
     config = load_sft_config(args.config, args.set)
-    output_dir = args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else "runs/sft")
+    output_dir = _output_dir(args, "runs/sft")
     print(f"evotune: LoRA SFT of {config.model} on {config.dataset or config.task} -> {output_dir}", file=sys.stderr)
     print(json.dumps(run_sft(config, output_dir), indent=2))
     return 0
@@ -67,17 +82,13 @@ def _eval(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evotune", description="Fine-tune LLMs with evolution strategies.")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="run ES training (no config: the quickstart on the built-in model)")
-    train.add_argument("config", nargs="?", help="YAML config (keys: see `evotune keys`)")
-    train.add_argument("--output-dir", help="run directory (default runs/<config name>)")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    train = _run_parser(commands, "train", "run ES training (no config: the quickstart on the built-in model)",
+                        "`evotune keys`", "runs/quickstart")
     train.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/checkpoint")
     train.set_defaults(run=_train)
 
-    sft = commands.add_parser("sft", help="LoRA supervised fine-tuning (ESSA stage 1): writes OUTPUT_DIR/adapter")
-    sft.add_argument("config", nargs="?", help="YAML config (keys: see evotune.sft.SFTConfig)")
-    sft.add_argument("--output-dir", help="run directory (default runs/<config name>, or runs/sft)")
-    sft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    sft = _run_parser(commands, "sft", "LoRA supervised fine-tuning (ESSA stage 1): writes OUTPUT_DIR/adapter",
+                      "evotune.sft.SFTConfig", "runs/sft")
     sft.set_defaults(run=_sft)
 
     evaluate = commands.add_parser("eval", help="evaluate one or more models on a task")
@@ -110,10 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--dtype", default="float32", help="dtype of the written weights")
     export.set_defaults(run=_export)
 
-    grpo = commands.add_parser("grpo", help="the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract")
-    grpo.add_argument("config", nargs="?", help="YAML config (keys: see evotune.baselines.grpo.GRPORunConfig)")
-    grpo.add_argument("--output-dir", help="run directory (default runs/<config name>, or runs/grpo)")
-    grpo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract",
+                       "evotune.baselines.grpo.GRPORunConfig", "runs/grpo")
     grpo.add_argument("--resume", action="store_true", help="continue from the run's last TRL checkpoint")
     grpo.add_argument("--sweep-learning-rates", type=float, nargs="+", metavar="LR",
                       help="one run per learning rate, in OUTPUT_DIR/lr_<value>")
@@ -142,7 +151,7 @@ def _grpo(args: argparse.Namespace) -> int:
     from ..baselines.grpo import load_grpo_config, run_grpo, sweep_learning_rates
 
     config = load_grpo_config(args.config, args.set)
-    output_dir = args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else "runs/grpo")
+    output_dir = _output_dir(args, "runs/grpo")
     if args.sweep_learning_rates:
         print(json.dumps(sweep_learning_rates(config, output_dir, args.sweep_learning_rates), indent=2))
     else:
