@@ -36,7 +36,7 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
 
 def build_space(config: TrainConfig, backend: Any) -> Space:
     """The search space; for adapter spaces `backend.model` becomes the PEFT-wrapped model."""
-    if config.backend == "vllm":  # the engine holds the weights: the space is a proxy over collective_rpc
+    if config.backend == "vllm" and config.space == "full":  # the engine holds the weights: a proxy space
         from .backends.vllm import EngineSpace
 
         return EngineSpace(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
@@ -68,10 +68,32 @@ def load_backend(config: TrainConfig, device: str) -> Any:
     if config.backend == "vllm":
         from .backends.vllm import VLLMBackend
 
-        return VLLMBackend(config.model, config.dtype, seed=config.seed)
+        if config.space not in ADAPTER_SPACES:
+            return VLLMBackend(config.model, config.dtype, seed=config.seed)
+        # Adapter spaces: the engine serves the population as LoRA adapters, all in one batch by default.
+        return VLLMBackend(config.model, config.dtype, quantization=config.quantization, seed=config.seed,
+                           lora_rank=adapter_rank(config), max_loras=vllm_population_batch(config))
     from .backends import HFBackend
 
     return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size, config.quantization)
+
+
+def adapter_rank(config: TrainConfig) -> int:
+    """The rank of the adapter the run evolves: the loaded adapter's `r`, else `lora_rank`."""
+    if config.adapter is None:
+        return config.lora_rank
+    import json
+
+    path = Path(config.adapter) / "adapter_config.json"
+    if not path.exists():
+        raise ConfigError(f"`adapter` is {config.adapter!r}, which holds no adapter_config.json; point it at a PEFT "
+                          "adapter directory (an `evotune sft` run writes DIR/adapter).")
+    return int(json.loads(path.read_text())["r"])
+
+
+def vllm_population_batch(config: TrainConfig) -> int:
+    """Candidates per engine batch on vLLM: `population_batch_size`, else the whole population."""
+    return config.population_batch_size or config.population_size
 
 
 def build_strategy(config: TrainConfig, space: Any) -> Any:
@@ -101,8 +123,9 @@ def build_evaluator(config: TrainConfig, space: Any, backend: Any, task: Any,
                             checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus, num_gpus=gpus,
                             driver_checksum=driver_checksum)
 
-    if config.population_batch_size and config.population_batch_size > 1:
+    batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
+    if config.space in ADAPTER_SPACES and batch and batch > 1:
         from .distributed import BatchedEvaluator
 
-        return BatchedEvaluator(space, backend, task, config.max_new_tokens, config.population_batch_size)
+        return BatchedEvaluator(space, backend, task, config.max_new_tokens, batch)
     return LocalEvaluator(space, backend, task, config.max_new_tokens)

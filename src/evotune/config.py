@@ -94,7 +94,8 @@ class TrainConfig(ConfigMixin):
     max_new_tokens: int = _opt(32, "Tokens generated per prompt (greedy decoding).")
     generation_batch_size: int | None = _opt(None, "Prompts per generate() call (default: the whole batch).")
     population_batch_size: int | None = _opt(None, "lora/svd_lora: candidates generated together in one batched "
-                                                  "generate, one adapter per row (None: one at a time).")
+                                                  "generate, one adapter per row (hf default: one at a time; vllm default: the "
+                                                  "whole population as LoRA requests of one engine batch).")
     num_eval: int | None = _opt(None, "Held-out prompts used for evaluation (None: the task's default).")
     eval_every: int = _opt(10, "Evaluate every this many iterations (0: only before and after training).")
     checkpoint_every: int = _opt(10, "Write a resumable checkpoint every this many iterations.")
@@ -147,9 +148,12 @@ class TrainConfig(ConfigMixin):
         for key in ("eval_every", "checkpoint_every"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; use 0 to turn it off, or a positive number.")
-        if self.backend == "vllm" and (self.space != "full" or self.optimizer != "sgd"):
-            raise ConfigError("`backend: vllm` perturbs the engine's own weights for `space: full` with the stateless "
-                              "`optimizer: sgd`; set those, or `backend: hf` for adapter spaces and Adam.")
+        if self.backend == "vllm" and self.space == "full" and self.optimizer != "sgd":
+            raise ConfigError("`backend: vllm` with `space: full` perturbs the engine's own weights and updates them "
+                              "with the stateless `optimizer: sgd`; set it, or use `backend: hf` for Adam.")
+        if self.backend == "vllm" and self.quantization == "int8":
+            raise ConfigError("`quantization: int8` has no in-flight form in vLLM (its bitsandbytes loader is 4-bit "
+                              "only): set `quantization: int4`, `backend: hf`, or a pre-quantized INT8 `model`.")
         if self.distributed not in ("local", "ray"):
             raise ConfigError(f"`distributed` is {self.distributed!r}; set it to local or ray.")
         if self.workers < 1 or (self.workers > 1 and self.distributed != "ray"):

@@ -13,7 +13,7 @@ This is the only module that imports vllm.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import ConfigError
 from .hf import render_prompt
@@ -57,10 +57,18 @@ class EngineWeightsExtension:
 
 
 class VLLMBackend:
-    """Greedy batched generation with vllm.LLM; `space()` returns the engine-side full-parameter space."""
+    """Greedy batched generation with vllm.LLM.
+
+    Full-parameter ES: `EngineSpace` perturbs the engine's own weights. Adapter spaces
+    (`lora_rank` set): the engine serves LoRA, the adapter's mean lives in `self.model` (a host-side
+    PEFT model the space evolves, the base kept on CPU in `host_dtype`), and every generate carries
+    adapters as LoRARequests (vllm_lora.py): the mean for generate(), one per candidate for
+    generate_population().
+    """
 
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
-                 max_model_len: int | None = None, quantization: str | None = None, seed: int = 0):
+                 max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
+                 lora_rank: int | None = None, max_loras: int = 1, host_dtype: str = "bfloat16"):
         if not is_vllm_available():
             raise ConfigError("`backend: vllm` needs vLLM on a CUDA machine: pip install vllm (or set `backend: hf`).")
         import torch
@@ -68,28 +76,72 @@ class VLLMBackend:
 
         if not torch.cuda.is_available():
             raise ConfigError("`backend: vllm` runs on CUDA GPUs only; on this machine set `backend: hf`.")
-        from .models import resolve_model
+        from .models import load_model, resolve_model
+        from .vllm_lora import engine_lora_rank, engine_quantization
 
         source = resolve_model(model)
         if source.gguf_file:
             raise ConfigError(f"`backend: vllm` loads HF model directories, not GGUF files; export {model!r} first "
                               "(evotune export NAME --output-dir DIR) and set `model: DIR`.")
         self.model_name = source.path
+        lora = {} if lora_rank is None else {"enable_lora": True, "max_lora_rank": engine_lora_rank(lora_rank),
+                                             "max_loras": max_loras, "max_cpu_loras": max_loras}
         self.llm = LLM(model=source.path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-                       max_model_len=max_model_len, quantization=quantization, tensor_parallel_size=1,
+                       max_model_len=max_model_len, quantization=engine_quantization(quantization),
+                       tensor_parallel_size=1,
                        enable_prefix_caching=False,  # perturbed weights make every cached prefix stale
-                       worker_extension_cls=f"{__name__}.EngineWeightsExtension")
+                       worker_extension_cls=f"{__name__}.EngineWeightsExtension", **lora)
         self.tokenizer = self.llm.get_tokenizer()
+        # Adapter spaces: build_space wraps this in the PEFT adapter; only its LoRA matrices are read.
+        self.model = load_model(model, host_dtype, "cpu")[0] if lora_rank is not None else None
+        self._writer: Any = None
+
+    def _sampling(self, max_new_tokens: int, do_sample: bool, temperature: float, top_p: float) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(max_tokens=max_new_tokens, temperature=temperature if do_sample else 0.0,
+                              top_p=top_p if do_sample else 1.0)
+
+    def _run(self, texts: list[str], params: Any, adapters: list[dict] | None) -> list[list[str]]:
+        """Completions of `texts` under each adapter state dict (one list per adapter), or the bare engine."""
+        if adapters is None:
+            return [[output.outputs[0].text for output in self.llm.generate(texts, params, use_tqdm=False)]]
+        from vllm.lora.request import LoRARequest
+
+        from .vllm_lora import AdapterWriter, peft_config_dict
+
+        if self._writer is None:
+            self._writer = AdapterWriter(peft_config_dict(self.model))
+        requests = [LoRARequest(*arguments) for arguments in self._writer.write(adapters)]
+        try:  # candidate-major: every candidate sees every prompt, all in one engine batch
+            outputs = self.llm.generate(texts * len(requests), params, use_tqdm=False,
+                                        lora_request=[request for request in requests for _ in texts])
+        finally:
+            self._writer.clear()
+        flat = [output.outputs[0].text for output in outputs]
+        return [flat[index * len(texts):(index + 1) * len(texts)] for index in range(len(requests))]
 
     def generate(self, prompts: list[str | list[dict]], max_new_tokens: int, do_sample: bool = False,
                  temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature if do_sample else 0.0,
-                                top_p=top_p if do_sample else 1.0)
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
-        outputs = self.llm.generate(texts, params, use_tqdm=False)
-        return [output.outputs[0].text for output in outputs]
+        adapters = None
+        if self.model is not None and hasattr(self.model, "peft_config"):  # the adapter's current (mean) weights
+            from peft import get_peft_model_state_dict
+
+            adapters = [get_peft_model_state_dict(self.model)]
+        return self._run(texts, self._sampling(max_new_tokens, do_sample, temperature, top_p), adapters)[0]
+
+    def generate_population(self, prompts: list[str | list[dict]], max_new_tokens: int, factors: Sequence[Any],
+                            stacked: Sequence[Any]) -> list[list[str]]:
+        """Greedy completions under each of P adapter candidates, like HFBackend.generate_population."""
+        from .vllm_lora import population_state_dicts
+
+        if self.model is None:
+            raise ConfigError("population-batched evaluation on vLLM needs an adapter space (`space: lora` or "
+                              "`svd_lora`); full-parameter ES perturbs the engine's weights instead.")
+        texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
+        return self._run(texts, self._sampling(max_new_tokens, False, 1.0, 1.0),
+                         population_state_dicts(factors, stacked))
 
     def rpc(self, method: str, *args: Any) -> list[Any]:
         return self.llm.collective_rpc(method, args=args)

@@ -96,6 +96,7 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
     from trl import GRPOConfig, GRPOTrainer
 
     from ..backends import HFBackend
+    from ..backends.hf import contiguous_head_input
     from ..backends.models import load_model
     from ..tasks import get_task
     from ..tracking import MetricsLogger, plot_curves
@@ -128,6 +129,7 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
     trainer = GRPOTrainer(model=model, reward_funcs=list(task.reward_fns), args=arguments,
                           train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
                           peft_config=peft_config)
+    contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
     callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=arguments.per_device_train_batch_size)
     trainer.add_callback(callback)

@@ -1,0 +1,115 @@
+"""Adapter candidates as vLLM LoRA requests: the files, ids and scheduling are CPU-testable; the
+engine itself needs CUDA (marked gpu)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from evotune.backends import HFBackend
+from evotune.backends.vllm_lora import (AdapterWriter, engine_lora_rank, engine_quantization, peft_config_dict,
+                                        population_state_dicts)
+from evotune.builders import build_evaluator
+from evotune.config import TrainConfig
+from evotune.distributed import BatchedEvaluator
+from evotune.errors import ConfigError
+from evotune.spaces.lora import LoRASpace, init_lora_adapter, lora_factors
+from evotune.spaces.svd_lora import SVDLoRASpace
+from evotune.strategies import Candidate
+from evotune.tasks import get_task
+
+PROMPTS = ["What is 2 + 2?", "Name a colour.", "Say hi."]
+
+
+def adapted(model_dir: str) -> HFBackend:
+    backend = HFBackend.load(model_dir, dtype="float32")
+    backend.model = init_lora_adapter(backend.model, rank=4, seed=0)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():  # a non-zero B, so that candidates differ in what they generate
+        for factor in lora_factors(backend.model):
+            if factor.factor == "B":
+                factor.weight.copy_(torch.randn(factor.weight.shape, generator=generator) * 0.5)
+    return backend
+
+
+def test_engine_lora_rank_and_quantization_names():
+    assert [engine_lora_rank(rank) for rank in (1, 4, 8, 9, 64, 300)] == [1, 8, 8, 16, 64, 320]
+    with pytest.raises(ConfigError, match="up to 512"):
+        engine_lora_rank(600)
+    assert engine_quantization("none") is None and engine_quantization("int4") == "bitsandbytes"
+    with pytest.raises(ConfigError, match="int4"):
+        engine_quantization("int8")
+
+
+@pytest.mark.parametrize("space_class", [LoRASpace, lambda model: SVDLoRASpace(model, alpha=0.5)])
+def test_written_adapters_are_exactly_the_candidates(tiny_model_dir, tmp_path, space_class):
+    """What the engine would load for candidate c is what space.apply(c) writes into the live adapter."""
+    from peft import PeftModel
+
+    backend = adapted(tiny_model_dir)
+    space = space_class(backend.model)
+    candidates = [Candidate(seed, 0.3) for seed in (11, 12, 13)]
+    state_dicts = population_state_dicts(space.factors, space.candidate_factors(candidates))
+    writer = AdapterWriter(peft_config_dict(backend.model), directory=str(tmp_path))
+    requests = writer.write(state_dicts)
+    assert [identifier for _, identifier, _ in requests] == [1, 2, 3]
+    for candidate, (_, _, path) in zip(candidates, requests):
+        assert json.loads((Path(path) / "adapter_config.json").read_text())["r"] == 4
+        space.apply(candidate)
+        expected = {factor.state_key: factor.weight.detach().clone() for factor in space.factors}
+        expected_completions = backend.generate(PROMPTS, 6)
+        space.restore()
+        loaded = PeftModel.from_pretrained(HFBackend.load(tiny_model_dir, dtype="float32").model, path).eval()
+        for factor in lora_factors(loaded):
+            assert torch.equal(factor.weight, expected[factor.state_key])
+        assert HFBackend(loaded, backend.tokenizer).generate(PROMPTS, 6) == expected_completions
+    # Ids are never reused (the engine caches adapters by id); cleared files are gone.
+    writer.clear()
+    assert not any(Path(path).exists() for _, _, path in requests)
+    assert [identifier for _, identifier, _ in writer.write(state_dicts[:1])] == [4]
+    writer.close()
+    assert not writer.root.exists()
+
+
+def test_vllm_adapter_config_schedules_the_whole_population_per_engine_batch(tiny_model_dir):
+    config = TrainConfig(model=tiny_model_dir, backend="vllm", space="svd_lora", strategy="cma", population_size=6,
+                         lora_rank=4, iterations=1, batch_size=2, max_new_tokens=4)
+    backend = adapted(tiny_model_dir)  # stands in for the engine: the same generate_population contract
+    space = SVDLoRASpace(backend.model, alpha=0.5)
+    evaluator = build_evaluator(config, space, backend, get_task("arithmetic", seed=0, num_eval=4))
+    assert isinstance(evaluator, BatchedEvaluator) and evaluator.population_batch_size == 6
+    config.population_batch_size = 2
+    assert build_evaluator(config, space, backend, get_task("arithmetic", seed=0, num_eval=4)).population_batch_size == 2
+
+
+def test_vllm_config_checks():
+    TrainConfig(backend="vllm", space="lora", optimizer="adam")  # adapter spaces evolve a host-side adapter
+    TrainConfig(backend="vllm", space="svd_lora", strategy="cma", quantization="int4")
+    with pytest.raises(ConfigError, match="optimizer: sgd"):
+        TrainConfig(backend="vllm", optimizer="adam")
+    with pytest.raises(ConfigError, match="int4"):
+        TrainConfig(backend="vllm", space="lora", quantization="int8")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None,
+                    reason="needs CUDA and vLLM")
+def test_vllm_population_matches_one_candidate_at_a_time(tiny_model_dir):
+    from evotune.backends.vllm import VLLMBackend
+
+    backend = VLLMBackend(tiny_model_dir, dtype="float32", gpu_memory_utilization=0.3, lora_rank=4, max_loras=3,
+                          host_dtype="float32")
+    backend.model = init_lora_adapter(backend.model, rank=4, seed=0)
+    space = LoRASpace(backend.model)
+    candidates = [Candidate(seed, 0.3) for seed in (11, 12, 13)]
+    together = backend.generate_population(PROMPTS, 6, space.factors, space.candidate_factors(candidates))
+    one_at_a_time = []
+    for candidate in candidates:
+        space.apply(candidate)
+        one_at_a_time.append(backend.generate(PROMPTS, 6))
+        space.restore()
+    assert together == one_at_a_time and len(set(map(tuple, together))) > 1
