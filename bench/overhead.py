@@ -34,15 +34,20 @@ def main() -> None:
     parser.add_argument("--task", default="arithmetic")
     parser.add_argument("--noise", default="gaussian")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backend", default="hf", choices=["hf", "vllm"])
+    parser.add_argument("--device", default="auto")
     parser.add_argument("--name", default=None)
     args = parser.parse_args()
 
     config = TrainConfig(task=args.task, population_size=args.population_size, antithetic=True, sigma=2e-3,
                          learning_rate=4e-3, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                         noise=args.noise, iterations=10_000, report_to=[], num_eval=8)
+                         noise=args.noise, iterations=10_000, report_to=[], num_eval=8,
+                         backend=args.backend, device=args.device, optimizer="sgd")
     trainer = Trainer(config, tempfile.mkdtemp(prefix="evotune-bench-"))
     backend, space = trainer.backend, trainer.space
-    backend.model.generation_config.min_new_tokens = config.max_new_tokens  # the same tokens in both arms
+    fixed_length = args.backend == "hf"
+    if fixed_length:  # the same tokens in both arms (vLLM's greedy arms may stop at different lengths)
+        backend.model.generation_config.min_new_tokens = config.max_new_tokens
 
     def plain_generation(rows) -> float:
         started = time.perf_counter()
@@ -71,12 +76,13 @@ def main() -> None:
         "command": "python bench/overhead.py " + " ".join(sys.argv[1:]),
         "model": config.model, "task": config.task, "population_size": config.population_size,
         "batch_size": config.batch_size, "max_new_tokens": config.max_new_tokens, "noise": config.noise,
-        "dtype": config.dtype, "trained_parameters": space.num_parameters, "fixed_length_generation": True,
+        "dtype": config.dtype, "backend": config.backend, "trained_parameters": space.num_parameters,
+        "fixed_length_generation": fixed_length,
         "plain_generation_s": [round(x, 3) for x in generation], "es_iteration_s": [round(x, 3) for x in iteration],
         "apply_one_candidate_s": round(median(apply_times), 3),
         "overhead_ratio_median": round(median(i / g for i, g in zip(iteration, generation)), 3),
     }
-    write_result(args.name or f"overhead_{args.noise}_{args.task}_{args.max_new_tokens}tok", payload)
+    write_result(args.name or f"overhead_{'vllm_' if args.backend == 'vllm' else ''}{args.noise}_{args.task}_{args.max_new_tokens}tok", payload)
 
 
 if __name__ == "__main__":

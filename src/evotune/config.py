@@ -101,7 +101,8 @@ class TrainConfig(ConfigMixin):
     checkpoint_every: int = _opt(10, "Write a resumable checkpoint every this many iterations.")
     seed: int = _opt(0, "Seeds the data order, the noise and the task generators.")
     # where it runs
-    backend: str = _opt("hf", "Generation backend: hf (transformers) or vllm (CUDA; space: full, optimizer: sgd).")
+    backend: str = _opt("hf", "Generation backend: hf (transformers) or vllm (CUDA; space full needs "
+                                   "optimizer sgd).")
     dtype: str = _opt("bfloat16", "Weights dtype for generation: float32, bfloat16, float16 (the mean stays fp32).")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
     quantization: str = _opt("none", "lora/svd_lora base weights: none, int8 or int4 (bitsandbytes; needs CUDA).")
