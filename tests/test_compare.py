@@ -48,6 +48,23 @@ def test_table_spread_and_time_to_target(tmp_path):
         assert (tmp_path / "out" / name).stat().st_size > 0
 
 
+def test_warm_start_cost_is_reported(tmp_path):
+    """ES on an `evotune sft` adapter shows the SFT steps and time it started from; others show nothing."""
+    sft = tmp_path / "sft"
+    write_run(sft, {"task": "arithmetic"}, [{"step": 1, "loss": 2.0, "time_s": 3.0},
+                                            {"step": 2, "loss": 1.5, "time_s": 7.5},
+                                            {"step": 2, "eval/accuracy": 0.4}])
+    essa = synthetic(tmp_path / "essa", "essa", 0, [0.4, 0.5])
+    config = yaml.safe_load((tmp_path / "essa" / "config.yaml").read_text())
+    (tmp_path / "essa" / "config.yaml").write_text(yaml.safe_dump({**config, "adapter": str(sft / "adapter")}))
+    result = compare_runs([synthetic(tmp_path / "es", "es", 0, [0.1, 0.2]), essa], str(tmp_path / "out"))
+    es, essa_row = result["methods"]
+    assert "warm_start_steps" not in es
+    assert essa_row["warm_start_steps"] == 2 and essa_row["warm_start_time_s"] == 7.5
+    header = (tmp_path / "out" / "compare.md").read_text().splitlines()[2]
+    assert "warm_start_time_s" in header
+
+
 def test_compare_real_runs_from_the_cli(tiny_model_dir, tmp_path, capsys):
     runs = []
     for seed, space in ((0, "full"), (1, "full"), (0, "lora")):

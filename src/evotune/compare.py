@@ -53,7 +53,23 @@ def load_run(directory: str | Path, metric: str | None) -> dict[str, Any]:
     return {"run": str(directory), "method": method_label(config), "seed": config.get("seed"), "metric": metric,
             "num_eval": config.get("num_eval"), "curve": curve, "final": curve[-1]["value"],
             "samples_seen": samples, "train_time_s": round(elapsed, 1),
-            "peak_rss_mib": max((r["peak_rss_mib"] for r in records if "peak_rss_mib" in r), default=None)}
+            "peak_rss_mib": max((r["peak_rss_mib"] for r in records if "peak_rss_mib" in r), default=None),
+            **warm_start(config)}
+
+
+def warm_start(config: dict) -> dict[str, Any]:
+    """The cost of the run's starting adapter when an `evotune sft` run made it (ESSA's stage 1).
+
+    ES on an SFT adapter starts from a better model bought with labelled examples and gradient
+    steps; the table shows that price next to the sampled-completion budget instead of hiding it.
+    """
+    adapter = config.get("adapter")
+    metrics_path = Path(adapter).parent / "metrics.jsonl" if adapter else None
+    if metrics_path is None or not metrics_path.exists():
+        return {}
+    records = [record for record in read_metrics(metrics_path) if "loss" in record]  # one per SFT step
+    return {"warm_start_steps": len(records),
+            "warm_start_time_s": round(max((record.get("time_s", 0.0) for record in records), default=0.0), 1)}
 
 
 def time_to_target(run: dict, target: float) -> dict[str, float | None]:
@@ -75,6 +91,9 @@ def summarize(runs: list[dict], target: float | None) -> list[dict]:
                "samples_seen": int(np.mean([run["samples_seen"] for run in group])),
                "train_time_s": float(np.mean([run["train_time_s"] for run in group])),
                "peak_rss_mib": max((run["peak_rss_mib"] or 0) for run in group) or None}
+        if all("warm_start_time_s" in run for run in group):  # SFT steps and time before the ES budget
+            row["warm_start_steps"] = int(np.mean([run["warm_start_steps"] for run in group]))
+            row["warm_start_time_s"] = float(np.mean([run["warm_start_time_s"] for run in group]))
         if group[0]["metric"].endswith("accuracy") and all(run["num_eval"] for run in group):
             total = sum(run["num_eval"] for run in group)  # pooled over seeds' held-out sets
             row["final_ci95"] = list(wilson_interval(float(sum(r["final"] * r["num_eval"] for r in group)), total))
@@ -127,7 +146,7 @@ def compare_runs(run_dirs: list[str], output_dir: str, metric: str | None = None
 
 
 def format_markdown(rows: list[dict], metric: str) -> str:
-    keys = [key for key in rows[0] if key != "method"]
+    keys = [key for key in dict.fromkeys(key for row in rows for key in row) if key != "method"]
     lines = [f"| method | {' | '.join(keys)} |", "|---" * (len(keys) + 1) + "|"]
     for row in rows:
         cells = []
