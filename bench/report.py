@@ -110,6 +110,16 @@ def ray_lines() -> list[str]:
     return lines + [""]
 
 
+def compare_lines() -> list[str]:
+    """The method comparisons (`bash bench/compare_methods.sh`): each one's evotune-written table."""
+    lines = []
+    for directory in sorted(path for path in RESULTS.glob("compare_*") if (path / "compare.md").exists()):
+        lines += [f"## Method comparison: {directory.name.removeprefix('compare_')}", "",
+                  "`bash bench/compare_methods.sh` (tables and plots by `evotune compare`; PNGs in "
+                  f"`{directory.name}/`)", "", (directory / "compare.md").read_text().strip(), ""]
+    return lines
+
+
 def main() -> None:
     lines = ["# Benchmark results", "", "Written by `python bench/report.py` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
@@ -140,6 +150,7 @@ def main() -> None:
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
+    lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -39,6 +39,8 @@ def test_table_spread_and_time_to_target(tmp_path):
     assert es["final_mean"] == pytest.approx(0.4) and es["final_std"] == pytest.approx(0.1414, abs=1e-3)
     assert es["final_ci95"][0] < 0.4 < es["final_ci95"][1]  # pooled 200 held-out answers
     assert es["samples_seen"] == 200 and grpo["train_time_s"] == 60.0 and es["peak_rss_mib"] == 502.0
+    # equal budget: GRPO spent 100 samples, so ES is read at its 100-sample evaluation (0.2 and 0.3)
+    assert es["at_100_samples"] == pytest.approx(0.25) and grpo["at_100_samples"] == pytest.approx(0.2)
     assert es["reached_target"] == "2/2" and es["time_to_target_s"] == pytest.approx(15.0)  # 20 s and 10 s
     assert grpo["reached_target"] == "0/1" and grpo["time_to_target_s"] is None
     run = result["runs"][1]

@@ -80,13 +80,27 @@ def time_to_target(run: dict, target: float) -> dict[str, float | None]:
     return {"time_s": None, "samples": None}
 
 
-def summarize(runs: list[dict], target: float | None) -> list[dict]:
-    """One row per method: final metric mean, spread over seeds, a 95% interval, budgets, memory."""
+def value_at_budget(run: dict, budget: int) -> float | None:
+    """The last evaluation made within `budget` sampled completions (None: none that early)."""
+    within = [point["value"] for point in run["curve"] if point["samples"] <= budget]
+    return within[-1] if within else None
+
+
+def summarize(runs: list[dict], target: float | None, budget: int | None = None) -> list[dict]:
+    """One row per method: final metric mean, spread over seeds, a 95% interval, budgets, memory.
+
+    `budget` (default: the smallest budget any run spent) adds each method's mean metric at that
+    many sampled completions, so runs of unequal length still meet at one equal budget.
+    """
+    budget = min(run["samples_seen"] for run in runs) if budget is None else budget
     rows = []
     for method in dict.fromkeys(run["method"] for run in runs):
         group = [run for run in runs if run["method"] == method]
         finals = np.array([run["final"] for run in group], dtype=float)
-        row = {"method": method, "runs": len(group), "final_mean": float(finals.mean()),
+        at_budget = [value_at_budget(run, budget) for run in group]
+        row = {"method": method, "runs": len(group),
+               f"at_{budget}_samples": float(np.mean(at_budget)) if None not in at_budget else None,
+               "final_mean": float(finals.mean()),
                "final_std": float(finals.std(ddof=1)) if len(group) > 1 else 0.0,
                "samples_seen": int(np.mean([run["samples_seen"] for run in group])),
                "train_time_s": float(np.mean([run["train_time_s"] for run in group])),
@@ -128,7 +142,7 @@ def _plot(runs: list[dict], axis_key: str, path: Path, label: str) -> None:
 
 
 def compare_runs(run_dirs: list[str], output_dir: str, metric: str | None = None,
-                 target: float | None = None) -> dict[str, Any]:
+                 target: float | None = None, budget: int | None = None) -> dict[str, Any]:
     runs = [load_run(directory, metric) for directory in run_dirs]
     metrics = {run["metric"] for run in runs}
     if len(metrics) > 1:
@@ -138,7 +152,7 @@ def compare_runs(run_dirs: list[str], output_dir: str, metric: str | None = None
     name = runs[0]["metric"].replace("eval/", "")
     _plot(runs, "samples", output / f"{name}_vs_samples.png", "sampled completions")
     _plot(runs, "time_s", output / f"{name}_vs_time.png", "training time (s)")
-    summary = summarize(runs, target)
+    summary = summarize(runs, target, budget)
     result = {"metric": runs[0]["metric"], "target": target, "methods": summary, "runs": runs}
     (output / "compare.json").write_text(json.dumps(result, indent=2))
     (output / "compare.md").write_text(format_markdown(summary, runs[0]["metric"]) + "\n")
@@ -159,4 +173,5 @@ def format_markdown(rows: list[dict], metric: str) -> str:
             else:
                 cells.append("" if value is None else str(value))
         lines.append(f"| {row['method']} | {' | '.join(cells)} |")
-    return f"{metric}, final = last held-out evaluation\n\n" + "\n".join(lines)
+    return (f"{metric}; at_N_samples = mean of each seed's last evaluation within N sampled completions; final = "
+            "last held-out evaluation\n\n" + "\n".join(lines))

@@ -37,7 +37,8 @@ class GRPORunConfig(ConfigMixin):
     reward_fns: list = _opt([], "Reward functions as import paths (TRL's signature); default: the task's.")
     reward_weights: list = _opt([], "One weight per reward function.")
     seed: int = _opt(0, "Seeds data order, sampling and initialization.")
-    dtype: str = _opt("float32", "Training dtype (float32 on CPU: bf16 backward is slower there).")
+    dtype: str = _opt("float32", "Base weights dtype (the LoRA adapter stays fp32); bfloat16 measured ~1.5x faster "
+                                 "GRPO steps than float32 on a 2-core CPU.")
     # GRPO itself (defaults from the papers: group 8, learning rate 1e-5 for LoRA / 1e-6 full)
     iterations: int = _opt(20, "Optimizer steps.")
     batch_size: int = _opt(4, "Prompts per step; each gets `num_generations` sampled completions.")

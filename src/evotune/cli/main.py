@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--output", required=True, help="directory for compare.json, compare.md and PNGs")
     compare.add_argument("--metric", help="eval metric (default eval/accuracy, else eval/reward)")
     compare.add_argument("--target", type=float, help="also report the time and samples to reach this value")
+    compare.add_argument("--budget", type=int, help="also report the metric at this many sampled completions "
+                                                    "(default: the smallest budget among the runs)")
     compare.set_defaults(run=_compare)
 
     keys = commands.add_parser("keys", help="list the config keys with their defaults and help")
@@ -162,7 +164,7 @@ def _grpo(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from ..compare import compare_runs, format_markdown
 
-    result = compare_runs(args.runs, args.output, args.metric, args.target)
+    result = compare_runs(args.runs, args.output, args.metric, args.target, args.budget)
     print(format_markdown(result["methods"], result["metric"]))
     print(f"wrote {args.output}/compare.json, compare.md and plots", file=sys.stderr)
     return 0
