@@ -156,8 +156,8 @@ def run_es(factorization: Factorization, data: Data, iterations: int, population
             weight = factorization.weight(space.current.numpy().astype(np.float64))
             rewards.append(accuracy(weight, factorization.bias, data.x_train, data.y_train))
         space.restore()
-        strategy.tell(rewards)
-        space.set_mean(strategy.mean)  # CMA-ES owns the mean
+        update, _ = strategy.tell(rewards)
+        space.apply_update(update)  # CMA-ES owns the mean: a MeanUpdate the space adopts
         curve.append(evaluate(factorization, space.mean.numpy().astype(np.float64), data))
     return {"train": [c[0] for c in curve], "test": [c[1] for c in curve]}
 

@@ -11,7 +11,7 @@ from evotune.errors import ConfigError
 from evotune.spaces import noise
 from evotune.spaces.lora import LoRASpace, init_lora_adapter, lora_factors
 from evotune.spaces.svd_lora import SVDLoRASpace
-from evotune.strategies import CMAES, SGD, Candidate, OpenES
+from evotune.strategies import CMAES, SGD, Candidate, OpenES, SeedUpdate
 
 RANK = 8
 NUM_MODULES = 8  # 2 layers x q, k, v, o
@@ -140,7 +140,8 @@ def test_scale_zero_apply_is_a_no_op(model, kind):
 def test_learning_rate_zero_update_is_a_no_op(model, kind):
     space = SPACES[kind](model)
     before, mean = snapshot(model), space.mean_vector()
-    space.update([1, 2, 3], [0.5, -0.2, 0.1], SGD(learning_rate=0.0))
+    space.optimizer = SGD(learning_rate=0.0)
+    space.apply_update(SeedUpdate(0, [1, 2, 3], [0.5, -0.2, 0.1]))
     assert_identical(model, before)
     assert np.array_equal(space.mean_vector(), mean)
 
@@ -150,7 +151,8 @@ def test_base_weights_never_change(model, kind):
     before = snapshot(model)
     space = SPACES[kind](model)
     space.apply(Candidate(seed=1, scale=0.5))
-    space.update([1, 2], [0.5, -0.5], SGD(learning_rate=0.1))
+    space.optimizer = SGD(learning_rate=0.1)
+    space.apply_update(SeedUpdate(0, [1, 2], [0.5, -0.5]))
     space.apply(space.mean_vector() + 0.3)
     space.set_mean(space.mean_vector() - 0.1)
     space.load_state_tensors(space.state_tensors())
@@ -176,7 +178,8 @@ def test_cma_vector_apply_then_set_mean_round_trip(model, kind):
 @pytest.mark.parametrize("kind", SPACES)
 def test_state_tensors_round_trip_onto_another_start(tiny_model_dir, model, kind):
     space = SPACES[kind](model)
-    space.update([11, 12], [0.3, -0.1], SGD(learning_rate=0.05))
+    space.optimizer = SGD(learning_rate=0.05)
+    space.apply_update(SeedUpdate(0, [11, 12], [0.3, -0.1]))
     state = {key: value.clone() for key, value in space.state_tensors().items()}
     trained = space.adapter_weights()
     other = make_model(tiny_model_dir, seed=7)  # another adapter init: the checkpoint alone decides
@@ -252,7 +255,8 @@ def test_save_adapter_reloads_with_identical_outputs(tiny_model_dir, model, kind
     from peft import PeftModel
 
     space = SPACES[kind](model)
-    space.update([21, 22], [0.5, -0.3], SGD(learning_rate=0.1))
+    space.optimizer = SGD(learning_rate=0.1)
+    space.apply_update(SeedUpdate(0, [21, 22], [0.5, -0.3]))
     mean_logits = logits(model)
     space.apply(Candidate(seed=9, scale=0.5))  # saving must write the mean, not this candidate
     space.save_adapter(str(tmp_path))
@@ -271,7 +275,8 @@ def test_save_adapter_reloads_with_identical_outputs(tiny_model_dir, model, kind
 @pytest.mark.parametrize("kind", SPACES)
 def test_one_openes_step_moves_the_mean(model, kind):
     space = SPACES[kind](model)
-    strategy = OpenES(population_size=4, sigma=0.1, learning_rate=0.05, antithetic=True)
+    space.optimizer = SGD(learning_rate=0.05)
+    strategy = OpenES(population_size=4, sigma=0.1, antithetic=True)
     start = space.mean_vector()
     rewards = []
     for candidate in strategy.ask():
@@ -279,7 +284,7 @@ def test_one_openes_step_moves_the_mean(model, kind):
         rewards.append(score(model))
         space.restore()
     update, _ = strategy.tell(rewards)
-    space.update(update.seeds, update.coefficients, strategy.optimizer)
+    space.apply_update(update)
     assert not np.array_equal(space.mean_vector(), start)
     assert torch.equal(torch.cat([f.weight.detach().reshape(-1) for f in space.factors]),
                        torch.cat([w.float().reshape(-1) for w in space.adapter_weights().values()]))
@@ -295,8 +300,9 @@ def test_one_cmaes_step_moves_the_mean(model, kind):
         space.apply(point)
         rewards.append(score(model))
         space.restore()
-    strategy.tell(rewards)
-    space.set_mean(strategy.mean)
+    update, _ = strategy.tell(rewards)
+    space.apply_update(update)  # a MeanUpdate: the space adopts CMA-ES's mean
+    assert np.array_equal(space.mean_vector(), np.float32(strategy.mean))
     assert not np.array_equal(space.mean_vector(), start)
     moved = snapshot(model)
     space.apply(strategy.mean)

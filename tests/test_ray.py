@@ -10,6 +10,7 @@ import torch
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError, EvotuneError
+from evotune.types import SeedUpdate
 from evotune.trainer import Trainer
 
 pytestmark = [pytest.mark.requires_ray,
@@ -62,7 +63,7 @@ def test_two_actors_give_the_single_process_result(tiny_model_dir, tmp_path, spa
     if space == "full":  # and a replica that takes a step alone is caught
         import ray
 
-        ray.get(pooled.evaluator.workers[0].update.remote([123], [1.0]))
+        ray.get(pooled.evaluator.workers[0].apply_update.remote(SeedUpdate(0, [123], [1.0])))
         with pytest.raises(EvotuneError, match="diverged"):
             pooled.evaluator.check_replicas()
     pooled.evaluator.close()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evotune.spaces import FullParameterSpace, noise
-from evotune.strategies import SGD, Candidate
+from evotune.strategies import SGD, Candidate, SeedUpdate
 
 
 def digest(tensor: torch.Tensor) -> str:
@@ -80,7 +80,8 @@ def test_learning_rate_zero_update_is_a_no_op(tiny_backend):
     model = tiny_backend.model
     before = snapshot(model)
     space = FullParameterSpace(model)
-    space.update([1, 2, 3], [0.5, -0.2, 0.1], SGD(learning_rate=0.0))
+    space.optimizer = SGD(learning_rate=0.0)
+    space.apply_update(SeedUpdate(0, [1, 2, 3], [0.5, -0.2, 0.1]))
     assert_bit_identical(model, before)
 
 
@@ -91,7 +92,8 @@ def test_update_accumulates_in_fp32(tiny_backend):
     name = space.parameters[1][0]
     start = space.master[name].clone()
     for _ in range(3):
-        space.update([7], [1.0], SGD(learning_rate=1e-6))
+        space.optimizer = SGD(learning_rate=1e-6)
+        space.apply_update(SeedUpdate(0, [7], [1.0]))
     expected = start + 3 * 1e-6 * noise(start.shape, 7, name)
     assert torch.allclose(space.master[name], expected, atol=1e-7)
     assert not torch.equal(space.master[name], start)
@@ -102,7 +104,8 @@ def test_selection_by_regex_leaves_others_untouched(tiny_backend):
     before = snapshot(model)
     space = FullParameterSpace(model, include=[r"self_attn"], exclude=[r"layers\.1\."])
     assert space.parameters and all("layers.0.self_attn" in name for name, _ in space.parameters)
-    space.update([1], [1.0], SGD(learning_rate=0.1))
+    space.optimizer = SGD(learning_rate=0.1)
+    space.apply_update(SeedUpdate(0, [1], [1.0]))
     for name, param in model.named_parameters():
         changed = not torch.equal(param, before[name])
         assert changed == ("layers.0.self_attn" in name), name
@@ -112,11 +115,13 @@ def test_replay_of_update_log_rebuilds_the_mean(tiny_backend):
     model = tiny_backend.model
     space = FullParameterSpace(model)
     base = {k: v.clone() for k, v in space.master.items()}
-    log = [{"seeds": [11, 12], "coefficients": [0.3, -0.1]}, {"seeds": [13], "coefficients": [0.2]}]
-    space.replay(log, SGD(learning_rate=0.01))
+    log = [{"iteration": 0, "seeds": [11, 12], "coefficients": [0.3, -0.1]},
+           {"iteration": 1, "seeds": [13], "coefficients": [0.2]}]
+    space.optimizer = SGD(learning_rate=0.01)
+    space.replay(log)
     trained = {k: v.clone() for k, v in space.master.items()}
     space.load_state_tensors(base)
-    space.replay(log, SGD(learning_rate=0.01))
+    space.replay(log)
     assert all(torch.equal(trained[k], space.master[k]) for k in trained)
 
 

@@ -7,8 +7,9 @@ import copy
 import numpy as np
 import pytest
 
+from evotune.optimizers import make_optimizer
 from evotune.spaces import VectorSpace
-from evotune.strategies import STRATEGIES, OpenES, centered_rank, z_score
+from evotune.strategies import STRATEGIES, MeanUpdate, OpenES, SeedUpdate, centered_rank, z_score
 
 TARGET = np.linspace(-1.0, 1.0, 10)
 
@@ -17,15 +18,23 @@ def quadratic(x: np.ndarray) -> float:
     return -float(((x - TARGET) ** 2).sum())  # higher is better, max 0 at TARGET
 
 
+# (strategy arguments, optimizer of the space's mean: name, learning rate, weight decay)
 VARIANTS = {
-    "openes": dict(population_size=20, sigma=0.1, learning_rate=0.05),
-    "openes-antithetic": dict(population_size=20, sigma=0.1, learning_rate=0.05, antithetic=True),
-    "openes-rank": dict(population_size=20, sigma=0.1, learning_rate=0.05, fitness_shaping="centered_rank"),
-    "openes-adam": dict(population_size=20, sigma=0.1, learning_rate=0.05, optimizer="adam"),
-    "openes-weight-decay": dict(population_size=20, sigma=0.1, learning_rate=0.05, weight_decay=0.01),
-    "cma": dict(population_size=12, sigma=0.3, dimension=10),
-    "cma-diagonal": dict(population_size=12, sigma=0.3, dimension=10, diagonal=True),
+    "openes": (dict(population_size=20, sigma=0.1), ("sgd", 0.05, 0.0)),
+    "openes-antithetic": (dict(population_size=20, sigma=0.1, antithetic=True), ("sgd", 0.05, 0.0)),
+    "openes-rank": (dict(population_size=20, sigma=0.1, fitness_shaping="centered_rank"), ("sgd", 0.05, 0.0)),
+    "openes-adam": (dict(population_size=20, sigma=0.1), ("adam", 0.05, 0.0)),
+    "openes-weight-decay": (dict(population_size=20, sigma=0.1), ("sgd", 0.05, 0.01)),
+    "cma": (dict(population_size=12, sigma=0.3, dimension=10), None),
+    "cma-diagonal": (dict(population_size=12, sigma=0.3, dimension=10, diagonal=True), None),
 }
+
+
+def make(variant: str, seed: int):
+    """(strategy, VectorSpace at the origin with the variant's optimizer)."""
+    arguments, optimizer = VARIANTS[variant]
+    strategy = STRATEGIES[variant.split("-")[0]](seed=seed, **arguments)
+    return strategy, VectorSpace(np.zeros(10), optimizer=make_optimizer(*optimizer) if optimizer else None)
 
 
 def run(strategy, space: VectorSpace, iterations: int) -> list:
@@ -38,11 +47,11 @@ def run(strategy, space: VectorSpace, iterations: int) -> list:
             rewards.append(quadratic(space.current.numpy()))
         space.restore()
         update, _ = strategy.tell(rewards)
-        if update is None:  # the strategy owns the mean (CMA-ES)
-            space.set_mean(strategy.mean)
+        assert isinstance(update, MeanUpdate if isinstance(strategy, STRATEGIES["cma"]) else SeedUpdate)
+        space.apply_update(update)
+        if isinstance(update, MeanUpdate):  # the strategy owns the mean (CMA-ES)
             updates.append([c.copy() for c in candidates])
         else:
-            space.update(update.seeds, update.coefficients, strategy.optimizer)
             updates.append((update.seeds, update.coefficients))
     return updates
 
@@ -53,9 +62,7 @@ def test_every_strategy_is_covered():
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_conformance_on_quadratic(variant):
-    name = variant.split("-")[0]
-    strategy = STRATEGIES[name](seed=1, **VARIANTS[variant])
-    space = VectorSpace(np.zeros(10))
+    strategy, space = make(variant, seed=1)
     start = quadratic(space.mean.numpy())
     run(strategy, space, 150)
     end = quadratic(space.mean.numpy())
@@ -66,23 +73,19 @@ def test_conformance_on_quadratic(variant):
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_save_step_load_gives_identical_steps(variant):
-    name = variant.split("-")[0]
-    strategy = STRATEGIES[name](seed=3, **VARIANTS[variant])
-    space = VectorSpace(np.zeros(10))
+    strategy, space = make(variant, seed=3)
     run(strategy, space, 3)
     state = copy.deepcopy(strategy.state_dict())
-    optimizer = getattr(strategy, "optimizer", None)
-    optimizer_tensors = {k: v.clone() for k, v in optimizer.tensors().items()} if optimizer else {}
-    space_state = space.state_tensors()
+    space_state = copy.deepcopy(space.state_dict())
+    optimizer_tensors = {k: v.clone() for k, v in space.optimizer_tensors().items()}
+    space_tensors = space.state_tensors()
     first = run(strategy, space, 2)
     mean_after = space.mean.clone()
 
-    restored = STRATEGIES[name](seed=3, **VARIANTS[variant])
+    restored, space2 = make(variant, seed=3)
     restored.load_state_dict(state)
-    if optimizer:
-        restored.optimizer.load_state_dict(state["optimizer"], optimizer_tensors)
-    space2 = VectorSpace(np.zeros(10))
-    space2.load_state_tensors(space_state)
+    space2.load_state_tensors(space_tensors)
+    space2.load_state_dict(space_state, optimizer_tensors)
     second = run(restored, space2, 2)
     assert len(first) == len(second) == 2
     for a, b in zip(first, second):  # the same populations / (seeds, coefficients), step for step
@@ -103,15 +106,15 @@ def test_cma_negates_rewards_only_inside_the_adapter():
 
 
 def test_learning_rate_zero_changes_nothing():
-    strategy = OpenES(population_size=8, sigma=0.1, learning_rate=0.0)
-    space = VectorSpace(np.ones(10))
+    strategy = OpenES(population_size=8, sigma=0.1)
+    space = VectorSpace(np.ones(10), optimizer=make_optimizer("sgd", 0.0))
     run(strategy, space, 3)
     assert np.array_equal(space.mean.numpy(), np.ones(10, dtype=np.float32))
 
 
 def test_sigma_zero_changes_nothing():
-    strategy = OpenES(population_size=8, sigma=0.0, learning_rate=0.5)
-    space = VectorSpace(np.ones(10))
+    strategy = OpenES(population_size=8, sigma=0.0)
+    space = VectorSpace(np.ones(10), optimizer=make_optimizer("sgd", 0.5))
     run(strategy, space, 3)  # every candidate equals the mean: equal rewards, zero shaped fitness
     assert np.array_equal(space.mean.numpy(), np.ones(10, dtype=np.float32))
 

@@ -84,14 +84,15 @@ def test_resume_gives_the_same_final_weights(tiny_model_dir, tmp_path, monkeypat
 
 def test_replaying_the_update_log_from_the_base_model_gives_the_final_weights(tiny_model_dir, tmp_path):
     from evotune.checkpoint import load_checkpoint
-    from evotune.strategies.optimizers import SGD
+    from evotune.optimizers import SGD
 
     trainer = Trainer(tiny_config(tiny_model_dir), tmp_path / "run")
     trainer.train()
     log = load_checkpoint(tmp_path / "run" / "checkpoint")["update_log"]
     assert len(log) == 4
     fresh = Trainer(tiny_config(tiny_model_dir, report_to=[]), tmp_path / "fresh")
-    fresh.space.replay(log, SGD(learning_rate=0.05))
+    fresh.space.optimizer = SGD(learning_rate=0.05)
+    fresh.space.replay(log)
     for name, tensor in trainer.space.master.items():
         assert torch.equal(tensor, fresh.space.master[name]), name
 

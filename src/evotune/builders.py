@@ -1,4 +1,7 @@
-"""Config -> the loop's parts: space, strategy, evaluator. The trainer only composes them.
+"""Config -> the loop's parts: task, backend, space (with its optimizer), strategy, evaluator.
+
+The trainer only composes them, and Ray actors build their replica through the same
+`ReplicaFactory`, so a worker always has the configured backend and space.
 
 Adapter spaces (ESSA: Korotyshova, Shaposhnikov et al., arXiv 2507.04453) wrap the loaded
 model in a PEFT LoRA adapter, either one loaded from disk (the `evotune sft` warm start) or a
@@ -7,14 +10,36 @@ fresh one, and evolve only that adapter; the base weights are never written.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .backends.base import Backend, resolve_device
 from .config import TrainConfig
+from .distributed.base import Evaluator, Replica
 from .errors import ConfigError
 from .spaces import FullParameterSpace, Space
+from .strategies import Strategy
+from .tasks import Task, get_task
 
 ADAPTER_SPACES = ("lora", "svd_lora")
+
+
+def build_task(config: TrainConfig) -> Task:
+    return get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
+                    eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
+                    reward_weights=config.reward_weights or None, **config.task_args)
+
+
+def read_adapter_config(adapter: str) -> dict[str, Any]:
+    """The PEFT adapter_config.json of `adapter`, or an error saying where adapters come from."""
+    path = Path(adapter) / "adapter_config.json"
+    if not path.exists():
+        raise ConfigError(f"`adapter` is {adapter!r}, which holds no adapter_config.json; point it at a PEFT "
+                          "adapter directory (an `evotune sft` run writes DIR/adapter), or remove `adapter` "
+                          "to start from a fresh LoRA.")
+    return json.loads(path.read_text())
 
 
 def attach_adapter(model: Any, config: TrainConfig) -> Any:
@@ -26,16 +51,16 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
                                  config.lora_init, config.seed)
     from peft import PeftModel
 
-    directory = Path(config.adapter)
-    if not (directory / "adapter_config.json").exists():
-        raise ConfigError(f"`adapter` is {config.adapter!r}, which holds no adapter_config.json; point it at a "
-                          "PEFT adapter directory (an `evotune sft` run writes DIR/adapter), or remove `adapter` "
-                          "to start from a fresh LoRA.")
-    return PeftModel.from_pretrained(model, str(directory), adapter_name="default").eval()
+    read_adapter_config(config.adapter)  # a clear error before PEFT's own
+    return PeftModel.from_pretrained(model, config.adapter, adapter_name="default").eval()
 
 
-def build_space(config: TrainConfig, backend: Any) -> Space:
-    """The search space; for adapter spaces `backend.model` becomes the PEFT-wrapped model."""
+def build_space(config: TrainConfig, backend: Backend) -> Space:
+    """The search space with the optimizer that moves its mean; for adapter spaces `backend.model`
+    becomes the PEFT-wrapped model."""
+    from .optimizers import make_optimizer
+
+    optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay)
     if config.backend == "vllm" and config.space == "full":  # the engine holds the weights: a proxy space
         from .backends.vllm import EngineSpace
 
@@ -44,14 +69,15 @@ def build_space(config: TrainConfig, backend: Any) -> Space:
                            config.weight_decay)
     if config.space == "full":
         return FullParameterSpace(backend.model, config.parameters or None, config.exclude_parameters or None,
-                                  noise_kind=config.noise)
+                                  noise_kind=config.noise, optimizer=optimizer)
     from .spaces.lora import LoRASpace
     from .spaces.svd_lora import SVDLoRASpace
 
     backend.model = attach_adapter(backend.model, config)
     if config.space == "lora":
-        return LoRASpace(backend.model, noise_kind=config.noise)
-    return SVDLoRASpace(backend.model, alpha=config.singular_value_fraction, noise_kind=config.noise)
+        return LoRASpace(backend.model, noise_kind=config.noise, optimizer=optimizer)
+    return SVDLoRASpace(backend.model, alpha=config.singular_value_fraction, noise_kind=config.noise,
+                        optimizer=optimizer)
 
 
 def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
@@ -64,7 +90,7 @@ def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
     return {name: list(param.shape) for name, param in skeleton.named_parameters()}
 
 
-def load_backend(config: TrainConfig, device: str) -> Any:
+def load_backend(config: TrainConfig, device: str) -> Backend:
     if config.backend == "vllm":
         from .backends.vllm import VLLMBackend
 
@@ -82,13 +108,7 @@ def adapter_rank(config: TrainConfig) -> int:
     """The rank of the adapter the run evolves: the loaded adapter's `r`, else `lora_rank`."""
     if config.adapter is None:
         return config.lora_rank
-    import json
-
-    path = Path(config.adapter) / "adapter_config.json"
-    if not path.exists():
-        raise ConfigError(f"`adapter` is {config.adapter!r}, which holds no adapter_config.json; point it at a PEFT "
-                          "adapter directory (an `evotune sft` run writes DIR/adapter).")
-    return int(json.loads(path.read_text())["r"])
+    return int(read_adapter_config(config.adapter)["r"])
 
 
 def vllm_population_batch(config: TrainConfig) -> int:
@@ -96,19 +116,31 @@ def vllm_population_batch(config: TrainConfig) -> int:
     return config.population_batch_size or config.population_size
 
 
-def build_strategy(config: TrainConfig, space: Any) -> Any:
+def build_strategy(config: TrainConfig, space: Space) -> Strategy:
     from .strategies import CMAES, OpenES
 
     if config.strategy == "cma":  # CMA-ES owns the mean; it starts where the space is (zero offsets)
         return CMAES(config.population_size, config.sigma, initial_mean=space.mean_vector(),
                      diagonal=config.cma_diagonal, seed=config.seed)
-    return OpenES(config.population_size, config.sigma, config.learning_rate, config.antithetic,
-                  config.fitness_shaping, config.optimizer, config.weight_decay, config.seed)
+    return OpenES(config.population_size, config.sigma, config.antithetic, config.fitness_shaping, config.seed)
 
 
-def build_evaluator(config: TrainConfig, space: Any, backend: Any, task: Any,
-                    state_fn: Any = None, driver_checksum: Any = None) -> Any:
-    """In process, or a Ray actor pool (`distributed: ray`) whose new actors rebuild the mean via state_fn()."""
+@dataclass(frozen=True)
+class ReplicaFactory:
+    """Builds one replica (task, backend, space) from a config: picklable, so a Ray actor can build its
+    own with exactly the driver's builder (and backend: hf or a vLLM engine per actor)."""
+
+    config: dict[str, Any]
+
+    def __call__(self) -> Replica:
+        config = TrainConfig.from_dict(self.config)
+        backend = load_backend(config, resolve_device(config.device))
+        return Replica(build_task(config), backend, build_space(config, backend), config.max_new_tokens)
+
+
+def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None) -> Evaluator:
+    """In process (one candidate at a time, or population-batched for adapter spaces), or a Ray actor
+    pool (`distributed: ray`) whose new actors rebuild the driver's mean via state_fn()."""
     from .distributed import LocalEvaluator
 
     if config.distributed == "ray":
@@ -119,13 +151,13 @@ def build_evaluator(config: TrainConfig, space: Any, backend: Any, task: Any,
         gpus = config.worker_num_gpus
         if gpus is None:
             gpus = 1.0 if torch.cuda.is_available() and config.device != "cpu" else 0.0
-        return RayEvaluator(config, config.workers, state_fn, address=config.ray_address,
+        return RayEvaluator(ReplicaFactory(config.to_dict()), config.workers, state_fn, address=config.ray_address,
                             checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus, num_gpus=gpus,
-                            driver_checksum=driver_checksum)
+                            driver_checksum=replica.space.checksum)
 
     batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
     if config.space in ADAPTER_SPACES and batch and batch > 1:
         from .distributed import BatchedEvaluator
 
-        return BatchedEvaluator(space, backend, task, config.max_new_tokens, batch)
-    return LocalEvaluator(space, backend, task, config.max_new_tokens)
+        return BatchedEvaluator.from_replica(replica, population_batch_size=batch)
+    return LocalEvaluator.from_replica(replica)

@@ -1,4 +1,4 @@
-"""The ES loop: ask -> evaluate -> tell -> update -> log -> checkpoint, with exact resume."""
+"""The ES loop: ask -> evaluate -> tell -> update -> callbacks (evaluate, log, checkpoint), with exact resume."""
 
 from __future__ import annotations
 
@@ -7,29 +7,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import yaml
 
-from .builders import ADAPTER_SPACES, build_evaluator, build_space, build_strategy, load_backend
+from . import run_directory
+from .backends.base import Backend, resolve_device
+from .builders import build_evaluator, build_space, build_strategy, build_task, load_backend
+from .callbacks import TrainerCallback, default_callbacks
 from .checkpoint import find_checkpoint, load_checkpoint, load_state, save_checkpoint
 from .config import TrainConfig
-from .errors import ConfigError
+from .distributed.base import Replica
+from .errors import EvotuneError, RewardFunctionError
 from .spaces import derive_seed
-from .tasks import Task, get_task
+from .tasks import Task
 from .tracking import MetricsLogger, plot_curves
+from .types import append_update
 
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"`device` is {device!r} but CUDA is not available; set `device: cpu` (or auto).")
-    return device
+__all__ = ["Trainer", "evaluate_model", "generate_in_chunks", "peak_memory_mib", "resolve_device"]
 
 
 def peak_memory_mib() -> float:
     """Peak resident memory of this process so far (Linux ru_maxrss is in KiB), plus CUDA's peak."""
     import resource
+
+    import torch
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if torch.cuda.is_available():
@@ -37,13 +36,7 @@ def peak_memory_mib() -> float:
     return round(peak, 1)
 
 
-def build_task(config: TrainConfig) -> Task:
-    return get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
-                    eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
-                    reward_weights=config.reward_weights or None, **config.task_args)
-
-
-def generate_in_chunks(backend: Any, rows: list[dict], max_new_tokens: int, chunk_size: int = 64,
+def generate_in_chunks(backend: Backend, rows: list[dict], max_new_tokens: int, chunk_size: int = 64,
                        **sampling: Any) -> list[str]:
     """Completions for every row's prompt, `chunk_size` prompts per generate call (greedy unless
     sampling arguments such as do_sample=True, temperature, top_p are given)."""
@@ -54,7 +47,7 @@ def generate_in_chunks(backend: Any, rows: list[dict], max_new_tokens: int, chun
     return completions
 
 
-def evaluate_model(backend: Any, task: Task, rows: list[dict], max_new_tokens: int,
+def evaluate_model(backend: Backend, task: Task, rows: list[dict], max_new_tokens: int,
                    chunk_size: int = 64) -> tuple[dict[str, float], list[str]]:
     """Greedy completions for held-out rows and the task's metrics (reward, accuracy, ...)."""
     completions = generate_in_chunks(backend, rows, max_new_tokens, chunk_size)
@@ -62,51 +55,54 @@ def evaluate_model(backend: Any, task: Task, rows: list[dict], max_new_tokens: i
 
 
 class Trainer:
-    """ES on one process (full weights or a LoRA adapter). `backend`/`task` may be passed in (tests, notebooks)."""
+    """ES on one process (full weights or a LoRA adapter), or driving a Ray actor pool.
+
+    `backend`/`task` may be passed in (tests, notebooks); `callbacks` are added to the built-in
+    evaluation, logging, checkpoint and progress callbacks (see evotune.callbacks).
+    """
 
     def __init__(self, config: TrainConfig, output_dir: str | Path, resume: bool = False,
-                 backend: Any = None, task: Task | None = None):
+                 backend: Backend | None = None, task: Task | None = None,
+                 callbacks: list[TrainerCallback] | None = None, overwrite: bool = False):
         self.config = config
         self.output_dir = Path(output_dir)
         self.checkpoint_dir = self.output_dir / "checkpoint"
-        existing = find_checkpoint(self.checkpoint_dir)
-        if existing and not resume:
-            raise ConfigError(f"{self.output_dir} already holds a checkpoint; pass --resume to continue that run, "
-                              "or choose a new --output-dir.")
-        if resume and not existing:
-            raise ConfigError(f"--resume: no checkpoint in {self.checkpoint_dir}; start without --resume.")
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        existing = run_directory.prepare(self.output_dir, config, resume, overwrite)
         self.task = task or build_task(config)
         self.backend = backend or load_backend(config, resolve_device(config.device))
         self.space = build_space(config, self.backend)
         self.strategy = build_strategy(config, self.space)
-        self.evaluator = build_evaluator(config, self.space, self.backend, self.task, state_fn=self.replica_state,
-                                         driver_checksum=self.mean_checksum)
+        replica = Replica(self.task, self.backend, self.space, config.max_new_tokens)
+        self.evaluator = build_evaluator(config, replica, state_fn=self.replica_state)
         self.update_log: list[dict] = []
         if existing:
             self._load(existing)
         self.logger = MetricsLogger(self.output_dir, config.report_to,
                                     resume_iteration=self.strategy.iteration if existing else None)
+        built_in = default_callbacks()  # evaluation first, the user's next, then metrics, checkpoint, progress
+        self.callbacks: list[TrainerCallback] = [built_in[0], *(callbacks or []), *built_in[1:]]
+        self.should_stop = False
+        self.last_eval: dict[str, float] = {}
 
     def _load(self, directory: Path) -> None:
         checkpoint = load_checkpoint(directory)
+        state = checkpoint["state"]
         self.space.load_state_tensors(checkpoint["space_tensors"])
-        self.strategy.load_state_dict(checkpoint["state"]["strategy"])
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(checkpoint["state"]["strategy"]["optimizer"],
-                                           checkpoint["optimizer_tensors"])
+        # Checkpoints of earlier versions kept the optimizer's counters in the strategy's state.
+        space_state = state.get("space") or {key: value for key, value in state["strategy"].items()
+                                             if key == "optimizer"}
+        self.space.load_state_dict(space_state, checkpoint["optimizer_tensors"])
+        self.strategy.load_state_dict(state["strategy"])
         self.update_log = checkpoint["update_log"]
-
-    @property
-    def optimizer(self) -> Any:
-        """The optimizer on the mean (OpenES); None for strategies that own their mean (CMA-ES)."""
-        return getattr(self.strategy, "optimizer", None)
+        if not self.space.mean_is_finite():
+            raise EvotuneError(f"the checkpoint in {directory} holds NaN or infinite weights; it cannot be resumed. "
+                               "Start a new run (e.g. with a smaller learning_rate or sigma).")
 
     def save_checkpoint(self) -> None:
-        state = {"iteration": self.strategy.iteration, "strategy": self.strategy.state_dict()}
-        save_checkpoint(self.checkpoint_dir, state, self.space.state_tensors(),
-                        self.optimizer.tensors() if self.optimizer is not None else {}, self.update_log)
+        state = {"iteration": self.strategy.iteration, "strategy": self.strategy.state_dict(),
+                 "space": self.space.state_dict()}
+        save_checkpoint(self.checkpoint_dir, state, self.space.state_tensors(), self.space.optimizer_tensors(),
+                        self.update_log)
 
     def batch_indices(self, iteration: int) -> list[int]:
         """Positions in task.train_rows of the prompts every candidate of `iteration` is scored on
@@ -120,90 +116,67 @@ class Trainer:
         return [self.task.train_rows[index] for index in self.batch_indices(iteration)]
 
     def replica_state(self) -> dict:
-        """How another replica rebuilds this mean: the checkpoint, the updates logged after it, or
-        CMA-ES's mean vector (small), never the weights themselves."""
+        """How another replica rebuilds this mean: the checkpoint and the updates logged after it
+        (seeds and coefficients, or CMA-ES's small mean), never the weights themselves."""
         checkpoint = find_checkpoint(self.checkpoint_dir)
         start = load_state(checkpoint)["iteration"] if checkpoint else 0  # not the tensors: a full model's worth
-        mean = self.strategy.mean.tolist() if self.optimizer is None and self.strategy.iteration else None
-        return {"checkpoint": str(checkpoint) if checkpoint else None, "mean": mean,
+        return {"checkpoint": str(checkpoint) if checkpoint else None,
                 "log": [entry for entry in self.update_log if entry["iteration"] >= start]}
-
-    def mean_checksum(self) -> str:
-        from .distributed.ray import mean_checksum
-
-        return mean_checksum(self.space)
 
     def evaluate(self) -> dict[str, float]:
         metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, self.config.max_new_tokens)
-        return {f"eval/{key}": value for key, value in metrics.items()}
+        self.last_eval = {f"eval/{key}": value for key, value in metrics.items()}
+        return self.last_eval
+
+    def is_final_iteration(self, iteration: int) -> bool:
+        return iteration == self.config.iterations
 
     def step(self) -> dict[str, float]:
-        """One iteration; returns its metrics record."""
+        """One iteration: ask, evaluate, tell, move the mean here and on every replica; its metrics record."""
         started = time.perf_counter()
         iteration = self.strategy.iteration
         indices = self.batch_indices(iteration)
-        candidates = self.strategy.ask()
-        rewards = self.evaluator.evaluate(candidates, [self.task.train_rows[i] for i in indices],
-                                          row_indices=indices)  # (pop,)
+        rows = [self.task.train_rows[i] for i in indices]
+        population = self.strategy.ask()
+        rewards = self.evaluator.evaluate(population, rows, row_indices=indices)  # (pop,)
+        if np.isnan(rewards).all():
+            raise RewardFunctionError(
+                f"iteration {iteration + 1}: the reward functions returned None (skip) for every sample of every "
+                f"candidate, so there is nothing to learn from; e.g. for the prompt {rows[0]['prompt']!r}. Check that "
+                "they score this task's completions.")
         update, metrics = self.strategy.tell(rewards)
-        sync = getattr(self.evaluator, "sync", None)  # remote replicas apply the same step
-        if update is None:  # CMA-ES moved its own mean: the space adopts it
-            self.space.set_mean(self.strategy.mean)
-            if sync:
-                sync(iteration + 1, mean=self.strategy.mean)
-        else:
-            self.space.update(update.seeds, update.coefficients, self.optimizer)
-            self.update_log.append({"iteration": iteration, "seeds": update.seeds,
-                                    "coefficients": update.coefficients})
-            if sync:
-                sync(iteration + 1, seeds=update.seeds, coefficients=update.coefficients)
+        self.space.apply_update(update)
+        self.evaluator.sync(update)
+        self.update_log = append_update(self.update_log, update)
+        if not self.space.mean_is_finite():
+            raise EvotuneError(f"iteration {iteration + 1} made the weights NaN or infinite (learning_rate "
+                               f"{self.config.learning_rate}, sigma {self.config.sigma}); nothing was saved from it. "
+                               "Start a new run with a smaller learning_rate (the last checkpoint is intact).")
         # samples_seen: completions sampled for training so far, the budget axis shared with GRPO runs
-        samples = (iteration + 1) * len(candidates) * len(indices)
-        return {"iteration": iteration + 1, **metrics, **getattr(self.evaluator, "iteration_metrics", {}),
+        samples = (iteration + 1) * len(population) * len(indices)
+        return {"iteration": iteration + 1, **metrics, **self.evaluator.iteration_metrics,
                 "samples_seen": samples, "peak_rss_mib": peak_memory_mib(), "time_s": time.perf_counter() - started}
 
-    def train(self) -> dict[str, float]:
-        from tqdm.auto import tqdm
+    def _notify(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
 
-        config = self.config
-        last_eval: dict[str, float] = {}
-        if self.strategy.iteration == 0:  # the baseline, so the gain is visible
-            last_eval = self.evaluate()
-            self.logger.log({"iteration": 0, **last_eval})
-        bar = tqdm(total=config.iterations, initial=self.strategy.iteration, desc="evotune", unit="it",
-                   dynamic_ncols=True)
+    def train(self) -> dict[str, float]:
+        """Run to `iterations` (or until a callback sets should_stop); returns the last eval metrics."""
+        self.should_stop = False
         try:
-            while self.strategy.iteration < config.iterations:
+            self._notify("on_train_begin")
+            while self.strategy.iteration < self.config.iterations and not self.should_stop:
                 record = self.step()
-                iteration = record["iteration"]
-                is_last = iteration == config.iterations
-                if is_last or (config.eval_every and iteration % config.eval_every == 0):
-                    last_eval = self.evaluate()
-                    record.update(last_eval)
-                self.logger.log(record)
-                if is_last or (config.checkpoint_every and iteration % config.checkpoint_every == 0):
-                    self.save_checkpoint()
-                bar.update(1)
-                bar.set_postfix({"reward": f"{record['reward_mean']:.3f}", "max": f"{record['reward_max']:.3f}",
-                                 **{key: f"{value:.3f}" for key, value in last_eval.items()
-                                    if key in ("eval/accuracy", "eval/reward")}})
+                self._notify("on_iteration_end", record)
         finally:
-            bar.close()
-            self.logger.close()
+            self._notify("on_train_end")
         self.finish()
-        return last_eval
+        return self.last_eval
 
     def finish(self) -> None:
-        if hasattr(self.evaluator, "close"):
-            self.evaluator.close()
-        self.space.restore()
-        final = str(self.output_dir / "final")
-        if self.config.space in ADAPTER_SPACES:  # a standard PEFT adapter; `evotune export --merge` merges it
-            self.space.save_adapter(final)
-            self.backend.tokenizer.save_pretrained(final)
-        elif self.config.backend == "vllm":  # the engine's fp32 mean, written as a plain HF model
-            self.backend.save_pretrained(final, self.space.state_tensors())
-        else:
-            self.backend.save_pretrained(final)
+        """Release workers; write final/ (a model, or a PEFT adapter for adapter spaces) and curves.png."""
+        self.evaluator.close()
+        self.space.save_pretrained(str(self.output_dir / "final"), self.backend)
         plot_curves(self.logger.path, self.output_dir / "curves.png",
                     title=f"{self.config.model} on {self.config.task}")

@@ -3,7 +3,8 @@
 The Ray pool lives in `ray.py`, the only module that imports ray; import it from there.
 """
 
+from .base import Evaluator, Replica
 from .batched import BatchedEvaluator
 from .local import LocalEvaluator
 
-__all__ = ["BatchedEvaluator", "LocalEvaluator"]
+__all__ = ["BatchedEvaluator", "Evaluator", "LocalEvaluator", "Replica"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..errors import ConfigError
+from ..types import Population
 from .local import LocalEvaluator
 
 
@@ -22,15 +23,17 @@ class BatchedEvaluator(LocalEvaluator):
     """
 
     def __init__(self, space: Any, backend: Any, task: Any, max_new_tokens: int, population_batch_size: int):
-        if not hasattr(space, "candidate_factors") or not hasattr(backend, "generate_population"):
-            raise ConfigError("`population_batch_size` needs an adapter space (`space: lora` or `svd_lora`) and the "
-                              "hf backend; remove `population_batch_size` to evaluate one candidate at a time.")
+        from ..spaces.lora import AdapterSpace
+
+        if not isinstance(space, AdapterSpace):
+            raise ConfigError("`population_batch_size` needs an adapter space (`space: lora` or `svd_lora`); "
+                              "remove `population_batch_size` to evaluate one candidate at a time.")
         if population_batch_size < 1:
             raise ConfigError(f"`population_batch_size` is {population_batch_size}; use a positive number.")
         super().__init__(space, backend, task, max_new_tokens)
         self.population_batch_size = population_batch_size
 
-    def completions(self, candidates: list, prompts: list) -> Iterator[tuple[int, list[str]]]:
+    def completions(self, candidates: Population, prompts: list) -> Iterator[tuple[int, list[str]]]:
         """(candidate index, its greedy completions), `population_batch_size` candidates per generate."""
         for start in range(0, len(candidates), self.population_batch_size):
             chunk = candidates[start:start + self.population_batch_size]

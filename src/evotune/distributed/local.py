@@ -6,6 +6,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ..types import Population
+from .base import Evaluator, Replica
+
 
 def mean_reward(task: Any, rows: list[dict], completions: list[str]) -> float:
     """One candidate's mean reward over `rows`; NaN where every sample was skipped (None)."""
@@ -13,7 +16,7 @@ def mean_reward(task: Any, rows: list[dict], completions: list[str]) -> float:
     return float("nan") if np.isnan(per_sample).all() else float(np.nanmean(per_sample))
 
 
-class LocalEvaluator:
+class LocalEvaluator(Evaluator):
     """For each candidate: apply it to the weights, generate, score; restore at the end.
 
     Candidates are applied back to back (each apply() writes mean + its perturbation
@@ -26,11 +29,12 @@ class LocalEvaluator:
         self.task = task
         self.max_new_tokens = max_new_tokens
 
-    def evaluate(self, candidates: list, rows: list[dict], row_indices: list[int] | None = None,
-                 on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
-        """(pop,) mean reward of each candidate over `rows`; NaN where every sample was skipped.
+    @classmethod
+    def from_replica(cls, replica: Replica, **options: Any) -> "LocalEvaluator":
+        return cls(replica.space, replica.backend, replica.task, replica.max_new_tokens, **options)
 
-        row_indices (the rows' positions in task.train_rows) matter only to remote evaluators."""
+    def evaluate(self, candidates: Population, rows: list[dict], row_indices: list[int] | None = None,
+                 on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
         prompts = [row["prompt"] for row in rows]
         rewards = np.full(len(candidates), np.nan)
         try:
@@ -42,7 +46,7 @@ class LocalEvaluator:
             self.space.restore()
         return rewards
 
-    def completions(self, candidates: list, prompts: list) -> Iterator[tuple[int, list[str]]]:
+    def completions(self, candidates: Population, prompts: list) -> Iterator[tuple[int, list[str]]]:
         """(candidate index, its greedy completions), one candidate applied and generated at a time."""
         for index, candidate in enumerate(candidates):
             self.space.apply(candidate)

@@ -16,7 +16,6 @@ This is the only module that imports ray.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import pickle
@@ -26,6 +25,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ConfigError, EvotuneError
+from ..types import Member, Population, Update
+from .base import Evaluator, Replica
 
 
 def is_ray_available() -> bool:
@@ -40,89 +41,64 @@ def _ray():
     return ray
 
 
-def mean_checksum(space: Any) -> str:
-    """A hash of the space's exact mean (every state tensor's bytes, in name order)."""
-    import torch
-
-    digest = hashlib.blake2b(digest_size=16)
-    for name, tensor in sorted(space.state_tensors().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 class ReplicaWorker:
-    """The body of a Ray actor: one replica of (task, backend, space, optimizer) from the run's config."""
+    """The body of a Ray actor: one replica (task, backend, space with its optimizer), built by the
+    picklable factory the driver's builder made, so every actor has the configured backend and space."""
 
-    def __init__(self, config: dict, state: dict | None = None, num_threads: int | None = None):
+    def __init__(self, replica_factory: Callable[[], Replica], state: dict | None = None,
+                 num_threads: int | None = None):
         import torch
-
-        from ..backends import HFBackend
-        from ..builders import build_space, build_strategy
-        from ..config import TrainConfig
-        from ..trainer import build_task, resolve_device
 
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.config = TrainConfig.from_dict(config)
-        self.task = build_task(self.config)
-        self.backend = HFBackend.load(self.config.model, self.config.dtype, resolve_device(self.config.device),
-                                      self.config.generation_batch_size, self.config.quantization)
-        self.space = build_space(self.config, self.backend)
-        # The same optimizer as the driver's, fed the same updates: its state (Adam moments) stays equal.
-        self.optimizer = getattr(build_strategy(self.config, self.space), "optimizer", None)
+        self.replica = replica_factory()
         if state:
             self.load(state)
 
     def load(self, state: dict) -> None:
-        """Rebuild the mean: the checkpoint's tensors, then the logged updates after it, or a CMA-ES mean."""
+        """Rebuild the driver's mean: the checkpoint (mean and optimizer), then the updates logged after it."""
         from ..checkpoint import load_checkpoint
 
+        space = self.replica.space
         if state.get("checkpoint"):
             checkpoint = load_checkpoint(state["checkpoint"])
-            self.space.load_state_tensors(checkpoint["space_tensors"])
-            if self.optimizer is not None:
-                self.optimizer.load_state_dict(checkpoint["state"]["strategy"]["optimizer"],
-                                               checkpoint["optimizer_tensors"])
-        if state.get("log"):
-            self.space.replay(state["log"], self.optimizer)
-        if state.get("mean") is not None:
-            self.space.set_mean(np.asarray(state["mean"]))
+            space.load_state_tensors(checkpoint["space_tensors"])
+            space.load_state_dict(checkpoint["state"].get("space", {}), checkpoint["optimizer_tensors"])
+        space.replay(state.get("log", []))
 
     def ready(self) -> int:
         return os.getpid()
 
-    def evaluate(self, index: int, candidate: Any, row_indices: list[int]) -> tuple[int, float]:
+    def evaluate(self, index: int, candidate: Member, row_indices: list[int]) -> tuple[int, float]:
         from .local import mean_reward
 
-        rows = [self.task.train_rows[i] for i in row_indices]
-        self.space.apply(candidate)  # mean + perturbation, written from the exact mean: no restore needed between
-        completions = self.backend.generate([row["prompt"] for row in rows], self.config.max_new_tokens)
-        return index, mean_reward(self.task, rows, completions)
+        replica = self.replica
+        rows = [replica.task.train_rows[i] for i in row_indices]
+        replica.space.apply(candidate)  # mean + perturbation, written from the exact mean: no restore needed between
+        completions = replica.backend.generate([row["prompt"] for row in rows], replica.max_new_tokens)
+        return index, mean_reward(replica.task, rows, completions)
 
-    def update(self, seeds: list[int], coefficients: list[float]) -> None:
-        self.space.update(seeds, coefficients, self.optimizer)  # also writes the live weights back to the mean
-
-    def set_mean(self, vector: np.ndarray) -> None:
-        self.space.set_mean(vector)
+    def apply_update(self, update: Update) -> None:
+        self.replica.space.apply_update(update)  # also writes the live weights back to the mean
 
     def checksum(self) -> str:
-        return mean_checksum(self.space)
+        return self.replica.space.checksum()
 
 
 def _size(*values: Any) -> int:
     return len(pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-class RayEvaluator:
-    """LocalEvaluator's interface over `num_workers` Ray actors, plus sync() after each update.
+class RayEvaluator(Evaluator):
+    """The evaluator contract over `num_workers` Ray actors; sync() sends each update to every actor.
 
-    state_fn() -> {"checkpoint": path | None, "log": [...], "mean": vector | None} describes how a
-    new actor rebuilds the driver's current mean (the trainer provides it).
+    replica_factory() builds one replica inside an actor (picklable: the builder's ReplicaFactory).
+    state_fn() -> {"checkpoint": path | None, "log": [update dicts]} describes how a new actor
+    rebuilds the driver's current mean (the trainer provides it).
     """
 
-    def __init__(self, config: Any, num_workers: int, state_fn: Callable[[], dict], address: str | None = None,
-                 checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
+    def __init__(self, replica_factory: Callable[[], Replica], num_workers: int, state_fn: Callable[[], dict],
+                 address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
                  driver_checksum: Callable[[], str] | None = None):
         ray = _ray()
         if not ray.is_initialized():
@@ -130,7 +106,7 @@ class RayEvaluator:
             ray.init(address=address, include_dashboard=False, logging_level="ERROR",
                      **({} if address else {"num_cpus": max(int(np.ceil(num_cpus * num_workers)), 1)}))
         self.ray = ray
-        self.config = config.to_dict()
+        self.replica_factory = replica_factory
         self.num_workers = num_workers
         self.state_fn = state_fn
         self.checksum_every = checksum_every
@@ -139,13 +115,17 @@ class RayEvaluator:
         self.num_threads = max(1, int(num_cpus))
         self.workers: list[Any] = []
         self.replaced = 0  # actors rebuilt after a failure, over the run
-        self.iteration_metrics: dict[str, float] = {}
+        self._iteration_metrics: dict[str, float] = {}
         self._bytes = 0
+
+    @property
+    def iteration_metrics(self) -> dict[str, float]:
+        return self._iteration_metrics
 
     def _spawn(self) -> Any:
         state = self.state_fn()
-        self._bytes += _size(self.config, state)
-        return self.actor_class.remote(self.config, state, self.num_threads)
+        self._bytes += _size(self.replica_factory, state)
+        return self.actor_class.remote(self.replica_factory, state, self.num_threads)
 
     def start(self) -> None:
         if not self.workers:
@@ -159,7 +139,7 @@ class RayEvaluator:
         self.replaced += 1
         return fresh
 
-    def evaluate(self, candidates: list, rows: list[dict], row_indices: list[int] | None = None,
+    def evaluate(self, candidates: Population, rows: list[dict], row_indices: list[int] | None = None,
                  on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
         """(pop,) rewards; members go to whichever actor is free; a dead actor's member is re-run."""
         if row_indices is None:
@@ -194,19 +174,14 @@ class RayEvaluator:
                 on_candidate(index)
         return rewards
 
-    def sync(self, iteration: int, seeds: list[int] | None = None, coefficients: list[float] | None = None,
-             mean: np.ndarray | None = None) -> None:
-        """Every actor applies the driver's update (seeds, coefficients) or adopts `mean` (CMA-ES)."""
-        if mean is not None:
-            calls = [worker.set_mean.remote(mean) for worker in self.workers]
-            self._bytes += _size(mean) * len(self.workers)
-        else:
-            calls = [worker.update.remote(seeds, coefficients) for worker in self.workers]
-            self._bytes += _size(seeds, coefficients) * len(self.workers)
+    def sync(self, update: Update) -> None:
+        """Every actor applies the driver's update: seeds and coefficients, or CMA-ES's small mean."""
+        calls = [worker.apply_update.remote(update) for worker in self.workers]
+        self._bytes += _size(update) * len(self.workers)
         self.ray.get(calls)
-        if self.checksum_every and iteration % self.checksum_every == 0:
+        if self.checksum_every and (update.iteration + 1) % self.checksum_every == 0:
             self.check_replicas()
-        self.iteration_metrics = {"bytes_exchanged": float(self._bytes), "workers_replaced": float(self.replaced)}
+        self._iteration_metrics = {"bytes_exchanged": float(self._bytes), "workers_replaced": float(self.replaced)}
 
     def check_replicas(self) -> None:
         sums = self.ray.get([worker.checksum.remote() for worker in self.workers])

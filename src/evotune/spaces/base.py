@@ -1,42 +1,106 @@
 """The search-space contract.
 
-A space turns a candidate into weights and back. Strategies see only candidates
-(seeds with a signed scale, or small vectors); how a candidate becomes weights
-is the space's business, as pycma's GenoPheno hides the phenotype.
+A space turns a population member into weights and back, and owns the mean and the
+optimizer that moves it. Strategies see only members (seeds with a signed scale, or small
+vectors) and emit updates (seeds and coefficients, or a new mean vector); how either becomes
+weights is the space's business, as pycma's GenoPheno hides the phenotype.
 """
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from typing import Any
 
+import numpy as np
 import torch
+
+from ..errors import ConfigError
+from ..optimizers import Optimizer
+from ..types import MeanUpdate, Member, SeedUpdate, Update, update_from_dict
 
 
 class Space(ABC):
-    """apply(candidate) perturbs the weights in place; restore() returns to the mean exactly."""
+    """apply(member) perturbs the weights in place; restore() returns to the mean exactly;
+    apply_update(update) moves the mean (through `optimizer` for seed updates)."""
+
+    optimizer: Optimizer | None = None
 
     @abstractmethod
-    def apply(self, candidate: Any) -> None:
-        """Write mean + candidate's perturbation into the live weights."""
+    def apply(self, member: Member) -> None:
+        """Write mean + member's perturbation (or the member's absolute point) into the live weights."""
 
     @abstractmethod
     def restore(self) -> None:
         """Write the mean back, bit-identical to before any apply()."""
 
     @abstractmethod
-    def update(self, seeds: list[int], coefficients: list[float], optimizer: Any) -> None:
-        """Move the mean by optimizer(sum_k coefficients[k] * noise(seeds[k]))."""
+    def step(self, seeds: list[int], coefficients: list[float]) -> None:
+        """Move the mean by optimizer(sum_k coefficients[k] * noise(seeds[k])); write the live weights."""
+
+    def require_optimizer(self) -> Optimizer:
+        """The optimizer a seed update steps with (spaces built for CMA-ES alone may have none)."""
+        if self.optimizer is None:
+            raise ConfigError(f"{type(self).__name__} was built without an optimizer, so it cannot take a seed "
+                              "update; pass optimizer=SGD(learning_rate) (or evotune.optimizers.make_optimizer).")
+        return self.optimizer
+
+    def set_mean(self, vector: np.ndarray) -> None:
+        """Adopt an absolute mean (d,): for strategies that own their mean (CMA-ES)."""
+        raise ConfigError(f"{type(self).__name__} has no small mean vector for `strategy: cma` to move; use "
+                          "`strategy: openes`, or a vector space (`space: svd_lora` or `lora`) for CMA-ES.")
+
+    def apply_update(self, update: Update) -> None:
+        """The one way a mean moves: a strategy's update here, the same update on every replica, or replay."""
+        if isinstance(update, MeanUpdate):
+            self.set_mean(np.asarray(update.mean, dtype=np.float64))
+        elif isinstance(update, SeedUpdate):
+            self.step(update.seeds, update.coefficients)
+        else:
+            raise TypeError(f"not an update: {update!r}")
+
+    def replay(self, update_log: list[dict]) -> None:
+        """Re-apply logged updates (update_to_dict entries, in order) from the current mean."""
+        for entry in update_log:
+            self.apply_update(update_from_dict(entry))
 
     @abstractmethod
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Everything needed to rebuild the mean exactly (saved in checkpoints)."""
+        """The exact mean (saved in checkpoints)."""
 
     @abstractmethod
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Inverse of state_tensors(); also writes the live weights."""
 
-    def replay(self, update_log: list[dict], optimizer: Any) -> None:
-        """Re-apply logged updates ({"seeds", "coefficients"} per iteration) from the current mean."""
-        for entry in update_log:
-            self.update(entry["seeds"], entry["coefficients"], optimizer)
+    def state_dict(self) -> dict[str, Any]:
+        """Small JSON state besides the mean: the optimizer's counters."""
+        return {"optimizer": self.optimizer.state_dict()} if self.optimizer is not None else {}
+
+    def optimizer_tensors(self) -> dict[str, torch.Tensor]:
+        """The optimizer's per-weight state (Adam's moments; nothing for SGD)."""
+        return dict(self.optimizer.tensors()) if self.optimizer is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any], optimizer_tensors: dict[str, torch.Tensor]) -> None:
+        """Inverse of state_dict() and optimizer_tensors()."""
+        if self.optimizer is not None and "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"], optimizer_tensors)
+
+    def mean_is_finite(self) -> bool:
+        """False if any number of the mean is NaN or infinite (a diverged update)."""
+        return all(bool(torch.isfinite(tensor).all()) for tensor in self.state_tensors().values())
+
+    def checksum(self) -> str:
+        """A hash of the exact mean and optimizer state (every tensor's bytes, in name order): replicas
+        that applied the same updates agree bit for bit."""
+        digest = hashlib.blake2b(digest_size=16)
+        tensors = {**self.state_tensors(), **{f"optimizer/{k}": v for k, v in self.optimizer_tensors().items()}}
+        for name, tensor in sorted(tensors.items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    def save_pretrained(self, directory: str, backend: Any) -> None:
+        """Write the mean where `from_pretrained` finds it: by default the backend's model (which holds
+        the mean after restore()) with its tokenizer. Adapter spaces write a PEFT adapter instead."""
+        self.restore()
+        backend.save_pretrained(directory)

@@ -20,6 +20,8 @@ from typing import Any, Callable
 import torch
 
 from ..errors import ConfigError
+from ..optimizers import Optimizer
+from ..types import Candidate
 from .base import Space
 from .noise import CHUNK_SIZE, fill_noise_chunk
 
@@ -52,9 +54,11 @@ class FullParameterSpace(Space):
 
     def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",
-                 num_threads: int | None = None, named_tensors: list[tuple[str, torch.Tensor]] | None = None):
+                 num_threads: int | None = None, named_tensors: list[tuple[str, torch.Tensor]] | None = None,
+                 optimizer: Optimizer | None = None):
         self.model = model
         self.noise_kind = noise_kind
+        self.optimizer = optimizer
         self.parameters = select_parameters(model, include, exclude, named_tensors)
         # fp32 master copy on the host: the exact mean (invariant: no drift).
         self.master = {name: param.detach().to("cpu", torch.float32, copy=True) for name, param in self.parameters}
@@ -98,7 +102,7 @@ class FullParameterSpace(Space):
         else:  # list() re-raises the first exception of any tensor's work
             list(self._pool.map(run, self.parameters))
 
-    def apply(self, candidate: Any) -> None:
+    def apply(self, candidate: Candidate) -> None:
         def perturb(name: str, param: torch.nn.Parameter) -> None:
             for chunk, live, master in self._chunks(name, param):
                 eps = self._noise(candidate.seed, name, chunk, live)  # (chunk,) fp32
@@ -109,7 +113,8 @@ class FullParameterSpace(Space):
     def restore(self) -> None:
         self._for_each(lambda name, param: param.copy_(self.master[name]))
 
-    def update(self, seeds: list[int], coefficients: list[float], optimizer: Any) -> None:
+    def step(self, seeds: list[int], coefficients: list[float]) -> None:
+        optimizer = self.require_optimizer()
         optimizer.begin_step()
 
         def step(name: str, param: torch.nn.Parameter) -> None:
@@ -125,6 +130,9 @@ class FullParameterSpace(Space):
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return dict(self.master)
+
+    def mean_is_finite(self) -> bool:
+        return all(bool(torch.isfinite(tensor).all()) for tensor in self.master.values())
 
     @torch.no_grad()
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:

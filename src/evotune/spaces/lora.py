@@ -22,6 +22,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..optimizers import Optimizer
+from ..types import Candidate, Member
 from .base import Space
 from .noise import noise
 
@@ -91,10 +93,11 @@ class AdapterSpace(Space):
     `_mean_changed()`.
     """
 
-    def __init__(self, model: torch.nn.Module, adapter: str, noise_kind: str):
+    def __init__(self, model: torch.nn.Module, adapter: str, noise_kind: str, optimizer: Optimizer | None):
         self.model = model
         self.adapter = adapter
         self.noise_kind = noise_kind
+        self.optimizer = optimizer
         self.factors = lora_factors(model, adapter)
         self.blocks: list[tuple[str, tuple[int, ...]]] = []
         self.mean = torch.zeros(0)
@@ -131,16 +134,16 @@ class AdapterSpace(Space):
         self._mean_weights = self._weights(self.mean)  # computed once per mean: restore() is exact
         self._store(self._mean_weights)
 
-    def _point(self, candidate: Any) -> torch.Tensor:
+    def _point(self, candidate: Member) -> torch.Tensor:
         """A Candidate (OpenES) is relative to the mean; a numpy vector (CMA-ES) is an absolute point."""
-        if isinstance(candidate, np.ndarray):
-            return self._as_vector(candidate)
-        return self.noise_vector(candidate.seed).mul_(candidate.scale).add_(self.mean)  # mean + scale * eps, fp32
+        if isinstance(candidate, Candidate):
+            return self.noise_vector(candidate.seed).mul_(candidate.scale).add_(self.mean)  # mean + scale * eps
+        return self._as_vector(candidate)
 
-    def apply(self, candidate: Any) -> None:
+    def apply(self, candidate: Member) -> None:
         self._store(self._weights(self._point(candidate)))
 
-    def candidate_factors(self, candidates: Sequence[Any]) -> list[torch.Tensor]:
+    def candidate_factors(self, candidates: Sequence[Member]) -> list[torch.Tensor]:
         """Per factor (self.factors order), every candidate's matrix stacked: (pop, *factor.weight.shape).
 
         For population-batched generation (backends/multi_lora.py): the same fp32/float64 math as
@@ -160,11 +163,12 @@ class AdapterSpace(Space):
         self.mean = self._as_vector(vector)
         self._mean_changed()
 
-    def update(self, seeds: list[int], coefficients: list[float], optimizer: Any) -> None:
+    def step(self, seeds: list[int], coefficients: list[float]) -> None:
         gradient = torch.zeros(self.dimension, dtype=torch.float32)  # (d,)
         for seed, coefficient in zip(seeds, coefficients):
             if coefficient != 0.0:
                 gradient.add_(self.noise_vector(seed), alpha=float(coefficient))
+        optimizer = self.require_optimizer()
         optimizer.begin_step()
         self.mean = self.mean + optimizer.step("vector", gradient, self.mean)  # step may reuse `gradient`
         self._mean_changed()
@@ -188,13 +192,19 @@ class AdapterSpace(Space):
         self.restore()
         self.model.save_pretrained(directory, selected_adapters=[self.adapter])
 
+    def save_pretrained(self, directory: str, backend: Any) -> None:
+        """A standard PEFT adapter plus the tokenizer; `evotune export --merge` folds it into the base."""
+        self.save_adapter(directory)
+        backend.tokenizer.save_pretrained(directory)
+
 
 class LoRASpace(AdapterSpace):
     """Every entry of every lora_A / lora_B matrix: the vector is their concatenation
     (sorted module names, A (r, in) then B (out, r), row-major)."""
 
-    def __init__(self, model: torch.nn.Module, noise_kind: str = "gaussian", adapter: str = "default"):
-        super().__init__(model, adapter, noise_kind)
+    def __init__(self, model: torch.nn.Module, noise_kind: str = "gaussian", adapter: str = "default",
+                 optimizer: Optimizer | None = None):
+        super().__init__(model, adapter, noise_kind, optimizer)
         self.blocks = [(f"lora/{f.module}/{f.factor}", tuple(f.weight.shape)) for f in self.factors]
         self.mean = torch.cat([f.weight.detach().to("cpu", torch.float32).reshape(-1) for f in self.factors])
         self._mean_changed()

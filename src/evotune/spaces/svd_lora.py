@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
+from ..optimizers import Optimizer
 from .lora import AdapterSpace
 
 
@@ -59,11 +60,11 @@ class SVDLoRASpace(AdapterSpace):
     """
 
     def __init__(self, model: torch.nn.Module, alpha: float = 1.0, noise_kind: str = "gaussian",
-                 adapter: str = "default"):
+                 adapter: str = "default", optimizer: Optimizer | None = None):
         if not 0.0 < alpha <= 1.0:
             raise ConfigError(f"SVD-LoRA alpha={alpha} must be in (0, 1]: it is the fraction of each LoRA "
                               "factor's singular values that ES searches.")
-        super().__init__(model, adapter, noise_kind)
+        super().__init__(model, adapter, noise_kind, optimizer)
         self.alpha = alpha
         ranks = [f.weight.shape[0] if f.factor == "A" else f.weight.shape[1] for f in self.factors]
         rank = min(ranks)

@@ -6,22 +6,23 @@ so a strategy tested here behaves identically on a model.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
+from ..optimizers import Optimizer
+from ..types import Member
 from .base import Space
 from .noise import noise
 
 
 class VectorSpace(Space):
-    def __init__(self, initial: np.ndarray, noise_kind: str = "gaussian"):
+    def __init__(self, initial: np.ndarray, noise_kind: str = "gaussian", optimizer: Optimizer | None = None):
         self.mean = torch.as_tensor(np.asarray(initial, dtype=np.float32)).clone()  # (d,)
         self.current = self.mean.clone()  # what an objective sees: mean or mean + perturbation
         self.noise_kind = noise_kind
+        self.optimizer = optimizer
 
-    def apply(self, candidate: Any) -> None:
+    def apply(self, candidate: Member) -> None:
         """A seed candidate (OpenES) is relative to the mean; a vector (CMA-ES) is an absolute point."""
         if isinstance(candidate, np.ndarray):
             self.current = torch.as_tensor(candidate, dtype=torch.float32)
@@ -37,10 +38,11 @@ class VectorSpace(Space):
     def restore(self) -> None:
         self.current = self.mean.clone()
 
-    def update(self, seeds: list[int], coefficients: list[float], optimizer: Any) -> None:
+    def step(self, seeds: list[int], coefficients: list[float]) -> None:
         gradient = torch.zeros_like(self.mean)
         for seed, coefficient in zip(seeds, coefficients):
             gradient.add_(noise(self.mean.shape, seed, "vector", self.noise_kind), alpha=coefficient)
+        optimizer = self.require_optimizer()
         optimizer.begin_step()
         self.mean = self.mean + optimizer.step("vector", gradient, self.mean)
         self.current = self.mean.clone()

@@ -1,12 +1,13 @@
 """Search strategies: ask() candidates, tell() rewards (higher is better)."""
 
-from .base import Candidate, Strategy, Update
+from ..types import Candidate, MeanUpdate, SeedUpdate, Update
+from .base import Strategy
 from .cma import CMAES
 from .openes import OpenES
-from .optimizers import OPTIMIZERS, SGD, Adam
+from ..optimizers import OPTIMIZERS, SGD, Adam, make_optimizer
 from .shaping import SHAPINGS, centered_rank, z_score
 
 STRATEGIES = {"openes": OpenES, "cma": CMAES}
 
-__all__ = ["Adam", "CMAES", "Candidate", "OPTIMIZERS", "OpenES", "SGD", "SHAPINGS", "STRATEGIES", "Strategy",
-           "Update", "centered_rank", "z_score"]
+__all__ = ["Adam", "CMAES", "Candidate", "OPTIMIZERS", "MeanUpdate", "OpenES", "SGD", "SHAPINGS", "STRATEGIES",
+           "SeedUpdate", "Strategy", "Update", "centered_rank", "make_optimizer", "z_score"]

@@ -9,33 +9,22 @@ Rewards are higher-is-better everywhere (the CMA-ES adapter alone flips the sign
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..types import Population, Update
 from .shaping import SHAPINGS
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One population member of a seed-based strategy: perturbation = scale * noise(seed)."""
-
-    seed: int
-    scale: float
-
-
-@dataclass(frozen=True)
-class Update:
-    """A step described by seeds: gradient estimate = sum_k coefficients[k] * noise(seeds[k])."""
-
-    seeds: list[int]
-    coefficients: list[float]
-
-
 class Strategy(ABC):
-    """ask() -> candidates; tell(rewards) -> Update. Hyperparameters are constructor
-    arguments; evolving state is what state_dict() returns."""
+    """ask() -> Population; tell(rewards) -> (Update, metrics). Hyperparameters are constructor
+    arguments; evolving state is what state_dict() returns.
+
+    The update says how the mean moves (a SeedUpdate of seeds and coefficients, or CMA-ES's new
+    MeanUpdate); the space that holds the mean applies it with its optimizer, so a strategy never
+    sees weights, and the same update can be replayed on any replica.
+    """
 
     def __init__(self, population_size: int, fitness_shaping: str = "z_score", seed: int = 0):
         if population_size < 2:
@@ -46,14 +35,14 @@ class Strategy(ABC):
         self.iteration = 0
         self.best_reward = -np.inf
         self.best_iteration = -1
-        self._pending: list | None = None
+        self._pending: Population | None = None
 
-    def ask(self) -> list:
+    def ask(self) -> Population:
         self._pending = self._ask()
         return self._pending
 
-    def tell(self, rewards: np.ndarray | list[float]) -> tuple[Update | None, dict[str, float]]:
-        """Consume the population's rewards; return the update (if any) and metrics."""
+    def tell(self, rewards: np.ndarray | list[float]) -> tuple[Update, dict[str, float]]:
+        """Consume the population's rewards (pop,), higher is better; return the update and metrics."""
         if self._pending is None:
             raise RuntimeError("tell() called without a matching ask()")
         rewards = np.asarray(rewards, dtype=np.float64)
@@ -73,12 +62,12 @@ class Strategy(ABC):
         return update, metrics
 
     @abstractmethod
-    def _ask(self) -> list:
+    def _ask(self) -> Population:
         """The population of the current iteration, a pure function of (seed, state)."""
 
     @abstractmethod
-    def _tell(self, shaped: np.ndarray, rewards: np.ndarray) -> Update | None:
-        """The method's own math on shaped fitness (pop,)."""
+    def _tell(self, shaped: np.ndarray, rewards: np.ndarray) -> Update:
+        """The method's own math on shaped fitness (pop,); the update carries `self.iteration`."""
 
     def state_dict(self) -> dict[str, Any]:
         return {"iteration": self.iteration, "best_reward": self.best_reward,

@@ -2,8 +2,10 @@
 
 Members are integer seeds; the update is decomposed as
     mean += learning_rate * (1/N) * sum_n shaped_n * eps_n
-with sigma folded into the learning rate (the paper's convention), applied by the
-space from (seeds, coefficients) so no noise is ever stored. Antithetic (mirrored)
+with sigma folded into the learning rate (the paper's convention). The strategy emits the
+SeedUpdate (seeds, coefficients = shaped_n / N); the space that holds the mean applies it
+through its optimizer (SGD is the line above, Adam its adaptive variant), so no noise is ever
+stored and the learning rate belongs to the optimizer, not to this class. Antithetic (mirrored)
 sampling evaluates +eps and -eps from one seed; the paper lists it as future work.
 """
 
@@ -12,14 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..spaces.noise import derive_seed
-from .base import Candidate, Strategy, Update
-from .optimizers import make_optimizer
+from ..types import Candidate, SeedUpdate
+from .base import Strategy
 
 
 class OpenES(Strategy):
-    def __init__(self, population_size: int = 30, sigma: float = 1e-3, learning_rate: float = 5e-4,
-                 antithetic: bool = False, fitness_shaping: str = "z_score", optimizer: str = "sgd",
-                 weight_decay: float = 0.0, seed: int = 0):
+    def __init__(self, population_size: int = 30, sigma: float = 1e-3, antithetic: bool = False,
+                 fitness_shaping: str = "z_score", seed: int = 0):
         super().__init__(population_size, fitness_shaping, seed)
         if sigma < 0:
             raise ValueError("sigma must be >= 0")
@@ -27,7 +28,6 @@ class OpenES(Strategy):
             raise ValueError("antithetic sampling needs an even population_size")
         self.sigma = sigma
         self.antithetic = antithetic
-        self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay)
 
     def member_seeds(self, iteration: int) -> list[int]:
         """The distinct noise seeds of an iteration: any worker can regenerate them."""
@@ -40,18 +40,11 @@ class OpenES(Strategy):
             return [Candidate(seed, sign * self.sigma) for seed in seeds for sign in (1.0, -1.0)]
         return [Candidate(seed, self.sigma) for seed in seeds]
 
-    def _tell(self, shaped: np.ndarray, rewards: np.ndarray) -> Update:
+    def _tell(self, shaped: np.ndarray, rewards: np.ndarray) -> SeedUpdate:
         seeds = self.member_seeds(self.iteration)
         if self.antithetic:  # a pair contributes (shaped+ - shaped-) * eps
             pairs = shaped.reshape(-1, 2)
             coefficients = (pairs[:, 0] - pairs[:, 1]) / self.population_size
         else:
             coefficients = shaped / self.population_size
-        return Update(seeds=seeds, coefficients=[float(c) for c in coefficients])
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.optimizer.load_state_dict(state["optimizer"])
+        return SeedUpdate(self.iteration, seeds, [float(c) for c in coefficients])

@@ -4,6 +4,9 @@ They work on named fp32 arrays (numpy or torch tensors, anything with arithmetic
 so the same code steps the 10-number mean of a toy problem and, tensor by tensor,
 the weights of a model. State is a dict of arrays keyed by name, saved with the run.
 Qiu et al. (2025) use plain SGD and list Adam and weight decay as future improvements.
+
+The space that holds a mean owns its optimizer (the only place the per-weight Adam moments
+can live without shipping weights around); strategies only say where to step, as seeds.
 """
 
 from __future__ import annotations
@@ -91,9 +94,10 @@ class Adam:
 
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam}
+Optimizer = SGD | Adam
 
 
-def make_optimizer(name: str, learning_rate: float, weight_decay: float = 0.0):
+def make_optimizer(name: str, learning_rate: float, weight_decay: float = 0.0) -> Optimizer:
     if name not in OPTIMIZERS:  # config validation reports this earlier; keep a guard for API users
         raise ValueError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
     if not math.isfinite(learning_rate):

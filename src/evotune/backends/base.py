@@ -1,0 +1,41 @@
+"""What a backend is: the methods the rest of evotune calls, declared once.
+
+A structural Protocol (as pycma's OOOptimizer declares an optimizer), so the hf and vLLM
+backends, and a user's own, need no common base class: any object with these methods works.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Loads one model replica and generates completions; never computes rewards."""
+
+    tokenizer: Any
+
+    def generate(self, prompts: list[str | list[dict]], max_new_tokens: int, do_sample: bool = False,
+                 temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
+        """One completion per prompt, in order (greedy unless do_sample)."""
+
+    def generate_population(self, prompts: list[str | list[dict]], max_new_tokens: int, factors: Sequence[Any],
+                            stacked: Sequence[Any]) -> list[list[str]]:
+        """Greedy completions of every prompt under each of P low-rank candidates (stacked[i]:
+        (P, *factors[i].weight.shape)): P lists, each like generate(prompts)."""
+
+    def save_pretrained(self, directory: str) -> None:
+        """Write the current model and tokenizer so that `from_pretrained(directory)` loads them."""
+
+
+def resolve_device(device: str) -> str:
+    """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""
+    import torch
+
+    from ..errors import ConfigError
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"`device` is {device!r} but CUDA is not available; set `device: cpu` (or auto).")
+    return device

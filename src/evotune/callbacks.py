@@ -1,0 +1,130 @@
+"""The loop's side work as callbacks: evaluation, logging, checkpoints, the progress bar.
+
+As TRL's `TrainerCallback` and evotorch's logger hooks, each piece of side work is a callback on
+`Trainer.train`, so a user adds their own (early stopping, a custom logger, sample dumps) without
+editing the trainer. Callbacks run in list order; the built-ins come first (evaluation fills the
+record), then the user's, then logging and checkpointing (so both see what the user added):
+
+    Trainer(config, "runs/x", callbacks=[EarlyStopping("eval/accuracy", patience=3)]).train()
+
+A callback may set `trainer.should_stop = True`; the loop then ends after this iteration, writes
+a checkpoint and the final model, as at the last iteration.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+class TrainerCallback:
+    """Hooks of the ES loop; each default does nothing. `record` is the iteration's metrics dict
+    (`iteration`, `reward_mean`, ..., and `eval/<metric>` when evaluated); callbacks may add keys."""
+
+    def on_train_begin(self, trainer: "Trainer") -> None:
+        """Before the first iteration of this process (after a resume too)."""
+
+    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        """After a held-out evaluation; record holds its `eval/` metrics (iteration 0: the baseline)."""
+
+    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        """After each iteration's update (and evaluation, when one was due)."""
+
+    def on_train_end(self, trainer: "Trainer") -> None:
+        """After the last iteration (or a stop), before final/ is written; also on error."""
+
+
+class EvaluationCallback(TrainerCallback):
+    """Held-out evaluation at iteration 0 (the baseline), every `eval_every` iterations and at the end."""
+
+    def on_train_begin(self, trainer: "Trainer") -> None:
+        if trainer.strategy.iteration == 0:  # the baseline, so the gain is visible
+            record = {"iteration": 0, **trainer.evaluate()}
+            for callback in trainer.callbacks:
+                callback.on_evaluate(trainer, record)
+
+    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        every = trainer.config.eval_every
+        if trainer.is_final_iteration(record["iteration"]) or (every and record["iteration"] % every == 0):
+            record.update(trainer.evaluate())
+            for callback in trainer.callbacks:
+                if callback is not self:
+                    callback.on_evaluate(trainer, record)
+
+
+class MetricsCallback(TrainerCallback):
+    """metrics.jsonl (the CLI contract) and the configured loggers, through `trainer.logger`."""
+
+    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        if record["iteration"] == 0:  # iteration records are logged whole in on_iteration_end
+            trainer.logger.log(record)
+
+    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        trainer.logger.log(record)
+
+    def on_train_end(self, trainer: "Trainer") -> None:
+        trainer.logger.close()
+
+
+class CheckpointCallback(TrainerCallback):
+    """A resumable checkpoint every `checkpoint_every` iterations, at the end and when stopped early."""
+
+    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        every = trainer.config.checkpoint_every
+        iteration = record["iteration"]
+        if trainer.is_final_iteration(iteration) or trainer.should_stop or (every and iteration % every == 0):
+            trainer.save_checkpoint()
+
+
+class ProgressCallback(TrainerCallback):
+    """A tqdm bar with the population's reward and the latest held-out accuracy or reward."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.last_eval: dict[str, float] = {}
+
+    def on_train_begin(self, trainer: "Trainer") -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=trainer.config.iterations, initial=trainer.strategy.iteration, desc="evotune",
+                        unit="it", dynamic_ncols=True)
+
+    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        self.last_eval = {key: value for key, value in record.items() if key in ("eval/accuracy", "eval/reward")}
+
+    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix({"reward": f"{record['reward_mean']:.3f}", "max": f"{record['reward_max']:.3f}",
+                              **{key: f"{value:.3f}" for key, value in self.last_eval.items()}})
+
+    def on_train_end(self, trainer: "Trainer") -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class EarlyStopping(TrainerCallback):
+    """Stop when `metric` (an eval/ key, higher is better) has not improved by `min_delta` for
+    `patience` evaluations."""
+
+    def __init__(self, metric: str = "eval/accuracy", patience: int = 3, min_delta: float = 0.0):
+        self.metric, self.patience, self.min_delta = metric, patience, min_delta
+        self.best = float("-inf")
+        self.stale = 0
+
+    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        value = record.get(self.metric)
+        if value is None:
+            return
+        if value > self.best + self.min_delta:
+            self.best, self.stale = value, 0
+        elif record["iteration"] > 0:
+            self.stale += 1
+            if self.stale >= self.patience:
+                trainer.should_stop = True
+
+
+def default_callbacks() -> list[TrainerCallback]:
+    """The side work every run does; user callbacks go between evaluation and metrics (see module doc)."""
+    return [EvaluationCallback(), MetricsCallback(), CheckpointCallback(), ProgressCallback()]

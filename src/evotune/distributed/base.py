@@ -1,0 +1,48 @@
+"""The evaluator contract: score a population, keep remote replicas in step, shut down.
+
+Every evaluator (in process, population-batched, a Ray actor pool) has the same three duties,
+declared here once so the trainer calls them without probing, as pycma's OOOptimizer
+(cma/interfaces.py) declares what an optimizer is.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..types import Population, Update
+
+
+@dataclass
+class Replica:
+    """One model replica: what a worker needs to score members (built by evotune.builders)."""
+
+    task: Any  # evotune.tasks.Task
+    backend: Any  # evotune.backends.Backend
+    space: Any  # evotune.spaces.Space
+    max_new_tokens: int
+
+
+class Evaluator(ABC):
+    """evaluate(population, rows) -> (pop,) rewards; sync(update) after the driver's mean moved; close()."""
+
+    @abstractmethod
+    def evaluate(self, population: Population, rows: list[dict], row_indices: list[int] | None = None,
+                 on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
+        """(pop,) mean reward of each member over `rows`; NaN where every sample was skipped.
+
+        row_indices (the rows' positions in task.train_rows) let remote evaluators send indices, not rows."""
+
+    def sync(self, update: Update) -> None:
+        """Bring replicas other than the driver's to the driver's new mean (none in process)."""
+
+    def close(self) -> None:
+        """Release workers (none in process)."""
+
+    @property
+    def iteration_metrics(self) -> dict[str, float]:
+        """Per-iteration numbers for metrics.jsonl (e.g. bytes exchanged); none in process."""
+        return {}

@@ -1,0 +1,90 @@
+"""The run directory: what a run writes, when it may be written, and what a resume may change.
+
+A run directory describes one run. Starting a run never overwrites another one's files unless
+asked (`overwrite`), and resuming reads the run's own config.yaml: only keys that cannot change
+the trajectory of the mean may differ (how long to run, how often to evaluate, checkpoint and log,
+and where the population is evaluated, which gives the same rewards bit for bit).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .checkpoint import find_checkpoint
+from .config import TrainConfig
+from .errors import ConfigError
+
+# What `evotune train` writes into a run directory (files and directories).
+RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
+                 "tensorboard", "curves.png")
+# Keys a resumed run may change: none of them moves the mean differently.
+RESUMABLE_KEYS = ("iterations", "eval_every", "checkpoint_every", "report_to", "distributed", "workers",
+                  "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus")
+
+
+def read_run_config(output_dir: Path) -> dict[str, Any]:
+    """The raw values of a run's config.yaml (the resolved config it was started with)."""
+    path = Path(output_dir) / "config.yaml"
+    if not path.exists():
+        raise ConfigError(f"--resume: {path} does not exist, so {output_dir} is not an evotune run directory; "
+                          "start a new run without --resume.")
+    try:
+        values = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--resume: {path} is not valid YAML ({exc}); it was damaged after the run wrote it.") from exc
+    if not isinstance(values, dict):
+        raise ConfigError(f"--resume: {path} does not hold a mapping of config keys; it was damaged.")
+    return values
+
+
+def changed_keys(run: TrainConfig, requested: TrainConfig) -> list[str]:
+    """Keys whose values differ between the run's config and the requested one."""
+    started, now = run.to_dict(), requested.to_dict()
+    return [key for key in now if now[key] != started.get(key)]
+
+
+def check_resume(output_dir: Path, config: TrainConfig) -> None:
+    """Refuse a resume whose config changes a key that would change the run."""
+    run = TrainConfig.from_dict(read_run_config(output_dir), source=str(Path(output_dir) / "config.yaml"))
+    forbidden = [key for key in changed_keys(run, config) if key not in RESUMABLE_KEYS]
+    if forbidden:
+        details = "; ".join(f"`{key}` {getattr(run, key)!r} -> {getattr(config, key)!r}" for key in forbidden)
+        raise ConfigError(f"--resume keeps the run's own config ({output_dir}/config.yaml), but this one changes "
+                          f"{details}. Resume with `evotune train --output-dir {output_dir} --resume` (only "
+                          f"{', '.join(RESUMABLE_KEYS)} may be changed with --set), or start a new run in another "
+                          "--output-dir.")
+
+
+def existing_artifacts(output_dir: Path) -> list[str]:
+    return [name for name in RUN_ARTIFACTS if (Path(output_dir) / name).exists()]
+
+
+def prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
+    """Check the directory against the request, write config.yaml, and return the checkpoint to
+    resume from (None for a new run). Nothing is written before every check has passed."""
+    output_dir = Path(output_dir)
+    checkpoint = find_checkpoint(output_dir / "checkpoint")
+    if resume:
+        if overwrite:
+            raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
+        if checkpoint is None:
+            raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoint'} (the run stopped before its "
+                              "first one); start it again with --overwrite, or choose a new --output-dir.")
+        check_resume(output_dir, config)
+    else:
+        found = existing_artifacts(output_dir)
+        if found and not overwrite:
+            resumable = " pass --resume to continue it," if checkpoint else ""
+            raise ConfigError(f"{output_dir} already holds a run ({', '.join(found)}):{resumable} pass --overwrite to "
+                              "replace it, or choose a new --output-dir.")
+        for name in found:  # only what a run writes; other files in the directory are the user's
+            path = output_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        checkpoint = None
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return checkpoint
