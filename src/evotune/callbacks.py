@@ -37,21 +37,13 @@ class TrainerCallback:
 
 
 class EvaluationCallback(TrainerCallback):
-    """Held-out evaluation at iteration 0 (the baseline), every `eval_every` iterations and at the end."""
-
-    def on_train_begin(self, trainer: "Trainer") -> None:
-        if trainer.strategy.iteration == 0:  # the baseline, so the gain is visible
-            record = {"iteration": 0, **trainer.evaluate()}
-            for callback in trainer.callbacks:
-                callback.on_evaluate(trainer, record)
+    """Held-out evaluation every `eval_every` iterations and at the end (the trainer evaluates the
+    baseline at iteration 0 itself, after every on_train_begin, so the gain is always visible)."""
 
     def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
         every = trainer.config.eval_every
         if trainer.is_final_iteration(record["iteration"]) or (every and record["iteration"] % every == 0):
-            record.update(trainer.evaluate())
-            for callback in trainer.callbacks:
-                if callback is not self:
-                    callback.on_evaluate(trainer, record)
+            trainer.run_evaluation(record)
 
 
 class MetricsCallback(TrainerCallback):

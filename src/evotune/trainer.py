@@ -16,7 +16,7 @@ from .checkpoint import find_checkpoint, load_checkpoint, load_state, save_check
 from .config import TrainConfig
 from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError
-from .spaces import derive_seed
+from .seeds import derive_seed
 from .tasks import Task
 from .tracking import MetricsLogger, plot_curves
 from .types import append_update
@@ -124,9 +124,15 @@ class Trainer:
                 "log": [entry for entry in self.update_log if entry["iteration"] >= start]}
 
     def evaluate(self) -> dict[str, float]:
+        """Held-out metrics of the current mean, as `eval/<metric>`."""
         metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, self.config.max_new_tokens)
         self.last_eval = {f"eval/{key}": value for key, value in metrics.items()}
         return self.last_eval
+
+    def run_evaluation(self, record: dict[str, Any]) -> None:
+        """Evaluate into `record` and tell every callback (on_evaluate)."""
+        record.update(self.evaluate())
+        self._notify("on_evaluate", record)
 
     def is_final_iteration(self, iteration: int) -> bool:
         return iteration == self.config.iterations
@@ -166,6 +172,8 @@ class Trainer:
         self.should_stop = False
         try:
             self._notify("on_train_begin")
+            if self.strategy.iteration == 0:  # the baseline, so the gain is visible
+                self.run_evaluation({"iteration": 0})
             while self.strategy.iteration < self.config.iterations and not self.should_stop:
                 record = self.step()
                 self._notify("on_iteration_end", record)

@@ -8,18 +8,14 @@ tensors (two same-shape tensors do not share noise) and the same in every proces
 
 from __future__ import annotations
 
-import hashlib
 
 import numpy as np
 import torch
 
+from ..seeds import derive_seed
+
 NOISE_KINDS = ("gaussian", "rademacher")
 
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any mix of ints and strings, stable across processes and runs."""
-    text = "\x1f".join(str(part) for part in parts).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
 
 
 # Noise is drawn in chunks of this many elements, each from its own seeded generator, so a

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EvotuneError
-from ..spaces.noise import derive_seed
+from ..seeds import derive_seed
 from ..types import MeanUpdate
 from .base import Strategy
 
@@ -79,8 +79,8 @@ class CMAES(Strategy):
 
     def load_state_dict(self, state: dict) -> None:
         if "pycma" in state and "pycma_state" not in state:
-            raise EvotuneError("this checkpoint stores its CMA-ES state as a Python pickle (written by an evotune "
-                               "before 0.2), which evotune no longer loads: unpickling a file runs any code it "
+            raise EvotuneError("this checkpoint stores its CMA-ES state as a Python pickle (written by an earlier "
+                               "evotune), which evotune no longer loads: unpickling a file runs any code it "
                                "names. Start the run again, or resume it with the evotune version that wrote it.")
         super().load_state_dict(state)
         # Onto the fresh object built from the same constructor arguments: its options, its sampler's
@@ -116,6 +116,8 @@ def restore_pycma_state(es: Any, state: dict) -> None:
                            f"resuming would not continue the same run. Install it with `pip install "
                            f"cma=={state.get('version')}` to resume.")
     _decode_object(es, state, "", {})
+    if not hasattr(es, "timer") and es.countiter > 0:  # pycma makes its wall-clock timer at the first ask()
+        es.timer = cma.utilities.utils.ElapsedWCTime()
 
 
 def _encode_object(obj: Any, path: str, seen: dict[int, str]) -> dict:
@@ -124,15 +126,17 @@ def _encode_object(obj: Any, path: str, seen: dict[int, str]) -> dict:
     for name, value in vars(obj).items():
         if path == "" and name in _NOT_STATE:
             continue
+        known = dict(seen)
         try:
             encoded[name] = _encode(value, f"{path}.{name}", seen)
-        except _NotData:
-            continue  # e.g. the sampler's `randn`: the fresh object's own is the right one
+        except _NotData:  # e.g. the sampler's `randn`: the fresh object's own is the right one
+            seen.clear()
+            seen.update(known)  # nothing inside a skipped attribute may be the target of a later __ref__
     return encoded
 
 
 def _encode(value: Any, path: str, seen: dict[int, str]) -> Any:
-    if value is None or isinstance(value, (bool, int, str)) and type(value) in (bool, int, str):
+    if value is None or type(value) in (bool, int, str):
         return value
     if type(value) is float:
         return value if np.isfinite(value) else {"__float__": repr(value)}  # strict JSON: no Infinity/NaN

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spaces.noise import derive_seed
+from ..seeds import derive_seed
 from ..types import Candidate, SeedUpdate
 from .base import Strategy
 

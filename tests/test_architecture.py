@@ -1,0 +1,115 @@
+"""The layering of ARCHITECTURE.md, checked on the source: no import cycles, dependencies point down,
+heavy optional packages stay in their own module, and every module imports first in a fresh interpreter."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import evotune
+
+PACKAGE = Path(evotune.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Modules imported at module level (not inside functions: those are deliberate lazy imports)."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found |= {f"{target}.{alias.name}" for alias in node.names}  # `from . import x` imports module x
+    return found
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+GRAPH = {name: {target for target in top_level_imports(path) if target in MODULES and target != name}
+         for name, path in MODULES.items()}
+
+
+def test_no_import_cycles_between_modules():
+    visiting, done = set(), set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in done:
+            return
+        assert name not in visiting, "import cycle: " + " -> ".join(trail + [name])
+        visiting.add(name)
+        for target in GRAPH[name]:
+            # a package's __init__ importing its own submodules is how packages export names
+            if not target.startswith(name + "."):
+                visit(target, trail + [name])
+        visiting.discard(name)
+        done.add(name)
+
+    for name in MODULES:
+        visit(name, [])
+
+
+def imports_of(prefix: str) -> set[str]:
+    return {target for name, targets in GRAPH.items() if name.startswith(prefix) for target in targets}
+
+
+def test_dependencies_point_down():
+    upper = ("evotune.trainer", "evotune.builders", "evotune.cli", "evotune.callbacks", "evotune.run_directory")
+    for layer in ("evotune.strategies", "evotune.spaces", "evotune.backends", "evotune.tasks",
+                  "evotune.distributed"):
+        assert not {t for t in imports_of(layer) if t.startswith(upper)}, layer
+    assert not {t for t in imports_of("evotune.strategies") if t.startswith(("evotune.spaces", "evotune.backends"))}
+    assert not {t for t in imports_of("evotune.spaces") if t.startswith(("evotune.backends", "evotune.tasks"))}
+    assert not {t for t in imports_of("evotune.tasks") if t.startswith(("evotune.spaces", "evotune.backends"))}
+
+
+def all_imports(path: Path) -> set[str]:
+    """Every imported top-level package, lazy imports included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_heavy_optional_packages_stay_in_their_own_module():
+    owners = {"vllm": {"evotune.backends.vllm", "evotune.backends.vllm_lora", "evotune.backends.vllm_weights"},
+              "ray": {"evotune.distributed.ray"}, "trl": {"evotune.baselines.grpo", "evotune.baselines.grpo_logging"},
+              "bitsandbytes": {"evotune.backends.models"}}
+    for package, allowed in owners.items():
+        users = {name for name, path in MODULES.items() if package in all_imports(path)}
+        assert users <= allowed, f"{package} imported by {sorted(users - allowed)}"
+    assert "torch" not in set().union(*(all_imports(p) for n, p in MODULES.items() if n.startswith("evotune.strategies")))
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter():
+    """Each module imported with no evotune module loaded before it (cycles show up only in some orders)."""
+    script = (
+        "import importlib, sys\n"
+        f"names = {sorted(MODULES)!r}\n"
+        "failed = []\n"
+        "for name in names:\n"
+        "    for loaded in [m for m in sys.modules if m == 'evotune' or m.startswith('evotune.')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        failed.append(f'{name}: {exc!r}')\n"
+        "print('\\n'.join(failed))\n"
+        "sys.exit(1 if failed else 0)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,73 @@
+"""Callbacks on the loop: the built-ins do the side work, a user's callback sees and extends each record."""
+
+from __future__ import annotations
+
+import json
+
+from evotune.callbacks import EarlyStopping, TrainerCallback
+from evotune.checkpoint import find_checkpoint, load_state
+from evotune.trainer import Trainer
+from test_trainer import tiny_config
+
+
+class Recorder(TrainerCallback):
+    """Records every hook call and adds a key to each iteration's record."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int | None]] = []
+
+    def on_train_begin(self, trainer) -> None:
+        self.calls.append(("begin", trainer.strategy.iteration))
+
+    def on_evaluate(self, trainer, record) -> None:
+        self.calls.append(("evaluate", record["iteration"]))
+
+    def on_iteration_end(self, trainer, record) -> None:
+        self.calls.append(("iteration", record["iteration"]))
+        record["custom/seen"] = len(self.calls)  # logged, since user callbacks run before the metrics logger
+
+    def on_train_end(self, trainer) -> None:
+        self.calls.append(("end", trainer.strategy.iteration))
+
+
+def test_user_callback_sees_every_hook_and_its_keys_are_logged(tiny_model_dir, tmp_path):
+    recorder = Recorder()
+    Trainer(tiny_config(tiny_model_dir, iterations=3, eval_every=2, report_to=[]), tmp_path / "run",
+            callbacks=[recorder]).train()
+    assert recorder.calls == [("begin", 0), ("evaluate", 0), ("iteration", 1), ("evaluate", 2), ("iteration", 2),
+                              ("evaluate", 3), ("iteration", 3), ("end", 3)]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1, 2, 3]
+    assert all("custom/seen" in r for r in records[1:])
+    assert "eval/reward" in records[2] and "eval/reward" not in records[1]
+
+
+class StopAfter(TrainerCallback):
+    def __init__(self, iteration: int):
+        self.iteration = iteration
+
+    def on_iteration_end(self, trainer, record) -> None:
+        if record["iteration"] == self.iteration:
+            trainer.should_stop = True
+
+
+def test_should_stop_ends_the_run_with_a_checkpoint_and_a_final_model(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    trainer = Trainer(tiny_config(tiny_model_dir, iterations=10, checkpoint_every=0, report_to=[]), run,
+                      callbacks=[StopAfter(2)])
+    trainer.train()
+    assert trainer.strategy.iteration == 2
+    assert load_state(find_checkpoint(run / "checkpoint"))["iteration"] == 2  # resumable where it stopped
+    assert (run / "final" / "config.json").exists()
+
+
+def test_early_stopping_counts_evaluations_without_improvement():
+    class FakeTrainer:
+        should_stop = False
+
+    stopper, trainer = EarlyStopping("eval/accuracy", patience=2), FakeTrainer()
+    for iteration, value in enumerate([0.1, 0.3, 0.3, 0.2]):
+        stopper.on_evaluate(trainer, {"iteration": iteration, "eval/accuracy": value})
+        assert trainer.should_stop == (iteration == 3)
+    stopper.on_evaluate(trainer, {"iteration": 4})  # a record without the metric changes nothing
+    assert stopper.stale == 2

@@ -1,0 +1,102 @@
+"""The run directory contract under misuse: resume keeps the run's config, nothing is overwritten unasked,
+diverged weights are never saved, and reward functions that skip everything are reported."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+
+from evotune.cli.main import main
+from evotune.errors import ConfigError, EvotuneError, RewardFunctionError
+from evotune.trainer import Trainer
+from test_trainer import tiny_config, write_module
+
+
+@pytest.fixture
+def finished_run(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    Trainer(tiny_config(tiny_model_dir, iterations=2, report_to=[]), run).train()
+    return run
+
+
+@pytest.mark.parametrize("key, value", [("seed", 5), ("sigma", 0.01), ("population_size", 6), ("noise", "rademacher"),
+                                        ("learning_rate", 0.1), ("model", "smollm2-135m-instruct")])
+def test_resume_refuses_a_key_that_changes_the_run_and_writes_nothing(tiny_model_dir, finished_run, key, value):
+    before = (finished_run / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match=f"`{key}`"):
+        Trainer(tiny_config(tiny_model_dir, iterations=4, report_to=[], **{key: value}), finished_run, resume=True)
+    assert (finished_run / "config.yaml").read_text() == before
+
+
+def test_resume_may_extend_the_run_and_config_yaml_says_so(tiny_model_dir, finished_run):
+    trainer = Trainer(tiny_config(tiny_model_dir, iterations=3, eval_every=1, report_to=[]), finished_run,
+                      resume=True)
+    trainer.train()
+    assert trainer.strategy.iteration == 3
+    resolved = yaml.safe_load((finished_run / "config.yaml").read_text())
+    assert resolved["iterations"] == 3 and resolved["eval_every"] == 1
+
+
+def test_cli_resume_reads_the_runs_own_config(tiny_model_dir, tmp_path, capsys):
+    """Resuming without the config file or the original --set flags continues the same run."""
+    run = tmp_path / "run"
+    flags = ["--set", f"model={tiny_model_dir}", "--set", "task=conciseness", "--set", "population_size=4",
+             "--set", "iterations=1", "--set", "batch_size=2", "--set", "max_new_tokens=3", "--set", "num_eval=2",
+             "--set", "dtype=float32", "--set", "report_to=[]", "--set", "seed=7"]
+    assert main(["train", "--output-dir", str(run), *flags]) == 0
+    assert main(["train", "--output-dir", str(run), "--resume", "--set", "iterations=2"]) == 0
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["seed"] == 7 and resolved["iterations"] == 2 and resolved["model"] == tiny_model_dir
+    assert main(["train", "--output-dir", str(run), "--resume", "--set", "seed=8"]) == 2
+    assert "`seed` 7 -> 8" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_run_without_checkpoint_is_not_overwritten(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, text in (("config.yaml", "model: mine\n"), ("metrics.jsonl", "{}\n"), ("notes.txt", "keep me\n")):
+        (run / name).write_text(text)
+    (run / "final").mkdir()
+    with pytest.raises(ConfigError, match="--overwrite") as error:
+        Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run)
+    assert "config.yaml" in str(error.value) and "final" in str(error.value)
+    assert (run / "config.yaml").read_text() == "model: mine\n"
+    Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run, overwrite=True).train()
+    assert (run / "final" / "config.json").exists() and (run / "notes.txt").read_text() == "keep me\n"
+
+
+def test_resume_without_a_checkpoint_says_so(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        Trainer(tiny_config(tiny_model_dir, report_to=[]), tmp_path / "empty", resume=True)
+
+
+def test_diverging_weights_stop_the_run_before_anything_is_saved(tiny_model_dir, tmp_path):
+    trainer = Trainer(tiny_config(tiny_model_dir, learning_rate=1e40, iterations=3, checkpoint_every=1,
+                                  report_to=[]), tmp_path / "run")
+    with pytest.raises(EvotuneError, match="NaN or infinite"):
+        trainer.train()
+    assert not (tmp_path / "run" / "checkpoint").exists() and not (tmp_path / "run" / "final").exists()
+
+
+def test_a_checkpoint_with_nan_weights_is_refused(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    trainer = Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run)
+    trainer.train()
+    name = next(iter(trainer.space.master))
+    trainer.space.master[name].view(-1)[0] = torch.nan
+    trainer.save_checkpoint()
+    with pytest.raises(EvotuneError, match="NaN or infinite"):
+        Trainer(tiny_config(tiny_model_dir, iterations=2, report_to=[]), run, resume=True)
+
+
+def test_reward_functions_that_skip_every_sample_are_reported_with_a_prompt(tiny_model_dir, tmp_path, monkeypatch):
+    write_module(tmp_path, monkeypatch, "skipping_rewards", "def skip(prompts, completions, **columns):\n"
+                                        "    return [None] * len(prompts)\n")
+    trainer = Trainer(tiny_config(tiny_model_dir, reward_fns=["skipping_rewards.skip"], report_to=[]),
+                      tmp_path / "run")
+    trainer.evaluate = lambda: {}  # the held-out evaluation skips too; the training step is under test
+    with pytest.raises(RewardFunctionError, match="None") as error:
+        trainer.train()
+    prompt = trainer.task.train_rows[trainer.batch_indices(0)[0]]["prompt"]
+    assert repr(prompt)[:20] in str(error.value)
