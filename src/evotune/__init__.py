@@ -5,13 +5,18 @@ from .errors import ConfigError, DataError, EvotuneError, ModelLoadError, Reward
 
 __version__ = "0.1.0"
 
-__all__ = ["ConfigError", "DataError", "EvotuneError", "ModelLoadError", "RewardFunctionError", "TrainConfig",
-           "Trainer", "load_config"]
+__all__ = ["ConfigError", "DataError", "ESConfig", "ESTrainer", "EvotuneError", "ModelLoadError",
+           "RewardFunctionError", "TrainConfig", "Trainer", "load_config"]
 
 
 def __getattr__(name: str):
-    if name == "Trainer":  # keep `import evotune` light: torch/transformers load on first use
+    # keep `import evotune` light: torch/transformers load on first use
+    if name == "Trainer":
         from .trainer import Trainer
 
         return Trainer
+    if name in ("ESTrainer", "ESConfig"):
+        from . import es_trainer
+
+        return getattr(es_trainer, name)
     raise AttributeError(name)

@@ -1,0 +1,127 @@
+"""ESTrainer: TRL's GRPOTrainer shape (model, reward_funcs, args, datasets, peft_config) on evotune's loop."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+import yaml
+
+from evotune.cli.main import main
+from evotune.errors import ConfigError
+from evotune.es_trainer import ESConfig, ESTrainer
+
+PROMPTS = ["Say hi.", "Name a color.", "Count to two.", "Pick a fruit.", "Say bye.", "Name a pet."]
+
+
+def short_reward(prompts, completions, **columns):
+    """TRL's signature; conversational completions are message lists. Rewards short answers."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [-float(len(text)) + float(bonus) for text, bonus in zip(texts, columns["bonus"])]
+
+
+def conversational_dataset():
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in PROMPTS],
+                              "bonus": [float(i) for i in range(len(PROMPTS))]})
+
+
+def es_args(tmp_path, **overrides) -> ESConfig:
+    values = dict(output_dir=str(tmp_path / "es"), population_size=4, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=1,
+                  dtype="float32", report_to=[])
+    values.update(overrides)
+    return ESConfig(**values)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs trl: pip install 'evotune[grpo]'")
+def test_grpo_trainer_script_and_its_es_twin_run_on_the_same_objects(tiny_model_dir, tmp_path):
+    from trl import GRPOConfig, GRPOTrainer
+
+    dataset = conversational_dataset()
+    grpo = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short_reward], train_dataset=dataset,
+                       args=GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, per_device_train_batch_size=2,
+                                       num_generations=2, max_completion_length=4, report_to="none", use_cpu=True,
+                                       save_strategy="no", logging_steps=1))
+    grpo.train()
+    assert grpo.state.global_step == 1
+
+    es = ESTrainer(model=tiny_model_dir, reward_funcs=[short_reward], train_dataset=dataset,
+                   args=es_args(tmp_path))
+    from transformers import AutoModelForCausalLM
+
+    before = dict(AutoModelForCausalLM.from_pretrained(tiny_model_dir).named_parameters())
+    final = es.train()
+    run = tmp_path / "es"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1, 2] and "eval/reward" in final
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["task"] == "custom" and resolved["reward_fns"] == ["test_es_trainer:short_reward"]
+    assert [json.loads(line)["bonus"] for line in (run / "data" / "train.jsonl").read_text().splitlines()] == \
+        [float(i) for i in range(len(PROMPTS))]
+    tuned = dict(AutoModelForCausalLM.from_pretrained(run / "final").named_parameters())
+    assert any(not torch.equal(tuned[name], value) for name, value in before.items())
+
+
+def test_a_loaded_model_with_its_tokenizer_and_mixed_reward_funcs(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    seen = []
+
+    def counting_reward(prompts, completions, **columns):
+        seen.append(len(prompts))
+        return [1.0] * len(prompts)
+
+    trainer = ESTrainer(model=model, processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                        reward_funcs=[counting_reward, "test_es_trainer:short_reward"],
+                        args=es_args(tmp_path, reward_weights=[0.5, 1.0], iterations=1),
+                        train_dataset=[{"prompt": p, "bonus": 0.0} for p in PROMPTS])
+    baseline = trainer.evaluate()
+    assert set(baseline) >= {"eval/reward"} and seen  # evaluate() before train(): the starting model
+    trainer.train()
+    assert trainer.trainer.backend.model is model  # the given object was trained, not a reloaded copy
+    trainer.save_model(str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / "config.json").exists()
+
+
+def test_peft_config_evolves_the_adapter_singular_values(tiny_model_dir, tmp_path):
+    from peft import LoraConfig
+
+    trainer = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),
+                        args=es_args(tmp_path, space="svd_lora", strategy="cma", antithetic=False, iterations=1),
+                        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    trainer.train()
+    adapter = json.loads((tmp_path / "es" / "final" / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
+    with pytest.raises(ConfigError, match="space='svd_lora'"):
+        ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),
+                  args=es_args(tmp_path / "x"), peft_config=LoraConfig(r=4))
+
+
+def test_resume_continues_the_run_and_refuses_other_data(tiny_model_dir, tmp_path):
+    dataset = conversational_dataset()
+    ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=dataset,
+              args=es_args(tmp_path, iterations=1)).train()
+    longer = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=dataset,
+                       args=es_args(tmp_path, iterations=2))
+    longer.train(resume_from_checkpoint=True)
+    assert longer.trainer.strategy.iteration == 2
+    other = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=dataset.select(range(4)),
+                      args=es_args(tmp_path, iterations=3))
+    with pytest.raises(ConfigError, match="differs"):
+        other.train(resume_from_checkpoint=True)
+    # the run directory is the CLI's: `evotune train --resume` continues it from its own config and data
+    assert main(["train", "--output-dir", str(tmp_path / "es"), "--resume", "--set", "iterations=3"]) == 0
+    last = json.loads((tmp_path / "es" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["iteration"] == 3
+
+
+def test_a_dataset_without_reward_funcs_or_given_as_a_path_is_refused(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="needs reward_funcs"):
+        ESTrainer(model=tiny_model_dir, train_dataset=conversational_dataset(), args=es_args(tmp_path))
+    with pytest.raises(ConfigError, match="dataset objects"):
+        ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset="data.jsonl", args=es_args(tmp_path))
