@@ -1,0 +1,62 @@
+"""`evotune sweep`: grid parsing, one run per point and seed, finished points skipped on re-run, the table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evotune.cli.main import main
+from evotune.errors import ConfigError
+from evotune.sweep import grid_points, parse_grid
+
+
+def test_grid_parsing_reads_yaml_values_and_keeps_lists_whole():
+    grid = parse_grid(["sigma=1e-3,2e-3", "antithetic=true,false", "lora_target_modules=[q_proj,v_proj],[o_proj]"])
+    assert grid == [("sigma", [0.001, 0.002]), ("antithetic", [True, False]),
+                    ("lora_target_modules", [["q_proj", "v_proj"], ["o_proj"]])]
+    assert len(grid_points(grid)) == 8
+    assert grid_points(grid)[0].name == "sigma=0.001,antithetic=True,lora_target_modules=['q_proj', 'v_proj']"
+
+
+@pytest.mark.parametrize("spec, message", [("sigma", "KEY=V1,V2"), ("sigma=", "KEY=V1,V2"),
+                                           ("sigma=1,1", "repeats")])
+def test_bad_grids_name_the_fix(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_grid([spec])
+
+
+def test_sweep_runs_every_point_skips_finished_ones_and_writes_the_table(tiny_model_dir, tmp_path, capsys):
+    output = tmp_path / "sweep"
+    arguments = ["sweep", "--output", str(output), "--grid", "sigma=0.01,0.05", "--grid", "learning_rate=0.0,0.05",
+                 "--seeds", "0", "1", "--set", f"model={tiny_model_dir}", "--set", "task=conciseness",
+                 "--set", "population_size=2", "--set", "iterations=1", "--set", "batch_size=2",
+                 "--set", "max_new_tokens=3", "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]"]
+    assert main(arguments) == 0
+    runs = sorted(path.parent.parent.name + "/" + path.parent.name for path in output.glob("*/*/final"))
+    assert len(runs) == 8 and "sigma=0.01,learning_rate=0.0/seed1" in runs
+    result = json.loads((output / "sweep.json").read_text())
+    assert result["metric"] == "eval/reward" and len(result["rows"]) == 4
+    zero_rate = [row for row in result["rows"] if row["learning_rate"] == 0.0]
+    # learning rate 0 moves nothing: the final held-out reward is the starting one, for every seed
+    assert all(row["final_mean"] == row["start_mean"] for row in zero_rate)
+    assert all(row["samples"] == 4 and row["time_s_mean"] > 0 for row in result["rows"])
+    assert (output / "heatmap.png").stat().st_size > 0
+    table = (output / "sweep.md").read_text()
+    assert table.count("\n") == 6 and "final eval/reward" in table
+    capsys.readouterr()
+
+    mtimes = {path: path.stat().st_mtime_ns for path in output.glob("*/*/metrics.jsonl")}
+    assert main(arguments) == 0  # a re-run skips every finished run
+    assert "skipped (done)" in capsys.readouterr().out
+    assert {path: path.stat().st_mtime_ns for path in output.glob("*/*/metrics.jsonl")} == mtimes
+
+    def with_value(old: str, new: str) -> list[str]:
+        return [new if argument == old else argument for argument in arguments]
+
+    assert main(with_value("iterations=1", "iterations=2")) == 0  # more iterations: every run is resumed
+    assert all(json.loads(path.read_text().splitlines()[-1])["iteration"] == 2
+               for path in output.glob("*/*/metrics.jsonl"))
+    capsys.readouterr()
+    assert main(with_value("batch_size=2", "batch_size=3")) == 2  # a finished run's config cannot change under it
+    assert "`batch_size`" in capsys.readouterr().err
