@@ -107,8 +107,10 @@ def test_dataset_in_trl_prompt_completion_format(tmp_path):
 def test_task_completions_come_from_solution_or_answer():
     assert sft_rows(SFTConfig(task="arithmetic", num_train=3, num_eval=2))[0][0]["completion"].isdigit()
     assert sft_rows(SFTConfig(task="conciseness", num_train=3))[0][0]["completion"]  # its `solution` column
+    # countdown's `solution` is its solver's answer in the task's <think>/<answer> format (the format warm start)
+    assert "<answer>" in sft_rows(SFTConfig(task="countdown", task_args={"num_train": 4}, num_eval=2))[0][0]["completion"]
     with pytest.raises(ConfigError, match="no `solution` or `answer` column"):
-        sft_rows(SFTConfig(task="countdown", task_args={"num_train": 4}, num_eval=2))
+        sft_rows(SFTConfig(task="ifeval", num_eval=2))
 
 
 @pytest.mark.parametrize("values, expected", [

@@ -161,10 +161,17 @@ def make_instance(rng: random.Random, count: int, max_number: int, max_target: i
             return numbers, target
 
 
+def solution_text(numbers: list[int], target: int) -> str:
+    """A completion in the task's format, from the task's own solver: the SFT warm start's target text
+    (`evotune sft --set task=countdown` trains on it), so the model learns the <think>/<answer> format."""
+    expression = solve(numbers, target)
+    return f"<think>\n{expression} = {target}\n</think>\n<answer>{expression}</answer>"
+
+
 def _row(numbers: list[int], target: int) -> dict:
     prompt = [{"role": "system", "content": SYSTEM_PROMPT},
               {"role": "user", "content": USER_TEMPLATE.format(numbers=numbers, target=target)}]
-    return {"prompt": prompt, "numbers": numbers, "target": target}
+    return {"prompt": prompt, "numbers": numbers, "target": target, "solution": solution_text(numbers, target)}
 
 
 def _generate(rng: random.Random, count: int, sizes: range, max_number: int, max_target: int,
