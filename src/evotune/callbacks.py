@@ -1,7 +1,7 @@
 """The loop's side work as callbacks: evaluation, logging, checkpoints, the progress bar.
 
 As TRL's `TrainerCallback` and evotorch's logger hooks, each piece of side work is a callback on
-`Trainer.train`, so a user adds their own (early stopping, a custom logger, sample dumps) without
+`Trainer.train`, so a user adds their own (early stopping, a custom logger) without
 editing the trainer. Callbacks run in list order; the built-ins come first (evaluation fills the
 record), then the user's, then logging and checkpointing (so both see what the user added):
 
@@ -13,7 +13,12 @@ a checkpoint and the final model, as at the last iteration.
 
 from __future__ import annotations
 
+import json
+import warnings
 from typing import TYPE_CHECKING, Any
+
+from .tasks.base import prompt_text
+from .tracking import dumps_strict, plot_curves
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -57,7 +62,62 @@ class MetricsCallback(TrainerCallback):
         trainer.logger.log(record)
 
     def on_train_end(self, trainer: "Trainer") -> None:
-        trainer.logger.close()
+        """curves.png from metrics.jsonl, sent to the loggers as their last entry, then the loggers closed."""
+        try:
+            try:
+                curves = plot_curves(trainer.logger.path, trainer.output_dir / "curves.png",
+                                     title=f"{trainer.config.model} on {trainer.config.task}")
+                trainer.logger.log_image("curves", curves, trainer.strategy.iteration)
+            except Exception as exc:  # noqa: BLE001 - a plot must not hide the run's own error or lose the logs
+                warnings.warn(f"could not plot or log curves.png: {exc}", stacklevel=2)
+        finally:
+            trainer.logger.close()
+
+
+class SamplesCallback(TrainerCallback):
+    """At every evaluation, the first `count` held-out prompts with the mean's greedy completions and their
+    rewards: appended to DIR/samples.jsonl (`iteration`, `prompt`, `completion`, `reward`) and sent to the
+    loggers as a table, so the model's change is visible, not only its metrics. The prompts are the same
+    at every evaluation. `count` defaults to the config's `log_samples` (0: off)."""
+
+    FILE = "samples.jsonl"
+
+    def __init__(self, count: int | None = None) -> None:
+        self.count = count
+
+    def _count(self, trainer: "Trainer") -> int:
+        return self.count if self.count is not None else getattr(trainer.config, "log_samples", 4)
+
+    def on_train_begin(self, trainer: "Trainer") -> None:
+        """A new run starts the file; a resumed one drops rows past its checkpoint (as metrics.jsonl)."""
+        path = trainer.output_dir / self.FILE
+        iteration = trainer.strategy.iteration
+        if iteration == 0 or not path.exists():
+            if iteration == 0 and path.exists():
+                path.write_text("")
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line torn by a kill mid-write
+                continue
+            if isinstance(row, dict) and isinstance(row.get("iteration"), int) and row["iteration"] <= iteration:
+                kept.append(line + "\n")
+        path.write_text("".join(kept), encoding="utf-8")
+
+    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+        count = min(self._count(trainer), len(trainer.last_completions))
+        if count <= 0:
+            return
+        rows = trainer.task.eval_rows[:count]
+        completions = trainer.last_completions[:count]
+        rewards = trainer.task.rewards(rows, completions)
+        samples = [{"iteration": record["iteration"], "prompt": prompt_text(row["prompt"]), "completion": completion,
+                    "reward": float(reward)} for row, completion, reward in zip(rows, completions, rewards)]
+        with (trainer.output_dir / self.FILE).open("a", encoding="utf-8") as handle:
+            handle.writelines(dumps_strict(sample, ensure_ascii=False) + "\n" for sample in samples)
+        trainer.logger.log_samples(record["iteration"], samples)
 
 
 class CheckpointCallback(TrainerCallback):
@@ -119,4 +179,4 @@ class EarlyStopping(TrainerCallback):
 
 def default_callbacks() -> list[TrainerCallback]:
     """The side work every run does; user callbacks go between evaluation and metrics (see module doc)."""
-    return [EvaluationCallback(), MetricsCallback(), CheckpointCallback(), ProgressCallback()]
+    return [EvaluationCallback(), MetricsCallback(), SamplesCallback(), CheckpointCallback(), ProgressCallback()]

@@ -12,7 +12,7 @@ DIR/<metric>_vs_time.png. Time is the cumulative training time (`time_s`), evalu
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import yaml
 
 from .errors import ConfigError
 from .evaluation import wilson_interval
-from .tracking import read_metrics
+from .tracking import dumps_strict, read_metrics
 
 
 def method_label(config: dict) -> str:
@@ -37,7 +37,7 @@ def load_run(directory: str | Path, metric: str | None) -> dict[str, Any]:
     if not config_path.exists() or not metrics_path.exists():
         raise ConfigError(f"{directory} is not a run directory (it needs config.yaml and metrics.jsonl); pass "
                           "the --output-dir of an `evotune train` or `evotune grpo` run.")
-    config = yaml.safe_load(config_path.read_text()) or {}
+    config = _read_config(config_path)
     records = read_metrics(metrics_path)
     keys = {key for record in records for key in record if key.startswith("eval/")}
     metric = metric or ("eval/accuracy" if "eval/accuracy" in keys else "eval/reward")
@@ -46,15 +46,36 @@ def load_run(directory: str | Path, metric: str | None) -> dict[str, Any]:
                           "--metric.")
     elapsed, samples, curve = 0.0, 0, []
     for record in records:  # cumulative training time and samples at every evaluation
-        elapsed += record.get("time_s", 0.0)
-        samples = record.get("samples_seen", samples)
-        if metric in record:
+        elapsed += record.get("time_s") or 0.0
+        samples = record.get("samples_seen") or samples
+        if _is_number(record.get(metric)):  # null (or NaN, from older runs): no value to compare
             curve.append({"samples": samples, "time_s": round(elapsed, 2), "value": record[metric]})
+    if not curve:
+        raise ConfigError(f"{metrics_path}: every `{metric}` value is null (NaN when logged), so the run has no "
+                          "evaluation to compare; pick another --metric or leave this run out.")
     return {"run": str(directory), "method": method_label(config), "seed": config.get("seed"), "metric": metric,
             "num_eval": config.get("num_eval"), "curve": curve, "final": curve[-1]["value"],
             "samples_seen": samples, "train_time_s": round(elapsed, 1),
-            "peak_rss_mib": max((r["peak_rss_mib"] for r in records if "peak_rss_mib" in r), default=None),
+            "peak_rss_mib": max((r["peak_rss_mib"] for r in records if r.get("peak_rss_mib") is not None),
+                                default=None),
             **warm_start(config)}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path} is not valid UTF-8 YAML ({exc}); it was damaged after the run wrote it.") from exc
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} holds a YAML {type(config).__name__}, not a mapping of config keys; it was damaged "
+                          "after the run wrote it.")
+    return config
 
 
 def warm_start(config: dict) -> dict[str, Any]:
@@ -143,20 +164,31 @@ def _plot(runs: list[dict], axis_key: str, path: Path, label: str) -> None:
 
 def compare_runs(run_dirs: list[str], output_dir: str, metric: str | None = None,
                  target: float | None = None, budget: int | None = None) -> dict[str, Any]:
+    output = Path(output_dir)
+    _check_output_dir(output)  # first: reading and plotting the runs may take a while
     runs = [load_run(directory, metric) for directory in run_dirs]
     metrics = {run["metric"] for run in runs}
     if len(metrics) > 1:
         raise ConfigError(f"the runs report different metrics ({sorted(metrics)}); choose one with --metric.")
-    output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     name = runs[0]["metric"].replace("eval/", "")
     _plot(runs, "samples", output / f"{name}_vs_samples.png", "sampled completions")
     _plot(runs, "time_s", output / f"{name}_vs_time.png", "training time (s)")
     summary = summarize(runs, target, budget)
     result = {"metric": runs[0]["metric"], "target": target, "methods": summary, "runs": runs}
-    (output / "compare.json").write_text(json.dumps(result, indent=2))
+    (output / "compare.json").write_text(dumps_strict(result, indent=2))  # null, never NaN: strict JSON
     (output / "compare.md").write_text(format_markdown(summary, runs[0]["metric"]) + "\n")
     return result
+
+
+def _check_output_dir(output: Path) -> None:
+    """The nearest existing part of `output` must be a directory (compare writes several files into it)."""
+    for part in (output, *output.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise ConfigError(f"--output {output}: {part} is a file; compare writes a directory (compare.json, "
+                                  "compare.md and plots). Choose a directory path.")
+            return
 
 
 def format_markdown(rows: list[dict], metric: str) -> str:

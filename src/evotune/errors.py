@@ -24,3 +24,7 @@ class RewardFunctionError(EvotuneError):
 
 class ModelLoadError(EvotuneError):
     """A model could not be found or loaded."""
+
+
+class CheckpointError(EvotuneError):
+    """A checkpoint is missing files, fails its checksum, or holds something other than evotune's state."""

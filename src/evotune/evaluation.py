@@ -27,7 +27,7 @@ from .errors import ConfigError
 @dataclass
 class EvalOptions:
     max_new_tokens: int = 32
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # backends.models.resolve_dtype: bfloat16 where the hardware computes it natively
     device: str = "cpu"
     seed: int = 0
     num_samples: int = 0  # k for avg@k / pass@k (0: greedy only)
@@ -83,27 +83,59 @@ def load_for_eval(model: str, dtype: str, device: str) -> Any:
     from .backends import HFBackend
 
     path = Path(model)
-    if (path / "state.json").exists() and (path / "space.safetensors").exists():
+    if is_checkpoint_directory(path):
         return _load_checkpoint(path, dtype, device)
+    require_final(path)
     if (path / "final" / "config.json").exists():  # a full-parameter run directory
         return HFBackend.load(str(path / "final"), dtype, device)
     return HFBackend.load(model, dtype, device)
 
 
+def is_checkpoint_directory(path: Path) -> bool:
+    """A checkpoint written by `evotune train` (or its .old sibling, when a save was interrupted)."""
+    candidates = (path, path.with_name(path.name + ".old")) if path.name else (path,)
+    return any((candidate / name).exists() for candidate in candidates for name in ("state.json", "manifest.json"))
+
+
+def require_final(path: Path) -> None:
+    """Refuse a run directory whose final/ model is missing, naming what can be used instead."""
+    path = Path(path)
+    if not (path / "config.yaml").is_file() or (path / "config.json").exists():
+        return  # not a run directory: the model loader reports what it is missing
+    final = path / "final"
+    if (final / "config.json").exists() or (final / "adapter_config.json").exists():
+        return
+    if (path / "adapter" / "adapter_config.json").exists():
+        raise ConfigError(f"{path} is an `evotune sft` run directory; its model is the adapter: pass "
+                          f"{path / 'adapter'}.")
+    state = "has an incomplete final/" if final.exists() else "has no final/ model yet"
+    if is_checkpoint_directory(path / "checkpoint"):
+        fix = (f"evaluate its last checkpoint with --model {path / 'checkpoint'}, or finish the run with "
+               f"`evotune train --output-dir {path} --resume` to write final/")
+    else:
+        fix = "it has no checkpoint/ either (it stopped before its first one); run it again"
+    raise ConfigError(f"{path} is an evotune run directory that {state} (the run has not finished): {fix}.")
+
+
 def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
     from .backends import HFBackend
     from .builders import build_space
-    from .checkpoint import load_checkpoint
+    from .checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
     from .config import load_config
+    from .errors import CheckpointError
 
     run_config = directory.parent / "config.yaml"
     if not run_config.exists():
         raise ConfigError(f"{directory} looks like a checkpoint but {run_config} is missing; evaluate the run's "
                           "final/ instead, or restore its config.yaml.")
+    checkpoint = find_checkpoint(directory)  # falls back to checkpoint.old, with a warning, when damaged
+    if checkpoint is None:
+        raise CheckpointError(f"checkpoint {directory} is damaged ({verify_checkpoint(directory)}) and no intact "
+                              f"previous one ({directory.name}.old) exists; evaluate the run's final/ instead.")
     config = load_config(run_config)
     backend = HFBackend.load(config.model, dtype, device)
     space = build_space(config, backend)
-    space.load_state_tensors(load_checkpoint(directory)["space_tensors"])
+    space.load_state_tensors(load_checkpoint(checkpoint)["space_tensors"])
     return backend
 
 
@@ -153,8 +185,21 @@ def _kl(backend: Any, reference: Any, rows: list[dict], options: EvalOptions) ->
     return k3_kl(backend.completion_logprobs(pairs), reference.completion_logprobs(pairs))
 
 
+def check_options(options: EvalOptions) -> None:
+    """Refuse settings that cannot produce a result before any model is loaded."""
+    for key, name, least in (("max_new_tokens", "--max-new-tokens", 1), ("num_samples", "--num-samples", 0),
+                             ("chunk_size", "chunk_size", 1)):
+        value = getattr(options, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ConfigError(f"`{key}` ({name}) is {value!r}; it must be a whole number of at least {least}.")
+    if options.num_samples and not (options.temperature > 0 and 0 < options.top_p <= 1):
+        raise ConfigError(f"sampling needs --temperature > 0 and 0 < --top-p <= 1 (got {options.temperature}, "
+                          f"{options.top_p}).")
+
+
 def evaluate_models(models: list[str], task: Any, options: EvalOptions) -> list[dict]:
     """One result dict per model: task metrics, intervals, avg@k / pass@k, KL; samples and plot if asked."""
+    check_options(options)
     rows = task.eval_rows
     if not rows:
         raise ConfigError(f"task {task.name!r} has no held-out rows; set `num_eval` or give `eval_dataset`.")

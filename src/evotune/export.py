@@ -8,12 +8,22 @@ model) into a save_pretrained directory, which is what bitsandbytes quantization
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .backends.models import find_adapter, load_model, torch_dtype
 from .errors import ConfigError
+from .evaluation import require_final
 
 
-def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = "float32") -> dict:
-    """Save `model` (alias, directory, .gguf, hub id, adapter or run directory) with save_pretrained."""
+def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = "float32",
+                 overwrite: bool = False) -> dict:
+    """Save `model` (alias, directory, .gguf, hub id, adapter or run directory) with save_pretrained.
+
+    An `output_dir` that already holds files is refused unless `overwrite`: save_pretrained would
+    silently replace a config.json or weights someone keeps there."""
+    check_output_dir(Path(output_dir), Path(model), overwrite)
+    require_final(Path(model))
+    torch_dtype(dtype)  # an unknown dtype fails now, not after loading and merging the model
     adapter = find_adapter(model)
     if adapter is not None and not merge:
         raise ConfigError(f"{model} is a LoRA adapter (it already loads with peft.PeftModel.from_pretrained); "
@@ -26,3 +36,24 @@ def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = 
     tokenizer.save_pretrained(output_dir)
     return {"output_dir": output_dir, "model": model, "adapter": str(adapter[0]) if adapter else None,
             "base": adapter[1] if adapter else model, "dtype": dtype}
+
+
+def check_output_dir(output: Path, model: Path, overwrite: bool) -> None:
+    """Refuse a file, the exported model's own directory, or (without overwrite) a non-empty directory."""
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output-dir {output} is a file; export writes a model directory (config.json, weights, "
+                          "tokenizer). Choose a directory path.")
+    for part in output.parents:  # mkdir would fail on a file in the middle of the path
+        if part.exists():
+            if not part.is_dir():
+                raise ConfigError(f"--output-dir {output}: {part} is a file; choose a directory path.")
+            break
+    if not output.is_dir() or not any(output.iterdir()):
+        return
+    if model.exists() and output.resolve() in (model.resolve(), (model / "final").resolve()):
+        raise ConfigError(f"--output-dir {output} is the model being exported; choose another directory.")
+    if not overwrite:
+        names = sorted(entry.name for entry in output.iterdir())
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise ConfigError(f"--output-dir {output} already holds files ({shown}); export would replace them. Pass "
+                          "--overwrite to replace them, or choose a new or empty directory.")

@@ -20,10 +20,10 @@ from .errors import ConfigError
 
 # What `evotune train` writes into a run directory (files and directories).
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
-                 "tensorboard", "curves.png")
+                 "tensorboard", "curves.png", "samples.jsonl", "loggers.json")
 # Keys a resumed run may change: none of them moves the mean differently.
-RESUMABLE_KEYS = ("iterations", "eval_every", "checkpoint_every", "report_to", "distributed", "workers",
-                  "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus")
+RESUMABLE_KEYS = ("iterations", "eval_every", "checkpoint_every", "report_to", "log_samples", "distributed",
+                  "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus")
 
 
 def read_run_config(output_dir: Path) -> dict[str, Any]:
@@ -72,6 +72,10 @@ def prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool
         if overwrite:
             raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
         if checkpoint is None:
+            if any((output_dir / name).exists() for name in ("checkpoint", "checkpoint.old")):
+                raise ConfigError(f"--resume: every checkpoint in {output_dir} is damaged (see the warning above); "
+                                  "the run cannot be resumed. Start it again with --overwrite, or choose a new "
+                                  "--output-dir.")
             raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoint'} (the run stopped before its "
                               "first one); start it again with --overwrite, or choose a new --output-dir.")
         check_resume(output_dir, config)

@@ -1,56 +1,136 @@
-"""Run logging: metrics.jsonl (the CLI contract), TensorBoard, and learning-curve plots."""
+"""Run logging: metrics.jsonl (the CLI contract), the `report_to` loggers (TensorBoard, W&B, Trackio: see
+evotune.loggers), and learning-curve plots.
+
+metrics.jsonl holds strict JSON, one object per line: a NaN or infinite value (e.g. a reward
+when every sample was skipped) is written as null, because `NaN` is not JSON and most readers
+(jq, JavaScript, pandas' strict mode) reject the whole file over it.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import warnings
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+import numpy as np
+
+from .errors import DataError
+from .loggers import build_loggers
+
+
+def strict_json(value: Any) -> Any:
+    """`value` with NaN and infinities replaced by None (JSON null) and numpy scalars made Python ones."""
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.ndarray):
+        return strict_json(value.tolist())
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
+
+
+def dumps_strict(value: Any, **kwargs: Any) -> str:
+    """json.dumps that writes null for NaN/Infinity (and fails rather than write them)."""
+    return json.dumps(strict_json(value), allow_nan=False, **kwargs)
 
 
 class MetricsLogger:
     """Appends one JSON object per iteration; on resume drops lines past the checkpoint.
 
     step_key names the record's x-axis: "iteration" for ES, "step" for `evotune sft`'s optimizer steps.
+    Every record also goes to the `report_to` loggers, which start with `config` (the resolved config).
     """
 
     def __init__(self, output_dir: Path, report_to: list[str], resume_iteration: int | None = None,
-                 step_key: str = "iteration"):
+                 step_key: str = "iteration", config: dict[str, Any] | None = None):
         self.path = Path(output_dir) / "metrics.jsonl"
         self.step_key = step_key
         if resume_iteration is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line)[step_key] <= resume_iteration]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            kept = [record for record in read_metrics(self.path) if self._step(record) <= resume_iteration]
+            self.path.write_text("".join(dumps_strict(record) + "\n" for record in kept))
         elif resume_iteration is None:
             self.path.write_text("")
-        self.writer = None
-        if "tensorboard" in report_to:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as exc:
-                raise ConfigError("`report_to` includes tensorboard but the `tensorboard` package is missing; "
-                                  "pip install tensorboard, or set `report_to: []`.") from exc
-            self.writer = SummaryWriter(str(Path(output_dir) / "tensorboard"),
-                                        purge_step=None if resume_iteration is None else resume_iteration + 1)
+        # TensorBoard, W&B, Trackio (evotune.loggers): every record, the config, samples, the final curves
+        self.loggers = build_loggers(report_to, Path(output_dir), resume_iteration, step_key,
+                                     strict_json(config) if config else None)
+
+    def _step(self, record: dict[str, Any]) -> int:
+        step = record.get(self.step_key)
+        if not isinstance(step, int):
+            raise DataError(f"{self.path}: a record has no whole-number `{self.step_key}` "
+                            f"({dumps_strict(record):.120}); the file was edited after the run wrote it. Delete that "
+                            "line to resume.")
+        return step
 
     def log(self, record: dict[str, Any]) -> None:
+        record = strict_json(record)
         with self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
-        if self.writer is not None:
-            for key, value in record.items():
-                if key != self.step_key and isinstance(value, (int, float)):
-                    self.writer.add_scalar(key, value, record[self.step_key])
-            self.writer.flush()
+            handle.write(dumps_strict(record) + "\n")
+        metrics = {key: value for key, value in record.items() if key != self.step_key}
+        for logger in self.loggers:
+            logger.log_metrics(record[self.step_key], metrics)
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        for logger in self.loggers:
+            logger.log_config(strict_json(config))
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Held-out prompts with completions and rewards, as a table in each logger (samples.jsonl is the
+        SamplesCallback's)."""
+        rows = strict_json(rows)
+        for logger in self.loggers:
+            logger.log_samples(step, rows)
+
+    def log_image(self, name: str, path: Path, step: int | None = None) -> None:
+        for logger in self.loggers:
+            logger.log_image(name, path, step)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        """End every logger (each one, even when another fails; the first error is raised after)."""
+        loggers, self.loggers = self.loggers, []
+        errors = []
+        for logger in loggers:
+            try:
+                logger.close()
+            except Exception as exc:  # noqa: BLE001 - the others must still be flushed
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The records of a metrics.jsonl. A last line without its newline that does not parse was torn
+    by a kill mid-write: it is dropped with a warning. Any other bad line is an error naming it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (byte {exc.start}); it was damaged after the run wrote it.") from exc
+    lines = text.splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            if number == len(lines) and not text.endswith("\n"):
+                warnings.warn(f"{path}, line {number}: dropped a torn last record (the run was stopped while "
+                              "writing it).", stacklevel=2)
+                break
+            raise DataError(f"{path}, line {number}: not valid JSON ({exc}); every line of metrics.jsonl must be "
+                            "one JSON object. Delete or fix that line.") from exc
+        if not isinstance(record, dict):
+            raise DataError(f"{path}, line {number}: a JSON {type(record).__name__}, not an object; delete or fix "
+                            "that line.")
+        records.append(record)
+    return records
 
 
 def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
@@ -64,13 +144,15 @@ def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
     eval_keys = sorted({key for record in records for key in record if key.startswith("eval/")})
     figure, axes = plt.subplots(1, 1 + len(eval_keys), figsize=(5 * (1 + len(eval_keys)), 3.6), squeeze=False)
     train = [r for r in records if "reward_mean" in r]
-    axes[0][0].plot([r["iteration"] for r in train], [r["reward_mean"] for r in train], label="population mean")
+    axes[0][0].plot([r["iteration"] for r in train], [_number(r["reward_mean"]) for r in train],
+                    label="population mean")
     if all("reward_max" in r for r in train):  # ES logs the population max; GRPO runs do not
-        axes[0][0].plot([r["iteration"] for r in train], [r["reward_max"] for r in train], label="population max")
+        axes[0][0].plot([r["iteration"] for r in train], [_number(r["reward_max"]) for r in train],
+                        label="population max")
     axes[0][0].set(xlabel="iteration", ylabel="training reward", title="train")
     axes[0][0].legend()
     for axis, key in zip(axes[0][1:], eval_keys):
-        points = [(r["iteration"], r[key]) for r in records if key in r]
+        points = [(r["iteration"], _number(r[key])) for r in records if key in r]
         axis.plot(*zip(*points), marker="o")
         axis.set(xlabel="iteration", ylabel=key, title=key)
     if title:
@@ -79,3 +161,8 @@ def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
     figure.savefig(output_png, dpi=110)
     plt.close(figure)
     return Path(output_png)
+
+
+def _number(value: Any) -> float:
+    """A metric for plotting: null (a NaN when it was logged) becomes a gap in the curve."""
+    return float("nan") if value is None else value

@@ -12,13 +12,14 @@ from . import run_directory
 from .backends.base import Backend, resolve_device
 from .builders import build_evaluator, build_space, build_strategy, build_task, load_backend
 from .callbacks import TrainerCallback, default_callbacks
-from .checkpoint import find_checkpoint, load_checkpoint, load_state, save_checkpoint
+from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError
 from .seeds import derive_seed
 from .tasks import Task
-from .tracking import MetricsLogger, plot_curves
+from .model_card import write_model_card
+from .tracking import MetricsLogger
 from .types import append_update
 
 __all__ = ["Trainer", "evaluate_model", "generate_in_chunks", "peak_memory_mib", "resolve_device"]
@@ -78,11 +79,13 @@ class Trainer:
         if existing:
             self._load(existing)
         self.logger = MetricsLogger(self.output_dir, config.report_to,
-                                    resume_iteration=self.strategy.iteration if existing else None)
-        built_in = default_callbacks()  # evaluation first, the user's next, then metrics, checkpoint, progress
+                                    resume_iteration=self.strategy.iteration if existing else None,
+                                    config=config.to_dict())
+        built_in = default_callbacks()  # evaluation first, the user's next, then metrics, samples, checkpoint, progress
         self.callbacks: list[TrainerCallback] = [built_in[0], *(callbacks or []), *built_in[1:]]
         self.should_stop = False
         self.last_eval: dict[str, float] = {}
+        self.last_completions: list[str] = []  # of the last evaluation, one per task.eval_rows (SamplesCallback)
 
     def _load(self, directory: Path) -> None:
         checkpoint = load_checkpoint(directory)
@@ -116,16 +119,17 @@ class Trainer:
         return [self.task.train_rows[index] for index in self.batch_indices(iteration)]
 
     def replica_state(self) -> dict:
-        """How another replica rebuilds this mean: the checkpoint and the updates logged after it
-        (seeds and coefficients, or CMA-ES's small mean), never the weights themselves."""
+        """How another replica rebuilds this mean: the checkpoint and the update log (seeds and
+        coefficients, or CMA-ES's small mean), never the weights themselves. The whole log goes along:
+        the replica replays only what follows the checkpoint it actually loads, which may be newer (a save
+        in between) or older (a damaged newest one) than the one named here."""
         checkpoint = find_checkpoint(self.checkpoint_dir)
-        start = load_state(checkpoint)["iteration"] if checkpoint else 0  # not the tensors: a full model's worth
-        return {"checkpoint": str(checkpoint) if checkpoint else None,
-                "log": [entry for entry in self.update_log if entry["iteration"] >= start]}
+        return {"checkpoint": str(checkpoint) if checkpoint else None, "log": list(self.update_log)}
 
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics of the current mean, as `eval/<metric>`."""
-        metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, self.config.max_new_tokens)
+        metrics, self.last_completions = evaluate_model(self.backend, self.task, self.task.eval_rows,
+                                                        self.config.max_new_tokens)
         self.last_eval = {f"eval/{key}": value for key, value in metrics.items()}
         return self.last_eval
 
@@ -183,8 +187,8 @@ class Trainer:
         return self.last_eval
 
     def finish(self) -> None:
-        """Release workers; write final/ (a model, or a PEFT adapter for adapter spaces) and curves.png."""
+        """Release workers; write final/ (a model, or a PEFT adapter for adapter spaces) with its model card
+        (curves.png was written by MetricsCallback.on_train_end)."""
         self.evaluator.close()
         self.space.save_pretrained(str(self.output_dir / "final"), self.backend)
-        plot_curves(self.logger.path, self.output_dir / "curves.png",
-                    title=f"{self.config.model} on {self.config.task}")
+        write_model_card(self.output_dir, self.config, self.task)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
+from ..config import DtypeName
 from ..errors import EvotuneError
 
 
@@ -27,20 +29,30 @@ def _run_parser(commands: Any, name: str, help_text: str, keys: str, default_dir
 
 
 def _train(args: argparse.Namespace) -> int:
+    from ..checkpoint import find_checkpoint
     from ..config import QUICKSTART, load_config
+    from ..run_directory import read_run_config
     from ..trainer import Trainer
 
-    config = load_config(args.config, args.set, base=None if args.config else QUICKSTART)
     output_dir = _output_dir(args, "runs/quickstart")
+    if args.resume:  # the run's own config; CONFIG and --set may change only what a resume allows
+        base = read_run_config(Path(output_dir))
+    else:
+        base = None if args.config else QUICKSTART
+    config = load_config(args.config, args.set, base=base)
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
-    trainer = Trainer(config, output_dir, resume=args.resume)
+    trainer = Trainer(config, output_dir, resume=args.resume, overwrite=args.overwrite)
     try:
         final = trainer.train()
     except (EvotuneError, KeyboardInterrupt):
-        iteration = trainer.strategy.iteration
-        print(f"evotune: stopped during iteration {iteration + 1}. {output_dir} is resumable from its last "
-              f"checkpoint: evotune train {args.config or ''} --output-dir {output_dir} --resume".replace("  ", " "),
-              file=sys.stderr)
+        checkpoint = find_checkpoint(Path(output_dir) / "checkpoint")
+        where = f"stopped during iteration {trainer.strategy.iteration + 1}"
+        if checkpoint is None:
+            print(f"evotune: {where}, before its first checkpoint: nothing to resume. Start it again by adding "
+                  "--overwrite to the same command.", file=sys.stderr)
+        else:
+            print(f"evotune: {where}. Continue from its last checkpoint with: evotune train --output-dir "
+                  f"{output_dir} --resume", file=sys.stderr)
         raise
     print(json.dumps({"output_dir": output_dir, **final}, indent=2))
     return 0
@@ -58,25 +70,44 @@ def _sft(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from ..config import parse_overrides
-    from ..evaluation import EvalOptions, evaluate_models, format_table
+    from ..evaluation import EvalOptions, check_options, evaluate_models, format_table
     from ..tasks import get_task
+    from ..tracking import dumps_strict
     from ..trainer import resolve_device
 
-    task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
-                    eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg))
     output = Path(args.output or f"evotune-eval-{args.task}.json")
     plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)
     options = EvalOptions(max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=resolve_device(args.device),
                           seed=args.seed, num_samples=args.num_samples, temperature=args.temperature,
                           top_p=args.top_p, kl_reference=args.kl_reference, samples_path=args.samples,
                           plot_path=plot)
+    check_options(options)
+    # Before any model runs: a bad path would otherwise fail only after the whole evaluation.
+    for flag, path in (("--output", output), ("--samples", args.samples), ("--plot", plot)):
+        if path:
+            _prepare_output_file(flag, Path(path))
+    task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
+                    eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg))
     reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in args.model else []
     models = args.model + reference  # the reference is a row of the table too (KL 0)
     results = evaluate_models(models, task, options)
     print(format_table(results))
-    output.write_text(json.dumps(results, indent=2))
+    output.write_text(dumps_strict(results, indent=2))  # null, never NaN: strict JSON
     print(f"wrote {output}" + (f" and {plot}" if plot else ""), file=sys.stderr)
     return 0
+
+
+def _prepare_output_file(flag: str, path: Path) -> None:
+    """Create the file's directory now, or say why it cannot be written."""
+    from ..errors import ConfigError
+
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path} is a directory; give a file path.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a part of the path is a file, or no permission
+        raise ConfigError(f"{flag} {path}: cannot create its directory {path.parent} ({exc.strerror}); choose "
+                          "another path.") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train = _run_parser(commands, "train", "run ES training (no config: the quickstart on the built-in model)",
                         "`evotune keys`", "runs/quickstart")
-    train.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/checkpoint")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in OUTPUT_DIR from its checkpoint, with its own config.yaml")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace the run files (config.yaml, metrics.jsonl, checkpoint/, final/, ...) in OUTPUT_DIR")
     train.set_defaults(run=_train)
 
     sft = _run_parser(commands, "sft", "LoRA supervised fine-tuning (ESSA stage 1): writes OUTPUT_DIR/adapter",
@@ -98,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE")
     evaluate.add_argument("--num-eval", type=int, default=None)
     evaluate.add_argument("--max-new-tokens", type=int, default=32)
-    evaluate.add_argument("--dtype", default="bfloat16")
+    evaluate.add_argument("--dtype", default="auto", choices=get_args(DtypeName),
+                          help="weights dtype (auto: bfloat16 where the hardware computes it natively, else float32)")
     evaluate.add_argument("--device", default="auto")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--output", help="JSON file for the metrics (default evotune-eval-TASK.json)")
@@ -118,7 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("model", help="run directory or adapter (with --merge), or alias / directory / .gguf")
     export.add_argument("--output-dir", required=True)
     export.add_argument("--merge", action="store_true", help="fold the LoRA adapter into the base weights")
-    export.add_argument("--dtype", default="float32", help="dtype of the written weights")
+    export.add_argument("--dtype", default="float32", choices=get_args(DtypeName),
+                        help="dtype of the written weights (float32 keeps every bit of an fp32-trained mean; auto: "
+                             "this machine's fast dtype)")
+    export.add_argument("--overwrite", action="store_true", help="write into an --output-dir that already holds files")
     export.set_defaults(run=_export)
 
     grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract",
@@ -137,7 +175,20 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default: the smallest budget among the runs)")
     compare.set_defaults(run=_compare)
 
-    keys = commands.add_parser("keys", help="list the config keys with their defaults and help")
+    sweep = commands.add_parser("sweep", help="one run per grid point and seed (resumable), a table and a heatmap")
+    sweep.add_argument("config", nargs="?", help="YAML config every run starts from")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...", required=True,
+                       help="a config key and its values (repeatable; the first two make the heatmap's axes)")
+    sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per grid point (default 0)")
+    sweep.add_argument("--output", required=True, help="directory of the runs, sweep.json, sweep.md, heatmap.png")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    sweep.add_argument("--command", default="train", choices=["train", "grpo"], help="what each run is")
+    sweep.add_argument("--metric", help="eval metric of the table (default eval/accuracy, else eval/reward)")
+    sweep.set_defaults(run=_sweep)
+
+    keys = commands.add_parser("keys", help="list the config keys with their defaults, choices and help")
+    keys.add_argument("which", nargs="?", default="train", choices=["train", "sft", "grpo"], metavar="COMMAND",
+                      help="whose keys: train (default), sft or grpo")
     keys.set_defaults(run=_keys)
     return parser
 
@@ -145,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _export(args: argparse.Namespace) -> int:
     from ..export import export_model
 
-    print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype), indent=2))
+    print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype, args.overwrite), indent=2))
     return 0
 
 
@@ -170,12 +221,34 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from ..config import read_config_values
+    from ..sweep import format_table, parse_grid, sweep
+
+    base, _ = read_config_values(args.config, args.set)
+    result = sweep(base, parse_grid(args.grid), args.seeds, args.output, args.command, args.metric)
+    print(format_table(result))
+    print(f"wrote {args.output}/sweep.json, sweep.md" + (" and heatmap.png" if len(result["keys"]) > 1 else ""),
+          file=sys.stderr)
+    return 0
+
+
 def _keys(args: argparse.Namespace) -> int:
     from ..config import TrainConfig
 
-    defaults = TrainConfig().to_dict()
-    for key, help_text in TrainConfig.help().items():
-        print(f"{key} (default {defaults[key]!r}): {help_text}")
+    if args.which == "sft":
+        from ..sft import SFTConfig as config_class
+    elif args.which == "grpo":
+        from ..baselines.grpo import GRPORunConfig as config_class
+    else:
+        config_class = TrainConfig
+    choices, types = config_class.choices(), config_class.field_types()
+    for declared in dataclasses.fields(config_class):  # defaults from the fields: SFTConfig() alone is invalid
+        key, help_text = declared.name, declared.metadata["help"]
+        default = declared.default if declared.default_factory is dataclasses.MISSING else declared.default_factory()
+        each = "each " if get_origin(types[key]) is list else ""
+        allowed = f"; {each}one of: {', '.join(choices[key])}" if key in choices else ""
+        print(f"{key} (default {default!r}{allowed}): {help_text}")
     return 0
 
 

@@ -60,11 +60,13 @@ class ReplicaWorker:
         from ..checkpoint import load_checkpoint
 
         space = self.replica.space
+        start = 0
         if state.get("checkpoint"):
             checkpoint = load_checkpoint(state["checkpoint"])
             space.load_state_tensors(checkpoint["space_tensors"])
             space.load_state_dict(checkpoint["state"].get("space", {}), checkpoint["optimizer_tensors"])
-        space.replay(state.get("log", []))
+            start = checkpoint["state"]["iteration"]  # the updates before it are in the loaded weights
+        space.replay([entry for entry in state.get("log", []) if entry["iteration"] >= start])
 
     def ready(self) -> int:
         return os.getpid()

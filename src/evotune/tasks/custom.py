@@ -2,12 +2,16 @@
 
 Reward functions are named as ``package.module:function`` (or ``package.module.function``) so a
 YAML config can refer to any code on PYTHONPATH, the same functions one would pass to TRL's
-``GRPOTrainer(reward_funcs=...)``.
+``GRPOTrainer(reward_funcs=...)``. A config therefore runs code, like a Python script: that is by
+design (see the README's security note). Targets that cannot be reward functions and that only
+serve to run commands or code (builtins, os, subprocess, ...) are refused, so a mistyped or
+hostile `reward_fns: [os:system]` fails before anything is called.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import random
 from collections.abc import Callable
 
@@ -28,6 +32,7 @@ def import_reward_fn(path: str) -> RewardFn:
     if not module_name or not attribute:
         raise ConfigError(f"reward function {path!r} is not an import path; write `package.module:function` "
                           f"(e.g. `my_rewards:length_reward`).")
+    _refuse_system_target(path, module_name)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - ImportError or an error raised while importing the module
@@ -42,7 +47,24 @@ def import_reward_fn(path: str) -> RewardFn:
         target = getattr(target, part)
     if not callable(target):
         raise ConfigError(f"reward function {path!r} is a {type(target).__name__}, not a function.")
+    _refuse_system_target(path, getattr(target, "__module__", None) or "")  # e.g. `mymodule:system` re-exporting os's
+    if inspect.isclass(target) or inspect.isbuiltin(target):
+        raise ConfigError(f"reward function {path!r} is a {'class' if inspect.isclass(target) else 'built-in function'}"
+                          f", not a reward function fn(prompts, completions, **columns) -> list of floats.")
     return target
+
+
+# Modules whose callables run commands, load code or touch the interpreter: never reward functions.
+SYSTEM_MODULES = frozenset({"builtins", "os", "posix", "nt", "subprocess", "sys", "shutil", "importlib", "runpy",
+                            "pty", "socket", "ctypes", "multiprocessing", "signal", "pickle", "marshal", "code",
+                            "codeop", "webbrowser", "pdb", "platform", "asyncio", "threading", "_thread"})
+
+
+def _refuse_system_target(path: str, module_name: str) -> None:
+    if module_name.split(".")[0] in SYSTEM_MODULES:
+        raise ConfigError(f"reward function {path!r} comes from the `{module_name}` module, which runs commands or "
+                          "code rather than scoring completions; `reward_fns` must name your own reward function "
+                          "(`my_rewards:length_reward`). See the README's security note.")
 
 
 def resolve_reward_fns(specs: list[str | Callable], weights: list[float] | None) -> tuple[list[RewardFn], list[float]]:
@@ -77,12 +99,24 @@ def build_custom(*, seed: int = 0, num_eval: int | None = None, dataset: str | N
     if not reward_fns:
         raise ConfigError("task `custom` needs `reward_fns`: a list of import paths like "
                           "['my_rewards:length_reward'] with TRL's signature fn(prompts, completions, **columns).")
-    fns, weights = resolve_reward_fns(reward_fns, reward_weights)
     rows = load_rows(dataset)
     validate_rows(rows, dataset)
+    eval_rows = None
     if eval_dataset:
         eval_rows = load_rows(eval_dataset)
         validate_rows(eval_rows, eval_dataset)
+    return custom_task(rows, eval_rows, reward_fns, reward_weights, seed=seed, num_eval=num_eval, source=dataset)
+
+
+def custom_task(rows: list[dict], eval_rows: list[dict] | None, reward_fns: list[str | Callable],
+                reward_weights: list[float] | None, seed: int = 0, num_eval: int | None = None,
+                source: str = "dataset") -> Task:
+    """The custom task over rows already in memory (files above; `datasets.Dataset` objects in ESTrainer).
+
+    Eval rows are ``eval_rows`` (the first ``num_eval`` of them if that is set) or else a seeded hold-out of
+    ``num_eval`` rows (default 10% of the rows, at least 1 and at most 128), the same split on every path."""
+    fns, weights = resolve_reward_fns(reward_fns, reward_weights)
+    if eval_rows is not None:
         if num_eval is not None:
             eval_rows = eval_rows[:num_eval]
         train_rows = rows
@@ -90,7 +124,7 @@ def build_custom(*, seed: int = 0, num_eval: int | None = None, dataset: str | N
         if num_eval is None:
             num_eval = max(1, min(128, len(rows) // 10)) if len(rows) >= 2 else 0
         if not isinstance(num_eval, int) or isinstance(num_eval, bool) or not 0 <= num_eval < len(rows):
-            raise ConfigError(f"`num_eval` must be an integer from 0 to {len(rows) - 1} for dataset {dataset!r} "
+            raise ConfigError(f"`num_eval` must be an integer from 0 to {len(rows) - 1} for dataset {source!r} "
                               f"({len(rows)} rows, and training needs at least one), got {num_eval!r}; or give "
                               f"`eval_dataset`.")
         order = list(range(len(rows)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import json
 import random
 from pathlib import Path
@@ -77,23 +78,33 @@ def _valid_prompt(prompt: Any) -> bool:
                     for m in prompt))
 
 
+def _read_text(path: Path) -> str:
+    """The file as text: UTF-8 (a leading byte-order mark is allowed), else an error naming the line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise DataError(f"Dataset {str(path)!r}, line {line}: byte {data[exc.start]:#04x} is not UTF-8 text; save "
+                        f"the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`).") from exc
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"Dataset {str(path)!r}, line {number}: not valid JSON ({exc}); each line of a "
-                                f".jsonl file must be one JSON object.") from exc
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"Dataset {str(path)!r}, line {number}: not valid JSON ({exc}); each line of a "
+                            f".jsonl file must be one JSON object.") from exc
     return rows
 
 
 def _read_json(path: Path) -> list[dict]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
         raise DataError(f"Dataset {str(path)!r} is not valid JSON ({exc}).") from exc
     if isinstance(data, dict):
@@ -106,8 +117,10 @@ def _read_json(path: Path) -> list[dict]:
 
 
 def _read_csv(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8", newline="") as handle:
-        rows = [dict(row) for row in csv.DictReader(handle)]
+    try:
+        rows = [dict(row) for row in csv.DictReader(io.StringIO(_read_text(path), newline=""))]
+    except csv.Error as exc:
+        raise DataError(f"Dataset {str(path)!r} is not a readable CSV file ({exc}).") from exc
     for row in rows:  # a CSV cell can hold a chat prompt as JSON text
         prompt = row.get("prompt")
         if isinstance(prompt, str) and prompt.lstrip().startswith("["):
@@ -122,9 +135,13 @@ def _read_csv(path: Path) -> list[dict]:
 
 def _read_parquet(path: Path) -> list[dict]:
     if importlib.util.find_spec("pyarrow") is not None:
+        import pyarrow
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (pyarrow.ArrowException, OSError) as exc:
+            raise DataError(f"Dataset {str(path)!r} is not a readable parquet file ({exc}).") from exc
     if importlib.util.find_spec("pandas") is not None:
         import pandas as pd
 
