@@ -89,3 +89,17 @@ def test_not_a_run_directory_and_missing_metric(tmp_path):
     run = synthetic(tmp_path / "r", "es", 0, [0.1, 0.2])
     with pytest.raises(ConfigError, match="no `eval/pass@4`"):
         compare_runs([run], str(tmp_path / "out"), metric="eval/pass@4")
+
+
+def test_budget_time_reads_each_run_at_equal_training_time(tmp_path, capsys):
+    runs = [synthetic(tmp_path / "es0", "es", 0, [0.1, 0.2, 0.3, 0.4]),  # evaluations at 0, 10, 20, 30 s
+            synthetic(tmp_path / "es1", "es", 1, [0.1, 0.4, 0.4, 0.6]),
+            synthetic(tmp_path / "grpo0", "grpo", 0, [0.1, 0.5, 0.7], seconds_per_step=30.0)]  # at 0, 30, 60 s
+    assert main(["compare", *runs, "--output", str(tmp_path / "out"), "--budget-time", "25"]) == 0
+    es, grpo = json.loads((tmp_path / "out" / "compare.json").read_text())["methods"]
+    assert es["at_25s_per_seed"] == [0.3, 0.4] and es["at_25s"] == pytest.approx(0.35)
+    assert es["at_25s_std"] == pytest.approx(0.0707, abs=1e-4)
+    assert grpo["at_25s"] == pytest.approx(0.1)  # GRPO's first evaluation after training came at 30 s
+    assert "at_25s" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="positive"):
+        compare_runs(runs, str(tmp_path / "out2"), budget_time=0)

@@ -107,11 +107,19 @@ def value_at_budget(run: dict, budget: int) -> float | None:
     return within[-1] if within else None
 
 
-def summarize(runs: list[dict], target: float | None, budget: int | None = None) -> list[dict]:
+def value_at_time(run: dict, seconds: float) -> float | None:
+    """The last evaluation made within `seconds` of cumulative training time (None: none that early)."""
+    within = [point["value"] for point in run["curve"] if point["time_s"] <= seconds]
+    return within[-1] if within else None
+
+
+def summarize(runs: list[dict], target: float | None, budget: int | None = None,
+              budget_time: float | None = None) -> list[dict]:
     """One row per method: final metric mean, spread over seeds, a 95% interval, budgets, memory.
 
     `budget` (default: the smallest budget any run spent) adds each method's mean metric at that
-    many sampled completions, so runs of unequal length still meet at one equal budget.
+    many sampled completions, so runs of unequal length still meet at one equal budget; `budget_time`
+    does the same at equal training time (seconds), with the per-seed values and their spread.
     """
     budget = min(run["samples_seen"] for run in runs) if budget is None else budget
     rows = []
@@ -126,6 +134,13 @@ def summarize(runs: list[dict], target: float | None, budget: int | None = None)
                "samples_seen": int(np.mean([run["samples_seen"] for run in group])),
                "train_time_s": float(np.mean([run["train_time_s"] for run in group])),
                "peak_rss_mib": max((run["peak_rss_mib"] or 0) for run in group) or None}
+        if budget_time is not None:
+            at_time = [value_at_time(run, budget_time) for run in group]
+            label = f"at_{budget_time:g}s"
+            row[label] = float(np.mean(at_time)) if None not in at_time else None
+            row[f"{label}_per_seed"] = at_time
+            row[f"{label}_std"] = (float(np.std(at_time, ddof=1)) if None not in at_time and len(group) > 1
+                                   else None)
         if all("warm_start_time_s" in run for run in group):  # SFT steps and time before the ES budget
             row["warm_start_steps"] = int(np.mean([run["warm_start_steps"] for run in group]))
             row["warm_start_time_s"] = float(np.mean([run["warm_start_time_s"] for run in group]))
@@ -163,7 +178,8 @@ def _plot(runs: list[dict], axis_key: str, path: Path, label: str) -> None:
 
 
 def compare_runs(run_dirs: list[str], output_dir: str, metric: str | None = None,
-                 target: float | None = None, budget: int | None = None) -> dict[str, Any]:
+                 target: float | None = None, budget: int | None = None,
+                 budget_time: float | None = None) -> dict[str, Any]:
     output = Path(output_dir)
     _check_output_dir(output)  # first: reading and plotting the runs may take a while
     runs = [load_run(directory, metric) for directory in run_dirs]
@@ -174,7 +190,9 @@ def compare_runs(run_dirs: list[str], output_dir: str, metric: str | None = None
     name = runs[0]["metric"].replace("eval/", "")
     _plot(runs, "samples", output / f"{name}_vs_samples.png", "sampled completions")
     _plot(runs, "time_s", output / f"{name}_vs_time.png", "training time (s)")
-    summary = summarize(runs, target, budget)
+    if budget_time is not None and not budget_time > 0:
+        raise ConfigError(f"--budget-time {budget_time}: give a positive number of seconds of training time.")
+    summary = summarize(runs, target, budget, budget_time)
     result = {"metric": runs[0]["metric"], "target": target, "methods": summary, "runs": runs}
     (output / "compare.json").write_text(dumps_strict(result, indent=2))  # null, never NaN: strict JSON
     (output / "compare.md").write_text(format_markdown(summary, runs[0]["metric"]) + "\n")

@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--target", type=float, help="also report the time and samples to reach this value")
     compare.add_argument("--budget", type=int, help="also report the metric at this many sampled completions "
                                                     "(default: the smallest budget among the runs)")
+    compare.add_argument("--budget-time", type=float, metavar="SECONDS",
+                         help="also report the metric at this much cumulative training time (equal wall-clock)")
     compare.set_defaults(run=_compare)
 
     sweep = commands.add_parser("sweep", help="one run per grid point and seed (resumable), a table and a heatmap")
@@ -215,7 +217,7 @@ def _grpo(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from ..compare import compare_runs, format_markdown
 
-    result = compare_runs(args.runs, args.output, args.metric, args.target, args.budget)
+    result = compare_runs(args.runs, args.output, args.metric, args.target, args.budget, args.budget_time)
     print(format_markdown(result["methods"], result["metric"]))
     print(f"wrote {args.output}/compare.json, compare.md and plots", file=sys.stderr)
     return 0
