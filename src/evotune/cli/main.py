@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num-eval", type=int, default=None)
     evaluate.add_argument("--max-new-tokens", type=int, default=32)
     evaluate.add_argument("--dtype", default="auto", choices=get_args(DtypeName),
-                          help="weights dtype (auto: bfloat16 where the hardware computes it natively, else float32)")
+                          help="weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs with AMX)")
     evaluate.add_argument("--device", default="auto")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--output", help="JSON file for the metrics (default evotune-eval-TASK.json)")
