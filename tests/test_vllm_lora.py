@@ -1,9 +1,8 @@
-"""Adapter candidates as vLLM LoRA requests: the files, ids and scheduling are CPU-testable; the
-engine itself needs CUDA (marked gpu)."""
+"""Adapter candidates as vLLM LoRA requests: the files, ids and scheduling, without an engine (the engine
+itself: test_vllm_engine_lora.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from evotune.backends.vllm_lora import (AdapterWriter, engine_lora_rank, engine_
 from evotune.builders import build_evaluator
 from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator
+from evotune.distributed.base import Replica
 from evotune.errors import ConfigError
 from evotune.spaces.lora import LoRASpace, init_lora_adapter, lora_factors
 from evotune.spaces.svd_lora import SVDLoRASpace
@@ -80,10 +80,11 @@ def test_vllm_adapter_config_schedules_the_whole_population_per_engine_batch(tin
                          lora_rank=4, iterations=1, batch_size=2, max_new_tokens=4)
     backend = adapted(tiny_model_dir)  # stands in for the engine: the same generate_population contract
     space = SVDLoRASpace(backend.model, alpha=0.5)
-    evaluator = build_evaluator(config, space, backend, get_task("arithmetic", seed=0, num_eval=4))
+    replica = Replica(get_task("arithmetic", seed=0, num_eval=4), backend, space, config.max_new_tokens)
+    evaluator = build_evaluator(config, replica)
     assert isinstance(evaluator, BatchedEvaluator) and evaluator.population_batch_size == 6
     config.population_batch_size = 2
-    assert build_evaluator(config, space, backend, get_task("arithmetic", seed=0, num_eval=4)).population_batch_size == 2
+    assert build_evaluator(config, replica).population_batch_size == 2
 
 
 def test_vllm_config_checks():
@@ -93,23 +94,3 @@ def test_vllm_config_checks():
         TrainConfig(backend="vllm", optimizer="adam")
     with pytest.raises(ConfigError, match="int4"):
         TrainConfig(backend="vllm", space="lora", quantization="int8")
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None,
-                    reason="needs CUDA and vLLM")
-def test_vllm_population_matches_one_candidate_at_a_time(tiny_model_dir):
-    from evotune.backends.vllm import VLLMBackend
-
-    backend = VLLMBackend(tiny_model_dir, dtype="float32", gpu_memory_utilization=0.3, lora_rank=4, max_loras=3,
-                          host_dtype="float32")
-    backend.model = init_lora_adapter(backend.model, rank=4, seed=0)
-    space = LoRASpace(backend.model)
-    candidates = [Candidate(seed, 0.3) for seed in (11, 12, 13)]
-    together = backend.generate_population(PROMPTS, 6, space.factors, space.candidate_factors(candidates))
-    one_at_a_time = []
-    for candidate in candidates:
-        space.apply(candidate)
-        one_at_a_time.append(backend.generate(PROMPTS, 6))
-        space.restore()
-    assert together == one_at_a_time and len(set(map(tuple, together))) > 1

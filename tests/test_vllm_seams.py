@@ -1,5 +1,6 @@
-"""The vllm backend's CPU-testable parts: HF names inside fused engine tensors, and the engine-side
-extension driving a module laid out like a vLLM Llama. The engine itself needs CUDA (marked gpu)."""
+"""The vllm backend's parts that need no engine: HF names inside fused engine tensors, and the engine-side
+extension driving a module laid out like a vLLM Llama. Real engines: test_vllm_engine*.py (CPU or CUDA);
+the fp32 master kept on the GPU: the one test here marked gpu."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from evotune.backends.vllm_weights import FUSED, hf_views, split_sizes
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.spaces import FullParameterSpace
-from evotune.strategies.base import Candidate
-from evotune.strategies.optimizers import make_optimizer
+from evotune.strategies import Candidate, SeedUpdate
+from evotune.optimizers import make_optimizer
 
 
 class FusedLlama(torch.nn.Module):
@@ -86,7 +87,8 @@ def test_engine_space_perturbs_exactly_like_the_hf_space(models):
     engine_space.restore()
     assert all(torch.equal(p, before[name]) for name, p in engine.named_parameters())
     for space in (hf_space, engine_space):
-        space.update([11, 12], [0.5, -0.25], make_optimizer("sgd", 0.1, 0.0))
+        space.optimizer = make_optimizer("sgd", 0.1, 0.0)
+        space.apply_update(SeedUpdate(0, [11, 12], [0.5, -0.25]))
     for name, tensor in hf_space.state_tensors().items():
         assert torch.equal(tensor, engine_space.state_tensors()[name]), name
 
@@ -122,22 +124,41 @@ def test_vllm_config_is_checked_before_anything_loads():
 def test_missing_vllm_is_a_clear_error():
     from evotune.backends.vllm import VLLMBackend
 
-    with pytest.raises(ConfigError, match="pip install vllm"):
+    with pytest.raises(ConfigError, match="needs vLLM, which is not installed"):
         VLLMBackend("smollm2-135m-instruct")
 
 
 @pytest.mark.gpu
+@pytest.mark.requires_vllm
 @pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None,
                     reason="needs CUDA and vLLM")
-def test_vllm_engine_perturb_restore_and_generate(tiny_model_dir):
-    from evotune.backends.vllm import EngineSpace, VLLMBackend
+def test_master_on_the_gpu_moves_no_bytes_and_gives_the_same_mean(tmp_path, tiny_model_dir):
+    """master_device: device keeps the fp32 master next to the weights (4 bytes per weight of GPU memory):
+    apply/restore then move nothing between host and GPU, and an update ends at the host master's mean."""
+    from vllm_helpers import save_vllm_tiny_model, start_engine, stop_engine
+
+    from evotune.backends.vllm import EngineSpace
     from evotune.builders import hf_parameter_shapes
 
-    backend = VLLMBackend(tiny_model_dir, dtype="float32", gpu_memory_utilization=0.3)
-    space = EngineSpace(backend, hf_parameter_shapes(tiny_model_dir), None, None, "rademacher", "sgd", 0.1, 0.0)
-    prompts = ["What is 2 + 2?", "Name a colour."]
-    base = backend.generate(prompts, 8)
-    space.apply(Candidate(3, 0.5))
-    perturbed = backend.generate(prompts, 8)
-    space.restore()
-    assert backend.generate(prompts, 8) == base and perturbed != base
+    model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
+    backend = start_engine(model_dir)
+    try:
+        shapes = hf_parameter_shapes(model_dir)
+        host = EngineSpace(backend, shapes, None, None, "gaussian", "sgd", 0.05, 0.0, master_device="host")
+        assert host.transfer_bytes()["per_candidate"] == 8 * host.num_parameters
+        base = host.state_tensors()
+        host.apply_update(SeedUpdate(0, [1, 2], [0.5, -0.5]))
+        expected = host.state_tensors()
+        device = EngineSpace(backend, shapes, None, None, "gaussian", "sgd", 0.05, 0.0, master_device="device")
+        device.load_state_tensors(base)
+        assert device.transfer_bytes()["per_candidate"] == 0
+        prompts = ["What is 2 + 2?", "Name a colour."]
+        before = backend.generate(prompts, 8)
+        device.apply(Candidate(3, 0.05))
+        device.restore()
+        assert backend.generate(prompts, 8) == before
+        device.apply_update(SeedUpdate(0, [1, 2], [0.5, -0.5]))
+        for name, tensor in device.state_tensors().items():  # both draw the noise where the weights are
+            assert torch.equal(tensor, expected[name]), name
+    finally:
+        stop_engine(backend)

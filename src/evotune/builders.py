@@ -66,10 +66,18 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
 
         return EngineSpace(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
                            config.exclude_parameters or None, config.noise, config.optimizer, config.learning_rate,
-                           config.weight_decay)
+                           config.weight_decay, master_device=config.master_device)
     if config.space == "full":
         return FullParameterSpace(backend.model, config.parameters or None, config.exclude_parameters or None,
                                   noise_kind=config.noise, optimizer=optimizer)
+    if config.space == "lowrank":  # EGGROLL: rank-r members of a full-parameter mean (spaces/lowrank.py)
+        from .spaces.lowrank import LowRankSpace
+
+        if config.backend == "vllm":
+            raise ConfigError("`space: lowrank` runs on `backend: hf` for now (its vLLM path, one LoRA request per "
+                              "member, is not built yet); set `backend: hf`.")
+        return LowRankSpace(backend.model, config.perturbation_rank, config.parameters or None,
+                            config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer)
     from .spaces.lora import LoRASpace
     from .spaces.svd_lora import SVDLoRASpace
 
@@ -139,8 +147,8 @@ class ReplicaFactory:
 
 
 def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None) -> Evaluator:
-    """In process (one candidate at a time, or population-batched for adapter spaces), or a Ray actor
-    pool (`distributed: ray`) whose new actors rebuild the driver's mean via state_fn()."""
+    """In process (one candidate at a time, or population-batched for the adapter spaces and lowrank), or a
+    Ray actor pool (`distributed: ray`) whose new actors rebuild the driver's mean via state_fn()."""
     from .distributed import LocalEvaluator
 
     if config.distributed == "ray":
@@ -156,7 +164,9 @@ def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None)
                             driver_checksum=replica.space.checksum)
 
     batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
-    if config.space in ADAPTER_SPACES and batch and batch > 1:
+    if config.space == "lowrank":  # the point of low-rank members: the whole population in one batch by default
+        batch = config.population_batch_size or config.population_size
+    if config.space in (*ADAPTER_SPACES, "lowrank") and batch and batch > 1:
         from .distributed import BatchedEvaluator
 
         return BatchedEvaluator.from_replica(replica, population_batch_size=batch)

@@ -141,12 +141,16 @@ class HFBackend:
         """Greedy completions of every prompt under each of P LoRA candidates, in one generate per prompt batch.
 
         factors: the adapter space's LoRAFactor list; stacked[i]: (P, *factors[i].weight.shape), e.g.
-        AdapterSpace.candidate_factors(candidates). Returns P lists, each like generate(prompts).
+        AdapterSpace.candidate_factors(candidates); or LowRankSpace's factors (plain Linear modules,
+        stacked[i]: (P, *factors[i].shape)). Returns P lists, each like generate(prompts).
         Each prompt batch is encoded (left-padded) exactly as generate() does, then tiled P times,
         candidate-major, so every candidate's rows see the same tokens and padding as on its own.
         """
-        from .multi_lora import population_adapters
+        from .multi_lora import population_adapters, population_linear_deltas
 
+        # PEFT adapter factors carry their live LoRA weight; low-rank factors of a plain model (space
+        # lowrank, EGGROLL) name the Linear module they perturb instead.
+        patch = population_adapters if hasattr(factors[0], "weight") else population_linear_deltas
         population = int(stacked[0].shape[0])
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         step = self.generation_batch_size or len(texts)
@@ -155,7 +159,7 @@ class HFBackend:
             batch = self._encode(tuple(texts[start:start + step]))  # (group, prompt) ids and mask
             group, prompt_length = batch["input_ids"].shape
             tiled = {key: value.repeat(population, 1) for key, value in batch.items()}  # (P * group, prompt)
-            with population_adapters(self.model, factors, stacked, group):
+            with patch(self.model, factors, stacked, group):
                 output = self.model.generate(**tiled, max_new_tokens=max_new_tokens, do_sample=False,
                                              temperature=None, top_p=None, top_k=None,
                                              pad_token_id=self.tokenizer.pad_token_id)  # (P * group, prompt + new)

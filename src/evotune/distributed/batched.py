@@ -1,9 +1,12 @@
-"""Evaluate a population in this process, many adapter candidates per generate call.
+"""Evaluate a population in this process, many low-rank candidates per generate call.
 
 For the adapter spaces (LoRA, SVD-LoRA) candidates differ only in small LoRA matrices, so
 ESSA-style searches (Korotyshova, Shaposhnikov et al., arXiv 2507.04453) can score a chunk of
 `population_batch_size` candidates in one batched generate, one adapter per group of rows
 (backends/multi_lora.py), instead of one generate per candidate. Rewards equal LocalEvaluator's.
+The same holds for `space: lowrank` (EGGROLL, Sarkar et al., arXiv 2511.16652), whose members
+are rank-r perturbations of a plain model's Linear weights: each group of rows adds its member's
+low-rank delta to the shared base matmul.
 """
 
 from __future__ import annotations
@@ -18,16 +21,18 @@ from .local import LocalEvaluator
 class BatchedEvaluator(LocalEvaluator):
     """LocalEvaluator, but candidates go through the model `population_batch_size` at a time.
 
-    The live adapter is never written during evaluation (each candidate's matrices ride along in
-    the batched forward), and it is restored to the mean at the end anyway, even on error.
+    The live adapter (or, for `space: lowrank`, the live weights) is never written during evaluation
+    (each candidate's matrices ride along in the batched forward), and it is restored to the mean at
+    the end anyway, even on error.
     """
 
     def __init__(self, space: Any, backend: Any, task: Any, max_new_tokens: int, population_batch_size: int):
         from ..spaces.lora import AdapterSpace
+        from ..spaces.lowrank import LowRankSpace
 
-        if not isinstance(space, AdapterSpace):
-            raise ConfigError("`population_batch_size` needs an adapter space (`space: lora` or `svd_lora`); "
-                              "remove `population_batch_size` to evaluate one candidate at a time.")
+        if not isinstance(space, (AdapterSpace, LowRankSpace)):
+            raise ConfigError("`population_batch_size` needs a low-rank space (`space: lora`, `svd_lora` or "
+                              "`lowrank`); remove `population_batch_size` to evaluate one candidate at a time.")
         if population_batch_size < 1:
             raise ConfigError(f"`population_batch_size` is {population_batch_size}; use a positive number.")
         super().__init__(space, backend, task, max_new_tokens)

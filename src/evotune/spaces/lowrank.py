@@ -1,0 +1,165 @@
+"""Low-rank perturbations of a full-parameter mean: EGGROLL.
+
+EGGROLL (Sarkar et al., "Evolution Strategies at the Hyperscale", arXiv 2511.16652; code
+ESHyperscale/HyperscaleES) gives every population member a rank-r perturbation of each weight
+matrix W (out, in):
+
+    E_i = A_i B_i^T / sqrt(r),   A_i (out, r), B_i (in, r), regenerated from the member's seed,
+
+so the members of a population differ from the shared mean only by small factors. A batch row of
+member i computes x W^T + scale_i (x B_i) A_i^T / sqrt(r): the base matmul is shared by the
+whole population, which then runs as one batched forward (backends/multi_lora.py,
+`population_linear_deltas`), exactly like the rows of a multi-LoRA batch. The update
+sum_i c_i E_i is full rank and goes into the full-parameter fp32 mean, as in ES at Scale
+(Qiu et al. 2025, arXiv 2509.24372); this space is FullParameterSpace with another noise.
+
+What is perturbed: the weight of every `torch.nn.Linear` module (2-D, (out, in)) whose parameter
+name passes `parameters` / `exclude_parameters`, except a weight shared with an embedding (a tied
+LM head). Embeddings, norm weights and biases stay fixed: they are neither perturbed nor updated,
+so the one-at-a-time and the batched evaluation see the same model.
+
+Noise: A_i and B_i of parameter `name` are `noise((out, r), seed, "lowrank/<name>/A")` and
+`noise((in, r), seed, "lowrank/<name>/B")` (gaussian or rademacher, `noise_kind`), pure functions
+of (member seed, parameter name), so every entry of E_i has unit variance for either kind and any
+r, and `sigma` means what it means for `space: full`. Antithetic pairs share the seed, so they share
+A_i, B_i with opposite signs.
+
+Exactness (the same contract as FullParameterSpace): apply(candidate) writes
+cast(master + scale * A B^T / sqrt(r)) from the fp32 master, restore() writes cast(master), and
+step() accumulates sum_k c_k A_k B_k^T / sqrt(r) in fp32 as one (out, K r) @ (K r, in) matmul per
+tensor (never K dense matrices) into the master, which it then writes once. apply() is the dense
+oracle the batched path is tested against, and what a Ray actor evaluates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..errors import ConfigError
+from ..optimizers import Optimizer
+from ..types import Candidate, Member
+from .full import FullParameterSpace, select_parameters
+from .noise import noise
+
+
+@dataclass(frozen=True)
+class LowRankFactor:
+    """One factor of one perturbed Linear module, in LoRA's layout: a member's perturbation of the
+    module's weight is factor B (out, r) @ factor A (r, in), as PEFT's lora_B @ lora_A with scaling 1."""
+
+    module: str  # module name in the model, e.g. "model.layers.0.self_attn.q_proj"
+    factor: str  # "A" ((r, in): scale / sqrt(r) * B_i^T) or "B" ((out, r): A_i)
+    shape: tuple[int, ...]
+
+    @property
+    def state_key(self) -> str:
+        """The key of this factor in a PEFT adapter state dict (for serving a member as a LoRA request)."""
+        return f"base_model.model.{self.module}.lora_{self.factor}.weight"
+
+
+def linear_weights(model: torch.nn.Module) -> list[tuple[str, str, torch.nn.Parameter]]:
+    """(module name, parameter name, weight) of every nn.Linear whose weight is not an embedding's (tied)."""
+    embeddings = {id(module.weight) for module in model.modules() if isinstance(module, torch.nn.Embedding)}
+    found, seen = [], set()
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and id(module.weight) not in embeddings | seen:
+            seen.add(id(module.weight))
+            found.append((name, f"{name}.weight" if name else "weight", module.weight))
+    return found
+
+
+class LowRankSpace(FullParameterSpace):
+    """The full-parameter mean of the selected Linear weights, explored by rank-`rank` perturbations."""
+
+    def __init__(self, model: torch.nn.Module, rank: int = 1, include: list[str] | None = None,
+                 exclude: list[str] | None = None, noise_kind: str = "gaussian", optimizer: Optimizer | None = None):
+        if rank < 1:
+            raise ConfigError(f"`perturbation_rank` is {rank}; it must be a positive integer (EGGROLL uses 1).")
+        linears = linear_weights(model)
+        if not linears:
+            raise ConfigError("`space: lowrank` perturbs the weights of torch.nn.Linear modules and this model has "
+                              "none; use `space: full`.")
+        selected = {name for name, _ in select_parameters(None, include, exclude,
+                                                          [(param_name, w) for _, param_name, w in linears])}
+        super().__init__(model, named_tensors=[(p, w) for _, p, w in linears if p in selected],
+                         noise_kind=noise_kind, optimizer=optimizer)
+        self.rank = rank
+        self.modules = [(module, param_name) for module, param_name, _ in linears if param_name in selected]
+        # per selected module: factor A (r, in) then factor B (out, r), LoRA's layout
+        shapes = {name: tuple(param.shape) for name, param in self.parameters}
+        self.factors = [LowRankFactor(module, kind, shape)
+                        for module, param_name in self.modules
+                        for kind, shape in (("A", (rank, shapes[param_name][1])), ("B", (shapes[param_name][0], rank)))]
+
+    def factor_noise(self, seed: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A (out, r), B (in, r)), fp32 on the host: member `seed`'s factors for parameter `name`."""
+        out_features, in_features = self.master[name].shape
+        return (noise((out_features, self.rank), seed, f"lowrank/{name}/A", self.noise_kind),
+                noise((in_features, self.rank), seed, f"lowrank/{name}/B", self.noise_kind))
+
+    def perturbation(self, candidate: Candidate, name: str) -> torch.Tensor:
+        """The dense (out, in) fp32 perturbation scale * A B^T / sqrt(r) of `name` (tests, the dense path)."""
+        a, b = self.factor_noise(candidate.seed, name)
+        return torch.mm(a, b.T).mul_(candidate.scale / math.sqrt(self.rank))
+
+    def _check(self, member: Member) -> Candidate:
+        if not isinstance(member, Candidate):
+            raise ConfigError("`space: lowrank` takes seed candidates (`strategy: openes`), not vectors.")
+        return member
+
+    def apply(self, candidate: Member) -> None:
+        candidate = self._check(candidate)
+        alpha = candidate.scale / math.sqrt(self.rank)
+
+        def perturb(name: str, param: torch.nn.Parameter) -> None:
+            a, b = self.factor_noise(candidate.seed, name)
+            # master + scale * A B^T / sqrt(r) in fp32 on the host, cast once into the live dtype
+            param.copy_(torch.addmm(self.master[name], a, b.T, alpha=alpha))
+        self._for_each(perturb)
+
+    def candidate_factors(self, candidates: Sequence[Member]) -> list[torch.Tensor]:
+        """Per factor (self.factors order), every candidate's matrix stacked, fp32 on the model's device:
+        A: (P, r, in) = scale / sqrt(r) * B_i^T, B: (P, out, r) = A_i. Member c's perturbation of a
+        module's weight is B[c] @ A[c], exactly what apply(candidates[c]) adds (up to rounding)."""
+        device = self.parameters[0][1].device
+        per_seed: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}  # antithetic pairs draw once
+        stacks: list[torch.Tensor] = []
+        checked = [self._check(candidate) for candidate in candidates]
+        for _, name in self.modules:
+            lora_a, lora_b = [], []
+            for candidate in checked:
+                key = (candidate.seed, name)
+                if key not in per_seed:
+                    per_seed[key] = self.factor_noise(candidate.seed, name)
+                a, b = per_seed[key]
+                lora_a.append(b.T * (candidate.scale / math.sqrt(self.rank)))  # (r, in)
+                lora_b.append(a)  # (out, r)
+            stacks.append(torch.stack(lora_a).to(device))
+            stacks.append(torch.stack(lora_b).to(device))
+            for candidate in checked:  # keep one tensor's noise in memory, not the model's
+                per_seed.pop((candidate.seed, name), None)
+        return stacks
+
+    def step(self, seeds: list[int], coefficients: list[float]) -> None:
+        optimizer = self.require_optimizer()
+        optimizer.begin_step()
+        terms = [(seed, float(c)) for seed, c in zip(seeds, coefficients) if float(c) != 0.0]
+        scale = 1.0 / math.sqrt(self.rank)
+
+        def step(name: str, param: torch.nn.Parameter) -> None:
+            master = self.master[name]
+            if terms:
+                factors = [self.factor_noise(seed, name) for seed, _ in terms]
+                # sum_k c_k A_k B_k^T / sqrt(r) = (A_cat diag(c)) B_cat^T / sqrt(r): (out, K r) @ (K r, in), fp32
+                a_cat = torch.cat([a * c for (a, _), (_, c) in zip(factors, terms)], dim=1)
+                b_cat = torch.cat([b for _, b in factors], dim=1)
+                gradient = torch.mm(a_cat, b_cat.T).mul_(scale)
+            else:
+                gradient = torch.zeros_like(master)
+            master.add_(optimizer.step(name, gradient, master))
+            param.copy_(master)
+        self._for_each(step)
