@@ -9,11 +9,16 @@ Arms, on the same model, dtype, prompts and population (antithetic OpenES member
   * lowrank_dense (optional, --arms): LowRankSpace one member at a time (W + sigma A B^T / sqrt(r)
     written into the weights), which separates the gain of batching from that of cheaper noise.
 For each prompts-per-candidate setting (--batch-sizes) the arms are interleaved over --repeats, so
-drifting machine load hits all of them; reported are seconds per population (median), candidate
-evaluations per second, and the speedup over `full`. One update step per space (the population's
-coefficients applied to the fp32 master) is timed too.
+drifting machine load hits all of them; reported are seconds per population (median, wall clock and
+this process's CPU time), candidate evaluations per second, and the speedup over `full`. One update
+step per space (the population's coefficients applied to the fp32 master) is timed too.
 
-    python bench/lowrank_throughput.py --batch-sizes 2 8 32 --repeats 2
+    python bench/lowrank_throughput.py --batch-sizes 2 8 32 --repeats 3 --threads 1
+
+--threads sets torch's intra-op threads. On a machine whose cores other jobs also use, 2 OpenMP
+threads were 20-30x slower than 1 (a thread spins while its partner is preempted: a 2-prompt
+generate took 13-20 s instead of 0.65 s, measured here), which swamps any comparison; 1 thread
+measures the work itself.
 
 Every completion is generated to exactly max_new_tokens (EOS suppressed until then, in all arms, as in
 bench/overhead.py), so perturbed members do not make the arms different workloads.
@@ -55,8 +60,13 @@ def main() -> None:
                         choices=["full", "lowrank_batched", "lowrank_dense"])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--name", default="lowrank_throughput")
     args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     load_average = os.getloadavg()[0]
     backend = HFBackend.load(args.model, args.dtype, "cpu")
@@ -77,39 +87,50 @@ def main() -> None:
         for evaluator in arms.values():  # warm-up: caches, allocator, threads, this batch shape once
             evaluator.evaluate(members[:2], rows)
         seconds: dict[str, list[float]] = {name: [] for name in arms}
+        cpu_seconds: dict[str, list[float]] = {name: [] for name in arms}
         rewards: dict[str, float] = {}
         for _ in range(args.repeats):
             for name, evaluator in arms.items():
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 reward = evaluator.evaluate(members, rows)
                 seconds[name].append(time.perf_counter() - started)
+                cpu_seconds[name].append(time.process_time() - cpu_started)
                 rewards[name] = float(np.nanmean(reward))
         median = {name: statistics.median(values) for name, values in seconds.items()}
+        cpu_median = {name: statistics.median(values) for name, values in cpu_seconds.items()}
         results[f"{batch_size}_prompts"] = {
             "seconds_per_population": {name: [round(x, 3) for x in values] for name, values in seconds.items()},
+            "cpu_seconds_per_population": {name: [round(x, 3) for x in values]
+                                           for name, values in cpu_seconds.items()},
             "median_seconds_per_population": {name: round(value, 3) for name, value in median.items()},
+            "median_cpu_seconds_per_population": {name: round(value, 3) for name, value in cpu_median.items()},
             "candidate_evaluations_per_second": {name: round(len(members) / value, 3) for name, value in median.items()},
             "speedup_over_full": {name: round(median["full"] / value, 2) for name, value in median.items()
                                   if name != "full"} if "full" in median else {},
+            "cpu_speedup_over_full": {name: round(cpu_median["full"] / value, 2) for name, value in cpu_median.items()
+                                      if name != "full"} if "full" in cpu_median else {},
             "reward_mean": {name: round(value, 4) for name, value in rewards.items()},
         }
-        print(batch_size, results[f"{batch_size}_prompts"]["median_seconds_per_population"], flush=True)
+        print(batch_size, results[f"{batch_size}_prompts"]["median_seconds_per_population"],
+              results[f"{batch_size}_prompts"]["median_cpu_seconds_per_population"], flush=True)
 
     coefficients = list(np.random.default_rng(args.seed).normal(size=len(strategy.member_seeds(0))) / len(members))
     update_seconds = {}
     for name, space in (("full", full), ("lowrank", lowrank)):  # learning rate 0: the mean stays where it is
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         space.step(strategy.member_seeds(0), coefficients)
-        update_seconds[name] = round(time.perf_counter() - started, 3)
+        update_seconds[name] = {"wall": round(time.perf_counter() - started, 3),
+                                "cpu": round(time.process_time() - cpu_started, 3)}
 
     payload = {
         "command": "python bench/lowrank_throughput.py " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": args.dtype, "noise": args.noise, "sigma": args.sigma,
         "perturbation_rank": args.rank, "population_size": len(members), "antithetic": True,
         "max_new_tokens": args.max_new_tokens, "fixed_length_generation": True, "repeats": args.repeats,
+        "torch_threads": __import__("torch").get_num_threads(),
         "perturbed_tensors": {"full": len(full.parameters), "lowrank": len(lowrank.parameters)},
         "perturbed_numbers": {"full": full.num_parameters, "lowrank": lowrank.num_parameters},
-        "load_average_at_start": round(load_average, 2),
+        "load_average_at_start": round(load_average, 2), "load_average_at_end": round(os.getloadavg()[0], 2),
         "results": results,
         "update_step_seconds": update_seconds,
     }
