@@ -57,4 +57,5 @@ for name in ('torch', 'transformers', 'numpy'): print(f'{name}=={m.version(name)
   rm -f "$CONSTRAINTS"
 fi
 "$PYTHON" -c "import evotune, torch; print('evotune', evotune.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
-echo "vllm: $(installed_vllm || true)${EVOTUNE_VLLM:+}"
+VLLM_INSTALLED="$(installed_vllm || true)"
+echo "vllm: ${VLLM_INSTALLED:-not installed}"
