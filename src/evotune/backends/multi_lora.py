@@ -97,6 +97,24 @@ def _layer_updates(model: torch.nn.Module, factors: Sequence[Any],
 
 
 @contextmanager
+def _patched_forwards(patches: list[tuple[torch.nn.Module, Callable]]) -> Iterator[None]:
+    """Replace each module's forward for the block, then restore it exactly (the instance attribute it
+    had, or none: the class's forward), even on error."""
+    patched: list[tuple[Any, Any]] = []
+    try:
+        for module, forward in patches:
+            patched.append((module, module.__dict__.get("forward")))  # None: the class's forward
+            module.forward = forward
+        yield
+    finally:
+        for module, previous in reversed(patched):
+            if previous is None:
+                del module.forward
+            else:
+                module.forward = previous
+
+
+@contextmanager
 def population_adapters(model: torch.nn.Module, factors: Sequence[Any], stacked: Sequence[torch.Tensor],
                         group_size: int) -> Iterator[None]:
     """Within the block, batch row r of `model` uses candidate r // group_size's adapter.
@@ -108,18 +126,9 @@ def population_adapters(model: torch.nn.Module, factors: Sequence[Any], stacked:
     layers = _layer_updates(model, factors, stacked)
     for module, adapter, _, _ in layers:
         _check_plain_lora(module, adapter)
-    patched: list[tuple[Any, Any]] = []
-    try:
-        for module, adapter, lora_a, lora_b in layers:
-            patched.append((module, module.__dict__.get("forward")))  # None: the class's forward
-            module.forward = _population_forward(module, lora_a, lora_b, module.scaling[adapter], group_size)
+    with _patched_forwards([(module, _population_forward(module, lora_a, lora_b, module.scaling[adapter], group_size))
+                            for module, adapter, lora_a, lora_b in layers]):
         yield
-    finally:
-        for module, previous in reversed(patched):
-            if previous is None:
-                del module.forward
-            else:
-                module.forward = previous
 
 
 def _linear_updates(model: torch.nn.Module, factors: Sequence[Any],
@@ -154,16 +163,7 @@ def population_linear_deltas(model: torch.nn.Module, factors: Sequence[Any], sta
     neither read for writing nor changed; each forward is restored on exit, even on error.
     """
     layers = _linear_updates(model, factors, stacked)
-    patched: list[tuple[Any, Any]] = []
-    try:
-        for module, lora_a, lora_b in layers:
-            patched.append((module, module.__dict__.get("forward")))  # None: the class's forward
-            base = module.forward  # the Linear's own forward (bound; hooks still run around the patch)
-            module.forward = _population_forward(module, lora_a, lora_b, 1.0, group_size, base=base)
+    # base: the Linear's own forward (bound; hooks still run around the patch), read before any patch
+    with _patched_forwards([(module, _population_forward(module, lora_a, lora_b, 1.0, group_size, base=module.forward))
+                            for module, lora_a, lora_b in layers]):
         yield
-    finally:
-        for module, previous in reversed(patched):
-            if previous is None:
-                del module.forward
-            else:
-                module.forward = previous

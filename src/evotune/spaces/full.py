@@ -131,9 +131,6 @@ class FullParameterSpace(Space):
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return dict(self.master)
 
-    def mean_is_finite(self) -> bool:
-        return all(bool(torch.isfinite(tensor).all()) for tensor in self.master.values())
-
     @torch.no_grad()
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         missing = set(self.master) - set(tensors)
