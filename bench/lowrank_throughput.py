@@ -104,7 +104,8 @@ def main() -> None:
                                            for name, values in cpu_seconds.items()},
             "median_seconds_per_population": {name: round(value, 3) for name, value in median.items()},
             "median_cpu_seconds_per_population": {name: round(value, 3) for name, value in cpu_median.items()},
-            "candidate_evaluations_per_second": {name: round(len(members) / value, 3) for name, value in median.items()},
+            "candidate_evaluations_per_second": {name: round(len(members) / value, 3)
+                                                 for name, value in median.items()},
             "speedup_over_full": {name: round(median["full"] / value, 2) for name, value in median.items()
                                   if name != "full"} if "full" in median else {},
             "cpu_speedup_over_full": {name: round(cpu_median["full"] / value, 2) for name, value in cpu_median.items()

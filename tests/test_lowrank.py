@@ -110,7 +110,8 @@ def test_apply_writes_master_plus_rank_r_noise_and_factors_match(backend, kind, 
             assert a.shape == (space.master[name].shape[0], rank) and b.shape == (space.master[name].shape[1], rank)
             dense = space.perturbation(member, name)
             assert torch.linalg.matrix_rank(dense) == rank
-            assert torch.equal(weights[name], torch.addmm(space.master[name], a, b.T, alpha=member.scale / math.sqrt(rank)))
+            alpha = member.scale / math.sqrt(rank)
+            assert torch.equal(weights[name], torch.addmm(space.master[name], a, b.T, alpha=alpha))
             # the batched factors carry the same perturbation: B_c @ A_c in LoRA's layout
             lora_a, lora_b = stacked[2 * position][index], stacked[2 * position + 1][index]
             assert torch.allclose(lora_b @ lora_a, dense, rtol=0, atol=1e-6)
@@ -311,6 +312,9 @@ def test_config_and_builders(tiny_model_dir, tmp_path):
         run_config(tiny_model_dir, strategy="cma")
     with pytest.raises(ConfigError, match="adapter"):
         run_config(tiny_model_dir, adapter=str(tmp_path))
+    with pytest.raises(ConfigError, match="optimizer: sgd"):  # on vLLM the engine's weights hold the mean
+        run_config(tiny_model_dir, backend="vllm", optimizer="adam")
+    run_config(tiny_model_dir, backend="vllm")
 
 
 def test_resume_is_exact(tiny_model_dir, tmp_path, monkeypatch):

@@ -73,9 +73,13 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
     if config.space == "lowrank":  # EGGROLL: rank-r members of a full-parameter mean (spaces/lowrank.py)
         from .spaces.lowrank import LowRankSpace
 
-        if config.backend == "vllm":
-            raise ConfigError("`space: lowrank` runs on `backend: hf` for now (its vLLM path, one LoRA request per "
-                              "member, is not built yet); set `backend: hf`.")
+        if config.backend == "vllm":  # the engine holds the mean; members are LoRA requests
+            from .backends.vllm import EngineLowRankSpace
+
+            shapes, linear = hf_parameter_shapes(backend.model_name), hf_linear_weight_names(backend.model_name)
+            return EngineLowRankSpace(backend, shapes, linear, config.perturbation_rank, config.parameters or None,
+                                      config.exclude_parameters or None, config.noise, config.optimizer,
+                                      config.learning_rate, config.weight_decay)
         return LowRankSpace(backend.model, config.perturbation_rank, config.parameters or None,
                             config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer)
     from .spaces.lora import LoRASpace
@@ -98,10 +102,26 @@ def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
     return {name: list(param.shape) for name, param in skeleton.named_parameters()}
 
 
+def hf_linear_weight_names(model: str) -> list[str]:
+    """Names of an HF model's Linear weights that `space: lowrank` perturbs (tied heads left out), from its
+    config alone."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .spaces.lowrank import linear_weights
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    return [name for _, name, _ in linear_weights(skeleton)]
+
+
 def load_backend(config: TrainConfig, device: str) -> Backend:
     if config.backend == "vllm":
         from .backends.vllm import VLLMBackend
 
+        if config.space == "lowrank":  # members as rank-r LoRA requests over the engine's own (mean) weights
+            return VLLMBackend(config.model, config.dtype, seed=config.seed, lora_rank=config.perturbation_rank,
+                               max_loras=vllm_population_batch(config), host_model=False)
         if config.space not in ADAPTER_SPACES:
             return VLLMBackend(config.model, config.dtype, seed=config.seed)
         # Adapter spaces: the engine serves the population as LoRA adapters, all in one batch by default.

@@ -255,6 +255,9 @@ def check_rewards(config: Any) -> None:
                           f"{len(config.reward_fns)}; give one weight per function or leave it empty.")
     if config.iterations < 1:
         raise ConfigError(f"`iterations` is {config.iterations}; it must be at least 1.")
+    if getattr(config, "max_training_seconds", 0.0) < 0:
+        raise ConfigError(f"`max_training_seconds` is {config.max_training_seconds}; set a positive number of seconds, "
+                          "or 0 for no limit.")
     for key in ("eval_every", "checkpoint_every"):
         if getattr(config, key) < 0:
             raise ConfigError(f"`{key}` is {getattr(config, key)}; use 0 to turn it off, or a positive number.")
@@ -295,6 +298,10 @@ class TrainConfig(RunConfig):
     cma_diagonal: bool = _opt(False, "cma: separable (diagonal covariance) CMA-ES, linear cost in the dimension.")
     # the loop
     iterations: int = _opt(100, "Optimizer steps (ES: iterations of ask, evaluate, tell).")
+    max_training_seconds: float = _opt(0.0, "Also stop once this many seconds of training (evaluation excluded, "
+                                             "summed over resumes) have run; the stop evaluates, checkpoints and "
+                                             "writes final/ as the last iteration does (0: no limit). For "
+                                             "comparisons at equal wall-clock time.")
     batch_size: int = _opt(32, "Prompts per candidate per iteration (reward = mean over them).")
     generation_batch_size: int | None = _opt(None, "Prompts per generate() call (default: the whole batch).")
     population_batch_size: int | None = _opt(None, "lora/svd_lora/lowrank: candidates generated together in one "
@@ -374,9 +381,10 @@ class TrainConfig(RunConfig):
                                   "default).")
 
     def _validate_placement(self) -> None:
-        if self.backend == "vllm" and self.space == "full" and self.optimizer != "sgd":
-            raise ConfigError("`backend: vllm` with `space: full` perturbs the engine's own weights and updates them "
-                              "with the stateless `optimizer: sgd`; set it, or use `backend: hf` for Adam.")
+        if self.backend == "vllm" and self.space in ("full", "lowrank") and self.optimizer != "sgd":
+            raise ConfigError(f"`backend: vllm` with `space: {self.space}` perturbs the engine's own weights and "
+                              "updates them with the stateless `optimizer: sgd`; set it, or use `backend: hf` for "
+                              "Adam.")
         if self.backend == "vllm" and self.quantization == "int8":
             raise ConfigError("`quantization: int8` has no in-flight form in vLLM (its bitsandbytes loader is 4-bit "
                               "only): set `quantization: int4`, `backend: hf`, or a pre-quantized INT8 `model`.")

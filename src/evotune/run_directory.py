@@ -22,7 +22,7 @@ from .errors import ConfigError
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
                  "tensorboard", "curves.png", "samples.jsonl", "loggers.json")
 # Keys a resumed run may change: none of them moves the mean differently.
-RESUMABLE_KEYS = ("iterations", "eval_every", "checkpoint_every", "report_to", "log_samples", "distributed",
+RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "checkpoint_every", "report_to", "log_samples", "distributed",
                   "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus")
 
 

@@ -76,6 +76,7 @@ class Trainer:
         replica = Replica(self.task, self.backend, self.space, config.max_new_tokens)
         self.evaluator = build_evaluator(config, replica, state_fn=self.replica_state)
         self.update_log: list[dict] = []
+        self.training_seconds = 0.0  # summed over resumes, for max_training_seconds
         if existing:
             self._load(existing)
         self.logger = MetricsLogger(self.output_dir, config.report_to,
@@ -97,13 +98,14 @@ class Trainer:
         self.space.load_state_dict(space_state, checkpoint["optimizer_tensors"])
         self.strategy.load_state_dict(state["strategy"])
         self.update_log = checkpoint["update_log"]
+        self.training_seconds = float(state.get("training_seconds", 0.0))
         if not self.space.mean_is_finite():
             raise EvotuneError(f"the checkpoint in {directory} holds NaN or infinite weights; it cannot be resumed. "
                                "Start a new run (e.g. with a smaller learning_rate or sigma).")
 
     def save_checkpoint(self) -> None:
         state = {"iteration": self.strategy.iteration, "strategy": self.strategy.state_dict(),
-                 "space": self.space.state_dict()}
+                 "space": self.space.state_dict(), "training_seconds": self.training_seconds}
         save_checkpoint(self.checkpoint_dir, state, self.space.state_tensors(), self.space.optimizer_tensors(),
                         self.update_log)
 
@@ -138,8 +140,12 @@ class Trainer:
         record.update(self.evaluate())
         self._notify("on_evaluate", record)
 
+    def out_of_time(self) -> bool:
+        budget = self.config.max_training_seconds
+        return bool(budget) and self.training_seconds >= budget
+
     def is_final_iteration(self, iteration: int) -> bool:
-        return iteration == self.config.iterations
+        return iteration == self.config.iterations or self.out_of_time()
 
     def step(self) -> dict[str, float]:
         """One iteration: ask, evaluate, tell, move the mean here and on every replica; its metrics record."""
@@ -164,21 +170,23 @@ class Trainer:
                                "Start a new run with a smaller learning_rate (the last checkpoint is intact).")
         # samples_seen: completions sampled for training so far, the budget axis shared with GRPO runs
         samples = (iteration + 1) * len(population) * len(indices)
+        elapsed = time.perf_counter() - started
+        self.training_seconds += elapsed
         return {"iteration": iteration + 1, **metrics, **self.evaluator.iteration_metrics,
-                "samples_seen": samples, "peak_rss_mib": peak_memory_mib(), "time_s": time.perf_counter() - started}
+                "samples_seen": samples, "peak_rss_mib": peak_memory_mib(), "time_s": elapsed}
 
     def _notify(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
 
     def train(self) -> dict[str, float]:
-        """Run to `iterations` (or until a callback sets should_stop); returns the last eval metrics."""
+        """Run to `iterations`, `max_training_seconds` or a callback's should_stop; returns the last eval metrics."""
         self.should_stop = False
         try:
             self._notify("on_train_begin")
             if self.strategy.iteration == 0:  # the baseline, so the gain is visible
                 self.run_evaluation({"iteration": 0})
-            while self.strategy.iteration < self.config.iterations and not self.should_stop:
+            while self.strategy.iteration < self.config.iterations and not self.should_stop and not self.out_of_time():
                 record = self.step()
                 self._notify("on_iteration_end", record)
         finally:

@@ -52,17 +52,14 @@ def _check_plain_lora(module: Any, adapter: str) -> None:
 
 
 def _population_forward(module: Any, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float,
-                        group_size: int, base: Callable[..., torch.Tensor] | None = None) -> Callable[..., torch.Tensor]:
-    """A forward for `module` adding candidate c's update B_c A_c x to rows of candidate c only.
-
-    base: the shared computation (default: a PEFT LoraLayer's base_layer; a plain Linear's own forward)."""
+                        group_size: int) -> Callable[..., torch.Tensor]:
+    """A forward for `module` adding candidate c's update B_c A_c x to rows of candidate c only."""
     population = lora_a.shape[0]
     a_transposed = lora_a.transpose(1, 2)  # (pop, in, r)
     b_transposed = lora_b.transpose(1, 2)  # (pop, r, out)
-    base = base if base is not None else module.base_layer
 
     def forward(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        result = base(x, *args, **kwargs)  # (pop * group, seq, out): the shared base, once
+        result = module.base_layer(x, *args, **kwargs)  # (pop * group, seq, out): the shared base, once
         if x.shape[0] != population * group_size:
             raise RuntimeError(f"a batch of {x.shape[0]} rows reached a population-batched LoRA layer built for "
                                f"{population} candidates x {group_size} prompts")
@@ -151,19 +148,50 @@ def _linear_updates(model: torch.nn.Module, factors: Sequence[Any],
     return [(entry["module"], entry["A"], entry["B"]) for entry in per_module.values()]
 
 
+def _linear_delta_forward(base: Callable[..., torch.Tensor], lora_a: torch.Tensor, lora_b: torch.Tensor,
+                          group_size: int) -> Callable[..., torch.Tensor]:
+    """A Linear forward whose rows of candidate c get x A_c^T B_c^T added, in the weights' dtype.
+
+    Two batched matmuls per call: (pop, rows, in) @ (pop, in, r), then the (pop, rows, out) base result
+    takes (pop, rows, r) @ (pop, r, out) in place (baddbmm_), so no copy of the activations or of the
+    output is made. Over bf16 weights the delta is rounded like the base (to 3 significant digits of the
+    perturbation itself, finer than writing W + sigma E into bf16 weights, which the dense path does).
+    """
+    population = lora_a.shape[0]
+    a_transposed = lora_a.transpose(1, 2)  # (pop, in, r)
+    b_transposed = lora_b.transpose(1, 2)  # (pop, r, out)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        result = base(x)  # (pop * group, seq, out): the shared base matmul, once for every row
+        if x.shape[0] != population * group_size:
+            raise RuntimeError(f"a batch of {x.shape[0]} rows reached a population-batched Linear built for "
+                               f"{population} candidates x {group_size} prompts")
+        rows = x.reshape(population, -1, x.shape[-1])  # (pop, group * seq, in), a view for contiguous x
+        projected = torch.bmm(rows, a_transposed)  # (pop, group * seq, r)
+        result.view(population, -1, result.shape[-1]).baddbmm_(projected, b_transposed)
+        return result
+
+    return forward
+
+
 @contextmanager
 def population_linear_deltas(model: torch.nn.Module, factors: Sequence[Any], stacked: Sequence[torch.Tensor],
                              group_size: int) -> Iterator[None]:
     """Within the block, batch row r of `model` adds candidate (r // group_size)'s low-rank delta to the
-    output of every named Linear module: y = Linear(x) + x A_c^T B_c^T, with the delta in A's dtype.
+    output of every named Linear module: y = Linear(x) + x A_c^T B_c^T, computed in the weights' dtype.
 
     For EGGROLL-style populations over a plain model (spaces/lowrank.py; Sarkar et al., arXiv
     2511.16652): factors name modules (`.module`, `.factor` "A" or "B", `.shape`), stacked[i] is
-    (pop, *factors[i].shape), A (pop, r, in) and B (pop, out, r) as in LoRA. The base weights are
-    neither read for writing nor changed; each forward is restored on exit, even on error.
+    (pop, *factors[i].shape), A (pop, r, in) and B (pop, out, r) as in LoRA, cast here once to each
+    module's weight dtype and device. The base weights are not written; each forward is restored on
+    exit, even on error.
     """
     layers = _linear_updates(model, factors, stacked)
-    # base: the Linear's own forward (bound; hooks still run around the patch), read before any patch
-    with _patched_forwards([(module, _population_forward(module, lora_a, lora_b, 1.0, group_size, base=module.forward))
-                            for module, lora_a, lora_b in layers]):
+    patches = []
+    for module, lora_a, lora_b in layers:
+        weight = module.weight
+        lora_a, lora_b = (tensor.to(weight.device, weight.dtype) for tensor in (lora_a, lora_b))
+        # base: the Linear's own forward (bound; hooks still run around the patch), read before any patch
+        patches.append((module, _linear_delta_forward(module.forward, lora_a, lora_b, group_size)))
+    with _patched_forwards(patches):
         yield

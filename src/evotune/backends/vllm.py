@@ -94,7 +94,10 @@ class EngineWeightsExtension:
 
     def evotune_init(self, hf_shapes: dict[str, list[int]], include: list[str] | None, exclude: list[str] | None,
                      noise_kind: str, optimizer: str, learning_rate: float, weight_decay: float,
-                     master_device: str = "host") -> int:
+                     master_device: str = "host", perturbation_rank: int | None = None,
+                     linear_names: list[str] | None = None) -> int:
+        """A FullParameterSpace over the engine's weights; with perturbation_rank, a LowRankSpace (space:
+        lowrank) over the Linear weights named in `linear_names` (its members come as LoRA requests)."""
         import torch
 
         from ..optimizers import make_optimizer
@@ -111,8 +114,17 @@ class EngineWeightsExtension:
                 "evotune.backends.vllm.VLLMBackend, or call evotune.backends.vllm_cpu.keep_engine_weights() before "
                 "vllm.LLM(...) in the process that loads the model.")
         views = hf_views(model.named_parameters(), {name: tuple(shape) for name, shape in hf_shapes.items()})
-        self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind, named_tensors=views,
-                                                optimizer=make_optimizer(optimizer, learning_rate, weight_decay))
+        if perturbation_rank is not None:
+            from ..spaces.lowrank import LowRankSpace
+
+            linear = set(linear_names or ())
+            self.evotune_space = LowRankSpace(None, perturbation_rank, include, exclude, noise_kind,
+                                              make_optimizer(optimizer, learning_rate, weight_decay),
+                                              named_tensors=[(name, view) for name, view in views if name in linear])
+        else:
+            self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind,
+                                                    named_tensors=views,
+                                                    optimizer=make_optimizer(optimizer, learning_rate, weight_decay))
         live = self.evotune_space.parameters[0][1].device
         self.evotune_master_device = torch.device("cpu")
         if live.type == "cuda" and master_device != "host":
@@ -177,7 +189,7 @@ class VLLMBackend:
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
                  lora_rank: int | None = None, max_loras: int = 1, host_dtype: str = "bfloat16",
-                 kv_cache_gib: float | None = None):
+                 kv_cache_gib: float | None = None, host_model: bool = True):
         if not is_vllm_available():
             raise ConfigError(f"`backend: vllm` needs vLLM, which is not installed: {INSTALL_HINT}. "
                               "Or set `backend: hf`.")
@@ -224,7 +236,9 @@ class VLLMBackend:
         self.tokenizer = self.llm.get_tokenizer()
         # Adapter spaces: build_space wraps this in the PEFT adapter; only its LoRA matrices are read.
         self.host_dtype = host_dtype
-        self.model = load_model(model, host_dtype, "cpu")[0] if lora_rank is not None else None
+        # host_model=False (space: lowrank): LoRA serves the members, but the mean is the engine's own weights.
+        self.model = load_model(model, host_dtype, "cpu")[0] if lora_rank is not None and host_model else None
+        self.adapter_config: dict[str, Any] | None = None  # set by a space whose members have no host PEFT model
         self._writer: Any = None
         self.ignore_eos = False  # benchmarks set True: every completion then runs to max_new_tokens
 
@@ -257,7 +271,7 @@ class VLLMBackend:
         from .vllm_lora import AdapterWriter, peft_config_dict
 
         if self._writer is None:
-            self._writer = AdapterWriter(peft_config_dict(self.model))
+            self._writer = AdapterWriter(self.adapter_config or peft_config_dict(self.model))
         requests = [LoRARequest(*arguments) for arguments in self._writer.write(adapters)]
         try:  # candidate-major: every candidate sees every prompt, all in one engine batch
             outputs = self.llm.generate(inputs * len(requests), params, use_tqdm=False,
@@ -282,9 +296,10 @@ class VLLMBackend:
         """Greedy completions under each of P adapter candidates, like HFBackend.generate_population."""
         from .vllm_lora import population_state_dicts
 
-        if self.model is None:
+        if self.model is None and self.adapter_config is None:
             raise ConfigError("population-batched evaluation on vLLM needs an adapter space (`space: lora` or "
-                              "`svd_lora`); full-parameter ES perturbs the engine's weights instead.")
+                              "`svd_lora`) or `space: lowrank`; full-parameter ES perturbs the engine's weights "
+                              "instead.")
         return self._run(self._encode(prompts), self._sampling(max_new_tokens, False, 1.0, 1.0),
                          population_state_dicts(factors, stacked))
 
@@ -368,3 +383,39 @@ class EngineSpace(Space):
     def save_pretrained(self, directory: str, backend: Any = None) -> None:
         self.restore()
         (backend or self.backend).save_pretrained(directory, self.state_tensors())
+
+
+class EngineLowRankSpace(EngineSpace):
+    """`space: lowrank` (EGGROLL, Sarkar et al., arXiv 2511.16652) on a vLLM engine, as eggroll-vllm does it.
+
+    The mean is the engine's own weights, moved in place by a LowRankSpace inside the worker (the same
+    fp32 master and seeds-only update as the hf backend); a member is served as a rank-r LoRA request
+    whose factors (LowRankNoise, from names and shapes alone) are what LowRankSpace.candidate_factors
+    gives on the hf backend, so a population is one engine batch. apply() (Ray actors, one member at a
+    time) writes the dense perturbation into the engine's weights instead.
+    """
+
+    def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], linear_names: list[str], rank: int,
+                 include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: str,
+                 learning_rate: float, weight_decay: float, master_device: str = "host"):
+        from ..optimizers import make_optimizer
+        from ..spaces.full import select_parameters
+        from ..spaces.lowrank import LowRankNoise
+        from .vllm_lora import lowrank_adapter_config
+
+        if master_device not in MASTER_DEVICES:
+            raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")
+        self.backend = backend
+        self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay)
+        [self.num_parameters] = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer,
+                                            learning_rate, weight_decay, master_device, rank, list(linear_names))
+        selected = [name for name, _ in select_parameters(None, include, exclude,
+                                                          [(name, None) for name in linear_names])]
+        self.noise = LowRankNoise({name: tuple(hf_shapes[name]) for name in selected}, rank, noise_kind)
+        self.factors = self.noise.factors
+        backend.adapter_config = lowrank_adapter_config(backend.model_name, rank,
+                                                        [module for module, _ in self.noise.modules])
+
+    def candidate_factors(self, candidates: Sequence[Any]) -> list[Any]:
+        """Per factor, every member's LoRA matrix (P, *factor.shape), fp32: the LoRA requests' weights."""
+        return self.noise.candidate_factors(candidates)

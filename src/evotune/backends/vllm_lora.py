@@ -65,6 +65,19 @@ def peft_config_dict(model: Any, adapter: str = "default") -> dict[str, Any]:
     return {key: sorted(value) if isinstance(value, set) else value for key, value in config.items()}
 
 
+def lowrank_adapter_config(model_name: str, rank: int, modules: Sequence[str]) -> dict[str, Any]:
+    """adapter_config.json's content for `space: lowrank` members served as LoRA requests (EGGROLL's
+    eggroll-vllm: each member a rank-r LoRA): lora_alpha = r, so PEFT's and vLLM's scaling is 1 and a
+    member's delta is exactly B @ A of LowRankSpace.candidate_factors; the targets are the module names'
+    last parts (q_proj, ...)."""
+    from peft import LoraConfig
+
+    targets = sorted({module.rsplit(".", 1)[-1] for module in modules})
+    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, lora_dropout=0.0, bias="none",
+                        task_type="CAUSAL_LM", base_model_name_or_path=model_name).to_dict()
+    return {key: sorted(value) if isinstance(value, set) else value for key, value in config.items()}
+
+
 def population_state_dicts(factors: Sequence[Any], stacked: Sequence[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
     """Per candidate, its PEFT adapter state dict; stacked[i]: (P, *factors[i].weight.shape)."""
     population = int(stacked[0].shape[0])

@@ -46,6 +46,8 @@ def hf_views(engine_tensors: Iterable[tuple[str, torch.Tensor]],
     """
     views = []
     for engine_name, tensor in engine_tensors:
+        # an engine with LoRA enabled wraps each Linear: its weight is "<module>.base_layer.weight"
+        engine_name = engine_name.replace(".base_layer.", ".")
         pieces = split_sizes(hf_shapes, engine_name)
         rows_total = sum(rows for _, rows in pieces)
         if rows_total < tensor.shape[0] and engine_name.endswith(VOCAB_TENSORS):

@@ -27,10 +27,7 @@ class BatchedEvaluator(LocalEvaluator):
     """
 
     def __init__(self, space: Any, backend: Any, task: Any, max_new_tokens: int, population_batch_size: int):
-        from ..spaces.lora import AdapterSpace
-        from ..spaces.lowrank import LowRankSpace
-
-        if not isinstance(space, (AdapterSpace, LowRankSpace)):
+        if not callable(getattr(space, "candidate_factors", None)):  # adapter spaces, lowrank (hf or vLLM engine)
             raise ConfigError("`population_batch_size` needs a low-rank space (`space: lora`, `svd_lora` or "
                               "`lowrank`); remove `population_batch_size` to evaluate one candidate at a time.")
         if population_batch_size < 1:

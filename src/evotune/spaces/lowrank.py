@@ -72,32 +72,34 @@ def linear_weights(model: torch.nn.Module) -> list[tuple[str, str, torch.nn.Para
     return found
 
 
-class LowRankSpace(FullParameterSpace):
-    """The full-parameter mean of the selected Linear weights, explored by rank-`rank` perturbations."""
+def _check(member: Member) -> Candidate:
+    if not isinstance(member, Candidate):
+        raise ConfigError("`space: lowrank` takes seed candidates (`strategy: openes`), not vectors.")
+    return member
 
-    def __init__(self, model: torch.nn.Module, rank: int = 1, include: list[str] | None = None,
-                 exclude: list[str] | None = None, noise_kind: str = "gaussian", optimizer: Optimizer | None = None):
+
+class LowRankNoise:
+    """The members' factors, from parameter names and shapes alone (no weights): what the space uses, and
+    what a process that holds no weights (a vLLM engine's driver) needs to serve members as LoRA requests.
+
+    shapes: {parameter name "<module>.weight": (out, in)}, in module order.
+    """
+
+    def __init__(self, shapes: dict[str, tuple[int, int]], rank: int, noise_kind: str = "gaussian"):
         if rank < 1:
             raise ConfigError(f"`perturbation_rank` is {rank}; it must be a positive integer (EGGROLL uses 1).")
-        linears = linear_weights(model)
-        if not linears:
-            raise ConfigError("`space: lowrank` perturbs the weights of torch.nn.Linear modules and this model has "
-                              "none; use `space: full`.")
-        selected = {name for name, _ in select_parameters(None, include, exclude,
-                                                          [(param_name, w) for _, param_name, w in linears])}
-        super().__init__(model, named_tensors=[(p, w) for _, p, w in linears if p in selected],
-                         noise_kind=noise_kind, optimizer=optimizer)
+        self.shapes = {name: (int(shape[0]), int(shape[1])) for name, shape in shapes.items()}
         self.rank = rank
-        self.modules = [(module, param_name) for module, param_name, _ in linears if param_name in selected]
-        # per selected module: factor A (r, in) then factor B (out, r), LoRA's layout
-        shapes = {name: tuple(param.shape) for name, param in self.parameters}
+        self.noise_kind = noise_kind
+        # (module name, parameter name) per perturbed weight; its factors A (r, in) then B (out, r), LoRA's layout
+        self.modules = [(name[:-len(".weight")] if name.endswith(".weight") else name, name) for name in self.shapes]
         self.factors = [LowRankFactor(module, kind, shape)
-                        for module, param_name in self.modules
-                        for kind, shape in (("A", (rank, shapes[param_name][1])), ("B", (shapes[param_name][0], rank)))]
+                        for module, name in self.modules
+                        for kind, shape in (("A", (rank, self.shapes[name][1])), ("B", (self.shapes[name][0], rank)))]
 
     def factor_noise(self, seed: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(A (out, r), B (in, r)), fp32 on the host: member `seed`'s factors for parameter `name`."""
-        out_features, in_features = self.master[name].shape
+        out_features, in_features = self.shapes[name]
         return (noise((out_features, self.rank), seed, f"lowrank/{name}/A", self.noise_kind),
                 noise((in_features, self.rank), seed, f"lowrank/{name}/B", self.noise_kind))
 
@@ -106,43 +108,74 @@ class LowRankSpace(FullParameterSpace):
         a, b = self.factor_noise(candidate.seed, name)
         return torch.mm(a, b.T).mul_(candidate.scale / math.sqrt(self.rank))
 
-    def _check(self, member: Member) -> Candidate:
-        if not isinstance(member, Candidate):
-            raise ConfigError("`space: lowrank` takes seed candidates (`strategy: openes`), not vectors.")
-        return member
-
-    def apply(self, candidate: Member) -> None:
-        candidate = self._check(candidate)
-        alpha = candidate.scale / math.sqrt(self.rank)
-
-        def perturb(name: str, param: torch.nn.Parameter) -> None:
-            a, b = self.factor_noise(candidate.seed, name)
-            # master + scale * A B^T / sqrt(r) in fp32 on the host, cast once into the live dtype
-            param.copy_(torch.addmm(self.master[name], a, b.T, alpha=alpha))
-        self._for_each(perturb)
-
-    def candidate_factors(self, candidates: Sequence[Member]) -> list[torch.Tensor]:
-        """Per factor (self.factors order), every candidate's matrix stacked, fp32 on the model's device:
+    def candidate_factors(self, candidates: Sequence[Member], device: torch.device | str = "cpu") -> list[torch.Tensor]:
+        """Per factor (self.factors order), every candidate's matrix stacked, fp32 on `device`:
         A: (P, r, in) = scale / sqrt(r) * B_i^T, B: (P, out, r) = A_i. Member c's perturbation of a
-        module's weight is B[c] @ A[c], exactly what apply(candidates[c]) adds (up to rounding)."""
-        device = self.parameters[0][1].device
-        per_seed: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}  # antithetic pairs draw once
+        module's weight is B[c] @ A[c], what apply(candidates[c]) adds to the master (up to rounding)."""
+        per_seed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # antithetic pairs draw once
         stacks: list[torch.Tensor] = []
-        checked = [self._check(candidate) for candidate in candidates]
+        checked = [_check(candidate) for candidate in candidates]
         for _, name in self.modules:
             lora_a, lora_b = [], []
             for candidate in checked:
-                key = (candidate.seed, name)
-                if key not in per_seed:
-                    per_seed[key] = self.factor_noise(candidate.seed, name)
-                a, b = per_seed[key]
+                if candidate.seed not in per_seed:
+                    per_seed[candidate.seed] = self.factor_noise(candidate.seed, name)
+                a, b = per_seed[candidate.seed]
                 lora_a.append(b.T * (candidate.scale / math.sqrt(self.rank)))  # (r, in)
                 lora_b.append(a)  # (out, r)
             stacks.append(torch.stack(lora_a).to(device))
             stacks.append(torch.stack(lora_b).to(device))
-            for candidate in checked:  # keep one tensor's noise in memory, not the model's
-                per_seed.pop((candidate.seed, name), None)
+            per_seed.clear()  # keep one tensor's noise in memory, not the model's
         return stacks
+
+
+class LowRankSpace(FullParameterSpace):
+    """The full-parameter mean of the selected Linear weights, explored by rank-`rank` perturbations.
+
+    named_tensors: (parameter name, weight) pairs to use instead of the model's Linear weights (e.g. the
+    HF-named views into a vLLM engine's fused weights; each must be a Linear weight (out, in)).
+    """
+
+    def __init__(self, model: torch.nn.Module | None, rank: int = 1, include: list[str] | None = None,
+                 exclude: list[str] | None = None, noise_kind: str = "gaussian", optimizer: Optimizer | None = None,
+                 named_tensors: list[tuple[str, torch.Tensor]] | None = None):
+        if rank < 1:
+            raise ConfigError(f"`perturbation_rank` is {rank}; it must be a positive integer (EGGROLL uses 1).")
+        weights = named_tensors if named_tensors is not None else [(p, w) for _, p, w in linear_weights(model)]
+        if not weights:
+            raise ConfigError("`space: lowrank` perturbs the weights of torch.nn.Linear modules and this model has "
+                              "none; use `space: full`.")
+        selected = {name for name, _ in select_parameters(None, include, exclude, weights)}
+        super().__init__(model, named_tensors=[(p, w) for p, w in weights if p in selected],
+                         noise_kind=noise_kind, optimizer=optimizer)
+        self.noise = LowRankNoise({name: tuple(param.shape) for name, param in self.parameters}, rank, noise_kind)
+        self.rank = rank
+        self.modules = self.noise.modules
+        self.factors = self.noise.factors
+
+    def factor_noise(self, seed: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A (out, r), B (in, r)), fp32 on the host: member `seed`'s factors for parameter `name`."""
+        return self.noise.factor_noise(seed, name)
+
+    def perturbation(self, candidate: Candidate, name: str) -> torch.Tensor:
+        """The dense (out, in) fp32 perturbation scale * A B^T / sqrt(r) of `name` (tests, the dense path)."""
+        return self.noise.perturbation(candidate, name)
+
+    def apply(self, candidate: Member) -> None:
+        candidate = _check(candidate)
+        alpha = candidate.scale / math.sqrt(self.rank)
+
+        def perturb(name: str, param: torch.nn.Parameter) -> None:
+            master = self.master[name]
+            a, b = (factor.to(master.device) for factor in self.factor_noise(candidate.seed, name))
+            # master + scale * A B^T / sqrt(r) in fp32 where the master lives, cast once into the live dtype
+            param.copy_(torch.addmm(master, a, b.T, alpha=alpha))
+        self._for_each(perturb)
+
+    def candidate_factors(self, candidates: Sequence[Member]) -> list[torch.Tensor]:
+        """Per factor (self.factors order), every candidate's matrix stacked, fp32 on the weights' device
+        (see LowRankNoise.candidate_factors): the rows of one batched forward (backends/multi_lora.py)."""
+        return self.noise.candidate_factors(candidates, self.parameters[0][1].device)
 
     def step(self, seeds: list[int], coefficients: list[float]) -> None:
         optimizer = self.require_optimizer()
@@ -155,8 +188,8 @@ class LowRankSpace(FullParameterSpace):
             if terms:
                 factors = [self.factor_noise(seed, name) for seed, _ in terms]
                 # sum_k c_k A_k B_k^T / sqrt(r) = (A_cat diag(c)) B_cat^T / sqrt(r): (out, K r) @ (K r, in), fp32
-                a_cat = torch.cat([a * c for (a, _), (_, c) in zip(factors, terms)], dim=1)
-                b_cat = torch.cat([b for _, b in factors], dim=1)
+                a_cat = torch.cat([a * c for (a, _), (_, c) in zip(factors, terms)], dim=1).to(master.device)
+                b_cat = torch.cat([b for _, b in factors], dim=1).to(master.device)
                 gradient = torch.mm(a_cat, b_cat.T).mul_(scale)
             else:
                 gradient = torch.zeros_like(master)
