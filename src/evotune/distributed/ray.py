@@ -71,6 +71,10 @@ class ReplicaWorker:
     def ready(self) -> int:
         return os.getpid()
 
+    def backend_name(self) -> str:
+        """The class of this actor's backend (HFBackend, VLLMBackend): what the config asked for."""
+        return type(self.replica.backend).__name__
+
     def evaluate(self, index: int, candidate: Member, row_indices: list[int]) -> tuple[int, float]:
         from .local import mean_reward
 

@@ -4,7 +4,14 @@
 Each LoRA factor is decomposed once, in float64:
     A = U_A diag(S_A) V_A^T   (A is (r, in)),    B = U_B diag(S_B) V_B^T   (B is (out, r)).
 U, V and S are frozen; a candidate holds OFFSETS to the top k = floor(alpha * r) singular
-values of every factor, so the adapter becomes A' = U_A diag(S_A + dA) V_A^T, likewise B'.
+values of every factor, so the adapter becomes A' = U_A diag(S_A + dA) V_A^T, likewise B'
+(`offsets: absolute`), or A' = U_A diag(S_A * (1 + dA)) V_A^T (`offsets: relative`).
+
+Why relative offsets: after SFT the factors' singular values differ by a factor of 30 or more
+(A ~0.6, B 0.02-0.18 on our arithmetic adapters), so one absolute sigma is a large step for B and
+a negligible one for A. Relative offsets make sigma the same fraction of every singular value,
+whatever a factor's scale (the search is scale-free). A zero singular value stays zero, so relative
+offsets need a trained adapter (not PEFT's zero B).
 
 Why only singular values (ESSA's argument):
   * the search vector is tiny (2 * k per adapted module: 2,048 numbers for a 7B Llama at
@@ -39,11 +46,15 @@ class FactorSVD:
     s: torch.Tensor  # (p,)
     vh: torch.Tensor  # (p, n)
     k: int  # offsets on s[:k]
+    relative: bool = False  # S * (1 + offsets) instead of S + offsets
 
     def weight(self, offsets: torch.Tensor) -> torch.Tensor:
-        """U diag(S + [offsets, 0, ...]) V^T, (m, n) float64."""
+        """U diag(S + [offsets, 0, ...]) V^T (relative: S * (1 + offsets)), (m, n) float64."""
         s = self.s.clone()
-        s[:self.k] += offsets.to(torch.float64)
+        if self.relative:
+            s[:self.k] *= 1.0 + offsets.to(torch.float64)
+        else:
+            s[:self.k] += offsets.to(torch.float64)
         return (self.u * s) @ self.vh  # scaling U's columns == U @ diag(s)
 
 
@@ -57,13 +68,16 @@ class SVDLoRASpace(AdapterSpace):
 
     The vector is, for each module in sorted order, A's k offsets then B's k offsets;
     dimension = num_lora_modules * k * 2. The zero vector reproduces the original adapter.
+    offsets: "absolute" (S + x) or "relative" (S * (1 + x); see the module docstring).
     """
 
     def __init__(self, model: torch.nn.Module, alpha: float = 1.0, noise_kind: str = "gaussian",
-                 adapter: str = "default", optimizer: Optimizer | None = None):
+                 adapter: str = "default", optimizer: Optimizer | None = None, offsets: str = "absolute"):
         if not 0.0 < alpha <= 1.0:
             raise ConfigError(f"SVD-LoRA alpha={alpha} must be in (0, 1]: it is the fraction of each LoRA "
                               "factor's singular values that ES searches.")
+        if offsets not in ("absolute", "relative"):
+            raise ConfigError(f"`svd_offsets` is {offsets!r}; set absolute (S + x) or relative (S * (1 + x)).")
         super().__init__(model, adapter, noise_kind, optimizer)
         self.alpha = alpha
         ranks = [f.weight.shape[0] if f.factor == "A" else f.weight.shape[1] for f in self.factors]
@@ -73,16 +87,25 @@ class SVDLoRASpace(AdapterSpace):
                 f"SVD-LoRA alpha={alpha} with LoRA rank {rank} searches floor({alpha} * {rank}) = 0 singular "
                 f"values per factor: nothing to search (the ESSA paper's white cell). Use alpha >= 1/{rank} = "
                 f"{1 / rank:g}, or a higher LoRA rank.")
-        self.svds = [self._decompose(f.weight, searched_count(alpha, r)) for f, r in zip(self.factors, ranks)]
+        self.offsets = offsets
+        self.svds = [self._decompose(f.weight, searched_count(alpha, r), offsets == "relative")
+                     for f, r in zip(self.factors, ranks)]
+        if offsets == "relative":
+            flat = [f"{f.module}.{f.factor}" for f, svd in zip(self.factors, self.svds) if not svd.s[:svd.k].any()]
+            if flat:
+                raise ConfigError(
+                    f"`svd_offsets: relative` scales singular values, but {len(flat)} LoRA factor(s) have none to "
+                    f"scale (all zero, e.g. {flat[0]}: PEFT's fresh B = 0). Start from a trained adapter (`adapter: "
+                    "DIR`, e.g. an `evotune sft` run's adapter/), or set `svd_offsets: absolute`.")
         self.k = min(svd.k for svd in self.svds)  # per factor; the same for every factor at a uniform rank
         self.blocks = [(f"svd/{f.module}/{f.factor}", (svd.k,)) for f, svd in zip(self.factors, self.svds)]
         self.mean = torch.zeros(sum(svd.k for svd in self.svds), dtype=torch.float32)  # (d,) zero offsets
         self._mean_changed()  # live weights := reconstruction at zero offset (equal to the original within 1e-6)
 
     @staticmethod
-    def _decompose(weight: torch.Tensor, k: int) -> FactorSVD:
+    def _decompose(weight: torch.Tensor, k: int, relative: bool = False) -> FactorSVD:
         u, s, vh = torch.linalg.svd(weight.detach().to("cpu", torch.float64), full_matrices=False)
-        return FactorSVD(u, s, vh, min(k, s.numel()))  # k <= p even if a factor's inner size is below r
+        return FactorSVD(u, s, vh, min(k, s.numel()), relative)  # k <= p even if a factor's inner size is below r
 
     def _weights(self, vector: torch.Tensor) -> list[torch.Tensor]:
         offsets = torch.split(vector, [svd.k for svd in self.svds])

@@ -152,6 +152,8 @@ def _encode(value: Any, path: str, seen: dict[int, str]) -> Any:
         # Raw bytes, exact by construction and a third of the size of decimal text for a d x d covariance.
         return {"__array__": base64.b64encode(np.ascontiguousarray(value).tobytes()).decode(),
                 "dtype": value.dtype.str, "shape": list(value.shape)}
+    if type(value) is range:  # e.g. which solutions are selective mirrors: tell() weighs them differently
+        return {"__range__": [value.start, value.stop, value.step]}
     if type(value) is tuple:
         return {"__tuple__": [_encode(item, f"{path}[{i}]", seen) for i, item in enumerate(value)]}
     if type(value) is list:
@@ -208,6 +210,9 @@ def _decode(value: Any, path: str, registry: dict[str, Any]) -> Any:
         array = np.frombuffer(base64.b64decode(value["__array__"]), dtype=np.dtype(_checked_dtype(value["dtype"])))
         decoded = registry[path] = array.reshape(value["shape"]).copy()  # writable: pycma updates in place
         return decoded
+    if "__range__" in value:
+        start, stop, step = (int(number) for number in value["__range__"])
+        return range(start, stop, step)
     if "__tuple__" in value:
         return tuple(_decode(item, f"{path}[{i}]", registry) for i, item in enumerate(value["__tuple__"]))
     if "__dict__" in value:

