@@ -55,3 +55,54 @@ def test_existing_run_is_not_overwritten(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="--resume"):
         run_grpo(GRPORunConfig(model=tiny_model_dir), str(tmp_path))
     assert torch.tensor(1.0).item() == 1.0
+
+
+def test_grpo_continues_a_saved_adapter_from_its_weights(tiny_model_dir, tmp_path):
+    """`adapter: DIR`: GRPO starts from exactly that adapter (as ESSA does) and final/ is the same adapter moved on."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from evotune.baselines.grpo import GRPORunConfig, run_grpo
+    from evotune.spaces.lora import init_lora_adapter
+
+    start = tmp_path / "start"
+    torch.manual_seed(0)
+    model = init_lora_adapter(AutoModelForCausalLM.from_pretrained(tiny_model_dir), 4, ["q_proj", "v_proj"], 8.0,
+                              "gaussian", 0)
+    with torch.no_grad():  # a nonzero B, as after SFT
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.1)
+    model.save_pretrained(str(start))
+    saved = {name: param.detach().clone() for name, param in model.named_parameters() if "lora_" in name}
+
+    seen_at_start = {}
+    import trl
+
+    real_train = trl.GRPOTrainer.train
+
+    def train_and_record(self, *args, **kwargs):  # the policy's adapter as TRL starts training
+        seen_at_start.update({name: p.detach().clone() for name, p in self.model.named_parameters() if "lora_" in name})
+        return real_train(self, *args, **kwargs)
+
+    trl.GRPOTrainer.train = train_and_record
+    try:
+        run_grpo(GRPORunConfig(model=tiny_model_dir, task="conciseness", iterations=2, batch_size=2,
+                               num_generations=2, max_new_tokens=4, num_eval=2, eval_every=0, learning_rate=0.05,
+                               report_to=[], lora_rank=16, adapter=str(start)), str(tmp_path / "grpo"))
+    finally:
+        trl.GRPOTrainer.train = real_train
+    assert seen_at_start.keys() == saved.keys()
+    for name, tensor in saved.items():  # the adapter's weights, not a fresh LoRA (its rank 4, not lora_rank 16)
+        assert torch.equal(seen_at_start[name], tensor), name
+    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), str(tmp_path / "grpo" / "final"))
+    final = {name: p.detach() for name, p in tuned.named_parameters() if "lora_" in name}
+    assert final.keys() == saved.keys()
+    assert any(not torch.equal(final[name], saved[name]) for name in saved)  # GRPO moved it
+
+
+def test_grpo_adapter_needs_lora(tiny_model_dir, tmp_path):
+    from evotune.baselines.grpo import GRPORunConfig
+
+    with pytest.raises(ConfigError, match="lora: true"):
+        GRPORunConfig(model=tiny_model_dir, adapter=str(tmp_path), lora=False).validate()

@@ -47,6 +47,9 @@ class GRPORunConfig(RunConfig):
     loss_type: LossType = _opt("grpo", "TRL's loss type (dr_grpo: Dr. GRPO).")
     temperature: float = _opt(1.0, "Sampling temperature of the training completions.")
     lora: bool = _opt(True, "Train a LoRA adapter (False: all parameters).")
+    adapter: str | None = _opt(None, "PEFT adapter directory to continue training (e.g. an `evotune sft` run's "
+                                     "adapter/), so GRPO starts from the same weights as ESSA on that adapter; "
+                                     "its own rank, alpha and target modules apply. None: a fresh LoRA.")
     # loop and outputs
     eval_every: int = _same_as(TrainConfig, "eval_every", 5)
     checkpoint_every: int = _same_as(TrainConfig, "checkpoint_every")
@@ -66,6 +69,9 @@ class GRPORunConfig(RunConfig):
             raise ConfigError(f"`beta` is {self.beta}; use 0 (no KL term) or a positive weight such as 0.04.")
         if not self.temperature > 0:
             raise ConfigError(f"`temperature` is {self.temperature}; sampling needs a temperature > 0 (e.g. 1.0).")
+        if self.adapter is not None and not self.lora:
+            raise ConfigError("`adapter` continues training a LoRA adapter, but `lora` is false (all parameters); "
+                              "set `lora: true`, or remove `adapter`.")
 
 
 def load_grpo_config(path: str | None, overrides: list[str]) -> GRPORunConfig:
@@ -106,6 +112,13 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
                     eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
                     reward_weights=config.reward_weights or None, **config.task_args)
     model, tokenizer = load_model(config.model, config.dtype, "cpu")
+    if config.adapter is not None:  # continue this adapter (TRL trains a PeftModel it is given as is)
+        from peft import PeftModel
+
+        from ..builders import read_adapter_config
+
+        read_adapter_config(config.adapter)  # a clear error before PEFT's own
+        model = PeftModel.from_pretrained(model, config.adapter, adapter_name="default", is_trainable=True)
     model.train()
     tokenizer.padding_side = "left"
     arguments = GRPOConfig(
@@ -119,7 +132,7 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
         gradient_checkpointing=False)  # small models: recomputation costs more than the memory it saves
     peft_config = (LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                               target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
-                   if config.lora else None)
+                   if config.lora and config.adapter is None else None)
     logger = MetricsLogger(output, config.report_to, resume_iteration=_last_step(output) if resume else None)
     trainer = GRPOTrainer(model=model, reward_funcs=list(task.reward_fns), args=arguments,
                           train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
