@@ -40,6 +40,7 @@ class GRPORunConfig(RunConfig):
                                        "dtype_speed_*); auto picks as for train.")
     # GRPO itself (defaults from the papers: group 8, learning rate 1e-5 for LoRA / 1e-6 full)
     iterations: int = _same_as(TrainConfig, "iterations", 20)
+    max_training_seconds: float = _same_as(TrainConfig, "max_training_seconds")
     batch_size: int = _opt(4, "Prompts per step; each gets `num_generations` sampled completions.")
     num_generations: int = _opt(8, "Group size G (completions per prompt); the papers use 8 or 30.")
     learning_rate: float = _opt(1e-5, "AdamW learning rate (GRPO is sensitive to it: see --sweep-learning-rates).")
@@ -139,7 +140,8 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
                           peft_config=peft_config)
     contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
-    callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=arguments.per_device_train_batch_size)
+    callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=arguments.per_device_train_batch_size,
+                                      training_seconds=_training_seconds(output) if resume else 0.0)
     trainer.add_callback(callback)
     started = time.perf_counter()
     try:
@@ -157,6 +159,15 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _training_seconds(output: Path) -> float:
+    """Training time already spent by a run being resumed: its steps' `time_s` up to TRL's last checkpoint."""
+    from ..tracking import read_metrics
+
+    last = _last_step(output) or 0
+    return sum(record.get("time_s") or 0.0 for record in read_metrics(output / "metrics.jsonl")
+               if isinstance(record.get("iteration"), int) and 0 < record["iteration"] <= last)
 
 
 def _last_step(output: Path) -> int | None:

@@ -3,7 +3,9 @@
 Per optimizer step: `iteration` (the step), `reward_mean` / `reward_std` (TRL's logged group
 rewards), `samples_seen` (completions sampled so far), `time_s` (the step's wall time),
 `peak_rss_mib`, TRL's own diagnostics (kl, completion length, ...) under `grpo/`, and the
-greedy held-out `eval/<metric>` before training, every `eval_every` steps and at the end.
+greedy held-out `eval/<metric>` before training, every `eval_every` steps and at the end. With
+`max_training_seconds`, training stops (evaluated, as at the last step) once the steps' summed wall time
+reaches it, as `evotune train` does, so both methods can be run for the same minutes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from transformers import TrainerCallback
 
 
 class EvotuneMetricsCallback(TrainerCallback):
-    def __init__(self, logger: Any, task: Any, backend_fn: Callable[[], Any], config: Any, samples_per_step: int):
+    def __init__(self, logger: Any, task: Any, backend_fn: Callable[[], Any], config: Any, samples_per_step: int,
+                 training_seconds: float = 0.0):
         self.logger = logger
         self.task = task
         self.backend_fn = backend_fn
@@ -24,6 +27,8 @@ class EvotuneMetricsCallback(TrainerCallback):
         self.last_eval: dict[str, float] = {}
         self._step_started = time.perf_counter()
         self._step_time = 0.0
+        self.training_seconds = training_seconds  # summed over steps (and resumes), evaluation excluded
+        self.out_of_time = False
 
     def evaluate(self) -> dict[str, float]:
         from ..trainer import evaluate_model
@@ -41,6 +46,10 @@ class EvotuneMetricsCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._step_time = time.perf_counter() - self._step_started
+        self.training_seconds += self._step_time
+        budget = getattr(self.config, "max_training_seconds", 0.0)
+        if budget and self.training_seconds >= budget:
+            self.out_of_time = control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         from ..trainer import peak_memory_mib
@@ -55,6 +64,6 @@ class EvotuneMetricsCallback(TrainerCallback):
                   "time_s": self._step_time}
         record.update({f"grpo/{key}": float(value) for key, value in logs.items()
                        if isinstance(value, (int, float)) and key not in ("reward", "reward_std", "epoch")})
-        if step == state.max_steps or (self.config.eval_every and step % self.config.eval_every == 0):
+        if step == state.max_steps or self.out_of_time or (self.config.eval_every and step % self.config.eval_every == 0):
             record.update(self.evaluate())
         self.logger.log(record)
