@@ -128,3 +128,23 @@ def test_max_training_seconds_stops_like_a_last_iteration_and_resumes_with_the_t
 def test_a_negative_time_budget_is_refused_by_name(tiny_model_dir):
     with pytest.raises(ConfigError, match="max_training_seconds"):
         tiny_config(tiny_model_dir, max_training_seconds=-5.0).validate()
+
+
+def test_dtype_auto_is_recorded_resolved_and_a_resume_keeps_the_runs_dtype(tiny_model_dir, tmp_path):
+    """config.yaml holds what `auto` chose on the machine that started the run; resuming with `auto` (the default)
+    elsewhere uses that dtype, not this machine's choice, so the resumed run is the same run."""
+    from evotune.backends.models import resolve_dtype
+
+    run = tmp_path / "run"
+    first = Trainer(tiny_config(tiny_model_dir, iterations=1, dtype="auto", report_to=[]), run)
+    chosen = resolve_dtype("auto", "cpu")
+    assert first.config.dtype == chosen and yaml.safe_load((run / "config.yaml").read_text())["dtype"] == chosen
+    first.train()
+    other = "bfloat16" if chosen == "float32" else "float32"  # as if another machine had started it
+    values = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**values, "dtype": other}, sort_keys=False))
+    resumed = Trainer(tiny_config(tiny_model_dir, iterations=2, dtype="auto", report_to=[]), run, resume=True)
+    assert resumed.config.dtype == other
+    assert next(resumed.backend.model.parameters()).dtype == getattr(torch, other)
+    with pytest.raises(ConfigError, match="`dtype`"):  # an explicit other dtype still changes the run: refused
+        Trainer(tiny_config(tiny_model_dir, iterations=2, dtype=chosen, report_to=[]), run, resume=True)

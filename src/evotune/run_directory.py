@@ -42,9 +42,10 @@ def read_run_config(output_dir: Path) -> dict[str, Any]:
 
 
 def changed_keys(run: TrainConfig, requested: TrainConfig) -> list[str]:
-    """Keys whose values differ between the run's config and the requested one."""
+    """Keys whose values differ between the run's config and the requested one (a requested `dtype: auto`
+    means the run's own resolved dtype)."""
     started, now = run.to_dict(), requested.to_dict()
-    return [key for key in now if now[key] != started.get(key)]
+    return [key for key in now if now[key] != started.get(key) and not (key == "dtype" and now[key] == "auto")]
 
 
 def check_resume(output_dir: Path, config: TrainConfig) -> None:
@@ -79,6 +80,8 @@ def prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool
             raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoint'} (the run stopped before its "
                               "first one); start it again with --overwrite, or choose a new --output-dir.")
         check_resume(output_dir, config)
+        # the dtype the run started with, not what `auto` would pick on this machine: resume stays exact
+        config.dtype = read_run_config(output_dir).get("dtype", config.dtype)
     else:
         found = existing_artifacts(output_dir)
         if found and not overwrite:
@@ -89,6 +92,11 @@ def prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool
             path = output_dir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         checkpoint = None
+    if config.dtype == "auto":  # config.yaml records the machine's choice, so a resume elsewhere keeps it
+        from .backends.base import resolve_device
+        from .backends.models import resolve_dtype
+
+        config.dtype = resolve_dtype("auto", resolve_device(config.device))
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     return checkpoint

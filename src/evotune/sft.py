@@ -243,7 +243,7 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: Any = None) -> d
     examples = [encode_example(backend.tokenizer, row["prompt"], row["completion"]) for row in rows]
     backend.model = init_lora_adapter(backend.model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
                                       config.lora_init, config.seed)
-    logger = MetricsLogger(output_dir, config.report_to, step_key="step")
+    logger = MetricsLogger(output_dir, config.report_to, step_key="step", config=config.to_dict())
     summary: dict[str, Any] = {"output_dir": str(output_dir), "examples": len(examples)}
     has_eval = task is not None and len(task.eval_rows) > 0
     try:

@@ -134,7 +134,8 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
     peft_config = (LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                               target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
                    if config.lora and config.adapter is None else None)
-    logger = MetricsLogger(output, config.report_to, resume_iteration=_last_step(output) if resume else None)
+    logger = MetricsLogger(output, config.report_to, resume_iteration=_last_step(output) if resume else None,
+                           config=config.to_dict())
     trainer = GRPOTrainer(model=model, reward_funcs=list(task.reward_fns), args=arguments,
                           train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
                           peft_config=peft_config)
