@@ -69,7 +69,7 @@ def main() -> None:
     trainer = Trainer(config, tempfile.mkdtemp(prefix="evotune-bench-"))
     backend, space = trainer.backend, trainer.space
     if args.backend == "vllm" and args.master_device != "host":
-        from evotune.backends.vllm import EngineSpace
+        from evotune.backends.vllm_spaces import EngineSpace
 
         space = trainer.space = trainer.evaluator.space = EngineSpace(
             backend, hf_parameter_shapes(backend.model_name), None, None, config.noise, config.optimizer,

@@ -37,7 +37,7 @@ def engine(model_dir):
 
 
 def engine_space(engine, learning_rate: float = 0.0):
-    from evotune.backends.vllm import EngineLowRankSpace
+    from evotune.backends.vllm_spaces import EngineLowRankSpace
 
     return EngineLowRankSpace(engine, hf_parameter_shapes(engine.model_name), hf_linear_weight_names(engine.model_name),
                               RANK, None, None, "gaussian", "sgd", learning_rate, 0.0)

@@ -34,7 +34,7 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def shared_engine(model_dir):
-    from evotune.backends.vllm import EngineSpace
+    from evotune.backends.vllm_spaces import EngineSpace
     from evotune.builders import hf_parameter_shapes
 
     backend = start_engine(model_dir)
@@ -56,7 +56,7 @@ def engine(shared_engine):
 
 
 def engine_space(engine, parameters=None, noise="rademacher", learning_rate=0.1, weight_decay=0.0):
-    from evotune.backends.vllm import EngineSpace
+    from evotune.backends.vllm_spaces import EngineSpace
     from evotune.builders import hf_parameter_shapes
 
     return EngineSpace(engine, hf_parameter_shapes(engine.model_name), parameters, None, noise, "sgd",

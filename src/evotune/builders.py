@@ -62,7 +62,7 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
 
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay)
     if config.backend == "vllm" and config.space == "full":  # the engine holds the weights: a proxy space
-        from .backends.vllm import EngineSpace
+        from .backends.vllm_spaces import EngineSpace
 
         return EngineSpace(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
                            config.exclude_parameters or None, config.noise, config.optimizer, config.learning_rate,
@@ -74,7 +74,7 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
         from .spaces.lowrank import LowRankSpace
 
         if config.backend == "vllm":  # the engine holds the mean; members are LoRA requests
-            from .backends.vllm import EngineLowRankSpace
+            from .backends.vllm_spaces import EngineLowRankSpace
 
             shapes, linear = hf_parameter_shapes(backend.model_name), hf_linear_weight_names(backend.model_name)
             return EngineLowRankSpace(backend, shapes, linear, config.perturbation_rank, config.parameters or None,

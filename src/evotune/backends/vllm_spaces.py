@@ -1,0 +1,93 @@
+"""The Space contract over a vLLM engine's own weights (`backend: vllm`): every call is one
+collective_rpc into the engine's worker (backends/vllm.py, EngineWeightsExtension), which holds the
+real space; only seeds, scales and coefficients go in. vllm itself is not imported here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..errors import ConfigError
+from ..spaces.base import Space
+from .vllm import MASTER_DEVICES
+
+if TYPE_CHECKING:
+    from .vllm import VLLMBackend
+
+
+class EngineSpace(Space):
+    """The Space contract over an engine: every call is one collective_rpc (seeds in, nothing out).
+
+    The engine keeps its own optimizer, built from the same settings and fed the same steps; this
+    side keeps an identical one only for its counters (checkpoint state), since SGD has no tensors.
+    `master_device` (host | device | auto) is where the engine keeps the fp32 master on CUDA:
+    host costs 8 bytes of host->GPU traffic per weight per candidate (apply and restore), device
+    costs 4 bytes of GPU memory per weight (auto: device when that leaves MASTER_HEADROOM_BYTES free).
+    """
+
+    def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], include: list[str] | None,
+                 exclude: list[str] | None, noise_kind: str, optimizer: str, learning_rate: float,
+                 weight_decay: float, master_device: str = "host", *engine_space: Any):
+        """engine_space: further arguments of the engine side's evotune_init (a subclass's own space)."""
+        from ..optimizers import make_optimizer
+
+        if master_device not in MASTER_DEVICES:
+            raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")
+        self.backend = backend
+        self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay)
+        [self.num_parameters] = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer,
+                                            learning_rate, weight_decay, master_device, *engine_space)
+
+    def apply(self, member: Any) -> None:
+        self.backend.rpc("evotune_apply", member.seed, member.scale)
+
+    def restore(self) -> None:
+        self.backend.rpc("evotune_restore")
+
+    def step(self, seeds: list[int], coefficients: list[float]) -> None:
+        self.optimizer.begin_step()
+        self.backend.rpc("evotune_update", [int(seed) for seed in seeds], [float(c) for c in coefficients])
+
+    def state_tensors(self) -> dict[str, Any]:
+        return self.backend.rpc("evotune_state")[0]
+
+    def load_state_tensors(self, tensors: dict[str, Any]) -> None:
+        self.backend.rpc("evotune_load", tensors)
+
+    def transfer_bytes(self) -> dict[str, Any]:
+        return self.backend.rpc("evotune_transfer_bytes")[0]
+
+    def save_pretrained(self, directory: str, backend: Any = None) -> None:
+        self.restore()
+        (backend or self.backend).save_pretrained(directory, self.state_tensors())
+
+
+class EngineLowRankSpace(EngineSpace):
+    """`space: lowrank` (EGGROLL, Sarkar et al., arXiv 2511.16652) on a vLLM engine, as eggroll-vllm does it.
+
+    The mean is the engine's own weights, moved in place by a LowRankSpace inside the worker (the same
+    fp32 master and seeds-only update as the hf backend); a member is served as a rank-r LoRA request
+    whose factors (LowRankNoise, from names and shapes alone) are what LowRankSpace.candidate_factors
+    gives on the hf backend, so a population is one engine batch. apply() (Ray actors, one member at a
+    time) writes the dense perturbation into the engine's weights instead.
+    """
+
+    def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], linear_names: list[str], rank: int,
+                 include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: str,
+                 learning_rate: float, weight_decay: float, master_device: str = "host"):
+        from ..spaces.full import select_parameters
+        from ..spaces.lowrank import LowRankNoise
+        from .vllm_lora import lowrank_adapter_config
+
+        super().__init__(backend, hf_shapes, include, exclude, noise_kind, optimizer, learning_rate, weight_decay,
+                         master_device, rank, list(linear_names))
+        selected = [name for name, _ in select_parameters(None, include, exclude,
+                                                          [(name, None) for name in linear_names])]
+        self.noise = LowRankNoise({name: tuple(hf_shapes[name]) for name in selected}, rank, noise_kind)
+        self.factors = self.noise.factors
+        backend.adapter_config = lowrank_adapter_config(backend.model_name, rank,
+                                                        [module for module, _ in self.noise.modules])
+
+    def candidate_factors(self, candidates: Sequence[Any]) -> list[Any]:
+        """Per factor, every member's LoRA matrix (P, *factor.shape), fp32: the LoRA requests' weights."""
+        return self.noise.candidate_factors(candidates)
