@@ -10,6 +10,7 @@ import torch
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
+from test_trainer import train_until_killed
 
 
 def essa_config(model_dir: str, **overrides) -> TrainConfig:
@@ -69,17 +70,7 @@ def test_cma_resume_gives_the_same_final_adapter(tiny_model_dir, tmp_path, monke
     expected = adapter_state(uninterrupted)
 
     killed = Trainer(essa_config(tiny_model_dir, **options), tmp_path / "b")
-    real_step = Trainer.step
-
-    def dying_step(self):
-        if self.strategy.iteration == 3:  # killed during iteration 4, after the checkpoint at iteration 2
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
-        killed.train()
-    monkeypatch.setattr(Trainer, "step", real_step)
+    train_until_killed(monkeypatch, killed, 4)  # during iteration 4, after the checkpoint at iteration 2
     resumed = Trainer(essa_config(tiny_model_dir, **options), tmp_path / "b", resume=True)
     assert resumed.strategy.iteration == 2
     resumed.train()

@@ -10,7 +10,6 @@ import importlib.util
 import math
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
@@ -24,8 +23,10 @@ from evotune.errors import ConfigError, RewardFunctionError
 from evotune.optimizers import SGD
 from evotune.spaces import SPACES, LowRankSpace
 from evotune.strategies import OpenES
-from evotune.tasks import Task, completion_text
+from evotune.tasks import Task
 from evotune.types import Candidate, SeedUpdate
+from test_population_batch import broken_reward, fingerprint_reward
+from test_population_batch import make_task as make_population_task
 
 POPULATION = 6  # antithetic: 3 seeds; chunks of 4 leave a remainder of 2
 MAX_NEW_TOKENS = 6
@@ -35,17 +36,8 @@ ROWS = [{"prompt": "What is 12 + 30?"},
         {"prompt": "7"}]
 
 
-def fingerprint_reward(prompts, completions, **columns):
-    """A reward that differs whenever a completion differs, so equal rewards mean equal text."""
-    return [zlib.crc32(completion_text(completion).encode()) / 2 ** 32 for completion in completions]
-
-
-def broken_reward(prompts, completions, **columns):
-    raise ValueError("boom")
-
-
 def make_task(reward_fn=fingerprint_reward) -> Task:
-    return Task(name="fingerprint", train_rows=ROWS, eval_rows=ROWS, reward_fns=[reward_fn], reward_weights=[1.0])
+    return make_population_task(reward_fn, ROWS)
 
 
 @pytest.fixture
@@ -319,6 +311,7 @@ def test_config_and_builders(tiny_model_dir, tmp_path):
 
 def test_resume_is_exact(tiny_model_dir, tmp_path, monkeypatch):
     from evotune.trainer import Trainer
+    from test_trainer import train_until_killed
 
     config = run_config(tiny_model_dir, optimizer="adam")
     uninterrupted = Trainer(config, tmp_path / "a")
@@ -326,18 +319,7 @@ def test_resume_is_exact(tiny_model_dir, tmp_path, monkeypatch):
     expected = masters(uninterrupted)
 
     killed = Trainer(config, tmp_path / "b")
-    real_step, calls = Trainer.step, {"n": 0}
-
-    def dying_step(self):
-        calls["n"] += 1
-        if calls["n"] == 4:  # killed during iteration 4, after the checkpoint at iteration 2
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
-        killed.train()
-    monkeypatch.setattr(Trainer, "step", real_step)
+    train_until_killed(monkeypatch, killed, 4)  # during iteration 4, after the checkpoint at iteration 2
     resumed = Trainer(config, tmp_path / "b", resume=True)
     assert resumed.strategy.iteration == 2
     resumed.train()

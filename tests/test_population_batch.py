@@ -39,8 +39,8 @@ def broken_reward(prompts, completions, **columns):
     raise ValueError("boom")
 
 
-def make_task(reward_fn=fingerprint_reward) -> Task:
-    return Task(name="fingerprint", train_rows=ROWS, eval_rows=ROWS, reward_fns=[reward_fn], reward_weights=[1.0])
+def make_task(reward_fn=fingerprint_reward, rows: list[dict] = ROWS) -> Task:
+    return Task(name="fingerprint", train_rows=rows, eval_rows=rows, reward_fns=[reward_fn], reward_weights=[1.0])
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from vllm_helpers import requires_vllm, save_vllm_tiny_model
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
+from test_ray import assert_same, state
 
 pytestmark = [*requires_vllm, pytest.mark.requires_ray,
               pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
@@ -37,16 +38,6 @@ def config(model_dir: str, **overrides) -> TrainConfig:
                   eval_every=0, checkpoint_every=1, dtype="float32", report_to=[])
     values.update(overrides)
     return TrainConfig(**values)
-
-
-def state(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
-
-
-def assert_same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
 
 
 def test_two_engine_actors_equal_one_process_and_survive_a_killed_engine(model_dir, tmp_path):

@@ -20,6 +20,22 @@ def tiny_config(model_dir: str, **overrides) -> TrainConfig:
     return TrainConfig(**values)
 
 
+def train_until_killed(monkeypatch, trainer: Trainer, at_step: int) -> None:
+    """trainer.train(), killed (KeyboardInterrupt) as its `at_step`-th step of this process begins."""
+    real_step, calls = Trainer.step, {"n": 0}
+
+    def dying_step(self):
+        calls["n"] += 1
+        if calls["n"] == at_step:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    monkeypatch.setattr(Trainer, "step", real_step)
+
+
 def masters(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {name: tensor.clone() for name, tensor in trainer.space.master.items()}
 
@@ -61,18 +77,7 @@ def test_resume_gives_the_same_final_weights(tiny_model_dir, tmp_path, monkeypat
     expected = masters(uninterrupted)
 
     killed = Trainer(tiny_config(tiny_model_dir), tmp_path / "b")
-    real_step, calls = Trainer.step, {"n": 0}
-
-    def dying_step(self):
-        calls["n"] += 1
-        if calls["n"] == 4:  # killed during iteration 4, after the checkpoint at iteration 2
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
-        killed.train()
-    monkeypatch.setattr(Trainer, "step", real_step)
+    train_until_killed(monkeypatch, killed, 4)  # during iteration 4, after the checkpoint at iteration 2
     resumed = Trainer(tiny_config(tiny_model_dir), tmp_path / "b", resume=True)
     assert resumed.strategy.iteration == 2
     resumed.train()
