@@ -99,23 +99,50 @@ def eval_lines() -> list[str]:
 
 
 def ray_lines() -> list[str]:
-    path = RESULTS / "ray_scaling.json"
-    if not path.exists():
-        return []
-    d = json.loads(path.read_text())
-    lines = ["## Ray actor pool (CPU actors, one core each)", "", f"`{d['command']}` ({d['note']})", "",
-             "| actors | median s/iteration | speedup | bytes exchanged per iteration |", "|---|---|---|---|"]
-    lines += [f"| {a['workers']} | {a['median_iteration_s']} | {d['speedup_over_first_arm'][str(a['workers'])]} "
-              f"| {a['bytes_exchanged_per_iteration']} |" for a in d["arms"]]
-    return lines + [""]
+    lines = []
+    for path in sorted(RESULTS.glob("ray_scaling*.json")):
+        d = json.loads(path.read_text())
+        backend = d.get("backend", "hf")
+        lines += [f"## Ray actor pool ({backend} backend, CPU actors, one core each)", "", f"`{d['command']}` ({d['note']})",
+                  "", "| actors | median s/iteration | speedup | bytes exchanged per iteration | equal to one process |",
+                  "|---|---|---|---|---|"]
+        equal = d.get("equal_to_one_process", {})
+        lines += [f"| {a['workers']} | {a['median_iteration_s']} | {d['speedup_over_first_arm'][str(a['workers'])]} "
+                  f"| {a['bytes_exchanged_per_iteration']} | {equal.get(str(a['workers']), 'not checked')} |"
+                  for a in d["arms"]]
+        lines.append("")
+    return lines
+
+
+def lowrank_lines() -> list[str]:
+    """`space: lowrank` (one batched generate) against `space: full` (member by member)."""
+    lines = []
+    for path in sorted(RESULTS.glob("lowrank_throughput*.json")):
+        d = json.loads(path.read_text())
+        lines += [f"## EGGROLL throughput: space lowrank vs full ({d['dtype']}, population {d['population_size']})", "",
+                  f"`{d['command']}`", "", "| prompts per member | full: candidates/s | lowrank: candidates/s | "
+                  "ratio (CPU time) |", "|---|---|---|---|"]
+        for name, r in d["results"].items():
+            rates = r["candidate_evaluations_per_second"]
+            lines.append(f"| {name.split('_')[0]} | {rates['full']} | {rates['lowrank_batched']} "
+                         f"| **{r['cpu_speedup_over_full']['lowrank_batched']}** |")
+        lines.append("")
+    return lines
+
+
+# The script behind each `evotune compare` directory (compare_<name>/); others come from compare_methods.sh.
+COMPARE_SCRIPTS = {"lowrank_vs_full_arithmetic": "bash bench/lowrank_learning.sh",
+                   "essa_vs_grpo_arithmetic": "bash bench/essa_vs_grpo.sh",
+                   "countdown_small": "bash bench/countdown_small.sh"}
 
 
 def compare_lines() -> list[str]:
-    """The method comparisons (`bash bench/compare_methods.sh`): each one's evotune-written table."""
+    """The method comparisons: each one's evotune-written table, with the script that ran it."""
     lines = []
     for directory in sorted(path for path in RESULTS.glob("compare_*") if (path / "compare.md").exists()):
-        lines += [f"## Method comparison: {directory.name.removeprefix('compare_')}", "",
-                  "`bash bench/compare_methods.sh` (tables and plots by `evotune compare`; PNGs in "
+        name = directory.name.removeprefix("compare_")
+        script = COMPARE_SCRIPTS.get(name, "bash bench/compare_methods.sh")
+        lines += [f"## Method comparison: {name}", "", f"`{script}` (tables and plots by `evotune compare`; PNGs in "
                   f"`{directory.name}/`)", "", (directory / "compare.md").read_text().strip(), ""]
     return lines
 
@@ -150,6 +177,7 @@ def main() -> None:
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
+    lines += lowrank_lines()
     lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
