@@ -49,6 +49,34 @@ def test_arithmetic_reward(text, answer, expected):
     assert arithmetic_reward(completions=[[{"role": "assistant", "content": text}]], answer=[answer]) == [expected]
 
 
+@pytest.mark.parametrize("text, answer, expected", [
+    ("85", "85", 1.0),
+    ("The answer is 84", "85", 0.5),      # units wrong, tens right
+    ("75", "85", 0.5),
+    ("185", "85", 2 / 3),                 # the extra hundreds digit costs a position
+    ("5", "85", 0.5),
+    ("58", "85", 0.0),
+    ("-85", "85", 0.0),                   # wrong sign
+    ("85.5", "85", 0.0),                  # not an integer
+    ("no number", "85", 0.0),
+    ("1,234", "1234", 1.0),
+])
+def test_arithmetic_digit_reward_gives_partial_credit(text, answer, expected):
+    from evotune.tasks.arithmetic import arithmetic_digit_reward
+
+    assert arithmetic_digit_reward(completions=[text], answer=[answer]) == [pytest.approx(expected)]
+
+
+def test_arithmetic_digits_reward_trains_on_partial_credit_but_accuracy_stays_exact():
+    task = get_task("arithmetic", seed=0, num_eval=4, reward="digits")
+    rows = task.eval_rows
+    almost = [str(int(row["answer"]) + 1 if int(row["answer"]) % 10 != 9 else int(row["answer"]) - 1) for row in rows]
+    metrics = task.evaluate(rows, almost)  # every units digit wrong, every tens digit right
+    assert metrics["accuracy"] == 0.0 and 0.3 < metrics["reward"] < 0.7
+    with pytest.raises(ConfigError, match="exact, digits"):
+        get_task("arithmetic", reward="partial")
+
+
 def test_arithmetic_rows_and_answers():
     task = get_task("arithmetic", seed=3, num_eval=20, digits=3, operations="+-*", num_train=300)
     assert len(task.train_rows) == 300 and len(task.eval_rows) == 20

@@ -36,6 +36,27 @@ def arithmetic_reward(completions: list[Any], answer: list[Any], **kwargs: Any) 
     return rewards
 
 
+def arithmetic_digit_reward(completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
+    """Partial credit, a denser signal than exact match: the share of digit positions (aligned from the
+    units) where the last number of the completion agrees with the answer, over the longer of the two
+    (a wrong length costs its extra positions; a sign mismatch scores 0). 1.0 exactly when the answer is
+    right; 0.0 with no number."""
+    rewards = []
+    for completion, expected in zip(completions, answer):
+        value = last_number(completion_text(completion))
+        target = int(float(expected))
+        if value is None or value != int(value) or (value < 0) != (target < 0):
+            rewards.append(0.0)
+            continue
+        written, wanted = str(abs(int(value)))[::-1], str(abs(target))[::-1]  # units first
+        matches = sum(a == b for a, b in zip(written, wanted))
+        rewards.append(matches / max(len(written), len(wanted)))
+    return rewards
+
+
+REWARDS = {"exact": arithmetic_reward, "digits": arithmetic_digit_reward}
+
+
 def _question(a: int, op: str, b: int) -> str:
     return f"What is {a} {op} {b}? Reply with only the number."
 
@@ -65,8 +86,14 @@ def _draw(rng: random.Random, count: int, low: int, high: int, operations: str,
 
 
 def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int = 2, operations: str = "+",
-                     num_train: int = 2000) -> Task:
-    """Questions ``a op b`` with ``digits``-digit operands; ``operations`` is a string of ``+-*``."""
+                     num_train: int = 2000, reward: str = "exact") -> Task:
+    """Questions ``a op b`` with ``digits``-digit operands; ``operations`` is a string of ``+-*``.
+
+    ``reward``: what training optimizes, ``exact`` (1 or 0) or ``digits`` (partial credit per digit,
+    arithmetic_digit_reward); the held-out ``accuracy`` is exact match either way."""
+    if reward not in REWARDS:
+        raise ConfigError(f"arithmetic: `reward` is {reward!r}; set it to one of {', '.join(REWARDS)} (task_args: "
+                          "{reward: digits} gives partial credit per digit; accuracy stays exact match).")
     if not isinstance(digits, int) or isinstance(digits, bool) or not 1 <= digits <= 9:
         raise ConfigError(f"arithmetic: `digits` must be an integer from 1 to 9, got {digits!r}.")
     operations = str(operations)
@@ -84,5 +111,5 @@ def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int 
     train_triples = _draw(random.Random(f"arithmetic-train-{seed}"), num_train, low, high, operations,
                           set(eval_triples))
     return Task(name="arithmetic", train_rows=[_row(*t) for t in train_triples],
-                eval_rows=[_row(*t) for t in eval_triples], reward_fns=[arithmetic_reward],
+                eval_rows=[_row(*t) for t in eval_triples], reward_fns=[REWARDS[reward]],
                 reward_weights=[1.0], metric_fns={"accuracy": arithmetic_reward})
