@@ -40,3 +40,13 @@ def test_a_small_population_resumes_exactly_through_json():
         step(uninterrupted)
         step(resumed)
     assert resumed.mean.tolist() == uninterrupted.mean.tolist()
+
+
+def test_the_adapted_step_size_is_reported_each_iteration():
+    strategy = CMAES(population_size=8, sigma=0.5, dimension=4, seed=0)
+    sigmas = []
+    for _ in range(5):
+        candidates = strategy.ask()
+        _, metrics = strategy.tell([-float(sum(x * x for x in c)) for c in candidates])
+        sigmas.append(metrics["strategy/sigma"])
+    assert sigmas[-1] == float(strategy.es.sigma) and len(set(sigmas)) > 1  # adapted, not the constant 0.5

@@ -57,9 +57,14 @@ class Strategy(ABC):
         if rewards.max() > self.best_reward:
             self.best_reward, self.best_iteration = float(rewards.max()), self.iteration
         update = self._tell(self.shape(rewards), rewards)
+        metrics.update(self.search_metrics())
         self._pending = None
         self.iteration += 1
         return update, metrics
+
+    def search_metrics(self) -> dict[str, float]:
+        """The method's own state worth a curve (e.g. CMA-ES's adapted step size), logged each iteration."""
+        return {}
 
     @abstractmethod
     def _ask(self) -> Population:

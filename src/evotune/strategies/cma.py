@@ -74,6 +74,10 @@ class CMAES(Strategy):
         self.es.tell(self._pending, (-rewards).tolist())  # pycma minimizes: the one sign flip
         return MeanUpdate(self.iteration, self.mean.tolist())  # CMA-ES owns its mean: the space adopts it
 
+    def search_metrics(self) -> dict[str, float]:
+        """The step size CMA-ES has adapted to (it starts at `sigma`): shrinking means it converges."""
+        return {"strategy/sigma": float(self.es.sigma)}
+
     def state_dict(self) -> dict:
         return {**super().state_dict(), "pycma_state": pycma_state(self.es)}
 
