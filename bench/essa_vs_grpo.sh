@@ -30,4 +30,4 @@ for seed in $SEEDS; do
     --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=1000 --set method=sft-grpo; }
 done
 evotune compare "$RUNS"/essa-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output bench/results/essa_vs_grpo_arithmetic
+  --output bench/results/compare_essa_vs_grpo_arithmetic

@@ -130,6 +130,16 @@ def lowrank_lines() -> list[str]:
     return lines
 
 
+def stage_lines() -> list[str]:
+    """Held-out accuracy per stage (base, warm start, each method from it) with 95% intervals."""
+    lines = []
+    for path in sorted(RESULTS.glob("stages_*.json")):
+        d = json.loads(path.read_text())
+        lines += [f"## Stages: {path.stem.removeprefix('stages_')} ({d['metric']}, n = {d['num_eval']}, 95% intervals)",
+                  "", f"`{d['command']}`", "", *d["table"], ""]
+    return lines
+
+
 # The script behind each `evotune compare` directory (compare_<name>/); others come from compare_methods.sh.
 COMPARE_SCRIPTS = {"lowrank_vs_full_arithmetic": "bash bench/lowrank_learning.sh",
                    "essa_vs_grpo_arithmetic": "bash bench/essa_vs_grpo.sh",
@@ -177,7 +187,7 @@ def main() -> None:
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
-    lines += lowrank_lines()
+    lines += lowrank_lines() + stage_lines()
     lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

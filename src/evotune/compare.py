@@ -90,7 +90,8 @@ def warm_start(config: dict) -> dict[str, Any]:
         return {}
     records = [record for record in read_metrics(metrics_path) if "loss" in record]  # one per SFT step
     return {"warm_start_steps": len(records),
-            "warm_start_time_s": round(max((record.get("time_s", 0.0) for record in records), default=0.0), 1)}
+            # time_s is per step (the run-directory contract), so the warm start's time is their sum
+            "warm_start_time_s": round(sum(record.get("time_s") or 0.0 for record in records), 1)}
 
 
 def time_to_target(run: dict, target: float) -> dict[str, float | None]:
