@@ -50,6 +50,9 @@ def main() -> None:
         sft = evaluations(runs / f"sft-seed{seed}", args.metric)
         row = {"seed": seed, "base": cell(sft[0][1], n), "sft": cell(sft[-1][1], n)}
         for method in args.methods:
+            if not (runs / f"{method}-seed{seed}" / "metrics.jsonl").exists():
+                row[method] = None  # not run
+                continue
             points = evaluations(runs / f"{method}-seed{seed}", args.metric)
             within = [value for seconds, value in points if seconds <= args.budget_time]
             row[method] = {"at_budget": cell(within[-1], n), "final": cell(points[-1][1], n),
@@ -62,8 +65,8 @@ def main() -> None:
         def show(c):
             return f"{c['value']:.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]"
         lines.append(f"| {row['seed']} | {show(row['base'])} | {show(row['sft'])} | " + " | ".join(
-            f"{show(row[m]['at_budget'])} | {show(row[m]['final'])} ({row[m]['final_train_s']:g})"
-            for m in args.methods) + " |")
+            f"{show(row[m]['at_budget'])} | {show(row[m]['final'])} ({row[m]['final_train_s']:g})" if row[m] else
+            "not run | not run" for m in args.methods) + " |")
     write_result(args.name, {"command": "python bench/stage_table.py " + " ".join(sys.argv[1:]), "metric": args.metric,
                              "num_eval": n, "budget_time_s": args.budget_time, "rows": rows, "table": lines})
     print("\n".join(lines))
