@@ -25,7 +25,7 @@ from evotune.spaces import SPACES, LowRankSpace
 from evotune.strategies import OpenES
 from evotune.tasks import Task
 from evotune.types import Candidate, SeedUpdate
-from test_population_batch import broken_reward, fingerprint_reward
+from test_population_batch import assert_identical, broken_reward, fingerprint_reward, snapshot
 from test_population_batch import make_task as make_population_task
 
 POPULATION = 6  # antithetic: 3 seeds; chunks of 4 leave a remainder of 2
@@ -47,15 +47,6 @@ def backend(tiny_model_dir):
 
 def candidates(sigma: float = SIGMA, seed: int = 11) -> list[Candidate]:
     return OpenES(population_size=POPULATION, sigma=sigma, antithetic=True, seed=seed).ask()
-
-
-def snapshot(model) -> dict[str, torch.Tensor]:
-    return {name: param.detach().clone() for name, param in model.named_parameters()}
-
-
-def assert_identical(model, reference) -> None:
-    for name, param in model.named_parameters():
-        assert torch.equal(param, reference[name]), name
 
 
 def assert_forwards_restored(model) -> None:

@@ -12,7 +12,7 @@ from vllm_helpers import requires_vllm, save_vllm_tiny_model
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
-from test_ray import assert_same, state
+from test_ray import assert_same, ray_instance, state  # noqa: F401 - ray_instance: the module-wide Ray fixture
 
 pytestmark = [*requires_vllm, pytest.mark.requires_ray,
               pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
@@ -21,15 +21,6 @@ pytestmark = [*requires_vllm, pytest.mark.requires_ray,
 @pytest.fixture(scope="module")
 def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny-ray")), tiny_model_dir)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
 
 
 def config(model_dir: str, **overrides) -> TrainConfig:
