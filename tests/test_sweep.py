@@ -60,3 +60,18 @@ def test_sweep_runs_every_point_skips_finished_ones_and_writes_the_table(tiny_mo
     capsys.readouterr()
     assert main(with_value("batch_size=2", "batch_size=3")) == 2  # a finished run's config cannot change under it
     assert "`batch_size`" in capsys.readouterr().err
+
+
+def test_a_run_stopped_by_its_time_budget_counts_as_finished(tiny_model_dir, tmp_path, capsys):
+    output = tmp_path / "sweep"
+    arguments = ["sweep", "--output", str(output), "--grid", "sigma=0.01", "--set", f"model={tiny_model_dir}",
+                 "--set", "task=conciseness", "--set", "population_size=2", "--set", "iterations=50",
+                 "--set", "max_training_seconds=1e-6", "--set", "batch_size=2", "--set", "max_new_tokens=3",
+                 "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]"]
+    assert main(arguments) == 0
+    metrics = (output / "sigma=0.01" / "seed0" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(metrics[-1])["iteration"] == 1  # the budget ran out after the first iteration
+    capsys.readouterr()
+    assert main(arguments) == 0  # far from 50 iterations, but out of time: not resumed
+    assert "skipped (done)" in capsys.readouterr().out
+    assert (output / "sigma=0.01" / "seed0" / "metrics.jsonl").read_text().splitlines() == metrics

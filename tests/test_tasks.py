@@ -88,6 +88,20 @@ def test_arithmetic_rows_and_answers():
     assert task.evaluate(task.eval_rows, correct) == {"reward": 1.0, "accuracy": 1.0}
 
 
+def test_arithmetic_validation_split_is_disjoint_from_test_and_train():
+    def questions(rows):
+        return {row["prompt"][0]["content"] for row in rows}
+
+    test = get_task("arithmetic", seed=1, num_eval=200, num_train=500)
+    validation = get_task("arithmetic", seed=1, num_eval=200, num_train=500, eval_split="validation")
+    assert len(validation.eval_rows) == 200 and len(validation.train_rows) == 500
+    # settings chosen on validation never saw a test question, in training or in evaluation
+    assert not questions(validation.eval_rows) & questions(test.eval_rows)
+    assert not questions(validation.train_rows) & (questions(test.eval_rows) | questions(validation.eval_rows))
+    with pytest.raises(ConfigError, match="eval_split"):
+        get_task("arithmetic", eval_split="dev")
+
+
 def test_arithmetic_bad_args():
     with pytest.raises(ConfigError, match="operations"):
         get_task("arithmetic", operations="/")

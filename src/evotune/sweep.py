@@ -84,15 +84,18 @@ def run_directory(output: Path, point: GridPoint, seed: int) -> Path:
     return output / point.name.replace("/", "_") / f"seed{seed}"
 
 
-def run_state(directory: Path, iterations: int) -> str:
-    """done (final/ written and the last iteration logged), partial (a checkpoint), or new."""
+def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.0) -> str:
+    """done (final/ written after the last iteration, or once `max_training_seconds` of training were
+    spent), partial (a checkpoint), or new."""
     from .checkpoint import find_checkpoint
     from .tracking import read_metrics
 
     metrics = directory / "metrics.jsonl"
     if (directory / "final").exists() and metrics.exists():
-        steps = [record.get("iteration", 0) for record in read_metrics(metrics)]
-        if steps and max(steps) >= iterations:
+        records = read_metrics(metrics)
+        steps = [record.get("iteration", 0) for record in records]
+        trained = sum(record.get("time_s", 0.0) for record in records if "samples_seen" in record)
+        if steps and (max(steps) >= iterations or (max_training_seconds and trained >= max_training_seconds)):
             return "done"
     if find_checkpoint(directory / "checkpoint") is not None or list((directory / "trl").glob("checkpoint-*")):
         return "partial"
@@ -144,11 +147,11 @@ def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[i
         if key == "seed":
             raise ConfigError("sweep seeds with --seeds 0 1 ..., not --grid seed=...")
     configs = {(point, seed): {**base, **dict(point.values), "seed": seed} for point in points for seed in seeds}
-    _validate(command, configs)  # every point's config is checked before the first run starts
+    typed = _validate(command, configs)  # every point's config is checked before the first run starts
     for (point, seed), values in configs.items():
         directory = run_directory(output, point, seed)
-        iterations = values.get("iterations", _default(command, "iterations"))
-        state = run_state(directory, iterations)
+        config = typed[point, seed]
+        state = run_state(directory, config.iterations, config.max_training_seconds)
         if state != "new" and command == "train":  # an existing run must be this grid point's run
             from .config import TrainConfig
             from .run_directory import check_resume
@@ -161,23 +164,14 @@ def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[i
     return write_table(output, points, seeds, [key for key, _ in grid], metric or _default_metric(output, points, seeds))
 
 
-def _default(command: str, key: str) -> Any:
-    if command == "grpo":
-        from .baselines.grpo import GRPORunConfig
-
-        return getattr(GRPORunConfig, key)
-    from .config import TrainConfig
-
-    return getattr(TrainConfig, key)
-
-
-def _validate(command: str, configs: dict) -> None:
+def _validate(command: str, configs: dict) -> dict:
+    """The typed config of every (point, seed); the first bad one raises, naming its point."""
     if command == "grpo":
         from .baselines.grpo import GRPORunConfig as Config
     else:
         from .config import TrainConfig as Config
-    for (point, seed), values in configs.items():
-        Config.from_dict(values, source=f"sweep point {point.name}, seed {seed}")
+    return {(point, seed): Config.from_dict(values, source=f"sweep point {point.name}, seed {seed}")
+            for (point, seed), values in configs.items()}
 
 
 def _default_metric(output: Path, points: list[GridPoint], seeds: list[int]) -> str:

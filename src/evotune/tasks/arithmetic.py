@@ -86,11 +86,16 @@ def _draw(rng: random.Random, count: int, low: int, high: int, operations: str,
 
 
 def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int = 2, operations: str = "+",
-                     num_train: int = 2000, reward: str = "exact") -> Task:
+                     num_train: int = 2000, reward: str = "exact", eval_split: str = "test") -> Task:
     """Questions ``a op b`` with ``digits``-digit operands; ``operations`` is a string of ``+-*``.
 
     ``reward``: what training optimizes, ``exact`` (1 or 0) or ``digits`` (partial credit per digit,
-    arithmetic_digit_reward); the held-out ``accuracy`` is exact match either way."""
+    arithmetic_digit_reward); the held-out ``accuracy`` is exact match either way.
+    ``eval_split``: ``test`` (the held-out set results are reported on) or ``validation``, a third set
+    disjoint from test and train, for choosing settings (`evotune sweep`) without touching the test set."""
+    if eval_split not in ("test", "validation"):
+        raise ConfigError(f"arithmetic: `eval_split` is {eval_split!r}; set test (report results) or validation "
+                          "(choose settings, e.g. in `evotune sweep`).")
     if reward not in REWARDS:
         raise ConfigError(f"arithmetic: `reward` is {reward!r}; set it to one of {', '.join(REWARDS)} (task_args: "
                           "{reward: digits} gives partial credit per digit; accuracy stays exact match).")
@@ -107,9 +112,13 @@ def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int 
             raise ConfigError(f"arithmetic: `{key}` must be a non-negative integer, got {value!r}.")
     low, high = (1 if digits == 1 else 10 ** (digits - 1)), 10 ** digits - 1
     # Eval comes from its own stream so it does not change with num_train; train then excludes it.
-    eval_triples = _draw(random.Random(f"arithmetic-eval-{seed}"), num_eval, low, high, operations, set())
-    train_triples = _draw(random.Random(f"arithmetic-train-{seed}"), num_train, low, high, operations,
-                          set(eval_triples))
+    test_triples = _draw(random.Random(f"arithmetic-eval-{seed}"), num_eval, low, high, operations, set())
+    held_out = set(test_triples)
+    eval_triples = test_triples
+    if eval_split == "validation":  # same size as test, disjoint from it; train excludes both
+        eval_triples = _draw(random.Random(f"arithmetic-validation-{seed}"), num_eval, low, high, operations, held_out)
+        held_out |= set(eval_triples)
+    train_triples = _draw(random.Random(f"arithmetic-train-{seed}"), num_train, low, high, operations, held_out)
     return Task(name="arithmetic", train_rows=[_row(*t) for t in train_triples],
                 eval_rows=[_row(*t) for t in eval_triples], reward_fns=[REWARDS[reward]],
                 reward_weights=[1.0], metric_fns={"accuracy": arithmetic_reward})
