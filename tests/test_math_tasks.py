@@ -85,6 +85,25 @@ def test_gsm8k_with_the_shared_test_file_and_an_eval_dataset(tmp_path):
     assert task.eval_rows[0]["answer"] == "18"  # Janet's ducks
 
 
+def test_gsm8k_rows_carry_a_worked_solution_in_the_rewarded_format(tmp_path):
+    """SFT on gsm8k learns from `solution` (steps + \\boxed{}), not the bare gold number."""
+    from evotune.sft import SFTConfig, sft_rows
+
+    answer = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nShe sold 48+24 = <<48+24=72>>72 in all.\n#### 1,072"
+    train = write_jsonl(tmp_path / "train.jsonl", [{"question": f"Q{i}?", "answer": answer} for i in range(4)]
+                        + [{"question": "Bare?", "answer": "7"}])
+    held_out = write_jsonl(tmp_path / "test.jsonl", [{"question": f"T{i}?", "answer": answer} for i in range(2)]
+                           + [{"question": "Bare?", "answer": "7"}])
+    task = get_task("gsm8k", dataset=train, eval_dataset=held_out, num_eval=3)
+    worked = [row for row in task.eval_rows if row["question"] != "Bare?"]
+    assert worked[0]["solution"] == ("Natalia sold 48/2 = 24 clips in May.\nShe sold 48+24 = 72 in all.\n"
+                                     "The answer is \\boxed{1072}.")
+    assert task.evaluate(worked, [row["solution"] for row in worked]) == {"reward": 1.0, "accuracy": 1.0, "boxed": 1.0}
+    assert "solution" not in next(row for row in task.eval_rows if row["question"] == "Bare?")
+    rows, _ = sft_rows(SFTConfig(task="gsm8k", task_args={"dataset": train, "eval_dataset": held_out}, num_eval=3))
+    assert sorted(row["completion"] for row in rows) == ["7", *[worked[0]["solution"]] * 4]
+
+
 def test_bad_rows_name_the_file_row_and_column(tmp_path):
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "ok?", "answer": "#### 1"}, {"text": "no question"}])
     with pytest.raises(DataError, match=r"bad.jsonl.*row 2.*'question'"):

@@ -109,7 +109,7 @@ def test_task_completions_come_from_solution_or_answer():
     assert sft_rows(SFTConfig(task="conciseness", num_train=3))[0][0]["completion"]  # its `solution` column
     # countdown's `solution` is its solver's answer in the task's <think>/<answer> format (the format warm start)
     assert "<answer>" in sft_rows(SFTConfig(task="countdown", task_args={"num_train": 4}, num_eval=2))[0][0]["completion"]
-    with pytest.raises(ConfigError, match="no `solution` or `answer` column"):
+    with pytest.raises(ConfigError, match="no `solution` or `answer` to learn from"):
         sft_rows(SFTConfig(task="ifeval", num_eval=2))
 
 

@@ -111,13 +111,15 @@ def sft_rows(config: SFTConfig) -> tuple[list[dict], Any]:
         rows = [{"prompt": row["prompt"], "completion": dataset_completion(row, number, config.dataset)}
                 for number, row in enumerate(rows, start=1)]
     else:
-        columns = sorted(task.train_rows[0]) if task.train_rows else []
-        # `solution` (a full worked answer) teaches more than a bare `answer` when a task has both.
-        target = next((name for name in ("solution", "answer") if name in columns), None)
-        if target is None:
-            raise ConfigError(f"task {config.task!r} has no `solution` or `answer` column to learn from (its rows "
-                              f"have {columns}); give SFT data as `dataset` with `prompt` and `completion` columns.")
-        rows = [{"prompt": row["prompt"], "completion": str(row[target])} for row in task.train_rows]
+        rows = []
+        for row in task.train_rows:
+            # `solution` (a full worked answer) teaches more than a bare `answer` when a row has both.
+            target = next((name for name in ("solution", "answer") if row.get(name) not in (None, "")), None)
+            if target is None:
+                raise ConfigError(f"task {config.task!r} has a row with no `solution` or `answer` to learn from (its "
+                                  f"columns: {sorted(row)}); give SFT data as `dataset` with `prompt` and `completion` "
+                                  "columns.")
+            rows.append({"prompt": row["prompt"], "completion": str(row[target])})
     if not rows:
         raise ConfigError(f"task {config.task!r} has no training rows; raise its `num_train` in `task_args`.")
     return rows[:config.num_train], task  # num_train None keeps every row

@@ -84,13 +84,26 @@ def gsm8k_gold(answer: str) -> str | None:
     return match.group(1).strip().replace(",", "").rstrip(".") or None
 
 
+def gsm8k_solution(answer: str) -> str | None:
+    """GSM8K's worked answer in the form the reward reads: calculator notes (`<<48/2=24>>`) dropped and
+    the '#### 72' line turned into 'The answer is \\boxed{72}.', so `evotune sft` on gsm8k teaches the
+    step-by-step, boxed format that the system prompt asks for (not a bare number)."""
+    gold = gsm8k_gold(answer)
+    if gold is None:
+        return None
+    steps = re.sub(r"<<[^>]*>>", "", answer.split("####")[0]).strip()
+    return (steps + "\n" if steps else "") + f"The answer is \\boxed{{{gold}}}."
+
+
 def _prompt(question: str, system_prompt: str) -> list[dict]:
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return messages + [{"role": "user", "content": question.strip()}]
 
 
-def _rows(source: str, question_keys: tuple[str, ...], gold_of, system_prompt: str) -> tuple[list[dict], int]:
-    """Task rows from a file or Hub name, plus how many rows were dropped for an unusable gold answer."""
+def _rows(source: str, question_keys: tuple[str, ...], gold_of, system_prompt: str,
+          solution_of=None) -> tuple[list[dict], int]:
+    """Task rows from a file or Hub name, plus how many rows were dropped for an unusable gold answer.
+    `solution_of(row)`, when given, adds a `solution` column (a worked answer to learn from in SFT)."""
     rows, dropped = [], []
     for number, row in enumerate(load_rows(source), start=1):
         if not isinstance(row, dict):
@@ -104,7 +117,9 @@ def _rows(source: str, question_keys: tuple[str, ...], gold_of, system_prompt: s
             dropped.append(f"row {number} (column {column!r}: {str(row.get(column))[-60:]!r})")
             continue
         extra = {key: value for key, value in row.items() if key not in ("prompt", "answer")}
-        rows.append({**extra, "prompt": _prompt(row[question_key], system_prompt), "answer": gold})
+        solution = solution_of(row) if solution_of else None
+        rows.append({**extra, **({"solution": solution} if solution else {}),
+                     "prompt": _prompt(row[question_key], system_prompt), "answer": gold})
     if dropped:
         warnings.warn(f"Dataset {source!r}: skipped {len(dropped)} row(s) whose gold answer could not be parsed: "
                       f"{', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''}", stacklevel=3)
@@ -114,11 +129,11 @@ def _rows(source: str, question_keys: tuple[str, ...], gold_of, system_prompt: s
 
 
 def _load(name: str, dataset: str, eval_dataset: str | None, question_keys: tuple[str, ...], gold_of,
-          system_prompt: str, num_eval: int | None, num_train: int | None, seed: int) -> Task:
-    train, skipped = _rows(dataset, question_keys, gold_of, system_prompt)
+          system_prompt: str, num_eval: int | None, num_train: int | None, seed: int, solution_of=None) -> Task:
+    train, skipped = _rows(dataset, question_keys, gold_of, system_prompt, solution_of)
     evaluation = None
     if eval_dataset:
-        evaluation, skipped_eval = _rows(eval_dataset, question_keys, gold_of, system_prompt)
+        evaluation, skipped_eval = _rows(eval_dataset, question_keys, gold_of, system_prompt, solution_of)
         skipped += skipped_eval
     train, evaluation = split_rows(train, evaluation, num_eval, seed, name, default_eval=200)
     if num_train is not None:
@@ -134,6 +149,7 @@ def build_gsm8k(*, seed: int = 0, num_eval: int | None = None, dataset: str | No
     """GSM8K from JSONL/CSV/parquet files or the Hub (`openai/gsm8k:main`), `question`/`answer` columns.
 
     The gold answer is the number after '####' in `answer`; a row without one is skipped (counted).
+    Rows with a worked answer also get a `solution` column (gsm8k_solution) for `evotune sft`.
     Without `eval_dataset`, the held-out rows are the test split when `dataset` is the Hub default,
     else a seeded hold-out of `dataset`.
     """
@@ -149,8 +165,12 @@ def build_gsm8k(*, seed: int = 0, num_eval: int | None = None, dataset: str | No
 
     if eval_dataset is None and dataset is None:
         eval_dataset = f"{GSM8K_HUB}:test"
+    def solution_of(row: dict) -> str | None:
+        text = str(row.get("answer") or "")
+        return gsm8k_solution(text) if "####" in text else None
+
     return _load("gsm8k", dataset or f"{GSM8K_HUB}:train", eval_dataset, ("question", "problem"), gold_of,
-                 system_prompt, num_eval, num_train, seed)
+                 system_prompt, num_eval, num_train, seed, solution_of)
 
 
 def build_math(*, seed: int = 0, num_eval: int | None = None, dataset: str | None = None,
