@@ -3,6 +3,9 @@
     evotune sweep examples/arithmetic.yaml --grid sigma=1e-3,2e-3,4e-3 --grid learning_rate=2e-3,4e-3 \\
         --seeds 0 1 --output runs/sweep
 
+`--parallel N` runs N of them at once as Ray tasks (a local Ray instance, or a cluster), each with
+`--cpus-per-run` cores; a run that fails is reported by name once the others are done.
+
 Each run is an ordinary run directory, `OUTPUT/<key=value,...>/seed<N>`, so any of them can be
 evaluated, compared or resumed on its own. Re-running the same command skips finished runs and
 resumes interrupted ones from their checkpoints. `--command grpo` sweeps the GRPO baseline's keys
@@ -16,12 +19,13 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, EvotuneError
 
 
 @dataclass(frozen=True)
@@ -135,10 +139,17 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[int], output: str | Path,
-          command: str = "train", metric: str | None = None) -> dict[str, Any]:
-    """Run (or skip, or resume) every grid point x seed, then write sweep.json, sweep.md and the heatmap."""
+          command: str = "train", metric: str | None = None, parallel: int = 1, cpus_per_run: float = 1,
+          ray_address: str | None = None) -> dict[str, Any]:
+    """Run (or skip, or resume) every grid point x seed, then write sweep.json, sweep.md and the heatmap.
+
+    parallel > 1: the runs go to Ray tasks, `parallel` at once with `cpus_per_run` cores each, on a local
+    Ray instance or the cluster at `ray_address`; a failed run is reported after the others finished."""
     if command not in ("train", "grpo"):
         raise ConfigError(f"--command {command!r}: choose train or grpo.")
+    if not (isinstance(parallel, int) and parallel >= 1) or not cpus_per_run > 0:
+        raise ConfigError(f"--parallel {parallel} / --cpus-per-run {cpus_per_run}: give a whole number of runs "
+                          ">= 1 and a positive number of cores per run.")
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output} is a file; give a directory for the sweep's runs.")
@@ -148,6 +159,7 @@ def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[i
             raise ConfigError("sweep seeds with --seeds 0 1 ..., not --grid seed=...")
     configs = {(point, seed): {**base, **dict(point.values), "seed": seed} for point in points for seed in seeds}
     typed = _validate(command, configs)  # every point's config is checked before the first run starts
+    pending: list[tuple[str, Callable[[], None]]] = []
     for (point, seed), values in configs.items():
         directory = run_directory(output, point, seed)
         config = typed[point, seed]
@@ -160,7 +172,18 @@ def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[i
         print(f"evotune sweep: {point.name} seed {seed}: {'skipped (done)' if state == 'done' else state}",
               flush=True)
         if state != "done":
-            _run_one(command, values, directory, state)
+            pending.append((f"{point.name} seed {seed}", partial(_run_one, command, values, directory, state)))
+    if parallel == 1:
+        for _, run in pending:
+            run()
+    elif pending:
+        from .distributed.ray import run_tasks
+
+        failures = run_tasks(pending, parallel, cpus_per_run, ray_address)
+        if failures:
+            raise EvotuneError(f"{len(failures)} of {len(pending)} sweep runs failed (re-run the sweep to retry them; "
+                               "finished runs are kept): " + "; ".join(f"{name}: {error}" for name, error in
+                                                                      failures.items()))
     return write_table(output, points, seeds, [key for key, _ in grid], metric or _default_metric(output, points, seeds))
 
 

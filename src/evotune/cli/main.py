@@ -186,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     sweep.add_argument("--command", default="train", choices=["train", "grpo"], help="what each run is")
     sweep.add_argument("--metric", help="eval metric of the table (default eval/accuracy, else eval/reward)")
+    sweep.add_argument("--parallel", type=int, default=1, metavar="N",
+                       help="run N grid runs at once as Ray tasks (default 1: one after another, no Ray)")
+    sweep.add_argument("--cpus-per-run", type=float, default=1, metavar="C", help="with --parallel: cores per run")
+    sweep.add_argument("--ray-address", help="with --parallel: Ray cluster to use (default: $RAY_ADDRESS, else local)")
     sweep.set_defaults(run=_sweep)
 
     keys = commands.add_parser("keys", help="list the config keys with their defaults, choices and help")
@@ -228,7 +232,8 @@ def _sweep(args: argparse.Namespace) -> int:
     from ..sweep import format_table, parse_grid, sweep
 
     base, _ = read_config_values(args.config, args.set)
-    result = sweep(base, parse_grid(args.grid), args.seeds, args.output, args.command, args.metric)
+    result = sweep(base, parse_grid(args.grid), args.seeds, args.output, args.command, args.metric, args.parallel,
+                   args.cpus_per_run, args.ray_address)
     print(format_table(result))
     print(f"wrote {args.output}/sweep.json, sweep.md" + (" and heatmap.png" if len(result["keys"]) > 1 else ""),
           file=sys.stderr)
