@@ -75,3 +75,18 @@ def test_a_run_stopped_by_its_time_budget_counts_as_finished(tiny_model_dir, tmp
     assert main(arguments) == 0  # far from 50 iterations, but out of time: not resumed
     assert "skipped (done)" in capsys.readouterr().out
     assert (output / "sigma=0.01" / "seed0" / "metrics.jsonl").read_text().splitlines() == metrics
+
+
+def test_heatmap_has_a_panel_per_value_of_a_third_key_and_averages_the_rest(tmp_path):
+    from evotune.sweep import heatmap, panel_grids
+
+    rows = [{"population_size": p, "singular_value_fraction": a, "adapter": r, "sigma": s,
+             "final_mean": p + 10 * a + 100 * r + s} for r in (4, 8) for a in (0.5, 1.0) for p in (16, 32)
+            for s in (0.0, 2.0)]
+    result = {"metric": "eval/accuracy", "keys": ["population_size", "singular_value_fraction", "adapter", "sigma"],
+              "seeds": [0], "rows": rows}
+    xs, ys, grids = panel_grids(result)
+    assert xs == ["16", "32"] and ys == ["0.5", "1.0"] and list(grids) == ["4", "8"]
+    # rows are y (alpha), columns x (population); sigma 0 and 2 average to +1
+    assert grids["8"].tolist() == [[16 + 5 + 800 + 1, 32 + 5 + 800 + 1], [16 + 10 + 800 + 1, 32 + 10 + 800 + 1]]
+    assert heatmap(result, tmp_path / "heatmap.png").stat().st_size > 0

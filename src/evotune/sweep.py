@@ -242,35 +242,58 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def panel_grids(result: dict[str, Any]) -> tuple[list[str], list[str], dict[str | None, Any]]:
+    """(x labels, y labels, {panel: (len(y), len(x)) array of the final metric}) over the first two grid
+    keys, one panel per value of a third key (None: no third key); further keys are averaged over."""
+    import numpy as np
+
+    keys, rows = result["keys"], result["rows"]
+    first, second = keys[:2]
+    third = keys[2] if len(keys) > 2 else None
+    xs = list(dict.fromkeys(repr(row[first]) for row in rows))
+    ys = list(dict.fromkeys(repr(row[second]) for row in rows))
+    panels = list(dict.fromkeys(repr(row[third]) for row in rows)) if third else [None]
+    grids = {}
+    for panel in panels:
+        grid = np.full((len(ys), len(xs)), np.nan)  # (y, x)
+        for i, y in enumerate(ys):
+            for j, x in enumerate(xs):
+                cell = [r["final_mean"] for r in rows if repr(r[first]) == x and repr(r[second]) == y
+                        and (third is None or repr(r[third]) == panel) and r["final_mean"] is not None]
+                if cell:
+                    grid[i, j] = float(np.mean(cell))
+        grids[panel if panel is None else panel.strip("'")] = grid
+    return [x.strip("'") for x in xs], [y.strip("'") for y in ys], grids
+
+
 def heatmap(result: dict[str, Any], path: Path) -> Path:
-    """Final metric (mean over seeds) over the first two grid keys; further keys are averaged over."""
+    """Final metric (mean over seeds) over the first two grid keys, one panel per value of a third key
+    (ESSA's rank x population x alpha figures); further keys are averaged over."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    first, second = result["keys"][:2]
-    xs = list(dict.fromkeys(row[first] for row in result["rows"]))
-    ys = list(dict.fromkeys(row[second] for row in result["rows"]))
-    grid = np.full((len(ys), len(xs)), np.nan)
-    for i, y in enumerate(ys):
-        for j, x in enumerate(xs):
-            values = [r["final_mean"] for r in result["rows"] if r[first] == x and r[second] == y
-                      and r["final_mean"] is not None]
-            if values:
-                grid[i, j] = float(np.mean(values))
-    figure, axis = plt.subplots(figsize=(1.4 * len(xs) + 2.5, 1.0 * len(ys) + 2))
-    image = axis.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
-    axis.set_xticks(range(len(xs)), [str(x) for x in xs])
-    axis.set_yticks(range(len(ys)), [str(y) for y in ys])
-    axis.set(xlabel=first, ylabel=second, title=f"final {result['metric']} (mean of {len(result['seeds'])} seeds)")
-    for i in range(len(ys)):
-        for j in range(len(xs)):
-            if not np.isnan(grid[i, j]):
-                axis.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", color="white")
-    figure.colorbar(image)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    xs, ys, grids = panel_grids(result)
+    keys = result["keys"]
+    values = [r["final_mean"] for r in result["rows"] if r["final_mean"] is not None]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    title = f"final {result['metric']} (mean of {len(result['seeds'])} seeds)"
+    figure, axes = plt.subplots(1, len(grids), figsize=(len(grids) * (1.4 * len(xs) + 2.5), 1.0 * len(ys) + 2),
+                                squeeze=False)
+    for axis, (panel, grid) in zip(axes[0], grids.items()):
+        image = axis.imshow(grid, cmap="viridis", origin="lower", aspect="auto", vmin=low, vmax=high)
+        axis.set_xticks(range(len(xs)), xs)
+        axis.set_yticks(range(len(ys)), ys)
+        axis.set(xlabel=keys[0], ylabel=keys[1], title=title if panel is None else f"{keys[2]}={panel}")
+        for i in range(len(ys)):
+            for j in range(len(xs)):
+                if not np.isnan(grid[i, j]):
+                    axis.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", color="white")
+    figure.colorbar(image, ax=list(axes[0]))
+    if len(grids) > 1:
+        figure.suptitle(title)
+    figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(figure)
     return path
