@@ -41,6 +41,17 @@ def _ray():
     return ray
 
 
+def _connect(address: str | None, local_cpus: float) -> Any:
+    """Ray, initialized once: the cluster at `address` (or $RAY_ADDRESS), else a local instance with
+    `local_cpus` cores (rounded up)."""
+    ray = _ray()
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS")
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR",
+                 **({} if address else {"num_cpus": max(int(np.ceil(local_cpus)), 1)}))
+    return ray
+
+
 class ReplicaWorker:
     """The body of a Ray actor: one replica (task, backend, space with its optimizer), built by the
     picklable factory the driver's builder made, so every actor has the configured backend and space."""
@@ -106,12 +117,7 @@ class RayEvaluator(Evaluator):
     def __init__(self, replica_factory: Callable[[], Replica], num_workers: int, state_fn: Callable[[], dict],
                  address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
                  driver_checksum: Callable[[], str] | None = None):
-        ray = _ray()
-        if not ray.is_initialized():
-            address = address or os.environ.get("RAY_ADDRESS")
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR",
-                     **({} if address else {"num_cpus": max(int(np.ceil(num_cpus * num_workers)), 1)}))
-        self.ray = ray
+        self.ray = ray = _connect(address, num_cpus * num_workers)
         self.replica_factory = replica_factory
         self.num_workers = num_workers
         self.state_fn = state_fn
@@ -215,11 +221,7 @@ def run_tasks(functions: list[tuple[str, Callable[[], Any]]], max_parallel: int,
     """Run independent (name, function) jobs as Ray tasks, at most `max_parallel` at once, each with
     `num_cpus` cores; returns {name: exception} of the jobs that failed (the others' results are their
     side effects, e.g. run directories). Used by `evotune sweep --parallel` for one run per task."""
-    ray = _ray()
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR",
-                 **({} if address else {"num_cpus": max(int(np.ceil(num_cpus * max_parallel)), 1)}))
+    ray = _connect(address, num_cpus * max_parallel)
     remote = ray.remote(num_cpus=num_cpus, max_retries=0)(_run_task)
     queue, running, failures = deque(functions), {}, {}
     while queue or running:
