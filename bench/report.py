@@ -143,7 +143,34 @@ def stage_lines() -> list[str]:
 # The script behind each `evotune compare` directory (compare_<name>/); others come from compare_methods.sh.
 COMPARE_SCRIPTS = {"lowrank_vs_full_arithmetic": "bash bench/lowrank_learning.sh",
                    "essa_vs_grpo_arithmetic": "bash bench/essa_vs_grpo.sh",
-                   "countdown_small": "bash bench/countdown_small.sh"}
+                   "countdown_small": "bash bench/countdown_small.sh",
+                   "es_vs_grpo_time": "bash bench/es_vs_grpo_time.sh"}
+SWEEP_SCRIPTS = {"sweep_arithmetic": "bash bench/sweep_arithmetic.sh", "essa_levers": "bash bench/essa_levers.sh",
+                 "essa_heatmap": "bash bench/essa_heatmap.sh"}
+
+
+def sweep_lines() -> list[str]:
+    """The settings sweeps: every `evotune sweep` table a script copied here, one subsection per grid."""
+    lines = []
+    for name, script in SWEEP_SCRIPTS.items():
+        tables = sorted((RESULTS / name).glob("*.md"))
+        if not tables:
+            continue
+        lines += [f"## Sweep: {name}", "", f"`{script}` (tables by `evotune sweep`; heatmaps in `{name}/`)", ""]
+        for table in tables:
+            lines += [f"### {table.stem}", "", table.read_text().strip(), ""]
+    return lines
+
+
+def adapter_scale_lines() -> list[str]:
+    lines = []
+    for path in sorted(RESULTS.glob("adapter_scale_*.json")):
+        d = json.loads(path.read_text())
+        lines += [f"## SFT adapter scaled as a whole ({path.stem}, {d['num_prompts']} training questions)", "",
+                  f"`{d['command']}`", "", "| singular values x | adapter x | train accuracy |", "|---|---|---|"]
+        lines += [f"| {p['singular_value_scale']} | {p['adapter_scale']:.3g} | {p['train_accuracy']:.3f} |"
+                  for p in d["points"]] + [""]
+    return lines
 
 
 def compare_lines() -> list[str]:
@@ -187,7 +214,7 @@ def main() -> None:
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
-    lines += lowrank_lines() + stage_lines()
+    lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines()
     lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
