@@ -16,6 +16,8 @@ def test_grid_parsing_reads_yaml_values_and_keeps_lists_whole():
     assert grid == [("sigma", [0.001, 0.002]), ("antithetic", [True, False]),
                     ("lora_target_modules", [["q_proj", "v_proj"], ["o_proj"]])]
     assert len(grid_points(grid)) == 8
+    points = grid_points(parse_grid(["task_args={reward: digits},{reward: exact}", "parameters=[mlp],[self_attn]"]))
+    assert len({point: None for point in points}) == 4  # list and dict values still key the runs
     assert grid_points(grid)[0].name == "sigma=0.001,antithetic=True,lora_target_modules=['q_proj', 'v_proj']"
 
 

@@ -28,13 +28,20 @@ import yaml
 from .errors import ConfigError, EvotuneError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GridPoint:
-    values: tuple[tuple[str, Any], ...]  # ((key, value), ...) in --grid order
+    values: tuple[tuple[str, Any], ...]  # ((key, value), ...) in --grid order; values may be lists or dicts
 
     @property
     def name(self) -> str:
         return ",".join(f"{key}={value}" for key, value in self.values)
+
+    # by name, so a point whose value is a list or a dict (`parameters=[mlp]`, `task_args={...}`) is a dict key
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GridPoint) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[Any]]]:
