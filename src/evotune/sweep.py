@@ -95,6 +95,11 @@ def run_directory(output: Path, point: GridPoint, seed: int) -> Path:
     return output / point.name.replace("/", "_") / f"seed{seed}"
 
 
+def training_seconds(records: list[dict]) -> float:
+    """Training time of a run: the summed step times (`time_s` of the records that trained)."""
+    return sum(record.get("time_s", 0.0) for record in records if "samples_seen" in record)
+
+
 def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.0) -> str:
     """done (final/ written after the last iteration, or once `max_training_seconds` of training were
     spent), partial (a checkpoint), or new."""
@@ -105,7 +110,7 @@ def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.
     if (directory / "final").exists() and metrics.exists():
         records = read_metrics(metrics)
         steps = [record.get("iteration", 0) for record in records]
-        trained = sum(record.get("time_s", 0.0) for record in records if "samples_seen" in record)
+        trained = training_seconds(records)
         if steps and (max(steps) >= iterations or (max_training_seconds and trained >= max_training_seconds)):
             return "done"
     if find_checkpoint(directory / "checkpoint") is not None or list((directory / "trl").glob("checkpoint-*")):
@@ -136,7 +141,7 @@ def summarize_run(directory: Path, metric: str) -> dict[str, Any]:
     trained = [r for r in records if "samples_seen" in r]
     return {"final": evaluated[-1] if evaluated else None, "best": max(evaluated) if evaluated else None,
             "start": evaluated[0] if evaluated else None,
-            "time_s": sum(r.get("time_s", 0.0) for r in trained),
+            "time_s": training_seconds(records),
             "samples": trained[-1]["samples_seen"] if trained else 0}
 
 
