@@ -12,8 +12,9 @@ import yaml
 
 from evotune.baselines.grpo import LOSS_TYPES, GRPORunConfig, LossType
 from evotune.config import (MAX_SIGMA, BackendName, DtypeName, FitnessShaping, LoraInit, NoiseKind, OptimizerName,
-                            Quantization, RunConfig, SpaceName, StrategyName, TaskName, TrainConfig, check_value,
+                            Quantization, RunConfig, SpaceName, StrategyName, TaskName, TrainConfig,
                             load_config, searched_count)
+from evotune.config_fields import check_value
 from evotune.errors import ConfigError
 from evotune.sft import SFTConfig
 

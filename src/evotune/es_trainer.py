@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import TrainConfig, _opt
+from .config import TrainConfig
+from .config_fields import _opt
 from .errors import ConfigError
 from .tasks import Task, get_task
 from .tasks.base import function_name

@@ -24,8 +24,8 @@ from typing import Any, get_args
 
 import yaml
 
-from .config import (DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, _opt, _same_as,
-                     read_config_values)
+from .config import DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, read_config_values
+from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
 
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers

@@ -18,7 +18,8 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from ..config import DtypeName, RunConfig, TrainConfig, _opt, _same_as, check_rewards, read_config_values
+from ..config import DtypeName, RunConfig, TrainConfig, check_rewards, read_config_values
+from ..config_fields import _opt, _same_as
 from ..errors import ConfigError
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
