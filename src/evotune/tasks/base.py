@@ -24,34 +24,31 @@ RewardFn = Callable[..., list[float | None]]
 _PROMPT_PREVIEW_CHARS = 200
 
 
+def _last_content(value: Any, role: str) -> str:
+    """A plain string as it is; else the content of the last `role` message (of any role if none has it)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return str(value.get("content", ""))
+    if isinstance(value, Sequence):
+        messages = [m for m in value if isinstance(m, dict)]
+        chosen = [m for m in messages if m.get("role") == role] or messages
+        return str(chosen[-1].get("content", "")) if chosen else ""
+    return str(value)
+
+
 def completion_text(completion: Any) -> str:
     """The text of a completion: a plain string, or TRL's ``[{"role": "assistant", "content": ...}]``.
 
     For a list of messages the content of the last assistant message is returned (the last
     message of any role if none is marked assistant).
     """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content", ""))
-    if isinstance(completion, Sequence):
-        messages = [m for m in completion if isinstance(m, dict)]
-        assistant = [m for m in messages if m.get("role") == "assistant"]
-        chosen = assistant or messages
-        return str(chosen[-1].get("content", "")) if chosen else ""
-    return str(completion)
+    return _last_content(completion, "assistant")
 
 
 def prompt_text(prompt: Any) -> str:
     """The text of a prompt for messages: the string itself or the last user message's content."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, Sequence):
-        messages = [m for m in prompt if isinstance(m, dict)]
-        users = [m for m in messages if m.get("role") == "user"]
-        chosen = users or messages
-        return str(chosen[-1].get("content", "")) if chosen else ""
-    return str(prompt)
+    return _last_content(prompt, "user")
 
 
 def _preview(prompt: Any) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ..errors import ConfigError
 from .base import RewardFn, Task
-from .data import load_rows, validate_rows
+from .data import load_prompt_rows
 
 
 def import_reward_fn(path: str) -> RewardFn:
@@ -99,12 +99,7 @@ def build_custom(*, seed: int = 0, num_eval: int | None = None, dataset: str | N
     if not reward_fns:
         raise ConfigError("task `custom` needs `reward_fns`: a list of import paths like "
                           "['my_rewards:length_reward'] with TRL's signature fn(prompts, completions, **columns).")
-    rows = load_rows(dataset)
-    validate_rows(rows, dataset)
-    eval_rows = None
-    if eval_dataset:
-        eval_rows = load_rows(eval_dataset)
-        validate_rows(eval_rows, eval_dataset)
+    rows, eval_rows = load_prompt_rows(dataset, eval_dataset)
     return custom_task(rows, eval_rows, reward_fns, reward_weights, seed=seed, num_eval=num_eval, source=dataset)
 
 

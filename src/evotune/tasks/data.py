@@ -54,6 +54,17 @@ def split_rows(rows: list[dict], eval_rows: list[dict] | None, num_eval: int | N
     return [rows[i] for i in order[num_eval:]], [rows[i] for i in order[:num_eval]]
 
 
+def load_prompt_rows(dataset: str, eval_dataset: str | None) -> tuple[list[dict], list[dict] | None]:
+    """The checked rows of `dataset` and of `eval_dataset` (None when it is not given)."""
+    rows = load_rows(dataset)
+    validate_rows(rows, dataset)
+    eval_rows = None
+    if eval_dataset:
+        eval_rows = load_rows(eval_dataset)
+        validate_rows(eval_rows, eval_dataset)
+    return rows, eval_rows
+
+
 def validate_rows(rows: list[dict], source: str) -> None:
     """Every row must be an object with a non-empty string prompt or a list of role/content messages."""
     for number, row in enumerate(rows, start=1):

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Task, completion_text
-from .data import load_rows, split_rows, validate_rows
+from .data import load_prompt_rows, split_rows
 
 
 class RewardModelScorer:
@@ -86,12 +86,7 @@ def build_reward_model(*, seed: int = 0, num_eval: int | None = None, dataset: s
     if not dataset:
         raise ConfigError("task `reward_model` needs `dataset`: a JSONL/CSV/parquet file (or Hub name) with a "
                           "`prompt` column, e.g. HelpSteer2 prompts.")
-    rows = load_rows(dataset)
-    validate_rows(rows, dataset)
-    evaluation = None
-    if eval_dataset:
-        evaluation = load_rows(eval_dataset)
-        validate_rows(evaluation, eval_dataset)
+    rows, evaluation = load_prompt_rows(dataset, eval_dataset)
     rows, evaluation = split_rows(rows, evaluation, num_eval, seed, "reward_model")
     scorer = RewardModelScorer(reward_model, batch_size=batch_size, device=device,
                                trust_remote_code=trust_remote_code)
