@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
 # Qiu et al.'s reward-hacking check on conciseness (reward = -|len(completion) - len(solution)|): does ES
 # reach the reward with less KL to the base model, and less loss of correctness, than GRPO?
-# ES: an alpha (learning_rate) x sigma grid; GRPO: beta 0 and beta > 0; seeds 0 and 1, one CPU thread each.
+# ES: an alpha (learning_rate) x sigma grid (env LEARNING_RATES, SIGMAS); GRPO: beta 0 and beta > 0; seeds 0 and 1, one CPU thread each.
 # Then every final model is evaluated on the held-out prompts with its per-token KL (k3) to the base model
 # and `contains_solution` beside the reward, and bench/pareto.py draws the reward-vs-KL plot and the table.
 #   bash bench/conciseness_pareto.sh       # runs only what is missing (re-run to resume)
+#   SEEDS=0 EVALUATE=0 bash bench/conciseness_pareto.sh &  SEEDS=1 EVALUATE=0 bash bench/conciseness_pareto.sh
+#   EVALUATE=only bash bench/conciseness_pareto.sh          # one process per core, then the evaluation
 set -euo pipefail
 RUNS=${RUNS:-runs/conciseness_pareto}
 SEEDS=${SEEDS:-"0 1"}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-evotune sweep examples/conciseness.yaml --output "$RUNS/es" --seeds $SEEDS --set iterations=10 --set eval_every=0 \
-  --grid learning_rate=2e-3,4e-3,8e-3 --grid sigma=1e-3,2e-3
+# One thread makes an ES iteration of 16 x 16 prompts x 32 tokens take ~95 s here, so the runs are small:
+# 10 iterations of 16 members x 8 prompts = 1,280 completions per ES run; GRPO gets the same 1,280
+# (20 steps x 8 prompts x 8 completions).
+ITERATIONS=${ITERATIONS:-10}
+BATCH=${BATCH:-8}
+LEARNING_RATES=${LEARNING_RATES:-4e-3,8e-3}
+SIGMAS=${SIGMAS:-1e-3,2e-3}
+GRPO_STEPS=${GRPO_STEPS:-20}
+EVALUATE=${EVALUATE:-1}
+if [ "$EVALUATE" != only ]; then
+evotune sweep examples/conciseness.yaml --output "$RUNS/es" --seeds $SEEDS --set iterations=$ITERATIONS \
+  --set batch_size=$BATCH --set eval_every=0 --set checkpoint_every=5 \
+  --grid learning_rate=$LEARNING_RATES --grid sigma=$SIGMAS
 evotune sweep examples/grpo_conciseness.yaml --command grpo --output "$RUNS/grpo" --seeds $SEEDS \
-  --set eval_every=0 --grid beta=0.0,0.04
+  --set iterations=$GRPO_STEPS --set eval_every=0 --set checkpoint_every=10 --grid beta=0.0,0.04
+fi
+[ "$EVALUATE" = 0 ] && exit 0
 models=()
 for run in "$RUNS"/es/*/seed* "$RUNS"/grpo/*/seed*; do models+=(--model "$run"); done
 python bench/eval_tasks.py --task conciseness --num-eval 64 --max-new-tokens 32 --num-samples 0 --dtype float32 \

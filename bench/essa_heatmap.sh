@@ -6,12 +6,15 @@
 # questions too), one CPU thread per run. The heatmap has one panel per rank (the `adapter` key).
 #   bash bench/essa_heatmap.sh                 # runs only what is missing (re-run to resume)
 #   PARALLEL=2 bash bench/essa_heatmap.sh      # two runs at once (Ray tasks, one core each)
+#   POPULATIONS=16,48 FRACTIONS=0.25,1.0 BUDGET=120 bash bench/essa_heatmap.sh   # the corners only
 set -euo pipefail
 RUNS=${RUNS:-runs/essa_heatmap}
 SEEDS=${SEEDS:-0}
 BUDGET=${BUDGET:-180}
 SIGMA=${SIGMA:-0.5}
 RANKS=${RANKS:-"4 8 16"}
+POPULATIONS=${POPULATIONS:-16,32,64}
+FRACTIONS=${FRACTIONS:-0.25,0.5,1.0}
 PARALLEL=${PARALLEL:-1}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 validation="task_args={eval_split: validation}"
@@ -23,7 +26,7 @@ for rank in $RANKS; do
   adapters+=("$sft/adapter")
 done
 evotune sweep examples/essa_arithmetic.yaml --output "$RUNS/sweep" --seeds $SEEDS --parallel "$PARALLEL" \
-  --grid population_size=16,32,64 --grid singular_value_fraction=0.25,0.5,1.0 \
+  --grid population_size=$POPULATIONS --grid singular_value_fraction=$FRACTIONS \
   --grid "adapter=$(IFS=,; echo "${adapters[*]}")" \
   --set svd_offsets=relative --set sigma=$SIGMA --set batch_size=8 --set population_batch_size=64 \
   --set max_training_seconds=$BUDGET --set iterations=1000 --set eval_every=0 --set checkpoint_every=1000 \
