@@ -30,3 +30,8 @@ if [ "$PART" = all ] || [ "$PART" = 2 ]; then
   sweep fraction --set sigma=0.5 --grid singular_value_fraction=0.25,1.0   # 480 / 1920 numbers (0.5: 960)
   sweep openes --set sigma=0.5 --set strategy=openes --set antithetic=true --grid learning_rate=0.1,0.5
 fi
+if [ "$PART" = all ] || [ "$PART" = 3 ]; then
+  # less noisy fitness: partial credit per digit (accuracy stays exact match), and 32 prompts per member
+  sweep reward --set sigma=0.5 --grid "task_args={eval_split: validation, reward: digits}"
+  sweep prompts --set sigma=0.5 --set population_size=16 --grid batch_size=32
+fi
