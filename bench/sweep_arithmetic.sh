@@ -5,6 +5,7 @@
 # so the test set that bench/es_vs_grpo_time.sh reports on is never used to choose settings.
 #   bash bench/sweep_arithmetic.sh            # everything (re-run to resume; finished points are skipped)
 #   PART=1 bash bench/sweep_arithmetic.sh & PART=2 bash bench/sweep_arithmetic.sh   # parts 1-3 split the points
+#   SEEDS="0 1" PART=4 bash bench/sweep_arithmetic.sh    # the leaders at a second seed (seed 0 is skipped)
 set -euo pipefail
 RUNS=${RUNS:-runs/sweep_arithmetic}
 SEEDS=${SEEDS:-0}
@@ -38,4 +39,9 @@ if [ "$PART" = all ] || [ "$PART" = 3 ]; then
   sweep parameters --set batch_size=8 --grid "parameters=[self_attn],[mlp],['layers.2[0-9].']"
   # Adam: its first step moves every weight by learning_rate, about sgd's 4e-3 x |g| ~ 1e-3 at population 16
   sweep optimizer --set batch_size=8 --set learning_rate=1e-3 --grid optimizer=adam
+fi
+if [ "$PART" = 4 ]; then
+  # the example (16 x 32), 16 x 8 and the digits reward again: are their differences more than one seed's luck?
+  sweep shape --grid batch_size=32,8
+  sweep reward --set batch_size=8 --grid "task_args={eval_split: validation, reward: digits}"
 fi
