@@ -173,6 +173,15 @@ def adapter_scale_lines() -> list[str]:
     return lines
 
 
+def pareto_lines() -> list[str]:
+    """Reward against KL to the base model per run (bench/pareto.py's table), with its script."""
+    table = RESULTS / "conciseness_pareto.md"
+    if not table.exists():
+        return []
+    return ["## Conciseness: reward vs KL to the base model (ES grid vs GRPO beta 0 / 0.04)", "",
+            "`bash bench/conciseness_pareto.sh` (plot: `conciseness_pareto.png`)", "", table.read_text().strip(), ""]
+
+
 def compare_lines() -> list[str]:
     """The method comparisons: each one's evotune-written table, with the script that ran it."""
     lines = []
@@ -214,7 +223,7 @@ def main() -> None:
                   f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
-    lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines()
+    lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
     lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
