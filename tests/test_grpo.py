@@ -42,10 +42,33 @@ def test_grpo_run_writes_the_same_contract_as_train(tiny_model_dir, tmp_path, ca
 
 
 @pytest.mark.parametrize("override, message", [("num_generations=1", "at least 2"), ("loss_type=ppo", "loss_type"),
-                                               ("learning_rte=1e-5", "did you mean `learning_rate`")])
+                                               ("learning_rte=1e-5", "did you mean `learning_rate`"),
+                                               ("gradient_accumulation_steps=3", "must divide")])
 def test_grpo_config_errors_name_the_fix(override, message, tmp_path, capsys):
     assert main(["grpo", "--output-dir", str(tmp_path / "x"), "--set", override]) == 2
     assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_gradient_accumulation_gives_the_same_update_in_slices(tiny_model_dir, tmp_path):
+    """4 completions a step as one batch or as 2 micro-batches of 2: the same samples, the same adapter."""
+    from safetensors.torch import load_file
+
+    adapters = {}
+    for steps in (1, 2):
+        run = tmp_path / f"accumulate{steps}"
+        assert main(["grpo", "--output-dir", str(run), "--set", f"model={tiny_model_dir}", "--set", "task=conciseness",
+                     "--set", "iterations=2", "--set", "batch_size=2", "--set", "num_generations=2",
+                     "--set", "max_new_tokens=4", "--set", "num_eval=2", "--set", "eval_every=0",
+                     "--set", "learning_rate=0.05", "--set", "report_to=[]",
+                     "--set", f"gradient_accumulation_steps={steps}"]) == 0
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["samples_seen"] for r in records if "reward_mean" in r] == [4, 8]
+        adapters[steps] = load_file(str(run / "final" / "adapter_model.safetensors"))
+    assert adapters[1].keys() == adapters[2].keys()
+    moved = [name for name in adapters[1] if "lora_B" in name and adapters[1][name].abs().sum() > 0]
+    assert moved  # the update is not trivially zero
+    for name in adapters[1]:
+        torch.testing.assert_close(adapters[2][name], adapters[1][name], rtol=1e-4, atol=1e-6)
 
 
 def test_existing_run_is_not_overwritten(tiny_model_dir, tmp_path):

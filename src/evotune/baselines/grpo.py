@@ -44,6 +44,9 @@ class GRPORunConfig(RunConfig):
     max_training_seconds: float = _same_as(TrainConfig, "max_training_seconds")
     batch_size: int = _opt(4, "Prompts per step; each gets `num_generations` sampled completions.")
     num_generations: int = _opt(8, "Group size G (completions per prompt); the papers use 8 or 30.")
+    gradient_accumulation_steps: int = _opt(1, "Micro-batches per step: the batch_size x num_generations completions "
+                                               "are generated at once, then the loss runs over this many slices "
+                                               "(the same update, less peak memory).")
     learning_rate: float = _opt(1e-5, "AdamW learning rate (GRPO is sensitive to it: see --sweep-learning-rates).")
     beta: float = _opt(0.0, "KL penalty to the reference model (0: none, TRL's default; 0.04: classic GRPO).")
     loss_type: LossType = _opt("grpo", "TRL's loss type (dr_grpo: Dr. GRPO).")
@@ -62,6 +65,10 @@ class GRPORunConfig(RunConfig):
         check_rewards(self)
         if self.batch_size < 1:
             raise ConfigError(f"`batch_size` is {self.batch_size}; it must be at least 1.")
+        completions = self.batch_size * self.num_generations
+        if self.gradient_accumulation_steps < 1 or completions % self.gradient_accumulation_steps:
+            raise ConfigError(f"`gradient_accumulation_steps` is {self.gradient_accumulation_steps}; it must divide "
+                              f"the {completions} completions of a step (batch_size x num_generations), e.g. 2 or 4.")
         if self.num_generations < 2:
             raise ConfigError(f"`num_generations` is {self.num_generations}; GRPO compares a group of completions "
                               "of one prompt, so it needs at least 2 (the papers use 8 or 30).")
@@ -125,7 +132,8 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
     tokenizer.padding_side = "left"
     arguments = GRPOConfig(
         output_dir=str(output / "trl"), learning_rate=config.learning_rate, max_steps=config.iterations,
-        per_device_train_batch_size=config.batch_size * config.num_generations,
+        per_device_train_batch_size=config.batch_size * config.num_generations // config.gradient_accumulation_steps,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
         num_generations=config.num_generations, max_completion_length=config.max_new_tokens,
         temperature=config.temperature, beta=config.beta, loss_type=config.loss_type,
         reward_weights=list(task.reward_weights), seed=config.seed, logging_steps=1,
@@ -142,7 +150,7 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
                           peft_config=peft_config)
     contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
-    callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=arguments.per_device_train_batch_size,
+    callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=config.batch_size * config.num_generations,
                                       training_seconds=_training_seconds(output) if resume else 0.0)
     trainer.add_callback(callback)
     started = time.perf_counter()
