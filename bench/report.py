@@ -173,6 +173,18 @@ def adapter_scale_lines() -> list[str]:
     return lines
 
 
+def grpo_memory_lines() -> list[str]:
+    lines = []
+    for path in sorted(RESULTS.glob("grpo_memory_*.json")):
+        d = json.loads(path.read_text())
+        lines += [f"## GRPO memory: one batch vs micro-batches ({d['config']}, {d['steps']} steps; "
+                  f"{d['machine']['cpu']}, {d['machine']['date']})", "", f"`{d['command']}`", "",
+                  "| gradient_accumulation_steps | peak RSS MiB | ratio | median step s |", "|---|---|---|---|"]
+        lines += [f"| {r['gradient_accumulation_steps']} | {r['peak_rss_mib']} | **{r['peak_rss_ratio_to_first']}** "
+                  f"| {r['step_time_s']} |" for r in d["runs"]] + [""]
+    return lines
+
+
 def pareto_lines() -> list[str]:
     """Reward against KL to the base model per run (bench/pareto.py's table), with its script."""
     table = RESULTS / "conciseness_pareto.md"
@@ -224,6 +236,7 @@ def main() -> None:
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
     lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
+    lines += grpo_memory_lines()
     lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
