@@ -6,7 +6,7 @@
 # and `contains_solution` beside the reward, and bench/pareto.py draws the reward-vs-KL plot and the table.
 #   bash bench/conciseness_pareto.sh       # runs only what is missing (re-run to resume)
 #   SEEDS=0 EVALUATE=0 bash bench/conciseness_pareto.sh &  SEEDS=1 EVALUATE=0 bash bench/conciseness_pareto.sh
-#   SEEDS=0 EVALUATE=only EVAL_NAME=eval_conciseness_pareto_seed0 bash bench/conciseness_pareto.sh   # and seed 1
+#   SEEDS=0 EVALUATE=only bash bench/conciseness_pareto.sh   # evaluate seed 0's runs (and SEEDS=1 ...)
 set -euo pipefail
 RUNS=${RUNS:-runs/conciseness_pareto}
 SEEDS=${SEEDS:-"0 1"}
@@ -30,13 +30,13 @@ evotune sweep examples/grpo_conciseness.yaml --command grpo --output "$RUNS/grpo
   --set iterations=$GRPO_STEPS --set gradient_accumulation_steps=$GRPO_ACCUMULATION --set eval_every=0 --set checkpoint_every=10 --grid beta=0.0,0.04
 fi
 [ "$EVALUATE" = 0 ] && exit 0
-# The evaluation covers the runs of SEEDS (so each seed's process can evaluate its own as soon as it is
-# done, EVAL_NAME naming its file); the plot and table read every eval_conciseness_pareto*.json.
-EVAL_NAME=${EVAL_NAME:-eval_conciseness_pareto}
-models=()
+# Each seed's runs are scored on that seed's held-out questions (conciseness splits its questions by seed, so
+# another seed's held-out set overlaps these runs' training questions), beside the base model on the same set;
+# one file per seed, so each seed's process can evaluate its own runs as soon as they are done.
 for seed in $SEEDS; do
+  models=()
   for run in "$RUNS"/es/*/seed$seed "$RUNS"/grpo/*/seed$seed; do models+=(--model "$run"); done
+  python bench/eval_tasks.py --task conciseness --seed $seed --num-eval 64 --max-new-tokens 32 --num-samples 0 \
+    --dtype float32 --kl-reference smollm2-135m-instruct --name eval_conciseness_pareto_seed$seed "${models[@]}"
 done
-python bench/eval_tasks.py --task conciseness --num-eval 64 --max-new-tokens 32 --num-samples 0 --dtype float32 \
-  --kl-reference smollm2-135m-instruct --name "$EVAL_NAME" "${models[@]}"
-python bench/pareto.py bench/results/eval_conciseness_pareto*.json --output bench/results/conciseness_pareto
+python bench/pareto.py bench/results/eval_conciseness_pareto_seed*.json --output bench/results/conciseness_pareto
