@@ -285,6 +285,8 @@ def heatmap(result: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import textwrap
+
     import numpy as np
 
     xs, ys, grids = panel_grids(result)
@@ -293,12 +295,14 @@ def heatmap(result: dict[str, Any], path: Path) -> Path:
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     title = f"final {result['metric']} (mean of {len(result['seeds'])} seeds)"
     figure, axes = plt.subplots(1, len(grids), figsize=(len(grids) * (1.4 * len(xs) + 2.5), 1.0 * len(ys) + 2),
-                                squeeze=False)
+                                squeeze=False, layout="constrained")  # room for every panel's labels and titles
     for axis, (panel, grid) in zip(axes[0], grids.items()):
         image = axis.imshow(grid, cmap="viridis", origin="lower", aspect="auto", vmin=low, vmax=high)
         axis.set_xticks(range(len(xs)), xs)
         axis.set_yticks(range(len(ys)), ys)
-        axis.set(xlabel=keys[0], ylabel=keys[1], title=title if panel is None else f"{keys[2]}={panel}")
+        axis.set(xlabel=keys[0], ylabel=keys[1])
+        # a panel's value may be long (an adapter path): wrapped, so neighbouring titles do not overlap
+        axis.set_title(title if panel is None else textwrap.fill(f"{keys[2]}={panel}", 32), fontsize=9)
         for i in range(len(ys)):
             for j in range(len(xs)):
                 if not np.isnan(grid[i, j]):
