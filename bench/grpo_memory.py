@@ -28,9 +28,9 @@ def run(config: str, steps: int, accumulation: int, directory: Path) -> dict:
     subprocess.run(command, check=True)
     records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     steps_logged = [r for r in records if "reward_mean" in r]
-    times = [b["time_s"] - a["time_s"] for a, b in zip(steps_logged, steps_logged[1:])]
+    times = [r["time_s"] for r in steps_logged]  # each step's own wall time
     return {"gradient_accumulation_steps": accumulation, "command": " ".join(command),
-            "peak_rss_mib": max(r["peak_rss_mib"] for r in records),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in records if "peak_rss_mib" in r),
             "step_time_s": sorted(times)[len(times) // 2] if times else None}
 
 
