@@ -5,6 +5,7 @@
 # without those questions too), so the test set of bench/essa_vs_grpo.sh is never used to choose.
 #   bash bench/essa_levers.sh                 # runs only what is missing (re-run to resume)
 #   PARALLEL=2 bash bench/essa_levers.sh      # two runs at once (Ray tasks, one core each)
+#   PART=3 bash bench/essa_levers.sh          # one group of levers: 1 sigma, 2 diagonal/alpha/OpenES, 3 fitness noise, 4 population 96
 set -euo pipefail
 RUNS=${RUNS:-runs/essa_levers}
 SEEDS=${SEEDS:-0}
@@ -34,4 +35,9 @@ if [ "$PART" = all ] || [ "$PART" = 3 ]; then
   # less noisy fitness: partial credit per digit (accuracy stays exact match), and 32 prompts per member
   sweep reward --set sigma=0.5 --grid "task_args={eval_split: validation, reward: digits}"
   sweep prompts --set sigma=0.5 --set population_size=16 --grid batch_size=32
+fi
+if [ "$PART" = all ] || [ "$PART" = 4 ]; then
+  # ESSA's large populations, afforded by few prompts per member (population batching pays most there)
+  sweep population --set sigma=0.5 --set population_batch_size=96 --set batch_size=4 \
+    --set max_training_seconds=$((2 * BUDGET)) --grid population_size=96
 fi

@@ -182,15 +182,8 @@ def _reward_lines(config: Any, task: Any) -> list[str]:
     return [f"- Reward: {terms}."]
 
 
-def model_card(config: Any, records: list[dict[str, Any]], run_dir: str | Path, task: Any = None) -> str:
-    """The card's text for a run with this config and metrics.jsonl records."""
-    run_dir = Path(run_dir)
-    adapter = config.space in ADAPTER_SPACES
-    base = base_model_info(config.model)
-    paper, method_tag, method_text = method_of(config)
-    short, citation, link = PAPERS[paper]
-    datasets = [name for name in dict.fromkeys((getattr(config, "dataset", None),
-                                                getattr(config, "eval_dataset", None))) if _hub_id(name)]
+def _front(config: Any, base: dict[str, Any], adapter: bool, method_tag: str) -> dict[str, Any]:
+    """The Hub's YAML front matter: what the Hub indexes the model under."""
     front: dict[str, Any] = {}
     if base["id"]:
         front["base_model"] = base["id"]
@@ -200,47 +193,29 @@ def model_card(config: Any, records: list[dict[str, Any]], run_dir: str | Path, 
         front["license"] = base["license"]
     front["pipeline_tag"] = "text-generation"
     front["tags"] = ["evotune", "evolution-strategies", method_tag, *(["lora"] if adapter else []), config.task]
+    datasets = [name for name in dict.fromkeys((getattr(config, "dataset", None),
+                                                getattr(config, "eval_dataset", None))) if _hub_id(name)]
     if datasets:
         front["datasets"] = datasets
+    return front
 
-    base_name = f"[{base['id']}](https://huggingface.co/{base['id']})" if base["id"] else f"`{config.model}`"
-    loaded = f" ({base['note']})" if base["note"] and base["id"] else ""
-    what = "A LoRA adapter (PEFT) for" if adapter else "A fine-tuned"
-    final = run_dir / "final"
-    lines = [
-        "---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
-        f"# {run_dir.resolve().name}: {base['id'] or Path(config.model).name} + {short} on `{config.task}`", "",
-        f"{what} {base_name}{loaded}, trained on the `{config.task}` task with evolution strategies by "
-        f"evotune: {short} ([{citation}]({link})).", "",
-        "## Method", "", method_text, "",
-    ]
-    if adapter and getattr(config, "adapter", None):
-        lines += [f"Evolution started from the adapter `{config.adapter}` (e.g. an `evotune sft` LoRA warm start, "
-                  "ESSA's stage 1).", ""]
-    lines += ["## Task", "", f"- Task: `{config.task}`" + (f" with {config.task_args}" if config.task_args else "")
-              + "."]
+
+def _task_lines(config: Any, task: Any) -> list[str]:
+    lines = ["## Task", "", f"- Task: `{config.task}`" + (f" with {config.task_args}" if config.task_args else "")
+             + "."]
     lines += _reward_lines(config, task)
     if getattr(config, "dataset", None):
         lines.append(f"- Data: `{config.dataset}`" + (f", held out: `{config.eval_dataset}`"
                                                         if getattr(config, "eval_dataset", None) else "") + ".")
     count = len(task.eval_rows) if task is not None else config.num_eval
     described = count if count is not None else "the task's default number of"
-    lines += [f"- Held-out evaluation: {described} prompts, "
-              f"greedy decoding, at most {config.max_new_tokens} new tokens.", ""]
+    return lines + [f"- Held-out evaluation: {described} prompts, "
+                    f"greedy decoding, at most {config.max_new_tokens} new tokens.", ""]
 
-    lines += ["## Training hyperparameters", "", "| key | value |", "|---|---|"]
-    keys = [*KEY_HYPERPARAMETERS, *SPACE_HYPERPARAMETERS.get(config.space, ())]
-    lines += [f"| `{key}` | {_format(getattr(config, key))} |" for key in keys
-              if getattr(config, key, None) not in (None, [])]  # unset options (e.g. no `parameters`: all) left out
-    lines += _training_summary(records)
-    lines += ["", "## Held-out results", "", _metrics_table(records), "",
-              "`before` is the base model" + (" with the starting adapter" if adapter else "")
-              + "; the curves are in the run directory's `curves.png` and `metrics.jsonl`, sample completions in "
-              "`samples.jsonl`.", ""]
 
-    lines += ["## Usage", "", "```python"]
+def _usage_lines(final: Path, base_ref: str, adapter: bool) -> list[str]:
+    lines = ["## Usage", "", "```python"]
     if adapter:
-        base_ref = base["id"] or config.model
         lines += ["from peft import PeftModel", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
                   f'path = "{final}"  # or the Hub repo this folder was uploaded to',
                   f'base = AutoModelForCausalLM.from_pretrained("{base_ref}")',
@@ -251,22 +226,60 @@ def model_card(config: Any, records: list[dict[str, Any]], run_dir: str | Path, 
                   f'path = "{final}"  # or the Hub repo this folder was uploaded to',
                   "model = AutoModelForCausalLM.from_pretrained(path)",
                   "tokenizer = AutoTokenizer.from_pretrained(path)"]
-    lines += ['messages = [{"role": "user", "content": "..."}]',
-              "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\")",
-              "print(tokenizer.decode(model.generate(inputs, max_new_tokens=64)[0][inputs.shape[1]:]))", "```", ""]
+    return lines + ['messages = [{"role": "user", "content": "..."}]',
+                    "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, "
+                    "return_tensors=\"pt\")",
+                    "print(tokenizer.decode(model.generate(inputs, max_new_tokens=64)[0][inputs.shape[1]:]))",
+                    "```", ""]
 
+
+def _reproduce_lines(config: Any, run_dir: Path, paper: str) -> list[str]:
     config_text = yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip()
-    lines += ["## Reproduce", "", "With evotune installed, from the run directory's config:",
-              "", "```bash", f"evotune train {run_dir}/config.yaml --output-dir NEW_DIR", "```", "",
-              "or save the config below as `config.yaml` and run `evotune train config.yaml --output-dir NEW_DIR`. "
-              "The same config and seed give the same run (the noise is regenerated from seeds); paths in it (data, "
-              "a starting adapter, reward-function modules) must exist where you run it.", "",
-              "<details><summary>config.yaml</summary>", "", "```yaml", config_text, "```", "", "</details>", "",
-              "## Citation", "", f"- {short}: {citation}, {link}"]
-    if paper != "es":
+    short, citation, link = PAPERS[paper]
+    lines = ["## Reproduce", "", "With evotune installed, from the run directory's config:",
+             "", "```bash", f"evotune train {run_dir}/config.yaml --output-dir NEW_DIR", "```", "",
+             "or save the config below as `config.yaml` and run `evotune train config.yaml --output-dir NEW_DIR`. "
+             "The same config and seed give the same run (the noise is regenerated from seeds); paths in it (data, "
+             "a starting adapter, reward-function modules) must exist where you run it.", "",
+             "<details><summary>config.yaml</summary>", "", "```yaml", config_text, "```", "", "</details>", "",
+             "## Citation", "", f"- {short}: {citation}, {link}"]
+    if paper != "es":  # every method here builds on ES at Scale's seed-regenerated noise
         lines.append(f"- ES at Scale: {PAPERS['es'][1]}, {PAPERS['es'][2]}")
-    lines.append("")
-    return "\n".join(lines)
+    return lines + [""]
+
+
+def model_card(config: Any, records: list[dict[str, Any]], run_dir: str | Path, task: Any = None) -> str:
+    """The card's text for a run with this config and metrics.jsonl records."""
+    run_dir = Path(run_dir)
+    adapter = config.space in ADAPTER_SPACES
+    base = base_model_info(config.model)
+    paper, method_tag, method_text = method_of(config)
+    short, citation, link = PAPERS[paper]
+    base_name = f"[{base['id']}](https://huggingface.co/{base['id']})" if base["id"] else f"`{config.model}`"
+    loaded = f" ({base['note']})" if base["note"] and base["id"] else ""
+    what = "A LoRA adapter (PEFT) for" if adapter else "A fine-tuned"
+    lines = [
+        "---", yaml.safe_dump(_front(config, base, adapter, method_tag), sort_keys=False).rstrip(), "---", "",
+        f"# {run_dir.resolve().name}: {base['id'] or Path(config.model).name} + {short} on `{config.task}`", "",
+        f"{what} {base_name}{loaded}, trained on the `{config.task}` task with evolution strategies by "
+        f"evotune: {short} ([{citation}]({link})).", "",
+        "## Method", "", method_text, "",
+    ]
+    if adapter and getattr(config, "adapter", None):
+        lines += [f"Evolution started from the adapter `{config.adapter}` (e.g. an `evotune sft` LoRA warm start, "
+                  "ESSA's stage 1).", ""]
+    lines += _task_lines(config, task)
+    lines += ["## Training hyperparameters", "", "| key | value |", "|---|---|"]
+    keys = [*KEY_HYPERPARAMETERS, *SPACE_HYPERPARAMETERS.get(config.space, ())]
+    lines += [f"| `{key}` | {_format(getattr(config, key))} |" for key in keys
+              if getattr(config, key, None) not in (None, [])]  # unset options (e.g. no `parameters`: all) left out
+    lines += _training_summary(records)
+    lines += ["", "## Held-out results", "", _metrics_table(records), "",
+              "`before` is the base model" + (" with the starting adapter" if adapter else "")
+              + "; the curves are in the run directory's `curves.png` and `metrics.jsonl`, sample completions in "
+              "`samples.jsonl`.", ""]
+    lines += _usage_lines(run_dir / "final", base["id"] or config.model, adapter)
+    return "\n".join(lines + _reproduce_lines(config, run_dir, paper))
 
 
 def write_model_card(run_dir: str | Path, config: Any, task: Any = None) -> Path:
