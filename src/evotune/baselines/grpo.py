@@ -98,16 +98,48 @@ def _dataset(rows: list[dict]) -> Any:
     return Dataset.from_list(rows)
 
 
+def _policy(config: GRPORunConfig) -> tuple[Any, Any]:
+    """The model GRPO trains (with `adapter`: that PEFT adapter, trainable, on the base) and its tokenizer."""
+    from ..backends.models import load_model
+
+    model, tokenizer = load_model(config.model, config.dtype, "cpu")
+    if config.adapter is not None:  # continue this adapter (TRL trains a PeftModel it is given as is)
+        from peft import PeftModel
+
+        from ..builders import read_adapter_config
+
+        read_adapter_config(config.adapter)  # a clear error before PEFT's own
+        model = PeftModel.from_pretrained(model, config.adapter, adapter_name="default", is_trainable=True)
+    model.train()
+    tokenizer.padding_side = "left"  # batched generation pads on the left
+    return model, tokenizer
+
+
+def _grpo_arguments(config: GRPORunConfig, output: Path, reward_weights: list[float]) -> Any:
+    """TRL's GRPOConfig for this run: one optimizer step per iteration, evotune's checkpoints and seed."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output / "trl"), learning_rate=config.learning_rate, max_steps=config.iterations,
+        per_device_train_batch_size=config.batch_size * config.num_generations // config.gradient_accumulation_steps,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        num_generations=config.num_generations, max_completion_length=config.max_new_tokens,
+        temperature=config.temperature, beta=config.beta, loss_type=config.loss_type,
+        reward_weights=reward_weights, seed=config.seed, logging_steps=1,
+        save_steps=config.checkpoint_every, report_to="none", use_cpu=not _cuda(), bf16=False,
+        lr_scheduler_type="constant", disable_dropout=True,
+        gradient_checkpointing=False)  # small models: recomputation costs more than the memory it saves
+
+
 def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> dict[str, Any]:
     """Train with TRL's GRPOTrainer; returns the last held-out metrics."""
     if not is_trl_available():
         raise ConfigError("`evotune grpo` runs TRL's GRPOTrainer: pip install 'evotune[grpo]'.")
     from peft import LoraConfig
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from ..backends import HFBackend
     from ..backends.hf import contiguous_head_input
-    from ..backends.models import load_model
     from ..tasks import get_task
     from ..tracking import MetricsLogger, plot_curves
     from .grpo_logging import EvotuneMetricsCallback
@@ -120,26 +152,8 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
     task = get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
                     eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
                     reward_weights=config.reward_weights or None, **config.task_args)
-    model, tokenizer = load_model(config.model, config.dtype, "cpu")
-    if config.adapter is not None:  # continue this adapter (TRL trains a PeftModel it is given as is)
-        from peft import PeftModel
-
-        from ..builders import read_adapter_config
-
-        read_adapter_config(config.adapter)  # a clear error before PEFT's own
-        model = PeftModel.from_pretrained(model, config.adapter, adapter_name="default", is_trainable=True)
-    model.train()
-    tokenizer.padding_side = "left"
-    arguments = GRPOConfig(
-        output_dir=str(output / "trl"), learning_rate=config.learning_rate, max_steps=config.iterations,
-        per_device_train_batch_size=config.batch_size * config.num_generations // config.gradient_accumulation_steps,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        num_generations=config.num_generations, max_completion_length=config.max_new_tokens,
-        temperature=config.temperature, beta=config.beta, loss_type=config.loss_type,
-        reward_weights=list(task.reward_weights), seed=config.seed, logging_steps=1,
-        save_steps=config.checkpoint_every, report_to="none", use_cpu=not _cuda(), bf16=False,
-        lr_scheduler_type="constant", disable_dropout=True,
-        gradient_checkpointing=False)  # small models: recomputation costs more than the memory it saves
+    model, tokenizer = _policy(config)
+    arguments = _grpo_arguments(config, output, list(task.reward_weights))
     peft_config = (LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                               target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
                    if config.lora and config.adapter is None else None)
