@@ -46,7 +46,7 @@ from evotune.strategies import OpenES  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--dtype", default="bfloat16")  # TrainConfig's default
@@ -62,7 +62,45 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--name", default="lowrank_throughput")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def _ratios(median: dict[str, float]) -> dict[str, float]:
+    """How many times faster than `full` each other arm is (empty when `full` was not run)."""
+    return {name: round(median["full"] / value, 2) for name, value in median.items()
+            if name != "full"} if "full" in median else {}
+
+
+def time_arms(arms: dict, members: list, rows: list[dict], repeats: int) -> dict:
+    """Seconds (wall and CPU) per population for every arm, interleaved over `repeats` after a warm-up."""
+    for evaluator in arms.values():  # warm-up: caches, allocator, threads, this batch shape once
+        evaluator.evaluate(members[:2], rows)
+    seconds: dict[str, list[float]] = {name: [] for name in arms}
+    cpu_seconds: dict[str, list[float]] = {name: [] for name in arms}
+    rewards: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, evaluator in arms.items():
+            started, cpu_started = time.perf_counter(), time.process_time()
+            reward = evaluator.evaluate(members, rows)
+            seconds[name].append(time.perf_counter() - started)
+            cpu_seconds[name].append(time.process_time() - cpu_started)
+            rewards[name] = float(np.nanmean(reward))
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    cpu_median = {name: statistics.median(values) for name, values in cpu_seconds.items()}
+    return {
+        "seconds_per_population": {name: [round(x, 3) for x in values] for name, values in seconds.items()},
+        "cpu_seconds_per_population": {name: [round(x, 3) for x in values] for name, values in cpu_seconds.items()},
+        "median_seconds_per_population": {name: round(value, 3) for name, value in median.items()},
+        "median_cpu_seconds_per_population": {name: round(value, 3) for name, value in cpu_median.items()},
+        "candidate_evaluations_per_second": {name: round(len(members) / value, 3) for name, value in median.items()},
+        "speedup_over_full": _ratios(median),
+        "cpu_speedup_over_full": _ratios(cpu_median),
+        "reward_mean": {name: round(value, 4) for name, value in rewards.items()},
+    }
+
+
+def main() -> None:
+    args = parse_args()
     if args.threads:
         import torch
 
@@ -83,37 +121,10 @@ def main() -> None:
 
     results = {}
     for batch_size in args.batch_sizes:
-        rows = task.train_rows[:batch_size]
-        for evaluator in arms.values():  # warm-up: caches, allocator, threads, this batch shape once
-            evaluator.evaluate(members[:2], rows)
-        seconds: dict[str, list[float]] = {name: [] for name in arms}
-        cpu_seconds: dict[str, list[float]] = {name: [] for name in arms}
-        rewards: dict[str, float] = {}
-        for _ in range(args.repeats):
-            for name, evaluator in arms.items():
-                started, cpu_started = time.perf_counter(), time.process_time()
-                reward = evaluator.evaluate(members, rows)
-                seconds[name].append(time.perf_counter() - started)
-                cpu_seconds[name].append(time.process_time() - cpu_started)
-                rewards[name] = float(np.nanmean(reward))
-        median = {name: statistics.median(values) for name, values in seconds.items()}
-        cpu_median = {name: statistics.median(values) for name, values in cpu_seconds.items()}
-        results[f"{batch_size}_prompts"] = {
-            "seconds_per_population": {name: [round(x, 3) for x in values] for name, values in seconds.items()},
-            "cpu_seconds_per_population": {name: [round(x, 3) for x in values]
-                                           for name, values in cpu_seconds.items()},
-            "median_seconds_per_population": {name: round(value, 3) for name, value in median.items()},
-            "median_cpu_seconds_per_population": {name: round(value, 3) for name, value in cpu_median.items()},
-            "candidate_evaluations_per_second": {name: round(len(members) / value, 3)
-                                                 for name, value in median.items()},
-            "speedup_over_full": {name: round(median["full"] / value, 2) for name, value in median.items()
-                                  if name != "full"} if "full" in median else {},
-            "cpu_speedup_over_full": {name: round(cpu_median["full"] / value, 2) for name, value in cpu_median.items()
-                                      if name != "full"} if "full" in cpu_median else {},
-            "reward_mean": {name: round(value, 4) for name, value in rewards.items()},
-        }
-        print(batch_size, results[f"{batch_size}_prompts"]["median_seconds_per_population"],
-              results[f"{batch_size}_prompts"]["median_cpu_seconds_per_population"], flush=True)
+        result = results[f"{batch_size}_prompts"] = time_arms(arms, members, task.train_rows[:batch_size],
+                                                              args.repeats)
+        print(batch_size, result["median_seconds_per_population"], result["median_cpu_seconds_per_population"],
+              flush=True)
 
     coefficients = list(np.random.default_rng(args.seed).normal(size=len(strategy.member_seeds(0))) / len(members))
     update_seconds = {}
