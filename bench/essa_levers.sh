@@ -5,13 +5,14 @@
 # without those questions too), so the test set of bench/essa_vs_grpo.sh is never used to choose.
 #   bash bench/essa_levers.sh                 # runs only what is missing (re-run to resume)
 #   PARALLEL=2 bash bench/essa_levers.sh      # two runs at once (Ray tasks, one core each)
-#   PART=3 bash bench/essa_levers.sh          # one group of levers: 1 sigma, 2 diagonal/alpha/OpenES, 3 fitness noise, 4 population 96
+#   PARTS="reward prompts" bash bench/essa_levers.sh   # some of: sigma diagonal openes reward prompts population
+# (alpha, rank and population together: bench/essa_heatmap.sh)
 set -euo pipefail
 RUNS=${RUNS:-runs/essa_levers}
 SEEDS=${SEEDS:-0}
 BUDGET=${BUDGET:-300}
 PARALLEL=${PARALLEL:-1}
-PART=${PART:-all}
+PARTS=${PARTS:-all}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 validation="task_args={eval_split: validation}"
 sft="$RUNS/sft-seed0"
@@ -23,21 +24,14 @@ common=(--seeds $SEEDS --parallel "$PARALLEL" --set adapter="$sft/adapter" --set
 sweep() { local name=$1; shift; evotune sweep examples/essa_arithmetic.yaml --output "$RUNS/$name" "${common[@]}" "$@"
           mkdir -p bench/results/essa_levers; cp "$RUNS/$name/sweep.md" "bench/results/essa_levers/$name.md"
           cp "$RUNS/$name/sweep.json" "bench/results/essa_levers/$name.json"; }
-if [ "$PART" = all ] || [ "$PART" = 1 ]; then
-  sweep sigma --grid sigma=0.2,0.5,1.0                             # relative: a fraction of each singular value
-fi
-if [ "$PART" = all ] || [ "$PART" = 2 ]; then
-  sweep diagonal --set sigma=0.5 --grid cma_diagonal=true          # separable CMA-ES
-  sweep fraction --set sigma=0.5 --grid singular_value_fraction=0.25,1.0   # 480 / 1920 numbers (0.5: 960)
-  sweep openes --set sigma=0.5 --set strategy=openes --set antithetic=true --grid learning_rate=0.1,0.5
-fi
-if [ "$PART" = all ] || [ "$PART" = 3 ]; then
-  # less noisy fitness: partial credit per digit (accuracy stays exact match), and 32 prompts per member
-  sweep reward --set sigma=0.5 --grid "task_args={eval_split: validation, reward: digits}"
-  sweep prompts --set sigma=0.5 --set population_size=16 --grid batch_size=32
-fi
-if [ "$PART" = all ] || [ "$PART" = 4 ]; then
-  # ESSA's large populations, afforded by few prompts per member (population batching pays most there)
-  sweep population --set sigma=0.5 --set population_batch_size=96 --set batch_size=4 \
-    --set max_training_seconds=$((2 * BUDGET)) --grid population_size=96
-fi
+want() { [ "$PARTS" = all ] || [[ " $PARTS " == *" $1 "* ]]; }
+want sigma && sweep sigma --grid sigma=0.2,0.5,1.0              # relative: a fraction of each singular value
+want diagonal && sweep diagonal --set sigma=0.5 --grid cma_diagonal=true   # separable CMA-ES
+want openes && sweep openes --set sigma=0.5 --set strategy=openes --set antithetic=true --grid learning_rate=0.1,0.5
+# less noisy fitness: partial credit per digit (accuracy stays exact match), and 32 prompts per member
+want reward && sweep reward --set sigma=0.5 --grid "task_args={eval_split: validation, reward: digits}"
+want prompts && sweep prompts --set sigma=0.5 --set population_size=16 --grid batch_size=32
+# ESSA's large populations, afforded by few prompts per member (population batching pays most there)
+want population && sweep population --set sigma=0.5 --set population_batch_size=96 --set batch_size=4 \
+  --set max_training_seconds=$((2 * BUDGET)) --grid population_size=96
+true
