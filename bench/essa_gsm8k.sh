@@ -13,13 +13,15 @@ BUDGET=${BUDGET:-900}
 TOKENS=${TOKENS:-192}
 SFT_ROWS=${SFT_ROWS:-400}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-data="task_args={dataset: $DATA/train.jsonl, eval_dataset: $DATA/test.jsonl}"
-task=(--set task=gsm8k --set "$data" --set num_eval=200 --set max_new_tokens=$TOKENS)
+# sft reads the task's files from task_args; train and grpo take them as keys of their own
+common=(--set task=gsm8k --set num_eval=200 --set max_new_tokens=$TOKENS)
+sft_task=("${common[@]}" --set "task_args={dataset: $DATA/train.jsonl, eval_dataset: $DATA/test.jsonl}")
+task=("${common[@]}" --set dataset=$DATA/train.jsonl --set eval_dataset=$DATA/test.jsonl)
 done_run() { [ -f "$1/final/adapter_config.json" ]; }
 for seed in $SEEDS; do
   sft="$RUNS/sft-seed$seed"
   [ -f "$sft/adapter/adapter_config.json" ] || { rm -rf "$sft"; evotune sft examples/sft_arithmetic.yaml --output-dir "$sft" \
-    --set seed=$seed "${task[@]}" --set num_train=$SFT_ROWS --set learning_rate=5e-4; }
+    --set seed=$seed "${sft_task[@]}" --set num_train=$SFT_ROWS --set learning_rate=5e-4; }
   essa="$RUNS/essa-seed$seed"
   done_run "$essa" || {
     if [ -d "$essa/checkpoint" ]; then evotune train --output-dir "$essa" --resume

@@ -257,3 +257,14 @@ def test_a_model_loads_with_auto(tiny_model_dir):
 
     model, _ = load_model(tiny_model_dir, dtype="auto", device="cpu")
     assert {p.dtype for p in model.parameters()} == {getattr(torch, resolve_dtype("auto", "cpu"))}
+
+
+@pytest.mark.parametrize("config_class", [TrainConfig, GRPORunConfig])
+def test_task_args_cannot_repeat_a_top_level_key(config_class):
+    """train and grpo hand `dataset`, `seed`, ... to the task themselves: inside task_args they would collide."""
+    with pytest.raises(ConfigError, match=r"`task_args` sets `dataset`, which is a key of its own here: set "
+                                          r"`dataset: gsm8k/train.jsonl` at the top level \(--set dataset=...\)"):
+        config_class.from_dict({"task": "gsm8k", "task_args": {"dataset": "gsm8k/train.jsonl"}})
+    config = config_class.from_dict({"task": "gsm8k", "dataset": "gsm8k/train.jsonl", "task_args": {"digits": 3}})
+    assert config.dataset == "gsm8k/train.jsonl" and config.task_args == {"digits": 3}
+    SFTConfig(task="gsm8k", task_args={"dataset": "gsm8k/train.jsonl"})  # sft's `dataset` is its own SFT data

@@ -12,7 +12,7 @@ registry's names equal its Literal's, so they cannot drift.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,13 +88,18 @@ class RunConfig(ConfigMixin):
 
 
 def check_rewards(config: Any) -> None:
-    """The reward keys shared by train and grpo: custom tasks need data and functions, one weight per function."""
+    """The keys shared by train and grpo: custom tasks need data and functions, one weight per function, task_args
+    apart from the top-level keys."""
     if config.task == "custom" and not (config.dataset and config.reward_fns):
         raise ConfigError("`task: custom` needs `dataset` (a file with a `prompt` column) and `reward_fns` "
                           "(dotted import paths of functions fn(prompts, completions, **columns)).")
     if config.reward_weights and len(config.reward_weights) != len(config.reward_fns):
         raise ConfigError(f"`reward_weights` has {len(config.reward_weights)} entries but `reward_fns` has "
                           f"{len(config.reward_fns)}; give one weight per function or leave it empty.")
+    # get_task receives these keys itself: the same name inside task_args would be given twice
+    for key in sorted(set(config.task_args) & {field.name for field in fields(config)}):
+        raise ConfigError(f"`task_args` sets `{key}`, which is a key of its own here: set `{key}: "
+                          f"{config.task_args[key]}` at the top level (--set {key}=...) and drop it from task_args.")
     if config.iterations < 1:
         raise ConfigError(f"`iterations` is {config.iterations}; it must be at least 1.")
     if getattr(config, "max_training_seconds", 0.0) < 0:
