@@ -2,7 +2,7 @@
 each method continued from it, at its last evaluation within a training-time budget and at its end.
 
     python bench/stage_table.py --runs runs/essa_vs_grpo --methods essa grpo --budget-time 600 \
-        --name essa_vs_grpo_arithmetic
+        --name stages_essa_vs_grpo_arithmetic
 (run directories RUNS/sft-seedS and RUNS/METHOD-seedS, as bench/essa_vs_grpo.sh and countdown_small.sh write)
 """
 
