@@ -7,6 +7,8 @@
 # The ESSA settings are fixed before any run (no tuning on the held-out set): relative offsets
 # (sigma is a fraction of each singular value), sigma 0.2, population 48 with 8 prompts per member,
 # the whole population in one batched generate.
+#   TUNED="--set cma_diagonal=true" bash bench/essa_vs_grpo.sh   # adds an ESSA arm (essa_tuned-seedS) with the
+#                       levers bench/essa_levers.sh chose on the validation split, scored on the same test set
 set -euo pipefail
 RUNS=${RUNS:-runs/essa_vs_grpo}
 SEEDS=${SEEDS:-"0 1"}
@@ -24,6 +26,13 @@ for seed in $SEEDS; do
       --set adapter="$sft/adapter" --set svd_offsets=relative --set sigma=0.2 --set population_size=48 \
       --set batch_size=8 --set population_batch_size=48 --set num_eval=512 --set iterations=1000 \
       --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=4; fi; }
+  tuned="$RUNS/essa_tuned-seed$seed"
+  [ -z "${TUNED:-}" ] || done_run "$tuned" || {
+    if [ -d "$tuned/checkpoint" ]; then evotune train --output-dir "$tuned" --resume
+    else rm -rf "$tuned"; evotune train examples/essa_arithmetic.yaml --output-dir "$tuned" --set seed=$seed \
+      --set adapter="$sft/adapter" --set svd_offsets=relative --set sigma=0.2 --set population_size=48 \
+      --set batch_size=8 --set population_batch_size=48 --set num_eval=512 --set iterations=1000 \
+      --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=4 $TUNED; fi; }
   grpo="$RUNS/grpo-seed$seed"
   done_run "$grpo" || { rm -rf "$grpo"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$grpo" \
     --set seed=$seed --set adapter="$sft/adapter" --set num_eval=512 --set iterations=1000 \
@@ -31,3 +40,7 @@ for seed in $SEEDS; do
 done
 evotune compare "$RUNS"/essa-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
   --output bench/results/compare_essa_vs_grpo_arithmetic
+python bench/stage_table.py --runs "$RUNS" --methods essa ${TUNED:+essa_tuned} grpo --budget-time "$BUDGET" \
+  --num-eval 512 --name stages_essa_vs_grpo_arithmetic
+[ -z "${TUNED:-}" ] || evotune compare "$RUNS"/essa_tuned-seed* "$RUNS"/grpo-seed* --metric eval/accuracy \
+  --budget-time "$BUDGET" --output bench/results/compare_essa_tuned_vs_grpo_arithmetic

@@ -144,6 +144,7 @@ def stage_lines() -> list[str]:
 COMPARE_SCRIPTS = {"lowrank_vs_full_arithmetic": "bash bench/lowrank_learning.sh",
                    "essa_vs_grpo_arithmetic": "bash bench/essa_vs_grpo.sh",
                    "essa_gsm8k": "bash bench/essa_gsm8k.sh",
+                   "essa_tuned_vs_grpo_arithmetic": "TUNED=... bash bench/essa_vs_grpo.sh",
                    "countdown_small": "bash bench/countdown_small.sh",
                    "es_vs_grpo_time": "bash bench/es_vs_grpo_time.sh"}
 SWEEP_SCRIPTS = {"sweep_arithmetic": "bash bench/sweep_arithmetic.sh", "essa_levers": "bash bench/essa_levers.sh",
