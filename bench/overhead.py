@@ -44,7 +44,7 @@ def bytes_per_candidate(space, backend) -> dict:
             "master_bytes": 4 * space.num_parameters}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--population-size", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -59,7 +59,11 @@ def main() -> None:
     parser.add_argument("--master-device", default="host", choices=["host", "device", "auto"],
                         help="vllm on CUDA: where the engine keeps the fp32 master")
     parser.add_argument("--name", default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
 
     config = TrainConfig(task=args.task, population_size=args.population_size, antithetic=True, sigma=2e-3,
                          learning_rate=4e-3, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
