@@ -11,6 +11,18 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 
 
+def results(pattern: str):
+    """(path, data) of every result JSON matching `pattern`, in name order."""
+    for path in sorted(RESULTS.glob(pattern)):
+        yield path, json.loads(path.read_text())
+
+
+def section(title: str, command: str, columns: list[str], rows: list[str]) -> list[str]:
+    """One result as a README section: heading, the command that made it, a table."""
+    return [f"## {title}", "", f"`{command}`", "", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|",
+            *rows, ""]
+
+
 def learning_rows(data: dict) -> list[str]:
     rows = []
     for run in data["runs"]:
@@ -22,44 +34,38 @@ def learning_rows(data: dict) -> list[str]:
 
 def heldout_lines() -> list[str]:
     lines = []
-    for path in sorted(RESULTS.glob("heldout_*.json")):
-        d = json.loads(path.read_text())
-        lines += [f"## Larger held-out set: {d['task']} ({d['num_prompts']} fresh prompts)", "", f"`{d['command']}`", "",
-                  "| model | accuracy | 95% CI | only this model right | only base right |", "|---|---|---|---|---|",
-                  f"| base {d['base']['model']} | {d['base']['accuracy']} | {d['base']['ci95']} | | |"]
-        lines += [f"| {r['run']} (seed {r['seed']}) | **{r['accuracy']}** | {r['ci95']} | {r['only_trained_correct']} "
-                  f"| {r['only_base_correct']} |" for r in d["runs"]]
-        lines.append("")
+    for _, d in results("heldout_*.json"):
+        rows = [f"| base {d['base']['model']} | {d['base']['accuracy']} | {d['base']['ci95']} | | |"]
+        rows += [f"| {r['run']} (seed {r['seed']}) | **{r['accuracy']}** | {r['ci95']} | {r['only_trained_correct']} "
+                 f"| {r['only_base_correct']} |" for r in d["runs"]]
+        lines += section(f"Larger held-out set: {d['task']} ({d['num_prompts']} fresh prompts)", d["command"],
+                         ["model", "accuracy", "95% CI", "only this model right", "only base right"], rows)
     return lines
 
 
 def essa_lines() -> list[str]:
     lines = []
-    for path in sorted(RESULTS.glob("essa_*.json")):
-        d = json.loads(path.read_text())
+    for path, d in results("essa_*.json"):
         if "runs" not in d:
             continue
-        lines += [f"## ESSA end to end ({path.stem}, {d['metric']})", "", f"`{d['command']}`", "",
-                  "| seed | base | after SFT | after ESSA | best during ESSA | SFT s | ESSA s | s/iteration |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['seed']} | {r['base']:.4g} | {r['sft']:.4g} | **{r['essa']:.4g}** "
-                  f"| {max(v for _, v in r['curve']):.4g} | {r['wall_time_s']['sft']} | {r['wall_time_s']['essa']} "
-                  f"| {r['iteration_time_s_mean']} |" for r in d["runs"]]
-        lines.append("")
+        rows = [f"| {r['seed']} | {r['base']:.4g} | {r['sft']:.4g} | **{r['essa']:.4g}** "
+                f"| {max(v for _, v in r['curve']):.4g} | {r['wall_time_s']['sft']} | {r['wall_time_s']['essa']} "
+                f"| {r['iteration_time_s_mean']} |" for r in d["runs"]]
+        lines += section(f"ESSA end to end ({path.stem}, {d['metric']})", d["command"],
+                         ["seed", "base", "after SFT", "after ESSA", "best during ESSA", "SFT s", "ESSA s",
+                          "s/iteration"], rows)
     return lines
 
 
 def population_batch_lines() -> list[str]:
     lines = []
-    for path in sorted(RESULTS.glob("population_batch*.json")):
-        d = json.loads(path.read_text())
-        lines += [f"## Population-batched adapter evaluation ({d['population_size']} candidates x {d['batch_size']} "
-                  f"prompts x {d['max_new_tokens']} tokens, {d['dtype']})", "", f"`{d['command']}`", "",
-                  "| arm | s per population (median) | speedup | identical completions |", "|---|---|---|---|"]
-        for arm, seconds in d["median_seconds_per_population"].items():
-            lines.append(f"| {arm} | {seconds} | {d['speedup_over_one_at_a_time'].get(arm, 1.0)} "
-                         f"| {d['identical_completions'].get(arm, 'reference')} |")
-        lines.append("")
+    for _, d in results("population_batch*.json"):
+        rows = [f"| {arm} | {seconds} | {d['speedup_over_one_at_a_time'].get(arm, 1.0)} "
+                f"| {d['identical_completions'].get(arm, 'reference')} |"
+                for arm, seconds in d["median_seconds_per_population"].items()]
+        lines += section(f"Population-batched adapter evaluation ({d['population_size']} candidates x "
+                         f"{d['batch_size']} prompts x {d['max_new_tokens']} tokens, {d['dtype']})", d["command"],
+                         ["arm", "s per population (median)", "speedup", "identical completions"], rows)
     return lines
 
 
@@ -68,12 +74,10 @@ def toy_lines() -> list[str]:
     if not path.exists():
         return []
     d = json.loads(path.read_text())
-    lines = ["## ESSA Appendix E toy (sklearn digits; singular values only)", "", f"`{d['command']}`", "",
-             "| start | ES train | ES test | SGD train | SGD test |", "|---|---|---|---|---|"]
-    for start, arms in d["final"].items():
-        lines.append(f"| {start} | {arms['es']['train']:.3f} | {arms['es']['test']:.3f} | {arms['sgd']['train']:.3f} "
-                     f"| {arms['sgd']['test']:.3f} |")
-    return lines + [""]
+    rows = [f"| {start} | {arms['es']['train']:.3f} | {arms['es']['test']:.3f} | {arms['sgd']['train']:.3f} "
+            f"| {arms['sgd']['test']:.3f} |" for start, arms in d["final"].items()]
+    return section("ESSA Appendix E toy (sklearn digits; singular values only)", d["command"],
+                   ["start", "ES train", "ES test", "SGD train", "SGD test"], rows)
 
 
 def _cell(value) -> str:
@@ -86,15 +90,13 @@ def _cell(value) -> str:
 
 def eval_lines() -> list[str]:
     lines = []
-    for path in sorted(RESULTS.glob("eval_*.json")):
-        d = json.loads(path.read_text())
+    for path, d in results("eval_*.json"):
         keys = [k for k in d["results"][0] if k not in ("model", "task", "num_eval", "time_s", "reward_ci95")]
-        lines += [f"## Evaluation: {d['task']} ({path.stem}, {d['results'][0]['num_eval']} prompts, "
-                  f"{d['max_new_tokens']} new tokens, {d['dtype']})", "", f"`{d['command']}`", "",
-                  "| model | " + " | ".join(keys) + " | time s |", "|---" * (len(keys) + 2) + "|"]
-        lines += ["| " + " | ".join([r["model"]] + [_cell(r.get(k, "")) for k in keys] + [_cell(r["time_s"])]) + " |"
-                  for r in d["results"]]
-        lines.append("")
+        rows = ["| " + " | ".join([r["model"]] + [_cell(r.get(k, "")) for k in keys] + [_cell(r["time_s"])]) + " |"
+                for r in d["results"]]
+        lines += section(f"Evaluation: {d['task']} ({path.stem}, {d['results'][0]['num_eval']} prompts, "
+                         f"{d['max_new_tokens']} new tokens, {d['dtype']})", d["command"],
+                         ["model", *keys, "time s"], rows)
     return lines
 
 
@@ -117,16 +119,14 @@ def ray_lines() -> list[str]:
 def lowrank_lines() -> list[str]:
     """`space: lowrank` (one batched generate) against `space: full` (member by member)."""
     lines = []
-    for path in sorted(RESULTS.glob("lowrank_throughput*.json")):
-        d = json.loads(path.read_text())
-        lines += [f"## EGGROLL throughput: space lowrank vs full ({d['dtype']}, population {d['population_size']})", "",
-                  f"`{d['command']}`", "", "| prompts per member | full: candidates/s | lowrank: candidates/s | "
-                  "ratio (CPU time) |", "|---|---|---|---|"]
-        for name, r in d["results"].items():
-            rates = r["candidate_evaluations_per_second"]
-            lines.append(f"| {name.split('_')[0]} | {rates['full']} | {rates['lowrank_batched']} "
-                         f"| **{r['cpu_speedup_over_full']['lowrank_batched']}** |")
-        lines.append("")
+    for _, d in results("lowrank_throughput*.json"):
+        rows = [f"| {name.split('_')[0]} | {r['candidate_evaluations_per_second']['full']} "
+                f"| {r['candidate_evaluations_per_second']['lowrank_batched']} "
+                f"| **{r['cpu_speedup_over_full']['lowrank_batched']}** |" for name, r in d["results"].items()]
+        lines += section(f"EGGROLL throughput: space lowrank vs full ({d['dtype']}, population "
+                         f"{d['population_size']})", d["command"],
+                         ["prompts per member", "full: candidates/s", "lowrank: candidates/s", "ratio (CPU time)"],
+                         rows)
     return lines
 
 
@@ -166,24 +166,22 @@ def sweep_lines() -> list[str]:
 
 def adapter_scale_lines() -> list[str]:
     lines = []
-    for path in sorted(RESULTS.glob("adapter_scale_*.json")):
-        d = json.loads(path.read_text())
-        lines += [f"## SFT adapter scaled as a whole ({path.stem}, {d['num_prompts']} training questions)", "",
-                  f"`{d['command']}`", "", "| singular values x | adapter x | train accuracy |", "|---|---|---|"]
-        lines += [f"| {p['singular_value_scale']} | {p['adapter_scale']:.3g} | {p['train_accuracy']:.3f} |"
-                  for p in d["points"]] + [""]
+    for path, d in results("adapter_scale_*.json"):
+        rows = [f"| {p['singular_value_scale']} | {p['adapter_scale']:.3g} | {p['train_accuracy']:.3f} |"
+                for p in d["points"]]
+        lines += section(f"SFT adapter scaled as a whole ({path.stem}, {d['num_prompts']} training questions)",
+                         d["command"], ["singular values x", "adapter x", "train accuracy"], rows)
     return lines
 
 
 def grpo_memory_lines() -> list[str]:
     lines = []
-    for path in sorted(RESULTS.glob("grpo_memory_*.json")):
-        d = json.loads(path.read_text())
-        lines += [f"## GRPO memory: one batch vs micro-batches ({d['config']}, {d['steps']} steps; "
-                  f"{d['machine']['cpu']}, {d['machine']['date']})", "", f"`{d['command']}`", "",
-                  "| gradient_accumulation_steps | peak RSS MiB | ratio | median step s |", "|---|---|---|---|"]
-        lines += [f"| {r['gradient_accumulation_steps']} | {r['peak_rss_mib']} | **{r['peak_rss_ratio_to_first']}** "
-                  f"| {r['step_time_s']} |" for r in d["runs"]] + [""]
+    for _, d in results("grpo_memory_*.json"):
+        rows = [f"| {r['gradient_accumulation_steps']} | {r['peak_rss_mib']} | **{r['peak_rss_ratio_to_first']}** "
+                f"| {r['step_time_s']} |" for r in d["runs"]]
+        lines += section(f"GRPO memory: one batch vs micro-batches ({d['config']}, {d['steps']} steps; "
+                         f"{d['machine']['cpu']}, {d['machine']['date']})", d["command"],
+                         ["gradient_accumulation_steps", "peak RSS MiB", "ratio", "median step s"], rows)
     return lines
 
 
