@@ -15,24 +15,19 @@ SEEDS=${SEEDS:-"0 1"}
 BUDGET=${BUDGET:-600}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 done_run() { [ -f "$1/final/adapter_config.json" ]; }
+# essa DIR [--set KEY=VALUE ...]: the ESSA arm from this seed's SFT adapter (resumed if interrupted)
+essa() { local run=$1; shift; done_run "$run" && return
+  if [ -d "$run/checkpoint" ]; then evotune train --output-dir "$run" --resume
+  else rm -rf "$run"; evotune train examples/essa_arithmetic.yaml --output-dir "$run" --set seed=$seed \
+    --set adapter="$sft/adapter" --set svd_offsets=relative --set sigma=0.2 --set population_size=48 \
+    --set batch_size=8 --set population_batch_size=48 --set num_eval=512 --set iterations=1000 \
+    --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=4 "$@"; fi; }
 for seed in $SEEDS; do
   sft="$RUNS/sft-seed$seed"
   [ -f "$sft/adapter/adapter_config.json" ] || { rm -rf "$sft"; evotune sft examples/sft_arithmetic.yaml \
     --set seed=$seed --set num_eval=512 --output-dir "$sft"; }
-  essa="$RUNS/essa-seed$seed"
-  done_run "$essa" || {
-    if [ -d "$essa/checkpoint" ]; then evotune train --output-dir "$essa" --resume
-    else rm -rf "$essa"; evotune train examples/essa_arithmetic.yaml --output-dir "$essa" --set seed=$seed \
-      --set adapter="$sft/adapter" --set svd_offsets=relative --set sigma=0.2 --set population_size=48 \
-      --set batch_size=8 --set population_batch_size=48 --set num_eval=512 --set iterations=1000 \
-      --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=4; fi; }
-  tuned="$RUNS/essa_tuned-seed$seed"
-  [ -z "${TUNED:-}" ] || done_run "$tuned" || {
-    if [ -d "$tuned/checkpoint" ]; then evotune train --output-dir "$tuned" --resume
-    else rm -rf "$tuned"; evotune train examples/essa_arithmetic.yaml --output-dir "$tuned" --set seed=$seed \
-      --set adapter="$sft/adapter" --set svd_offsets=relative --set sigma=0.2 --set population_size=48 \
-      --set batch_size=8 --set population_batch_size=48 --set num_eval=512 --set iterations=1000 \
-      --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=4 $TUNED; fi; }
+  essa "$RUNS/essa-seed$seed"
+  [ -z "${TUNED:-}" ] || essa "$RUNS/essa_tuned-seed$seed" $TUNED
   grpo="$RUNS/grpo-seed$seed"
   done_run "$grpo" || { rm -rf "$grpo"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$grpo" \
     --set seed=$seed --set adapter="$sft/adapter" --set num_eval=512 --set iterations=1000 \
