@@ -19,6 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_result  # noqa: E402
 
+from evotune.tracking import read_metrics  # noqa: E402
+
 
 def run(config: str, steps: int, accumulation: int, directory: Path) -> dict:
     output = directory / f"accumulation{accumulation}"
@@ -26,7 +28,7 @@ def run(config: str, steps: int, accumulation: int, directory: Path) -> dict:
                "--set", f"gradient_accumulation_steps={accumulation}", "--set", "eval_every=0",
                "--set", "checkpoint_every=1000", "--set", "num_eval=8", "--set", "report_to=[]"]
     subprocess.run(command, check=True)
-    records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(output / "metrics.jsonl")
     steps_logged = [r for r in records if "reward_mean" in r]
     times = [r["time_s"] for r in steps_logged]  # each step's own wall time
     return {"gradient_accumulation_steps": accumulation, "command": " ".join(command),
