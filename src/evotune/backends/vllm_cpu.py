@@ -25,7 +25,7 @@ import contextlib
 import os
 from typing import Any, Iterator
 
-EXTENSION = "evotune.backends.vllm.EngineWeightsExtension"
+EXTENSION = "evotune.backends.vllm_worker.EngineWeightsExtension"
 # KV cache reserved by a CPU engine unless VLLM_CPU_KVCACHE_SPACE (GiB) says otherwise. vLLM's default,
 # a fraction of the node's memory (`gpu_memory_utilization`, 0.92), is refused on a shared machine.
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
@@ -90,23 +90,57 @@ def is_cpu_platform() -> bool:
     return current_platform.is_cpu()
 
 
-def cpu_engine_options(kv_cache_gib: float | None) -> dict[str, Any]:
-    """LLM(...) arguments for a CPU engine: in process, eager, with an explicit KV cache size.
+def cpu_engine_options(kv_cache_gib: float | None, in_process: bool = True,
+                       tensor_parallel_size: int = 1) -> dict[str, Any]:
+    """LLM(...) arguments for a CPU engine: eager, with an explicit KV cache size, in process or not.
 
-    - `distributed_executor_backend="uni"` (with VLLM_ENABLE_V1_MULTIPROCESSING=0, see
-      in_process_engine): the engine runs in this process, so it needs no `__main__` guard, starts in
-      seconds and uses every core; the multiprocess executor binds the engine to one core and keeps
-      the others for the front end.
+    - in process (`engine_core: in_process`, with VLLM_ENABLE_V1_MULTIPROCESSING=0, see
+      engine_environment) and one rank: `distributed_executor_backend="uni"`, the worker in this process,
+      so it needs no `__main__` guard, starts in seconds and uses every core. Otherwise vLLM's own
+      choice, as on CUDA: the engine core in its own process (msgpack between the two), and with
+      tensor parallelism one worker process per rank ("mp"; VLLM_CPU_OMP_THREADS_BIND, e.g. "0|1",
+      gives each rank its cores).
     - `enforce_eager=True`: torch.compile of the model takes minutes on a CPU (~3.5 min for SmolLM2)
       and a perturbed model is run only for a few batches before the next write.
     - `kv_cache_memory_bytes`: on a CPU, `gpu_memory_utilization` is the fraction of the whole
       node's memory vLLM must find free; a fixed size works on shared machines. VLLM_CPU_KVCACHE_SPACE
       (GiB), vLLM's own setting, wins when set.
     """
-    options: dict[str, Any] = {"distributed_executor_backend": "uni", "enforce_eager": True}
+    options: dict[str, Any] = {"enforce_eager": True}
+    if tensor_parallel_size > 1:
+        options["distributed_executor_backend"] = "mp"
+    elif in_process:
+        options["distributed_executor_backend"] = "uni"
     if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         options["kv_cache_memory_bytes"] = int((kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB) * 2**30)
     return options
+
+
+@contextlib.contextmanager
+def engine_environment(in_process: bool, on_cpu: bool) -> Iterator[None]:
+    """Environment for creating an engine: VLLM_ENABLE_V1_MULTIPROCESSING says where its core runs.
+
+    vLLM caches its environment once an engine has started in this process, so the cache is dropped
+    first (an earlier in-process engine must not decide the shape of this one). An in-process CPU engine
+    also gets in_process_engine's thread and GC care.
+    """
+    from vllm import envs
+
+    envs.disable_envs_cache()
+    saved = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+    try:
+        if in_process and on_cpu:
+            with in_process_engine():
+                yield
+        else:
+            yield
+    finally:
+        if not in_process:  # an in-process engine reads it for as long as it lives
+            if saved is None:
+                os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+            else:
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
 
 
 @contextlib.contextmanager

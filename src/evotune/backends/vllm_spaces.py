@@ -1,10 +1,13 @@
 """The Space contract over a vLLM engine's own weights (`backend: vllm`): every call is one
-collective_rpc into the engine's worker (backends/vllm.py, EngineWeightsExtension), which holds the
+collective_rpc into the engine's worker (backends/vllm_worker.py, EngineWeightsExtension), which holds the
 real space; only seeds, scales and coefficients go in. vllm itself is not imported here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConfigError
@@ -35,8 +38,9 @@ class EngineSpace(Space):
             raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")
         self.backend = backend
         self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay)
-        [self.num_parameters] = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer,
-                                            learning_rate, weight_decay, master_device, *engine_space)
+        counts = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer, learning_rate,
+                             weight_decay, master_device, *engine_space)  # one per tensor-parallel rank, all equal
+        self.num_parameters = counts[0]
 
     def apply(self, member: Any) -> None:
         self.backend.rpc("evotune_apply", member.seed, member.scale)
@@ -49,10 +53,32 @@ class EngineSpace(Space):
         self.backend.rpc("evotune_update", [int(seed) for seed in seeds], [float(c) for c in coefficients])
 
     def state_tensors(self) -> dict[str, Any]:
-        return self.backend.rpc("evotune_state")[0]
+        """The whole fp32 mean as an HF state dict: every rank writes its part to a scratch file (under
+        $TMPDIR), assembled here. Files, not RPC results: nothing but plain values crosses msgpack."""
+        from .engine_state import assemble_ranks
+
+        with tempfile.TemporaryDirectory(prefix="evotune-engine-state-") as directory:
+            return assemble_ranks(self.backend.rpc("evotune_save_state", directory))
 
     def load_state_tensors(self, tensors: dict[str, Any]) -> None:
-        self.backend.rpc("evotune_load", tensors)
+        from safetensors.torch import save_file
+
+        with tempfile.TemporaryDirectory(prefix="evotune-engine-state-") as directory:
+            path = os.path.join(directory, "mean.safetensors")
+            save_file({name: tensor.detach().to("cpu").contiguous() for name, tensor in tensors.items()}, path)
+            self.backend.rpc("evotune_load_state", path)
+
+    def mean_is_finite(self) -> bool:
+        """Checked inside the engine (one bool per rank), not by pulling the mean out every iteration."""
+        return all(self.backend.rpc("evotune_is_finite"))
+
+    def checksum(self) -> str:
+        """A hash of every rank's hash of its mean: engines with the same tensor_parallel_size that applied
+        the same updates agree."""
+        digest = hashlib.blake2b(digest_size=16)
+        for rank_digest in self.backend.rpc("evotune_checksum"):
+            digest.update(rank_digest.encode())
+        return digest.hexdigest()
 
     def transfer_bytes(self) -> dict[str, Any]:
         return self.backend.rpc("evotune_transfer_bytes")[0]

@@ -12,6 +12,7 @@ accumulate in fp32 into the master and are written to the live weights once.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from ..optimizers import Optimizer
 from ..types import Candidate
 from .base import Space
 from .noise import CHUNK_SIZE, fill_noise_chunk
+from .shards import Shard
 
 
 def select_parameters(model: torch.nn.Module | None, include: list[str] | None, exclude: list[str] | None,
@@ -55,8 +57,11 @@ class FullParameterSpace(Space):
     def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",
                  num_threads: int | None = None, named_tensors: list[tuple[str, torch.Tensor]] | None = None,
-                 optimizer: Optimizer | None = None):
+                 optimizer: Optimizer | None = None, shards: dict[str, Shard] | None = None):
+        """shards: for tensors that are one tensor-parallel rank's slice of a larger tensor, where the slice
+        sits (spaces/shards.py): they get exactly their part of the whole tensor's noise."""
         self.model = model
+        self.shards = dict(shards or {})
         self.noise_kind = noise_kind
         self.optimizer = optimizer
         self.parameters = select_parameters(model, include, exclude, named_tensors)
@@ -82,14 +87,30 @@ class FullParameterSpace(Space):
         return buffer[:size]
 
     def _chunks(self, name: str, param: torch.nn.Parameter):
-        """(chunk index, live slice, master slice) over the flattened tensor, CHUNK_SIZE at a time."""
-        live, master = param.data.view(-1), self.master[name].view(-1)
-        for chunk, start in enumerate(range(0, live.numel(), CHUNK_SIZE)):
-            yield chunk, live[start:start + CHUNK_SIZE], master[start:start + CHUNK_SIZE]
+        """(noise chunk, live slice, master slice) over the flattened tensor, CHUNK_SIZE at a time.
 
-    def _noise(self, seed: int, name: str, chunk: int, live: torch.Tensor) -> torch.Tensor:
+        The chunk is an int, or for a shard (chunk index, global start, local start, local end): the
+        slices are then the shard's elements whose values come from that chunk of the whole tensor's noise.
+        """
+        live, master = param.data.view(-1), self.master[name].view(-1)
+        shard = self.shards.get(name)
+        if shard is None:
+            for chunk, start in enumerate(range(0, live.numel(), CHUNK_SIZE)):
+                yield chunk, live[start:start + CHUNK_SIZE], master[start:start + CHUNK_SIZE]
+            return
+        for piece in shard.pieces(tuple(param.shape), CHUNK_SIZE):
+            _, _, low, high = piece
+            yield piece, live[low:high], master[low:high]
+
+    def _noise(self, seed: int, name: str, chunk: int | tuple[int, int, int, int], live: torch.Tensor) -> torch.Tensor:
         out = self._buffer("noise", live.numel(), live.device)
-        return fill_noise_chunk(out, seed, name, chunk, self.noise_kind)
+        if isinstance(chunk, int):
+            return fill_noise_chunk(out, seed, name, chunk, self.noise_kind)
+        index, first, low, high = chunk  # a shard's piece: draw the whole chunk, keep this rank's elements
+        shard = self.shards[name]
+        size = min(CHUNK_SIZE, math.prod(shard.global_shape) - first)
+        whole = fill_noise_chunk(self._buffer("whole", size, live.device), seed, name, index, self.noise_kind)
+        return shard.gather(whole, first, low, high, tuple(self.master[name].shape), out)
 
     def _for_each(self, work: Callable[[str, torch.nn.Parameter], None]) -> None:
         def run(item: tuple[str, torch.nn.Parameter]) -> None:
@@ -123,7 +144,8 @@ class FullParameterSpace(Space):
                 for seed, coefficient in zip(seeds, coefficients):
                     if coefficient != 0.0:
                         gradient.add_(self._noise(seed, name, chunk, live), alpha=float(coefficient))
-                key = name if chunk == 0 else f"{name}#{chunk}"  # optimizer state is per chunk
+                index = chunk if isinstance(chunk, int) else chunk[0]
+                key = name if index == 0 else f"{name}#{index}"  # optimizer state is per chunk
                 master.add_(optimizer.step(key, gradient, master.to(live.device)).to(master.device))
                 live.copy_(master)
         self._for_each(step)

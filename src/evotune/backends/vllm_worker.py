@@ -1,0 +1,142 @@
+"""The engine side of `backend: vllm`: evotune's worker extension, mixed into every vLLM worker (one per
+tensor-parallel rank) and driven by collective_rpc from EngineSpace (vllm_spaces.py).
+
+Only vLLM imports this module, when it resolves `worker_extension_cls` in the worker's process, before
+the model loads; importing it installs the CPU dispatch that keeps the engine's weights writable
+(vllm_cpu.keep_engine_weights), whatever the user's script imported first. That is why the class
+lives here and not in vllm.py, which a user's script (re-imported by a spawned engine process) imports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from .vllm_cpu import keep_engine_weights
+
+# `master_device: auto` keeps the fp32 master on the GPU only if this much stays free besides it.
+MASTER_HEADROOM_BYTES = 2 * 2**30
+
+keep_engine_weights()  # before this process's engine loads its model
+
+
+class EngineWeightsExtension:
+    """Mixed into vLLM's worker (worker_extension_cls); methods are called with collective_rpc, on every
+    tensor-parallel rank.
+
+    The RPC names and arguments are a stable interface: evotune_init, evotune_apply, evotune_restore,
+    evotune_update(seeds, coefficients), evotune_save_state(directory), evotune_load_state(path),
+    evotune_is_finite, evotune_checksum, evotune_transfer_bytes. Arguments and results are plain numbers,
+    strings, lists and dicts only: on CUDA (and with `engine_core: separate_process`) the engine core is
+    another process and vLLM carries both through msgpack with no type information, so a tensor would
+    arrive as nested lists. State moves as safetensors files; checks are computed here and return numbers.
+    """
+
+    def evotune_init(self, hf_shapes: dict[str, list[int]], include: list[str] | None, exclude: list[str] | None,
+                     noise_kind: str, optimizer: str, learning_rate: float, weight_decay: float,
+                     master_device: str = "host", perturbation_rank: int | None = None,
+                     linear_names: list[str] | None = None) -> int:
+        """A FullParameterSpace over this rank's part of the engine's weights; with perturbation_rank, a
+        LowRankSpace (space: lowrank) over the Linear weights named in `linear_names` (its members come as
+        LoRA requests). Returns the number of weights the space moves, summed over all ranks' shards."""
+        import math
+
+        import torch
+
+        from ..optimizers import make_optimizer
+        from ..spaces import FullParameterSpace
+        from .vllm_cpu import packed_weight_layers
+        from .vllm_weights import engine_pieces
+
+        model = self.model_runner.model
+        packed = packed_weight_layers(model)
+        if packed:
+            raise ConfigError(
+                f"the engine dropped the plain weights of {len(packed)} layers (e.g. {packed[0]}) after packing them "
+                "for its CPU kernels, so ES cannot write them. Create the engine through "
+                "evotune.backends.vllm.VLLMBackend, or call evotune.backends.vllm_cpu.keep_engine_weights() before "
+                "vllm.LLM(...) in the process that loads the model.")
+        shapes = {name: tuple(shape) for name, shape in hf_shapes.items()}
+        pieces = engine_pieces(model.named_parameters(), shapes, model)
+        views = [(name, view) for name, view, _ in pieces]
+        shards = {name: shard for name, _, shard in pieces if shard is not None}
+        if perturbation_rank is not None:
+            from ..spaces.lowrank import LowRankSpace
+
+            if shards:
+                raise ConfigError("`space: lowrank` on a tensor-parallel engine is not supported yet: set "
+                                  "`tensor_parallel_size: 1`, or `space: full` (which shards its noise exactly).")
+            linear = set(linear_names or ())
+            self.evotune_space = LowRankSpace(None, perturbation_rank, include, exclude, noise_kind,
+                                              make_optimizer(optimizer, learning_rate, weight_decay),
+                                              named_tensors=[(name, view) for name, view in views if name in linear])
+        else:
+            self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind,
+                                                    named_tensors=views, shards=shards,
+                                                    optimizer=make_optimizer(optimizer, learning_rate, weight_decay))
+        self.evotune_shards = shards
+        live = self.evotune_space.parameters[0][1].device
+        self.evotune_master_device = torch.device("cpu")
+        if live.type == "cuda" and master_device != "host":
+            need = 4 * self.evotune_space.num_parameters  # the fp32 master: 4 bytes per weight
+            free, _ = torch.cuda.mem_get_info(live)
+            if master_device == "device" or free >= need + MASTER_HEADROOM_BYTES:
+                self.evotune_master_device = live
+        self._evotune_place_master()
+        return sum(math.prod(shapes[name]) for name in self.evotune_space.master)
+
+    def _evotune_place_master(self) -> None:
+        """Move the fp32 master (name -> tensor shaped like the weight) to the chosen device."""
+        master = self.evotune_space.master
+        for name in master:
+            master[name] = master[name].to(self.evotune_master_device)
+
+    def _evotune_rank(self) -> int:
+        return int(getattr(self, "rank", 0))
+
+    def evotune_apply(self, seed: int, scale: float) -> None:
+        from ..types import Candidate
+
+        self.evotune_space.apply(Candidate(seed, scale))
+
+    def evotune_restore(self) -> None:
+        self.evotune_space.restore()
+
+    def evotune_update(self, seeds: list[int], coefficients: list[float]) -> None:
+        self.evotune_space.step(seeds, coefficients)
+
+    def evotune_save_state(self, directory: str) -> str:
+        """Write this rank's part of the fp32 mean to DIRECTORY/rank-R.safetensors (with where each tensor
+        sits in the HF tensor); returns the file's path. EngineSpace.state_tensors assembles the ranks'."""
+        from .engine_state import save_rank_state
+
+        return save_rank_state(directory, self._evotune_rank(), self.evotune_space.state_tensors(),
+                               self.evotune_shards)
+
+    def evotune_load_state(self, path: str) -> None:
+        """Load the mean from a safetensors file of whole HF tensors, reading only this rank's slices."""
+        from .engine_state import read_rank_slices
+
+        self.evotune_space.load_state_tensors(read_rank_slices(path, self.evotune_space.master, self.evotune_shards))
+        self._evotune_place_master()
+
+    def evotune_is_finite(self) -> bool:
+        return self.evotune_space.mean_is_finite()
+
+    def evotune_checksum(self) -> str:
+        """A hash of this rank's exact mean (EngineSpace.checksum combines the ranks')."""
+        return self.evotune_space.checksum()
+
+    def evotune_transfer_bytes(self) -> dict[str, Any]:
+        """Host<->device bytes per apply, restore and update, from where the master and the weights live.
+
+        apply() writes cast(master + scale * noise): the master is read on the weights' device, so a host
+        master crosses once (4 bytes per weight); restore() copies the master into the weights (4 bytes
+        per weight); an update reads the master there and writes it back (8), then the weights (4).
+        """
+        crossings = sum(4 * master.numel() for (name, live), master in
+                        zip(self.evotune_space.parameters, self.evotune_space.master.values())
+                        if master.device != live.device)
+        return {"master_device": str(self.evotune_master_device), "apply": crossings, "restore": crossings,
+                "update": 3 * crossings, "per_candidate": 2 * crossings,
+                "master_bytes": 4 * self.evotune_space.num_parameters}

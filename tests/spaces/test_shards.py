@@ -1,0 +1,64 @@
+"""Tensor-parallel shards: a rank's slice of a tensor gets exactly its part of the whole tensor's noise, so
+TP ranks together perturb and update exactly what one process does (bit for bit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import evotune.spaces.full as full
+from evotune.optimizers import make_optimizer
+from evotune.spaces import FullParameterSpace
+from evotune.spaces.shards import Shard, assemble, local_slice
+from evotune.types import Candidate
+
+
+def sharded_spaces(whole: torch.Tensor, dim: int, ranks: int, noise: str):
+    """One FullParameterSpace per rank over an equal slice of `whole` along `dim`, plus that slice's Shard."""
+    size = whole.shape[dim] // ranks
+    spaces = []
+    for rank in range(ranks):
+        piece = whole.narrow(dim, rank * size, size).clone().contiguous()
+        shard = Shard(tuple(whole.shape), dim, rank * size)
+        spaces.append((FullParameterSpace(None, named_tensors=[("w", piece)], noise_kind=noise,
+                                          optimizer=make_optimizer("sgd", 0.1, 0.01), shards={"w": shard}),
+                       piece, shard))
+    return spaces
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "rademacher"])
+@pytest.mark.parametrize("shape,dim", [((36, 53), 0), ((36, 54), 1), ((4, 30, 7), 1), ((6, 5, 4), 2)],
+                         ids=["rows", "columns", "middle", "last"])
+def test_ranks_together_equal_the_whole_tensor(monkeypatch, shape, dim, noise):
+    """Chunks of 100 elements (smaller than a row block, not aligned with rows) so that pieces cross chunk
+    boundaries: apply, restore and an update on 2 or 3 shards reassemble to the whole tensor's, bit for bit."""
+    monkeypatch.setattr(full, "CHUNK_SIZE", 100)
+    torch.manual_seed(0)
+    base = torch.randn(shape)
+    whole = base.clone()
+    reference = FullParameterSpace(None, named_tensors=[("w", whole)], noise_kind=noise,
+                                   optimizer=make_optimizer("sgd", 0.1, 0.01))
+    for ranks in (2, 3) if shape[dim] % 3 == 0 else (2,):
+        ranks_spaces = sharded_spaces(base, dim, ranks, noise)
+        for candidate in (Candidate(7, 0.5), Candidate(8, -0.25)):
+            reference.apply(candidate)
+            for space, _, _ in ranks_spaces:
+                space.apply(candidate)
+            assert torch.equal(assemble([(piece, shard) for _, piece, shard in ranks_spaces]), whole)
+            assert not torch.equal(whole, base)
+        reference.restore()
+        for space, piece, shard in ranks_spaces:
+            space.restore()
+            assert torch.equal(piece, local_slice(base, shard, tuple(piece.shape)))
+        for space, _, _ in ranks_spaces:
+            space.step([3, 4], [0.7, -0.2])
+        reference.step([3, 4], [0.7, -0.2])
+        assert torch.equal(assemble([(piece, shard) for _, piece, shard in ranks_spaces]), whole)
+        reference.load_state_tensors({"w": base})
+
+
+def test_a_shard_that_does_not_fit_its_tensor_is_refused():
+    with pytest.raises(ValueError, match="does not fit"):
+        Shard((10, 4), 0, 0).layout((5, 3))
+    with pytest.raises(ValueError, match="outside"):
+        Shard((10, 4), 0, 8).layout((5, 4))
