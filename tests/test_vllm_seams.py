@@ -10,6 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from safetensors.torch import save_file
+
+from evotune.backends.engine_state import assemble_ranks
 from evotune.backends.models import load_model
 from evotune.backends.vllm_worker import EngineWeightsExtension
 from evotune.backends.vllm_weights import FUSED, hf_views, split_sizes
@@ -93,7 +96,7 @@ def test_engine_space_perturbs_exactly_like_the_hf_space(models):
         assert torch.equal(tensor, engine_space.state_tensors()[name]), name
 
 
-def test_worker_extension_runs_on_an_engine_shaped_module(models):
+def test_worker_extension_runs_on_an_engine_shaped_module(models, tmp_path):
     """EngineWeightsExtension's methods, as collective_rpc would call them, on a stand-in worker."""
     hf_model, engine = models
     worker = EngineWeightsExtension()
@@ -109,10 +112,18 @@ def test_worker_extension_runs_on_an_engine_shaped_module(models):
     worker.evotune_update([5], [0.0])  # coefficient 0: nothing moves (learning rate folded in)
     assert all(torch.equal(p, before[name]) for name, p in engine.named_parameters())
     worker.evotune_update([5], [1.0])
-    state = worker.evotune_state()
+    assert worker.evotune_is_finite() is True and isinstance(worker.evotune_checksum(), str)
+    path = worker.evotune_save_state(str(tmp_path))  # state leaves the worker as a file, never as a tensor
+    state = assemble_ranks([path])
     assert set(state) == set(hf_shapes) and state["model.norm.weight"].dtype == torch.float32
     assert not torch.equal(state["model.layers.0.self_attn.q_proj.weight"],
                            dict(hf_model.named_parameters())["model.layers.0.self_attn.q_proj.weight"].float())
+    moved = worker.evotune_checksum()
+    worker.evotune_update([6], [1.0])
+    assert worker.evotune_checksum() != moved
+    save_file(state, str(tmp_path / "mean.safetensors"))
+    worker.evotune_load_state(str(tmp_path / "mean.safetensors"))
+    assert worker.evotune_checksum() == moved
 
 
 def test_vllm_config_is_checked_before_anything_loads():

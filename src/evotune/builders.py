@@ -119,14 +119,16 @@ def load_backend(config: TrainConfig, device: str) -> Backend:
     if config.backend == "vllm":
         from .backends.vllm import VLLMBackend
 
+        engine = dict(seed=config.seed, engine_core=config.engine_core, tensor_parallel_size=config.tensor_parallel_size,
+                      gpu_memory_utilization=config.gpu_memory_utilization)
         if config.space == "lowrank":  # members as rank-r LoRA requests over the engine's own (mean) weights
-            return VLLMBackend(config.model, config.dtype, seed=config.seed, lora_rank=config.perturbation_rank,
-                               max_loras=vllm_population_batch(config), host_model=False)
+            return VLLMBackend(config.model, config.dtype, lora_rank=config.perturbation_rank,
+                               max_loras=vllm_population_batch(config), host_model=False, **engine)
         if config.space not in ADAPTER_SPACES:
-            return VLLMBackend(config.model, config.dtype, seed=config.seed)
+            return VLLMBackend(config.model, config.dtype, **engine)
         # Adapter spaces: the engine serves the population as LoRA adapters, all in one batch by default.
-        return VLLMBackend(config.model, config.dtype, quantization=config.quantization, seed=config.seed,
-                           lora_rank=adapter_rank(config), max_loras=vllm_population_batch(config))
+        return VLLMBackend(config.model, config.dtype, quantization=config.quantization,
+                           lora_rank=adapter_rank(config), max_loras=vllm_population_batch(config), **engine)
     from .backends import HFBackend
 
     return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size, config.quantization)

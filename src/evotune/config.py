@@ -170,6 +170,14 @@ class TrainConfig(RunConfig):
         "host", "vllm, space full, CUDA: where the engine keeps the fp32 mean. host moves 8 bytes per weight to the "
                 "GPU per candidate; device moves none but takes 4 bytes of GPU memory per weight; auto: device when "
                 "2 GiB stay free besides it.")
+    engine_core: Literal["auto", "in_process", "separate_process"] = _opt(
+        "auto", "vllm: where vLLM's engine core runs. separate_process is vLLM's default and CUDA's shape (msgpack "
+                "between the processes); in_process starts faster on a CPU and needs no `__main__` guard; auto: "
+                "in_process on a CPU with tensor_parallel_size 1, separate_process otherwise.")
+    tensor_parallel_size: int = _opt(1, "vllm: GPUs (CPU: processes) per engine; each rank perturbs exactly its "
+                                        "shard of the same noise, so any size gives the same run.")
+    gpu_memory_utilization: float = _opt(0.85, "vllm on CUDA: the fraction of each GPU an engine may take (lower it "
+                                               "to share a GPU).")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
     quantization: Quantization = _opt("none", "lora/svd_lora base weights: int8 or int4 (bitsandbytes; needs "
                                               "CUDA).")
@@ -239,6 +247,15 @@ class TrainConfig(RunConfig):
         if self.backend == "vllm" and self.quantization == "int8":
             raise ConfigError("`quantization: int8` has no in-flight form in vLLM (its bitsandbytes loader is 4-bit "
                               "only): set `quantization: int4`, `backend: hf`, or a pre-quantized INT8 `model`.")
+        if self.tensor_parallel_size < 1 or (self.tensor_parallel_size > 1 and self.backend != "vllm"):
+            raise ConfigError(f"`tensor_parallel_size` is {self.tensor_parallel_size}; it must be at least 1, and "
+                              "above 1 it needs `backend: vllm` (the hf backend runs one model per device).")
+        if self.tensor_parallel_size > 1 and self.space == "lowrank":
+            raise ConfigError("`space: lowrank` on a tensor-parallel engine is not supported yet: set "
+                              "`tensor_parallel_size: 1`, or `space: full` (whose noise is sharded exactly).")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"`gpu_memory_utilization` is {self.gpu_memory_utilization}; set a fraction in (0, 1], "
+                              "e.g. 0.4 for two engines on one GPU.")
         if self.workers < 1 or (self.workers > 1 and self.distributed != "ray"):
             raise ConfigError(f"`workers` is {self.workers}; more than one replica runs on Ray: set `distributed: "
                               "ray` (pip install 'evotune[ray]'), or `workers: 1`.")

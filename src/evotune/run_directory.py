@@ -23,7 +23,8 @@ RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old",
                  "tensorboard", "curves.png", "samples.jsonl", "loggers.json")
 # Keys a resumed run may change: none of them moves the mean differently.
 RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "checkpoint_every", "report_to", "log_samples", "distributed",
-                  "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus")
+                  "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus",
+                  "engine_core", "tensor_parallel_size", "gpu_memory_utilization")
 
 
 def read_run_config(output_dir: Path) -> dict[str, Any]:

@@ -83,6 +83,10 @@ class EngineSpace(Space):
     def transfer_bytes(self) -> dict[str, Any]:
         return self.backend.rpc("evotune_transfer_bytes")[0]
 
+    def transfer_bytes_per_rank(self) -> list[dict[str, Any]]:
+        """transfer_bytes of every tensor-parallel rank (each holds and moves only its shard)."""
+        return self.backend.rpc("evotune_transfer_bytes")
+
     def save_pretrained(self, directory: str, backend: Any = None) -> None:
         self.restore()
         (backend or self.backend).save_pretrained(directory, self.state_tensors())
