@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from vllm_helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.builders import hf_linear_weight_names, hf_parameter_shapes
@@ -29,9 +29,10 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny-lowrank")), tiny_model_dir)
 
 
-@pytest.fixture(scope="module")
-def engine(model_dir):
-    backend = start_engine(model_dir, lora_rank=RANK, max_loras=POPULATION, host_model=False)
+@pytest.fixture(scope="module", params=ENGINE_CORES)
+def engine(model_dir, request):
+    backend = start_engine(model_dir, engine_core=request.param, lora_rank=RANK, max_loras=POPULATION,
+                           host_model=False)
     yield backend
     stop_engine(backend)
 

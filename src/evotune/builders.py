@@ -168,22 +168,55 @@ class ReplicaFactory:
         return Replica(build_task(config), backend, build_space(config, backend), config.max_new_tokens)
 
 
-def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None) -> Evaluator:
+def replica_num_gpus(config: TrainConfig) -> float:
+    """GPUs one replica takes: `worker_num_gpus`, else on CUDA an engine's `tensor_parallel_size` (hf: 1)."""
+    if config.worker_num_gpus is not None:
+        return config.worker_num_gpus
+    import torch
+
+    if not torch.cuda.is_available() or config.device == "cpu":
+        return 0.0
+    return float(config.tensor_parallel_size) if config.backend == "vllm" else 1.0
+
+
+def reserve_driver_gpus(config: TrainConfig) -> tuple[Any, str | None]:
+    """`distributed: ray` with GPU replicas: book the GPUs of the driver's own replica in Ray before it loads,
+    so that no actor is given them. Returns (the reservation, for build_evaluator; the device the driver's
+    hf model goes to, or None). A vLLM engine is pointed at them through CUDA_VISIBLE_DEVICES, which its
+    processes read when they start."""
+    gpus = replica_num_gpus(config)
+    if config.distributed != "ray" or gpus == 0:
+        return None, None
+    import os
+
+    from .distributed.ray import reserve_driver_gpus as reserve
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    holder, ids = reserve(gpus, config.ray_address, config.worker_num_cpus * config.workers)
+    if config.backend == "vllm":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+        return holder, None
+    if not ids or not resolve_device(config.device).startswith("cuda"):
+        return holder, None
+    # hf in this process: CUDA may already be initialised here, so name the device instead
+    order = visible.split(",") if visible else None
+    return holder, f"cuda:{order.index(ids[0]) if order else int(ids[0])}"
+
+
+def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
+                    driver_reservation: Any = None) -> Evaluator:
     """In process (one candidate at a time, or population-batched for the adapter spaces and lowrank), or a
-    Ray actor pool (`distributed: ray`) whose new actors rebuild the driver's mean via state_fn()."""
+    Ray actor pool (`distributed: ray`) whose new actors rebuild the driver's mean via state_fn();
+    driver_reservation: reserve_driver_gpus' holder, released when the pool closes."""
     from .distributed import LocalEvaluator
 
     if config.distributed == "ray":
-        import torch
-
         from .distributed.ray import RayEvaluator
 
-        gpus = config.worker_num_gpus
-        if gpus is None:
-            gpus = 1.0 if torch.cuda.is_available() and config.device != "cpu" else 0.0
         return RayEvaluator(ReplicaFactory(config.to_dict()), config.workers, state_fn, address=config.ray_address,
-                            checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus, num_gpus=gpus,
-                            driver_checksum=replica.space.checksum)
+                            checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
+                            num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
+                            watch_children=config.backend == "vllm", driver_reservation=driver_reservation)
 
     batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
     if config.space == "lowrank":  # the point of low-rank members: the whole population in one batch by default

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import run_directory
 from .backends.base import Backend, resolve_device
-from .builders import build_evaluator, build_space, build_strategy, build_task, load_backend
+from .builders import build_evaluator, build_space, build_strategy, build_task, load_backend, reserve_driver_gpus
 from .callbacks import TrainerCallback, default_callbacks
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
@@ -70,11 +70,13 @@ class Trainer:
         self.checkpoint_dir = self.output_dir / "checkpoint"
         existing = run_directory.prepare(self.output_dir, config, resume, overwrite)
         self.task = task or build_task(config)
-        self.backend = backend or load_backend(config, resolve_device(config.device))
+        # with Ray and GPUs, the driver's replica takes GPUs no actor will be given
+        reservation, device = reserve_driver_gpus(config) if backend is None else (None, None)
+        self.backend = backend or load_backend(config, device or resolve_device(config.device))
         self.space = build_space(config, self.backend)
         self.strategy = build_strategy(config, self.space)
         replica = Replica(self.task, self.backend, self.space, config.max_new_tokens)
-        self.evaluator = build_evaluator(config, replica, state_fn=self.replica_state)
+        self.evaluator = build_evaluator(config, replica, state_fn=self.replica_state, driver_reservation=reservation)
         self.update_log: list[dict] = []
         self.training_seconds = 0.0  # summed over resumes, for max_training_seconds
         if existing:

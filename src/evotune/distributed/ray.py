@@ -11,6 +11,13 @@ iteration); an actor that dies has its member re-run elsewhere and is replaced b
 from the last checkpoint plus the update log, so the iteration's result does not change.
 Every `checksum_every` iterations all replicas hash their mean and a mismatch stops the run.
 
+GPUs: each actor asks Ray for its replica's GPUs (a vLLM engine: `tensor_parallel_size` of them; one
+actor's resources are always on one node, so its ranks share a machine). The driver holds a replica of
+its own (evaluation, checkpoints, final/), so `reserve_driver_gpus` books its GPUs in Ray first, on the
+driver's node, and the driver's engine is started on exactly those: no actor is ever given a GPU the
+driver's engine holds. Actors holding engines start a watchdog (watchdog.py) so that a killed actor takes
+its engine processes down with it.
+
 This is the only module that imports ray.
 """
 
@@ -57,11 +64,15 @@ class ReplicaWorker:
     picklable factory the driver's builder made, so every actor has the configured backend and space."""
 
     def __init__(self, replica_factory: Callable[[], Replica], state: dict | None = None,
-                 num_threads: int | None = None):
+                 num_threads: int | None = None, watch_children: bool = False):
         import torch
 
         if num_threads:
             torch.set_num_threads(num_threads)
+        if watch_children:  # before the engine starts its processes
+            from .watchdog import start_watchdog
+
+            self.watchdog = start_watchdog()
         self.replica = replica_factory()
         if state:
             self.load(state)
@@ -81,6 +92,18 @@ class ReplicaWorker:
 
     def ready(self) -> int:
         return os.getpid()
+
+    def devices(self) -> dict[str, Any]:
+        """The GPUs Ray gave this actor and what its engine sees (CUDA_VISIBLE_DEVICES)."""
+        ray = _ray()
+        return {"gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    def process_tree(self) -> list[int]:
+        """This actor's descendant processes (an engine core, its workers)."""
+        import psutil
+
+        return [child.pid for child in psutil.Process().children(recursive=True)]
 
     def backend_name(self) -> str:
         """The class of this actor's backend (HFBackend, VLLMBackend): what the config asked for."""
@@ -106,6 +129,29 @@ def _size(*values: Any) -> int:
     return len(pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+class GPUReservation:
+    """An actor that does nothing but hold GPUs in Ray's books for the driver's own replica."""
+
+    def gpu_ids(self) -> list[str]:
+        return [str(gpu) for gpu in _ray().get_gpu_ids()]
+
+
+def reserve_driver_gpus(num_gpus: float, address: str | None, local_cpus: float) -> tuple[Any, list[str]]:
+    """Book `num_gpus` GPUs of the driver's node for the driver's replica; returns (the holding actor, the GPU
+    ids Ray gave it). Keep the actor alive for as long as the driver's engine runs (ray.kill releases them)."""
+    ray = _connect(address, local_cpus)
+    free = ray.available_resources().get("GPU", 0.0)
+    if free < num_gpus:
+        raise ConfigError(f"the driver's own engine needs {num_gpus:g} GPUs and Ray has {free:g} free; free some, "
+                          "or lower `tensor_parallel_size` / `worker_num_gpus`.")
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    holder = ray.remote(num_cpus=0, num_gpus=num_gpus, max_restarts=0)(GPUReservation).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+    return holder, ray.get(holder.gpu_ids.remote())
+
+
 class RayEvaluator(Evaluator):
     """The evaluator contract over `num_workers` Ray actors; sync() sends each update to every actor.
 
@@ -116,8 +162,14 @@ class RayEvaluator(Evaluator):
 
     def __init__(self, replica_factory: Callable[[], Replica], num_workers: int, state_fn: Callable[[], dict],
                  address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
-                 driver_checksum: Callable[[], str] | None = None):
+                 driver_checksum: Callable[[], str] | None = None, watch_children: bool = False,
+                 driver_reservation: Any = None):
+        """watch_children: actors start a watchdog that kills their processes (a vLLM engine) when they die;
+        driver_reservation: reserve_driver_gpus' holder, released by close()."""
         self.ray = ray = _connect(address, num_cpus * num_workers)
+        self.watch_children = watch_children
+        self.driver_reservation = driver_reservation
+        self.num_gpus = num_gpus
         self.replica_factory = replica_factory
         self.num_workers = num_workers
         self.state_fn = state_fn
@@ -137,10 +189,17 @@ class RayEvaluator(Evaluator):
     def _spawn(self) -> Any:
         state = self.state_fn()
         self._bytes += _size(self.replica_factory, state)
-        return self.actor_class.remote(self.replica_factory, state, self.num_threads)
+        return self.actor_class.remote(self.replica_factory, state, self.num_threads, self.watch_children)
 
     def start(self) -> None:
         if not self.workers:
+            free = self.ray.available_resources().get("GPU", 0.0)
+            if self.num_gpus and free < self.num_gpus * self.num_workers:
+                raise ConfigError(
+                    f"{self.num_workers} workers x {self.num_gpus:g} GPUs need {self.num_workers * self.num_gpus:g} "
+                    f"GPUs and Ray has {free:g} free (the driver's own engine holds its share). Set `workers` to "
+                    f"{int(free // self.num_gpus) or 1}, or share GPUs: `worker_num_gpus: 0.5` with "
+                    "`gpu_memory_utilization: 0.4`.")
             self.workers = [self._spawn() for _ in range(self.num_workers)]
             self.ray.get([worker.ready.remote() for worker in self.workers])
 
@@ -204,9 +263,13 @@ class RayEvaluator(Evaluator):
                                "evotune, torch and model files, then resume from the last checkpoint.")
 
     def close(self) -> None:
+        """Stop the actors and give the driver's GPUs back to Ray (the run is over: no actor starts after)."""
         for worker in self.workers:
             self.ray.kill(worker, no_restart=True)
         self.workers = []
+        if self.driver_reservation is not None:
+            self.ray.kill(self.driver_reservation, no_restart=True)
+            self.driver_reservation = None
 
 
 def _run_task(function: Callable[[], Any], num_threads: int) -> None:

@@ -1,0 +1,68 @@
+"""Which GPUs each engine is given under Ray. Ray accepts declared GPUs on a CPU machine (ray.init(num_gpus=2))
+and hands out their ids as on a GPU node: the driver's own engine books its GPU first, so each actor's engine
+gets a different one; a pool that does not fit the GPUs left is a clear error, not a hang."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+from vllm_helpers import requires_vllm, save_vllm_tiny_model
+
+from evotune.config import TrainConfig
+from evotune.errors import ConfigError
+from evotune.trainer import Trainer
+
+pytestmark = [*requires_vllm, pytest.mark.requires_ray,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_with_two_gpus():
+    import ray
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def config(model_dir: str, **overrides) -> TrainConfig:
+    values = dict(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True, sigma=0.3,
+                  learning_rate=0.3, iterations=1, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=0,
+                  checkpoint_every=1, dtype="float32", report_to=[], distributed="ray", worker_num_gpus=1.0,
+                  checksum_every=0)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def test_the_driver_and_each_actor_engine_get_their_own_gpu(tiny_model_dir, tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # the driver's choice is undone after the test
+    model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
+    trainer = Trainer(config(model_dir, workers=1), tmp_path / "run")
+    try:
+        driver = os.environ["CUDA_VISIBLE_DEVICES"]  # set before the driver's engine started
+        assert ray.get(trainer.evaluator.driver_reservation.gpu_ids.remote()) == [driver]
+        trainer.evaluator.start()
+        [actor] = ray.get([worker.devices.remote() for worker in trainer.evaluator.workers])
+        assert actor["gpu_ids"] == [actor["cuda_visible_devices"]]  # the actor's engine sees its own GPU only
+        assert {driver, actor["cuda_visible_devices"]} == {"0", "1"}  # two engines, two GPUs, none shared
+        trainer.step()  # and the pool runs
+    finally:
+        trainer.evaluator.close()
+        trainer.backend.close()
+    assert ray.available_resources().get("GPU") == 2  # both given back
+
+
+def test_a_pool_larger_than_the_gpus_left_is_a_clear_error(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
+    trainer = Trainer(config(model_dir, workers=2), tmp_path / "run")  # the driver holds 1 of the 2
+    try:
+        with pytest.raises(ConfigError, match="Set `workers` to 1"):
+            trainer.evaluator.start()
+    finally:
+        trainer.evaluator.close()
+        trainer.backend.close()
