@@ -1,5 +1,6 @@
-"""What an in-process vLLM engine does to its process, and that evotune undoes it (tests elsewhere in the
-same pytest session, and the trainer's own code, run in that process)."""
+"""What a vLLM engine does to the process that starts it: an in-process engine's changes are undone (tests
+elsewhere in the same pytest session, and the trainer's own code, run in that process); a separate-process
+engine's processes die with it, even when it is SIGKILLed."""
 
 from __future__ import annotations
 
@@ -32,3 +33,53 @@ def test_an_engine_leaves_threads_gc_and_process_groups_as_it_found_them(tiny_mo
         stop_engine(backend)
         if VLLMBackend._live_engines == 0:
             assert not torch.distributed.is_initialized()
+
+
+SCRIPT = """
+import sys, time
+from evotune.backends.vllm import VLLMBackend
+
+if __name__ == "__main__":  # the engine's processes are spawned: the guard every GPU script needs
+    backend = VLLMBackend(sys.argv[1], dtype="float32", seed=0, engine_core="separate_process")
+    print("READY", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_sigkilled_process_takes_its_engine_processes_with_it(tiny_model_dir, tmp_path):
+    """The engine core and its worker (vLLM's default shape) do not outlive a SIGKILLed parent: without
+    evotune's watchdog they did (still alive minutes later, holding what a replacement needs)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
+    script = tmp_path / "engine.py"
+    script.write_text(SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script), model_dir], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in parent.stdout:
+            if "READY" in line:
+                break
+        engine = [child for child in psutil.Process(parent.pid).children(recursive=True)
+                  if child.name().startswith("VLLM::")]
+        assert engine  # the engine core and its worker
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+    def alive():
+        return [child.pid for child in engine if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
+
+    deadline = time.monotonic() + 30
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    survivors = alive()
+    for pid in survivors:  # leave nothing behind if the check fails
+        psutil.Process(pid).kill()
+    assert not survivors, f"engine processes {survivors} outlived their SIGKILLed parent"

@@ -112,6 +112,7 @@ class VLLMBackend:
     """
 
     _live_engines = 0  # engines of this process not yet closed
+    _watchdog: Any = None  # this process's watchdog, started with its first separate-process engine
 
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
@@ -152,6 +153,12 @@ class VLLMBackend:
                          tensor_parallel_size=tensor_parallel_size,
                          enable_prefix_caching=False,  # perturbed weights make every cached prefix stale
                          worker_extension_cls=EXTENSION, **memory, **lora)
+        if not in_process and VLLMBackend._watchdog is None:
+            # vLLM's engine processes outlive a SIGKILLed parent (a killed Ray actor, the OOM killer), holding
+            # the GPU memory a replacement needs: a watchdog kills them when this process is gone.
+            from .watchdog import start_watchdog
+
+            VLLMBackend._watchdog = start_watchdog()
         with engine_environment(in_process, self.on_cpu):
             self.llm = LLM(**arguments)
         VLLMBackend._live_engines += 1

@@ -15,8 +15,8 @@ GPUs: each actor asks Ray for its replica's GPUs (a vLLM engine: `tensor_paralle
 actor's resources are always on one node, so its ranks share a machine). The driver holds a replica of
 its own (evaluation, checkpoints, final/), so `reserve_driver_gpus` books its GPUs in Ray first, on the
 driver's node, and the driver's engine is started on exactly those: no actor is ever given a GPU the
-driver's engine holds. Actors holding engines start a watchdog (watchdog.py) so that a killed actor takes
-its engine processes down with it.
+driver's engine holds. A killed actor takes its engine processes down with it (Ray reaps an actor's
+children, and every process with a separate-process engine runs a watchdog, backends/watchdog.py).
 
 This is the only module that imports ray.
 """
@@ -64,15 +64,11 @@ class ReplicaWorker:
     picklable factory the driver's builder made, so every actor has the configured backend and space."""
 
     def __init__(self, replica_factory: Callable[[], Replica], state: dict | None = None,
-                 num_threads: int | None = None, watch_children: bool = False):
+                 num_threads: int | None = None):
         import torch
 
         if num_threads:
             torch.set_num_threads(num_threads)
-        if watch_children:  # before the engine starts its processes
-            from .watchdog import start_watchdog
-
-            self.watchdog = start_watchdog()
         self.replica = replica_factory()
         if state:
             self.load(state)
@@ -162,12 +158,9 @@ class RayEvaluator(Evaluator):
 
     def __init__(self, replica_factory: Callable[[], Replica], num_workers: int, state_fn: Callable[[], dict],
                  address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
-                 driver_checksum: Callable[[], str] | None = None, watch_children: bool = False,
-                 driver_reservation: Any = None):
-        """watch_children: actors start a watchdog that kills their processes (a vLLM engine) when they die;
-        driver_reservation: reserve_driver_gpus' holder, released by close()."""
+                 driver_checksum: Callable[[], str] | None = None, driver_reservation: Any = None):
+        """driver_reservation: reserve_driver_gpus' holder, released by close()."""
         self.ray = ray = _connect(address, num_cpus * num_workers)
-        self.watch_children = watch_children
         self.driver_reservation = driver_reservation
         self.num_gpus = num_gpus
         self.replica_factory = replica_factory
@@ -189,7 +182,7 @@ class RayEvaluator(Evaluator):
     def _spawn(self) -> Any:
         state = self.state_fn()
         self._bytes += _size(self.replica_factory, state)
-        return self.actor_class.remote(self.replica_factory, state, self.num_threads, self.watch_children)
+        return self.actor_class.remote(self.replica_factory, state, self.num_threads)
 
     def start(self) -> None:
         if not self.workers:

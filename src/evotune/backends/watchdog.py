@@ -1,13 +1,13 @@
 """Take a process's children down with it, even when it is killed with SIGKILL.
 
-A Ray actor that holds a vLLM engine has children: the engine core (vLLM's default shape, always on CUDA)
-and, with tensor parallelism, one worker per rank. When the actor is killed (`ray.kill`, the OOM killer,
-a SIGKILL), nothing tells them: the engine core was seen alive 90 s later, and on a GPU it would still hold
-the memory the replacement actor needs. A watchdog, started by the actor in its own session (so a signal
-to the actor's process group does not reach it), polls the actor, remembers its descendants, and when the
-actor is gone SIGKILLs every one of them still alive (checked by start time, so a reused pid is spared).
+A process that holds a vLLM engine in vLLM's default shape (always on CUDA) has children: the engine core
+and its workers (one per tensor-parallel rank). When the process is SIGKILLed (a killed Ray actor, the OOM
+killer), nothing tells them: they were seen alive 90 s later, and on a GPU they would still hold the memory
+a replacement needs. A watchdog, started by VLLMBackend in its own session (so a signal to the process
+group does not reach it), polls the process, remembers its descendants, and when the process is gone
+SIGKILLs every one of them still alive (checked by start time, so a reused pid is spared).
 
-Run as `python -m evotune.distributed.watchdog PID`; `start_watchdog()` does that for the calling process.
+Run as `python -m evotune.backends.watchdog PID`; `start_watchdog()` does that for the calling process.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ POLL_SECONDS = 0.5
 
 def start_watchdog() -> subprocess.Popen:
     """Watch this process: its descendants die with it."""
-    return subprocess.Popen([sys.executable, "-m", "evotune.distributed.watchdog", str(os.getpid())],
+    return subprocess.Popen([sys.executable, "-m", "evotune.backends.watchdog", str(os.getpid())],
                             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
@@ -40,7 +40,8 @@ def watch(pid: int, poll_seconds: float = POLL_SECONDS) -> list[int]:
     while parent.is_running() and parent.status() != psutil.STATUS_ZOMBIE:
         try:
             for child in parent.children(recursive=True):
-                known.setdefault(child.pid, child.create_time())
+                if child.pid != os.getpid():  # the watchdog is a child of the process it watches
+                    known.setdefault(child.pid, child.create_time())
         except psutil.NoSuchProcess:
             break
         time.sleep(poll_seconds)
