@@ -116,6 +116,20 @@ def test_a_killed_actor_changes_nothing(tiny_model_dir, tmp_path):
     pooled.evaluator.close()
 
 
+def test_workers_that_draw_other_noise_than_the_driver_are_refused(tiny_model_dir, tmp_path):
+    """Gaussian noise from torch's CUDA generator depends on the GPU model: a worker whose noise differs from the
+    driver's (here the driver claims another device's fingerprint) stops the run before any update, naming the
+    device-independent noise."""
+    pooled = Trainer(config(tiny_model_dir, distributed="ray", workers=1, optimizer="sgd"), tmp_path / "ray")
+    try:
+        pooled.evaluator.start()  # same device, same noise: accepted
+        pooled.evaluator.driver_fingerprint = lambda: "drawn-on-another-gpu-model"
+        with pytest.raises(EvotuneError, match="noise: rademacher"):
+            pooled.evaluator.check_noise()
+    finally:
+        pooled.evaluator.close()
+
+
 def test_ray_config_errors_name_the_fix(tiny_model_dir):
     with pytest.raises(ConfigError, match="distributed: ray"):
         config(tiny_model_dir, workers=2)

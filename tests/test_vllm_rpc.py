@@ -54,6 +54,7 @@ def test_every_rpc_survives_vllms_msgpack(tiny_model_dir, tmp_path):
         resumed.train()
         resumed.space.checksum()
         resumed.space.transfer_bytes()
+        resumed.space.noise_fingerprint()
     finally:
         engine.rpc = rpc
         stop_engine(engine)

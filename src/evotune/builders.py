@@ -216,7 +216,7 @@ def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
         return RayEvaluator(ReplicaFactory(config.to_dict()), config.workers, state_fn, address=config.ray_address,
                             checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
                             num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
-                            driver_reservation=driver_reservation)
+                            driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint)
 
     batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
     if config.space == "lowrank":  # the point of low-rank members: the whole population in one batch by default

@@ -52,3 +52,14 @@ def test_rademacher_signs_follow_the_documented_bit_layout():
         assert values.tolist() == (bits.astype(np.float32) * 2 - 1).tolist()
     # A shorter tensor is a prefix of a longer one drawn from the same seed (same stream).
     assert torch.equal(noise((13,), 7, "w", "rademacher"), noise((1000,), 7, "w", "rademacher")[:13])
+
+
+def test_noise_fingerprints_tell_generators_apart():
+    """The fingerprint is a pure function of the noise a device draws: the same on every call (and, for
+    rademacher, on every device: numpy draws it), different between the two kinds."""
+    from evotune.spaces.noise import noise_fingerprint
+
+    assert noise_fingerprint("gaussian") == noise_fingerprint("gaussian", torch.device("cpu"))
+    assert noise_fingerprint("rademacher") != noise_fingerprint("gaussian")
+    if torch.cuda.is_available():
+        assert noise_fingerprint("rademacher", "cuda") == noise_fingerprint("rademacher")

@@ -80,6 +80,9 @@ class EngineSpace(Space):
             digest.update(rank_digest.encode())
         return digest.hexdigest()
 
+    def noise_fingerprint(self) -> str:
+        return "|".join(sorted(set(self.backend.rpc("evotune_noise_fingerprint"))))
+
     def transfer_bytes(self) -> dict[str, Any]:
         return self.backend.rpc("evotune_transfer_bytes")[0]
 

@@ -26,7 +26,7 @@ class EngineWeightsExtension:
 
     The RPC names and arguments are a stable interface: evotune_init, evotune_apply, evotune_restore,
     evotune_update(seeds, coefficients), evotune_save_state(directory), evotune_load_state(path),
-    evotune_is_finite, evotune_checksum, evotune_transfer_bytes. Arguments and results are plain numbers,
+    evotune_is_finite, evotune_checksum, evotune_noise_fingerprint, evotune_transfer_bytes. Arguments and results are plain numbers,
     strings, lists and dicts only: on CUDA (and with `engine_core: separate_process`) the engine core is
     another process and vLLM carries both through msgpack with no type information, so a tensor would
     arrive as nested lists. State moves as safetensors files; checks are computed here and return numbers.
@@ -126,6 +126,10 @@ class EngineWeightsExtension:
     def evotune_checksum(self) -> str:
         """A hash of this rank's exact mean (EngineSpace.checksum combines the ranks')."""
         return self.evotune_space.checksum()
+
+    def evotune_noise_fingerprint(self) -> str:
+        """Which noise this rank draws (spaces/noise.py, noise_fingerprint): its device's generator."""
+        return self.evotune_space.noise_fingerprint()
 
     def evotune_transfer_bytes(self) -> dict[str, Any]:
         """Host<->device bytes per apply, restore and update, from where the master and the weights live.

@@ -120,6 +120,9 @@ class ReplicaWorker:
     def checksum(self) -> str:
         return self.replica.space.checksum()
 
+    def noise_fingerprint(self) -> str:
+        return self.replica.space.noise_fingerprint()
+
 
 def _size(*values: Any) -> int:
     return len(pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL))
@@ -158,8 +161,11 @@ class RayEvaluator(Evaluator):
 
     def __init__(self, replica_factory: Callable[[], Replica], num_workers: int, state_fn: Callable[[], dict],
                  address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
-                 driver_checksum: Callable[[], str] | None = None, driver_reservation: Any = None):
-        """driver_reservation: reserve_driver_gpus' holder, released by close()."""
+                 driver_checksum: Callable[[], str] | None = None, driver_reservation: Any = None,
+                 driver_fingerprint: Callable[[], str] | None = None):
+        """driver_reservation: reserve_driver_gpus' holder, released by close(); driver_fingerprint: which noise
+        the driver's replica draws (Space.noise_fingerprint), checked against every actor's at start."""
+        self.driver_fingerprint = driver_fingerprint
         self.ray = ray = _connect(address, num_cpus * num_workers)
         self.driver_reservation = driver_reservation
         self.num_gpus = num_gpus
@@ -195,6 +201,20 @@ class RayEvaluator(Evaluator):
                     "`gpu_memory_utilization: 0.4`.")
             self.workers = [self._spawn() for _ in range(self.num_workers)]
             self.ray.get([worker.ready.remote() for worker in self.workers])
+            self.check_noise()
+
+    def check_noise(self) -> None:
+        """Every actor must draw the driver's noise for a seed, or the replicas would diverge at the first update."""
+        if self.driver_fingerprint is None:
+            return
+        reference = self.driver_fingerprint()
+        prints = self.ray.get([worker.noise_fingerprint.remote() for worker in self.workers])
+        if any(value != reference for value in prints):
+            raise EvotuneError(
+                f"the workers draw different noise for the same seed than the driver (fingerprints {prints} vs "
+                f"{reference}): gaussian noise from torch's CUDA generator depends on the GPU model, so a CPU "
+                "driver with GPU workers, or GPUs of two models, cannot share a run. Set `noise: rademacher` "
+                "(the same numbers on every device, and as good for ES), or run every replica on one kind of device.")
 
     def _replace(self, dead: Any) -> Any:
         self.ray.kill(dead, no_restart=True)

@@ -99,6 +99,12 @@ class Space(ABC):
             digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
 
+    def noise_fingerprint(self) -> str:
+        """Equal on two replicas iff they draw the same noise for the same seed (spaces/noise.py,
+        noise_fingerprint). Spaces that draw their noise on the CPU (numpy or torch's CPU generator) agree
+        everywhere; FullParameterSpace draws on the weights' device and says so."""
+        return "cpu"
+
     def save_pretrained(self, directory: str, backend: Any) -> None:
         """Write the mean where `from_pretrained` finds it: by default the backend's model (which holds
         the mean after restore()) with its tokenizer. Adapter spaces write a PEFT adapter instead."""

@@ -150,6 +150,11 @@ class FullParameterSpace(Space):
                 live.copy_(master)
         self._for_each(step)
 
+    def noise_fingerprint(self) -> str:
+        from .noise import noise_fingerprint
+
+        return noise_fingerprint(self.noise_kind, self.parameters[0][1].device)
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return dict(self.master)
 

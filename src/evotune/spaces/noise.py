@@ -77,3 +77,18 @@ def noise(shape: torch.Size | tuple[int, ...], seed: int, name: str, kind: str =
     for chunk, start in enumerate(range(0, flat.numel(), CHUNK_SIZE)):
         fill_noise_chunk(flat[start:start + CHUNK_SIZE], seed, name, chunk, kind)
     return out
+
+
+def noise_fingerprint(kind: str, device: torch.device | str = "cpu") -> str:
+    """A hash of one whole noise chunk drawn on `device`: equal on two devices iff they draw the same noise.
+
+    rademacher comes from numpy's PCG64 and is the same everywhere. gaussian comes from torch's generator on
+    the device: the same on every CPU, but on CUDA its layout depends on the GPU model (the number of SMs),
+    so a CUDA run differs from a CPU run and from a run on another GPU model. Replicas that must apply
+    identical updates (Ray workers) compare fingerprints before the first iteration.
+    """
+    import hashlib
+
+    out = torch.empty(CHUNK_SIZE, dtype=torch.float32, device=device)
+    values = fill_noise_chunk(out, derive_seed(0, "evotune/fingerprint"), "fingerprint", 0, kind)
+    return hashlib.blake2b(values.cpu().numpy().tobytes(), digest_size=8).hexdigest()
