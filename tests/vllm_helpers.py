@@ -8,7 +8,6 @@ import gc
 import importlib.util
 
 import pytest
-import torch
 
 # Tests that start an engine: marked, and skipped with the reason where vLLM is not installed
 # (scripts/setup.sh installs it, so CI runs them).
@@ -22,27 +21,16 @@ ENGINE_CORES = ["in_process", "separate_process"]
 
 
 def save_vllm_tiny_model(directory: str, tokenizer_dir: str) -> str:
-    """A 2-layer random Llama (fp32, 3.2M parameters) with SmolLM2's tokenizer, saved for vLLM.
+    """A 2-layer random Llama (fp32, 3.2M parameters) with SmolLM2's tokenizer, saved for vLLM (the doctor's).
 
     conftest's tiny model has head_dim 4; vLLM's CPU attention takes head sizes 32..512, so this
     one is 64 wide with 2 query heads and 1 KV head (head_dim 32). Tied embeddings, as SmolLM2.
     """
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # larger weights than the 0.02-std init, so that greedy tokens vary with the prompt
-        for name, param in model.named_parameters():
-            if name.endswith("proj.weight"):
-                param.mul_(8.0)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    from evotune.doctor import save_tiny_model_with
+
+    return save_tiny_model_with(directory, AutoTokenizer.from_pretrained(tokenizer_dir))
 
 
 def start_engine(model_dir: str, engine_core: str = "in_process", **kwargs):

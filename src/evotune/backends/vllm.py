@@ -116,7 +116,7 @@ class VLLMBackend:
 
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
-                 lora_rank: int | None = None, max_loras: int = 1, host_dtype: str = "bfloat16",
+                 lora_rank: int | None = None, max_loras: int = 1, host_dtype: str | None = None,
                  kv_cache_gib: float | None = None, host_model: bool = True, engine_core: str = "auto",
                  tensor_parallel_size: int = 1):
         """engine_core: in_process, separate_process (vLLM's default, msgpack between the processes), or auto:
@@ -163,8 +163,10 @@ class VLLMBackend:
             self.llm = LLM(**arguments)
         VLLMBackend._live_engines += 1
         self.tokenizer = self.llm.get_tokenizer()
-        # Adapter spaces: build_space wraps this in the PEFT adapter; only its LoRA matrices are read.
-        self.host_dtype = host_dtype
+        # Adapter spaces: build_space wraps this in the PEFT adapter; only its LoRA matrices are read. Its base
+        # is in the engine's dtype unless `host_dtype` says otherwise, so the adapter (and an SVD of it) starts
+        # exactly where the same run on the hf backend starts.
+        self.host_dtype = host_dtype = host_dtype or engine_dtype
         # host_model=False (space: lowrank): LoRA serves the members, but the mean is the engine's own weights.
         self.model = load_model(model, host_dtype, "cpu")[0] if lora_rank is not None and host_model else None
         self.adapter_config: dict[str, Any] | None = None  # set by a space whose members have no host PEFT model

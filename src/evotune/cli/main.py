@@ -192,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--ray-address", help="with --parallel: Ray cluster to use (default: $RAY_ADDRESS, else local)")
     sweep.set_defaults(run=_sweep)
 
+    doctor = commands.add_parser("doctor", help="check every path (hf, vLLM shapes, LoRA, low-rank, TP, Ray) on a "
+                                                "tiny model on this machine: a table of pass/fail")
+    doctor.add_argument("--engine-core", action="append", choices=["in_process", "separate_process"],
+                        help="vLLM engine shape to check (repeat for both; default: this machine's default)")
+    doctor.add_argument("--output", help="also write the results as JSON to this file")
+    doctor.add_argument("--work-dir", help="keep the runs here (default: a temporary directory, removed)")
+    doctor.set_defaults(run=_doctor)
+
     keys = commands.add_parser("keys", help="list the config keys with their defaults, choices and help")
     keys.add_argument("which", nargs="?", default="train", choices=["train", "sft", "grpo"], metavar="COMMAND",
                       help="whose keys: train (default), sft or grpo")
@@ -238,6 +246,22 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"wrote {args.output}/sweep.json, sweep.md" + (" and heatmap.png" if len(result["keys"]) > 1 else ""),
           file=sys.stderr)
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from ..doctor import format_table, run_doctor
+
+    def progress(check: Any) -> None:
+        print(f"evotune doctor: {check.status.upper():4} {check.name} ({check.seconds:g} s): {check.detail}",
+              file=sys.stderr, flush=True)
+
+    report = run_doctor(args.engine_core, args.work_dir, progress)
+    from ..doctor import Check
+
+    print(format_table(report["environment"], [Check(**check) for check in report["checks"]]))
+    if args.output:
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    return 1 if any(check["status"] == "fail" for check in report["checks"]) else 0
 
 
 def _keys(args: argparse.Namespace) -> int:

