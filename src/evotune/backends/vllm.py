@@ -4,14 +4,16 @@ engine's own weights.
 Qiu et al. (arXiv 2509.24372) report ~10x faster ES iterations from moving generation to vLLM.
 The engine's weights are perturbed, restored and updated in place inside its worker
 through a worker extension (`collective_rpc`): only seeds, scales and coefficients cross into the
-engine. Inside, `EngineWeightsExtension` builds a FullParameterSpace over HF-named views of the
-engine's (fused) tensors (vllm_weights.py), so the noise, the fp32 master copy (no drift) and
-the fp32 update are exactly those of the hf backend, and checkpoints stay HF state dicts.
-On a CPU the engine is started in process and computes from the weights the space writes
-(vllm_cpu.py says why that takes a change to vLLM's CPU GEMM dispatch).
+engine. Inside, `EngineWeightsExtension` (vllm_worker.py, on every tensor-parallel rank) builds a
+FullParameterSpace over HF-named views of the engine's fused, sharded tensors (vllm_weights.py), so the
+noise, the fp32 master copy (no drift) and the fp32 update are exactly those of the hf backend, and
+checkpoints stay HF state dicts. The engine core runs where `engine_core` says: in a separate process
+(vLLM's default, CUDA's shape: msgpack between, so state crosses as files, engine_state.py) or in this
+process (the CPU default). On a CPU the engine computes from the weights the space writes (vllm_cpu.py
+says why that takes a change to vLLM's CPU GEMM dispatch).
 
-vllm is imported only here and in vllm_cpu.py (the CPU-specific parts), always inside functions or
-behind is_vllm_available(), so evotune imports without it.
+vllm is imported only here, in vllm_worker.py and in vllm_cpu.py (the CPU-specific parts), always inside
+functions or behind is_vllm_available(), so evotune imports without it.
 """
 
 from __future__ import annotations
