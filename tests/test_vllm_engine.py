@@ -118,7 +118,13 @@ def test_engine_generates_from_the_weights_es_writes(engine, model_dir, paramete
 
     space.restore()
     assert engine.generate(PROMPTS, 8) == base
-    assert first_token_logprobs(engine, PROMPTS) == base_logprobs
+    # The weights are the base's bit for bit; the logprobs agree to 1e-5, not bit for bit: the separate-process
+    # engine's worker was seen to return logprobs that differ in the last bits between two calls with the same
+    # weights and prompts (its CPU kernels' reductions under a loaded machine), in-process ones did not.
+    restored = first_token_logprobs(engine, PROMPTS)
+    assert [set(row) for row in restored] == [set(row) for row in base_logprobs]
+    assert max(abs(row[token] - base_row[token]) for row, base_row in zip(restored, base_logprobs)
+               for token in row) < 1e-5
     for name, tensor in space.state_tensors().items():
         assert torch.equal(tensor, engine.base_state[name]), name
 

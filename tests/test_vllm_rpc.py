@@ -59,6 +59,13 @@ def test_every_rpc_survives_vllms_msgpack(tiny_model_dir, tmp_path):
         engine.rpc = rpc
         stop_engine(engine)
 
+    # `evotune eval` of the vLLM run's checkpoint: HF tensors, loaded on the hf backend, = its final/
+    from evotune.evaluation import load_for_eval
+
+    checkpoint = load_for_eval(str(tmp_path / "run" / "checkpoint"), "float32", "cpu")
+    final = dict(load_for_eval(str(tmp_path / "run"), "float32", "cpu").model.named_parameters())
+    assert all(torch.equal(param, final[name]) for name, param in checkpoint.model.named_parameters())
+
     made = {method for method, _, _ in calls}
     assert made == {name for name in dir(EngineWeightsExtension) if name.startswith("evotune_")}
     encoder, decoder = MsgpackEncoder(), MsgpackDecoder()

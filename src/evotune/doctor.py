@@ -105,11 +105,9 @@ def train(model_dir: str, directory: Path, **overrides: Any) -> Outcome:
 def replay_on_hf(outcome: Outcome) -> dict[str, torch.Tensor]:
     """The hf backend's mean after the same updates as `outcome`'s run, from the same start, on the same device."""
     from .backends.base import resolve_device
-    from .builders import build_space, load_backend
+    from .builders import build_space, load_backend, on_hf_backend
 
-    values = {**outcome.config.to_dict(), "backend": "hf", "tensor_parallel_size": 1, "distributed": "local",
-              "workers": 1, "worker_num_gpus": None}
-    config = TrainConfig.from_dict(values)
+    config = on_hf_backend(outcome.config)
     space = build_space(config, load_backend(config, resolve_device(config.device)))
     space.replay(outcome.update_log)
     return space.state_tensors()
@@ -205,11 +203,10 @@ class Doctor:
                              tensor_parallel_size=2)
 
     def ray_pool(self) -> tuple[str, str]:
-        from .distributed.ray import is_ray_available
+        from .distributed.ray import is_ray_available, shutdown
 
         if not is_ray_available():
             return "skip", "Ray is not installed (pip install 'evotune[ray]')"
-        import ray
 
         share = {}
         if torch.cuda.is_available() and torch.cuda.device_count() < 3:  # driver + 2 actors share the GPUs
@@ -218,7 +215,7 @@ class Doctor:
             return self.run_path("full", "vllm_ray_full", backend="vllm", distributed="ray", workers=2,
                                  checksum_every=1, **share)
         finally:
-            ray.shutdown()
+            shutdown()
 
 
 def environment() -> dict[str, str]:

@@ -119,7 +119,7 @@ def require_final(path: Path) -> None:
 
 def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
     from .backends import HFBackend
-    from .builders import build_space
+    from .builders import build_space, on_hf_backend
     from .checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
     from .config import load_config
     from .errors import CheckpointError
@@ -132,7 +132,7 @@ def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
     if checkpoint is None:
         raise CheckpointError(f"checkpoint {directory} is damaged ({verify_checkpoint(directory)}) and no intact "
                               f"previous one ({directory.name}.old) exists; evaluate the run's final/ instead.")
-    config = load_config(run_config)
+    config = on_hf_backend(load_config(run_config))  # a vLLM run's checkpoint holds HF tensors too
     backend = HFBackend.load(config.model, dtype, device)
     space = build_space(config, backend)
     space.load_state_tensors(load_checkpoint(checkpoint)["space_tensors"])

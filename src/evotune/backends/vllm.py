@@ -148,8 +148,11 @@ class VLLMBackend:
         self.engine_core = resolve_engine_core(engine_core, self.on_cpu, tensor_parallel_size)
         self.tensor_parallel_size = tensor_parallel_size
         in_process = self.engine_core == "in_process"
+        # With tensor parallelism the ranks are this engine's own processes ("mp"), on the GPUs it sees (a Ray
+        # actor: the tensor_parallel_size GPUs Ray gave it), never a Ray executor of their own.
         memory = cpu_engine_options(kv_cache_gib, in_process, tensor_parallel_size) if self.on_cpu else {
-            "gpu_memory_utilization": gpu_memory_utilization}
+            "gpu_memory_utilization": gpu_memory_utilization,
+            **({"distributed_executor_backend": "mp"} if tensor_parallel_size > 1 else {})}
         arguments = dict(model=self.model_name, dtype=engine_dtype, seed=seed, max_model_len=max_model_len,
                          quantization=engine_quantization(quantization, engine_quantization_methods()),
                          tensor_parallel_size=tensor_parallel_size,

@@ -285,6 +285,12 @@ class RayEvaluator(Evaluator):
             self.driver_reservation = None
 
 
+def shutdown() -> None:
+    """Stop this process's Ray connection (a local instance stops with it)."""
+    if is_ray_available():
+        _ray().shutdown()
+
+
 def _run_task(function: Callable[[], Any], num_threads: int) -> None:
     import torch
 
