@@ -1,4 +1,4 @@
-"""The built-in SmolLM2-135M-Instruct on a real vLLM engine (slow: ~2 minutes on 2 CPU cores).
+"""The built-in SmolLM2-135M-Instruct on a real vLLM engine (slow: ~1-2 minutes per engine shape on 2 CPU cores).
 
 The same checks as test_vllm_engine.py on the real model, loaded by its alias: the engine gets the GGUF
 file exported once to an HF directory (what the hf backend runs after dequantizing, fp32).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import requires_vllm, stop_engine
+from vllm_helpers import ENGINE_CORES, requires_vllm, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.optimizers import make_optimizer
@@ -19,12 +19,14 @@ from evotune.types import Candidate, SeedUpdate
 pytestmark = [*requires_vllm, pytest.mark.slow]
 
 
-def test_smollm2_on_the_engine_perturbs_restores_and_updates_like_the_hf_backend():
+@pytest.mark.parametrize("engine_core", ENGINE_CORES)
+def test_smollm2_on_the_engine_perturbs_restores_and_updates_like_the_hf_backend(engine_core):
     from evotune.backends.vllm import VLLMBackend
     from evotune.backends.vllm_spaces import EngineSpace
     from evotune.builders import hf_parameter_shapes
 
-    engine = VLLMBackend("smollm2-135m-instruct", dtype="float32", seed=0, gpu_memory_utilization=0.3)
+    engine = VLLMBackend("smollm2-135m-instruct", dtype="float32", seed=0, gpu_memory_utilization=0.3,
+                         engine_core=engine_core)
     try:
         space = EngineSpace(engine, hf_parameter_shapes(engine.model_name), None, None, "rademacher", "sgd", 4e-3,
                             0.0)
