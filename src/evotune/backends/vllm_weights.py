@@ -53,7 +53,7 @@ def _owner(model: Any, engine_name: str) -> Any:
         return None
 
 
-def row_layout(module: Any, leaf: str, pieces: list[tuple[str, int]]) -> list[tuple[str, int, int]]:
+def row_layout(module: Any, pieces: list[tuple[str, int]]) -> list[tuple[str, int, int]]:
     """[(HF name, local rows, global start row)] of a column-parallel or vocabulary tensor on this rank.
 
     `pieces`: split_sizes' [(HF name, global rows)]. A layer without tensor parallelism (tp_size 1, or no
@@ -101,7 +101,7 @@ def engine_pieces(named_tensors: Iterable[tuple[str, torch.Tensor]], hf_shapes: 
             columns = tensor.shape[1]
             out.append((name, tensor.data, Shard(tuple(hf_shapes[name]), 1, module.tp_rank * columns)))
             continue
-        layout = row_layout(None if column_split else module, leaf, split_sizes(hf_shapes, hf_engine_name))
+        layout = row_layout(None if column_split else module, split_sizes(hf_shapes, hf_engine_name))
         rows_total = sum(rows for _, rows, _ in layout)
         if rows_total < tensor.shape[0] and hf_engine_name.endswith(VOCAB_TENSORS):
             # vLLM pads the vocabulary to a multiple of 64 rows; the padding rows are never used (no
@@ -117,8 +117,9 @@ def engine_pieces(named_tensors: Iterable[tuple[str, torch.Tensor]], hf_shapes: 
             if tuple(view.shape) == whole:
                 out.append((name, view, None))
             else:
-                out.append((name, view, Shard(whole, 0, global_start)))
-                Shard(whole, 0, global_start).layout(tuple(view.shape))  # raises if the slice does not fit
+                shard = Shard(whole, 0, global_start)
+                shard.layout(tuple(view.shape))  # raises if the slice does not fit
+                out.append((name, view, shard))
             first += rows
     return out
 
