@@ -18,28 +18,41 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def top_level_imports(path: Path) -> set[str]:
-    """Modules imported at module level (not inside functions: those are deliberate lazy imports)."""
-    tree = ast.parse(path.read_text())
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+def package_of(path: Path) -> str:
+    return module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+
+
+def imported_modules(source: str, package: str) -> set[str]:
+    """Every module a source in `package` imports: at module level, under `if TYPE_CHECKING:` and inside
+    functions (a lazy or type-only import still ties two modules together, so all count)."""
     found: set[str] = set()
-    for node in tree.body:
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = imported_from(node, package)
             found.add(target)
             found |= {f"{target}.{alias.name}" for alias in node.names}  # `from . import x` imports module x
     return found
 
 
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module name of a `from X import ...` statement in `package`."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
-GRAPH = {name: {target for target in top_level_imports(path) if target in MODULES and target != name}
+GRAPH = {name: {target for target in imported_modules(path.read_text(), package_of(path)) if target in MODULES and target != name}
          for name, path in MODULES.items()}
+
+
+def test_the_graph_counts_type_checking_and_function_level_imports():
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .trainer import Trainer\n"
+              "def f():\n    from .sweep import run_sweep\n")
+    assert {"evotune.trainer", "evotune.sweep"} <= imported_modules(source, "evotune")
 
 
 def test_no_import_cycles_between_modules():
@@ -59,6 +72,14 @@ def test_no_import_cycles_between_modules():
 
     for name in MODULES:
         visit(name, [])
+
+
+def test_only_the_trainer_class_is_imported_from_trainer_py():
+    """trainer.py is the ES loop; shared helpers live in generation.py, tracking.py, backends/base.py."""
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and imported_from(node, package_of(path)) == "evotune.trainer":
+                assert [alias.name for alias in node.names] == ["Trainer"], f"{name} imports helpers from trainer.py"
 
 
 def imports_of(prefix: str) -> set[str]:

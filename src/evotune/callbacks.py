@@ -2,7 +2,10 @@
 
 As TRL's `TrainerCallback` and evotorch's logger hooks, each piece of side work is a callback on
 `Trainer.train`, so a user adds their own (early stopping, a custom logger) without
-editing the trainer. Callbacks run in list order; the built-ins come first (evaluation fills the
+editing the trainer. The base class is `ESCallback`, not `TrainerCallback`: its hooks take other
+arguments than transformers' class of that name, which a TRL user might otherwise subclass by mistake.
+Callbacks see the loop through the `ESLoop` protocol (the members below), not through the `Trainer`
+class, so this module does not depend on the trainer and a test double is checked against the same contract. Callbacks run in list order; the built-ins come first (evaluation fills the
 record), then the user's, then logging and checkpointing (so both see what the user added):
 
     Trainer(config, "runs/x", callbacks=[EarlyStopping("eval/accuracy", patience=3)]).train()
@@ -15,53 +18,75 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
-from .tasks.base import prompt_text
-from .tracking import dumps_strict, plot_curves
+from .config import TrainConfig
+from .strategies.base import Strategy
+from .tasks.base import Task, prompt_text
+from .tracking import MetricsLogger, dumps_strict, plot_curves
 
-if TYPE_CHECKING:
-    from .trainer import Trainer
+
+@runtime_checkable
+class ESLoop(Protocol):
+    """What a callback may read and call on the running loop (`evotune.trainer.Trainer` implements it)."""
+
+    config: TrainConfig
+    output_dir: Path
+    logger: MetricsLogger
+    strategy: Strategy
+    task: Task
+    last_completions: list[str]  # of the last evaluation, one per task.eval_rows
+    should_stop: bool  # set True to end the run after this iteration (checkpoint and final/ are written)
+
+    def run_evaluation(self, record: dict[str, Any]) -> None:
+        """Evaluate the current mean into `record` and tell every callback (on_evaluate)."""
+
+    def save_checkpoint(self) -> None:
+        """Write a resumable checkpoint of the current state."""
+
+    def is_final_iteration(self, iteration: int) -> bool:
+        """Whether `iteration` is the run's last (by `iterations` or `max_training_seconds`)."""
 
 
-class TrainerCallback:
+class ESCallback:
     """Hooks of the ES loop; each default does nothing. `record` is the iteration's metrics dict
     (`iteration`, `reward_mean`, ..., and `eval/<metric>` when evaluated); callbacks may add keys."""
 
-    def on_train_begin(self, trainer: "Trainer") -> None:
+    def on_train_begin(self, trainer: ESLoop) -> None:
         """Before the first iteration of this process (after a resume too)."""
 
-    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         """After a held-out evaluation; record holds its `eval/` metrics (iteration 0: the baseline)."""
 
-    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         """After each iteration's update (and evaluation, when one was due)."""
 
-    def on_train_end(self, trainer: "Trainer") -> None:
+    def on_train_end(self, trainer: ESLoop) -> None:
         """After the last iteration (or a stop), before final/ is written; also on error."""
 
 
-class EvaluationCallback(TrainerCallback):
+class EvaluationCallback(ESCallback):
     """Held-out evaluation every `eval_every` iterations and at the end (the trainer evaluates the
     baseline at iteration 0 itself, after every on_train_begin, so the gain is always visible)."""
 
-    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         every = trainer.config.eval_every
         if trainer.is_final_iteration(record["iteration"]) or (every and record["iteration"] % every == 0):
             trainer.run_evaluation(record)
 
 
-class MetricsCallback(TrainerCallback):
+class MetricsCallback(ESCallback):
     """metrics.jsonl (the CLI contract) and the configured loggers, through `trainer.logger`."""
 
-    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         if record["iteration"] == 0:  # iteration records are logged whole in on_iteration_end
             trainer.logger.log(record)
 
-    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         trainer.logger.log(record)
 
-    def on_train_end(self, trainer: "Trainer") -> None:
+    def on_train_end(self, trainer: ESLoop) -> None:
         """curves.png from metrics.jsonl, sent to the loggers as their last entry, then the loggers closed."""
         try:
             try:
@@ -74,7 +99,7 @@ class MetricsCallback(TrainerCallback):
             trainer.logger.close()
 
 
-class SamplesCallback(TrainerCallback):
+class SamplesCallback(ESCallback):
     """At every evaluation, the first `count` held-out prompts with the mean's greedy completions and their
     rewards: appended to DIR/samples.jsonl (`iteration`, `prompt`, `completion`, `reward`) and sent to the
     loggers as a table, so the model's change is visible, not only its metrics. The prompts are the same
@@ -85,10 +110,10 @@ class SamplesCallback(TrainerCallback):
     def __init__(self, count: int | None = None) -> None:
         self.count = count
 
-    def _count(self, trainer: "Trainer") -> int:
-        return self.count if self.count is not None else getattr(trainer.config, "log_samples", 4)
+    def _count(self, trainer: ESLoop) -> int:
+        return self.count if self.count is not None else trainer.config.log_samples
 
-    def on_train_begin(self, trainer: "Trainer") -> None:
+    def on_train_begin(self, trainer: ESLoop) -> None:
         """A new run starts the file; a resumed one drops rows past its checkpoint (as metrics.jsonl)."""
         path = trainer.output_dir / self.FILE
         iteration = trainer.strategy.iteration
@@ -106,7 +131,7 @@ class SamplesCallback(TrainerCallback):
                 kept.append(line + "\n")
         path.write_text("".join(kept), encoding="utf-8")
 
-    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         count = min(self._count(trainer), len(trainer.last_completions))
         if count <= 0:
             return
@@ -120,43 +145,43 @@ class SamplesCallback(TrainerCallback):
         trainer.logger.log_samples(record["iteration"], samples)
 
 
-class CheckpointCallback(TrainerCallback):
+class CheckpointCallback(ESCallback):
     """A resumable checkpoint every `checkpoint_every` iterations, at the end and when stopped early."""
 
-    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         every = trainer.config.checkpoint_every
         iteration = record["iteration"]
         if trainer.is_final_iteration(iteration) or trainer.should_stop or (every and iteration % every == 0):
             trainer.save_checkpoint()
 
 
-class ProgressCallback(TrainerCallback):
+class ProgressCallback(ESCallback):
     """A tqdm bar with the population's reward and the latest held-out accuracy or reward."""
 
     def __init__(self) -> None:
         self.bar: Any = None
         self.last_eval: dict[str, float] = {}
 
-    def on_train_begin(self, trainer: "Trainer") -> None:
+    def on_train_begin(self, trainer: ESLoop) -> None:
         from tqdm.auto import tqdm
 
         self.bar = tqdm(total=trainer.config.iterations, initial=trainer.strategy.iteration, desc="evotune",
                         unit="it", dynamic_ncols=True)
 
-    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         self.last_eval = {key: value for key, value in record.items() if key in ("eval/accuracy", "eval/reward")}
 
-    def on_iteration_end(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         self.bar.update(1)
         self.bar.set_postfix({"reward": f"{record['reward_mean']:.3f}", "max": f"{record['reward_max']:.3f}",
                               **{key: f"{value:.3f}" for key, value in self.last_eval.items()}})
 
-    def on_train_end(self, trainer: "Trainer") -> None:
+    def on_train_end(self, trainer: ESLoop) -> None:
         if self.bar is not None:
             self.bar.close()
 
 
-class EarlyStopping(TrainerCallback):
+class EarlyStopping(ESCallback):
     """Stop when `metric` (an eval/ key, higher is better) has not improved by `min_delta` for
     `patience` evaluations."""
 
@@ -165,7 +190,7 @@ class EarlyStopping(TrainerCallback):
         self.best = float("-inf")
         self.stale = 0
 
-    def on_evaluate(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         value = record.get(self.metric)
         if value is None:
             return
@@ -177,6 +202,6 @@ class EarlyStopping(TrainerCallback):
                 trainer.should_stop = True
 
 
-def default_callbacks() -> list[TrainerCallback]:
+def default_callbacks() -> list[ESCallback]:
     """The side work every run does; user callbacks go between evaluation and metrics (see module doc)."""
     return [EvaluationCallback(), MetricsCallback(), SamplesCallback(), CheckpointCallback(), ProgressCallback()]

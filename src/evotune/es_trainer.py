@@ -218,14 +218,14 @@ class ESTrainer:
         """Held-out metrics (`eval/<metric>`) of the current model: before train(), the starting model."""
         if self.trainer is not None:
             return self.trainer.evaluate()
-        from .backends import resolve_device
+        from .backends.base import resolve_device
         from .builders import load_backend
-        from .trainer import evaluate_model
+        from .generation import eval_record, evaluate_model
 
         if self.backend is None:
             self.backend = load_backend(self.config, resolve_device(self.config.device))
         metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, self.config.max_new_tokens)
-        return {f"eval/{key}": value for key, value in metrics.items()}
+        return eval_record(metrics)
 
     def save_model(self, output_dir: str | None = None) -> None:
         """Write the trained model (a PEFT adapter for adapter spaces) to output_dir (default: final/)."""

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
+from .generation import generate_in_chunks
 
 
 @dataclass
@@ -141,8 +142,6 @@ def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
 
 def _greedy(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> tuple[dict, list[str], np.ndarray]:
     """Task metrics of greedy completions with 95% intervals; every reward function runs once."""
-    from .trainer import generate_in_chunks
-
     completions = generate_in_chunks(backend, rows, options.max_new_tokens, options.chunk_size)
     rewards, values = task.scores(rows, completions)  # (n,) each, NaN where skipped
     metrics = task.summarize(rows, rewards, values)
@@ -155,8 +154,6 @@ def _greedy(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> 
 
 def _sampled(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> dict[str, float]:
     """avg@k and pass@k (accuracy tasks) or avg@k / max@k of the reward, from k samples per prompt."""
-    from .trainer import generate_in_chunks
-
     k = options.num_samples
     torch.manual_seed(options.seed)
     accuracy = "accuracy" in task.metric_fns

@@ -27,6 +27,7 @@ import yaml
 from .config import DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, read_config_values
 from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
+from .generation import eval_record, evaluate_model
 
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
 
@@ -197,11 +198,9 @@ def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: S
 
 def evaluate_and_log(backend: Any, task: Any, config: SFTConfig, logger: Any, step: int) -> dict[str, float]:
     """Greedy held-out metrics of the backend's current model, as `evotune train` evaluates; logged at `step`."""
-    from .trainer import evaluate_model
-
     backend.model.eval()
     metrics, _ = evaluate_model(backend, task, task.eval_rows, config.max_new_tokens)
-    logger.log({"step": step, **{f"eval/{key}": value for key, value in metrics.items()}})
+    logger.log({"step": step, **eval_record(metrics)})
     return metrics
 
 
@@ -232,7 +231,7 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: Any = None) -> d
     from .backends import HFBackend
     from .spaces.lora import init_lora_adapter
     from .tracking import MetricsLogger
-    from .trainer import resolve_device
+    from .backends.base import resolve_device
 
     output_dir = Path(output_dir)
     if (output_dir / "adapter").exists():

@@ -20,6 +20,24 @@ from .errors import DataError
 from .loggers import build_loggers
 
 
+def peak_memory_mib() -> float:
+    """Peak resident memory of this process so far (Linux ru_maxrss is in KiB), plus CUDA's peak."""
+    import resource
+
+    import torch
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if torch.cuda.is_available():
+        peak += torch.cuda.max_memory_allocated() / 2**20
+    return round(peak, 1)
+
+
+def out_of_time(training_seconds: float, max_training_seconds: float) -> bool:
+    """Whether a run with a `max_training_seconds` budget (0: none) has used it up; shared by the ES loop
+    and the GRPO baseline so both methods stop by the same rule."""
+    return bool(max_training_seconds) and training_seconds >= max_training_seconds
+
+
 def strict_json(value: Any) -> Any:
     """`value` with NaN and infinities replaced by None (JSON null) and numpy scalars made Python ones."""
     if isinstance(value, (float, np.floating)):

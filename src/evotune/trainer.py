@@ -11,48 +11,19 @@ import numpy as np
 from . import run_directory
 from .backends.base import Backend, resolve_device
 from .builders import build_evaluator, build_space, build_strategy, build_task, load_backend, reserve_driver_gpus
-from .callbacks import TrainerCallback, default_callbacks
+from .callbacks import ESCallback, default_callbacks
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError
+from .generation import eval_record, evaluate_model
 from .seeds import derive_seed
 from .tasks import Task
 from .model_card import write_model_card
-from .tracking import MetricsLogger
+from .tracking import MetricsLogger, out_of_time, peak_memory_mib
 from .types import append_update
 
-__all__ = ["Trainer", "evaluate_model", "generate_in_chunks", "peak_memory_mib", "resolve_device"]
-
-
-def peak_memory_mib() -> float:
-    """Peak resident memory of this process so far (Linux ru_maxrss is in KiB), plus CUDA's peak."""
-    import resource
-
-    import torch
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if torch.cuda.is_available():
-        peak += torch.cuda.max_memory_allocated() / 2**20
-    return round(peak, 1)
-
-
-def generate_in_chunks(backend: Backend, rows: list[dict], max_new_tokens: int, chunk_size: int = 64,
-                       **sampling: Any) -> list[str]:
-    """Completions for every row's prompt, `chunk_size` prompts per generate call (greedy unless
-    sampling arguments such as do_sample=True, temperature, top_p are given)."""
-    completions: list[str] = []
-    for start in range(0, len(rows), chunk_size):
-        chunk = rows[start:start + chunk_size]
-        completions.extend(backend.generate([row["prompt"] for row in chunk], max_new_tokens, **sampling))
-    return completions
-
-
-def evaluate_model(backend: Backend, task: Task, rows: list[dict], max_new_tokens: int,
-                   chunk_size: int = 64) -> tuple[dict[str, float], list[str]]:
-    """Greedy completions for held-out rows and the task's metrics (reward, accuracy, ...)."""
-    completions = generate_in_chunks(backend, rows, max_new_tokens, chunk_size)
-    return task.evaluate(rows, completions), completions
+__all__ = ["Trainer"]
 
 
 class Trainer:
@@ -64,7 +35,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, output_dir: str | Path, resume: bool = False,
                  backend: Backend | None = None, task: Task | None = None,
-                 callbacks: list[TrainerCallback] | None = None, overwrite: bool = False):
+                 callbacks: list[ESCallback] | None = None, overwrite: bool = False):
         self.config = config
         self.output_dir = Path(output_dir)
         self.checkpoint_dir = self.output_dir / "checkpoint"
@@ -85,7 +56,7 @@ class Trainer:
                                     resume_iteration=self.strategy.iteration if existing else None,
                                     config=config.to_dict())
         built_in = default_callbacks()  # evaluation first, the user's next, then metrics, samples, checkpoint, progress
-        self.callbacks: list[TrainerCallback] = [built_in[0], *(callbacks or []), *built_in[1:]]
+        self.callbacks: list[ESCallback] = [built_in[0], *(callbacks or []), *built_in[1:]]
         self.should_stop = False
         self.last_eval: dict[str, float] = {}
         self.last_completions: list[str] = []  # of the last evaluation, one per task.eval_rows (SamplesCallback)
@@ -134,7 +105,7 @@ class Trainer:
         """Held-out metrics of the current mean, as `eval/<metric>`."""
         metrics, self.last_completions = evaluate_model(self.backend, self.task, self.task.eval_rows,
                                                         self.config.max_new_tokens)
-        self.last_eval = {f"eval/{key}": value for key, value in metrics.items()}
+        self.last_eval = eval_record(metrics)
         return self.last_eval
 
     def run_evaluation(self, record: dict[str, Any]) -> None:
@@ -143,8 +114,7 @@ class Trainer:
         self._notify("on_evaluate", record)
 
     def out_of_time(self) -> bool:
-        budget = self.config.max_training_seconds
-        return bool(budget) and self.training_seconds >= budget
+        return out_of_time(self.training_seconds, self.config.max_training_seconds)
 
     def is_final_iteration(self, iteration: int) -> bool:
         return iteration == self.config.iterations or self.out_of_time()

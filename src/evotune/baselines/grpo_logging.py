@@ -15,6 +15,9 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+from ..generation import eval_record, evaluate_model
+from ..tracking import out_of_time, peak_memory_mib
+
 
 class EvotuneMetricsCallback(TrainerCallback):
     def __init__(self, logger: Any, task: Any, backend_fn: Callable[[], Any], config: Any, samples_per_step: int,
@@ -31,10 +34,8 @@ class EvotuneMetricsCallback(TrainerCallback):
         self.out_of_time = False
 
     def evaluate(self) -> dict[str, float]:
-        from ..trainer import evaluate_model
-
         metrics, _ = evaluate_model(self.backend_fn(), self.task, self.task.eval_rows, self.config.max_new_tokens)
-        self.last_eval = {f"eval/{key}": value for key, value in metrics.items()}
+        self.last_eval = eval_record(metrics)
         return self.last_eval
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -47,13 +48,10 @@ class EvotuneMetricsCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self._step_time = time.perf_counter() - self._step_started
         self.training_seconds += self._step_time
-        budget = getattr(self.config, "max_training_seconds", 0.0)
-        if budget and self.training_seconds >= budget:
+        if out_of_time(self.training_seconds, self.config.max_training_seconds):
             self.out_of_time = control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        from ..trainer import peak_memory_mib
-
         logs = logs or {}
         if "reward" not in logs:  # e.g. the end-of-training summary
             return

@@ -73,7 +73,7 @@ def _eval(args: argparse.Namespace) -> int:
     from ..evaluation import EvalOptions, check_options, evaluate_models, format_table
     from ..tasks import get_task
     from ..tracking import dumps_strict
-    from ..trainer import resolve_device
+    from ..backends.base import resolve_device
 
     output = Path(args.output or f"evotune-eval-{args.task}.json")
     plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)

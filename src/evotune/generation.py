@@ -1,0 +1,34 @@
+"""Greedy generation over many rows and held-out evaluation: shared by every command that scores a model
+(`train`, `sft`, `grpo`, `eval`, the `ESTrainer` API), so none of them imports the ES loop for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backends.base import Backend
+from .tasks.base import Task
+
+EVAL_PREFIX = "eval/"
+
+
+def generate_in_chunks(backend: Backend, rows: list[dict], max_new_tokens: int, chunk_size: int = 64,
+                       **sampling: Any) -> list[str]:
+    """Completions for every row's prompt, `chunk_size` prompts per generate call (greedy unless
+    sampling arguments such as do_sample=True, temperature, top_p are given)."""
+    completions: list[str] = []
+    for start in range(0, len(rows), chunk_size):
+        chunk = rows[start:start + chunk_size]
+        completions.extend(backend.generate([row["prompt"] for row in chunk], max_new_tokens, **sampling))
+    return completions
+
+
+def evaluate_model(backend: Backend, task: Task, rows: list[dict], max_new_tokens: int,
+                   chunk_size: int = 64) -> tuple[dict[str, float], list[str]]:
+    """Greedy completions for held-out rows and the task's metrics (reward, accuracy, ...)."""
+    completions = generate_in_chunks(backend, rows, max_new_tokens, chunk_size)
+    return task.evaluate(rows, completions), completions
+
+
+def eval_record(metrics: dict[str, float]) -> dict[str, float]:
+    """A task's metrics under the `eval/` keys of metrics.jsonl (`accuracy` -> `eval/accuracy`)."""
+    return {f"{EVAL_PREFIX}{key}": value for key, value in metrics.items()}
