@@ -1,0 +1,176 @@
+"""The documentation: the MkDocs site builds with --strict, the README stays short and keeps CI's own
+commands, the security page names what runs code, the API reference has a docstring for every public
+class and function it documents, and the Configs page lists every config key."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def _missing_docs_packages() -> list[str]:
+    missing = [name for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers")
+               if importlib.util.find_spec(name) is None]
+    if not missing and importlib.util.find_spec("mkdocstrings_handlers.python") is None:
+        missing.append("mkdocstrings_handlers.python")
+    return missing
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once with `mkdocs build --strict` (a broken link, anchor or page fails it)."""
+    missing = _missing_docs_packages()
+    if missing:
+        pytest.skip(f"documentation packages not installed ({', '.join(missing)}): "
+                    "pip install mkdocs-material 'mkdocstrings[python]' (part of `pip install -e .[dev]`)")
+    site_dir = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+                             str(ROOT / "mkdocs.yml"), "--site-dir", str(site_dir)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 0, "mkdocs build --strict failed:\n" + result.stdout[-4000:] + result.stderr[-8000:]
+    return site_dir
+
+
+def test_mkdocs_build_strict_succeeds(site):
+    for page in ("index.html", "essa/index.html", "configs/index.html", "api/spaces/index.html",
+                 "architecture/index.html", "benchmark-tables/index.html"):
+        assert (site / page).is_file(), page
+    api = (site / "api" / "strategies" / "index.html").read_text()
+    assert "OpenES" in api and "CMAES" in api, "the API reference rendered no strategies"
+
+
+def ci_commands() -> list[str]:
+    """The commands .ci/run runs (the lines after `cd`, without `set` and comments)."""
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
+
+
+def test_readme_is_short_and_has_the_ci_install_and_test_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250, "README.md is over 250 lines: move the detail into docs/"
+    commands = ci_commands()
+    assert "bash scripts/setup.sh" in commands and 'python3 -m pytest -m "not slow and not gpu" -q' in commands
+    for command in commands:
+        assert command in readme, f"README.md lacks CI's command {command!r}"
+
+
+def test_readme_links_to_docs_pages_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\((docs/[^)#\s]+)", readme)
+    assert links, "README.md links to no docs page"
+    for link in links:
+        assert (ROOT / link).is_file(), f"README.md links to {link}, which does not exist"
+
+
+def test_security_page_names_reward_functions_trust_remote_code_and_pickle():
+    page = (DOCS / "security.md").read_text()
+    assert "reward_fns" in page and "trust_remote_code" in page and "pickle" in page
+
+
+def api_targets() -> list[str]:
+    """The objects the API pages document (`::: evotune.x` lines)."""
+    targets = []
+    for page in sorted((DOCS / "api").glob("*.md")):
+        targets += re.findall(r"^::: (evotune[\w.]*)\s*$", page.read_text(), flags=re.M)
+    return targets
+
+
+# Public classes and functions of the documented modules that have no docstring yet. A new public object
+# without one fails the test below; once one of these gets its docstring, remove it from this list.
+KNOWN_WITHOUT_DOCSTRING = {
+    "evotune.strategies.CMAES", "evotune.strategies.OpenES", "evotune.strategies.make_optimizer",
+    "evotune.spaces.VectorSpace", "evotune.backends.render_prompt",
+    "evotune.config.TrainConfig", "evotune.config.parse_overrides",
+}
+
+
+def public_objects_without_docstring() -> set[str]:
+    """Every public (no leading underscore) class and module-level function the API pages document, by the
+    name it is documented under, that has no docstring. Read statically with griffe, as mkdocstrings does."""
+    griffe = pytest.importorskip("griffe", reason="griffe comes with mkdocstrings[python] (the dev extra)")
+    package = griffe.load("evotune", search_paths=[str(ROOT / "src")], resolve_aliases=False)
+    missing = set()
+    for target in api_targets():
+        obj = package[target.removeprefix("evotune.")] if target != "evotune" else package
+        if obj.is_alias:
+            obj = obj.final_target
+        if obj.is_module:
+            if obj.exports is not None:  # __all__: the names the package documents, wherever defined
+                names = [str(name) for name in obj.exports]
+            else:
+                names = [name for name, member in obj.members.items() if not member.is_alias]
+            members = {name: obj[name] for name in names if not name.startswith("_")}
+        else:
+            members = {target.rsplit(".", 1)[1]: obj}
+            target = target.rsplit(".", 1)[0]
+        for name, member in members.items():
+            if member.is_alias:
+                try:
+                    member = member.final_target
+                except Exception:  # an import from outside evotune: not evotune's to document
+                    continue
+            if member.is_class or member.is_function:
+                if member.docstring is None or not member.docstring.value.strip():
+                    missing.add(f"{target}.{name}")
+    return missing
+
+
+def test_every_documented_public_class_and_function_has_a_docstring():
+    missing = public_objects_without_docstring()
+    new = sorted(missing - KNOWN_WITHOUT_DOCSTRING)
+    assert not new, f"public classes/functions in the API reference without a docstring: {new}"
+    documented = sorted(KNOWN_WITHOUT_DOCSTRING - missing)
+    assert not documented, f"these now have a docstring: remove them from KNOWN_WITHOUT_DOCSTRING: {documented}"
+
+
+def load_hooks():
+    spec = importlib.util.spec_from_file_location("evotune_docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def config_classes() -> dict[str, type]:
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config import TrainConfig
+    from evotune.sft import SFTConfig
+
+    return {"train": TrainConfig, "sft": SFTConfig, "grpo": GRPORunConfig}
+
+
+def test_configs_page_is_generated_from_evotune_keys_with_every_key():
+    page = (DOCS / "configs.md").read_text()
+    hooks = load_hooks()
+    for which, config_class in config_classes().items():
+        assert f"<!-- evotune-keys {which} -->" in page, f"docs/configs.md lost the marker of `evotune keys {which}`"
+        fields = [field.name for field in dataclasses.fields(config_class)]
+        table = hooks.keys_table(which)
+        keys = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+        assert keys == fields, f"`evotune keys {which}` table: {keys} != {config_class.__name__} fields {fields}"
+
+
+def test_built_configs_page_lists_every_config_key(site):
+    page = html.unescape((site / "configs" / "index.html").read_text())
+    rows = set(re.findall(r"<tr>\s*<td><code>(\w+)</code></td>", page))
+    for which, config_class in config_classes().items():
+        missing = [field.name for field in dataclasses.fields(config_class) if field.name not in rows]
+        assert not missing, f"the built Configs page lacks the {which} keys {missing}"
+
+
+def test_architecture_page_gets_the_import_graph_of_the_source():
+    hooks = load_hooks()
+    graph = hooks.import_graph()
+    assert graph.startswith("```mermaid") and "strategies --> types" in graph
+    assert "<!-- import-graph -->" in (DOCS / "architecture.md").read_text()
