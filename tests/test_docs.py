@@ -174,3 +174,12 @@ def test_architecture_page_gets_the_import_graph_of_the_source():
     graph = hooks.import_graph()
     assert graph.startswith("```mermaid") and "strategies --> types" in graph
     assert "<!-- import-graph -->" in (DOCS / "architecture.md").read_text()
+
+
+def test_test_files_named_in_the_docs_exist():
+    """The docs name test files without their directory (tests/ is reorganised into folders), so a test
+    file named on a page must exist somewhere under tests/."""
+    existing = {path.name for path in (ROOT / "tests").rglob("test_*.py")}
+    for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        for name in set(re.findall(r"\b(test_\w+\.py)\b", page.read_text())):
+            assert name in existing, f"{page.relative_to(ROOT)} names {name}, which is not under tests/"
