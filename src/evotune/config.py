@@ -14,13 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, get_args
 
 import yaml
 
 from .config_fields import ConfigMixin, _opt
 from .errors import ConfigError
-
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
 TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",
@@ -87,7 +86,21 @@ class RunConfig(ConfigMixin):
                               "default.")
 
 
-def check_rewards(config: Any) -> None:
+class RewardKeys(Protocol):
+    """The keys `check_rewards` reads, which TrainConfig and the GRPO baseline's config both have."""
+
+    task: str
+    task_args: dict[str, Any]
+    dataset: str | None
+    reward_fns: list[str]
+    reward_weights: list[float]
+    iterations: int
+    max_training_seconds: float
+    eval_every: int
+    checkpoint_every: int
+
+
+def check_rewards(config: RewardKeys) -> None:
     """The keys shared by train and grpo: custom tasks need data and functions, one weight per function, task_args
     apart from the top-level keys."""
     if config.task == "custom" and not (config.dataset and config.reward_fns):
@@ -102,7 +115,7 @@ def check_rewards(config: Any) -> None:
                           f"{config.task_args[key]}` at the top level (--set {key}=...) and drop it from task_args.")
     if config.iterations < 1:
         raise ConfigError(f"`iterations` is {config.iterations}; it must be at least 1.")
-    if getattr(config, "max_training_seconds", 0.0) < 0:
+    if config.max_training_seconds < 0:
         raise ConfigError(f"`max_training_seconds` is {config.max_training_seconds}; set a positive number of seconds, "
                           "or 0 for no limit.")
     for key in ("eval_every", "checkpoint_every"):
@@ -112,6 +125,9 @@ def check_rewards(config: Any) -> None:
 
 @dataclass
 class TrainConfig(RunConfig):
+    """Every key of `evotune train` (and `ESTrainer`): each field's help text is its documentation
+    (`evotune keys`); `validate` refuses combinations that cannot run, naming what to set."""
+
     # what to train, on what
     eval_dataset: str | None = _opt(None, "Held-out dataset for those tasks (default: a seeded split of `dataset`).")
     reward_fns: list[str] = _opt([], "Reward functions as dotted import paths with TRL's signature (default: the "
@@ -270,7 +286,44 @@ class TrainConfig(RunConfig):
                               f"{self.worker_num_gpus}; give a positive number of CPUs and a number of GPUs >= 0.")
 
 
+@dataclass
+class EvalOptions:
+    """How `evotune eval` scores models; the one source of its defaults and help (`cli_options` builds the
+    command's flags from these fields)."""
+
+    max_new_tokens: int = _opt(32, "new tokens per completion")
+    dtype: DtypeName = _opt("auto", "weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs "
+                                    "with AMX)")
+    device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
+    seed: int = _opt(0, "seeds the held-out split and sampling")
+    num_samples: int = _opt(0, "also sample K completions per prompt: avg@K and pass@K (0: greedy only)")
+    temperature: float = _opt(1.0, "sampling temperature for --num-samples")
+    top_p: float = _opt(1.0, "nucleus sampling for --num-samples")
+    kl_reference: str | None = _opt(None, "also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
+    chunk_size: int = _opt(64, "prompts per generate call")
+    samples_path: str | None = _opt(None, "also append (model, prompt, completion, reward) rows to this JSONL")
+    plot_path: str | None = _opt(None, "reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
+
+
+# EvalOptions fields that `evotune eval` takes as flags of the same name (the paths have flags of their own).
+CLI_OPTIONS = ("max_new_tokens", "dtype", "device", "seed", "num_samples", "temperature", "top_p", "kl_reference")
+
+
+def add_cli_options(parser: Any) -> None:
+    """`--max-new-tokens`, `--dtype`, ... on an argparse parser, with EvalOptions' defaults and help."""
+    for spec in fields(EvalOptions):
+        if spec.name not in CLI_OPTIONS:
+            continue
+        flag = "--" + spec.name.replace("_", "-")
+        kind = {"int": int, "float": float}.get(spec.type)
+        choices = get_args(DtypeName) if spec.name == "dtype" else None
+        parser.add_argument(flag, type=kind, default=spec.default, choices=choices, help=spec.metadata["help"],
+                            **({"metavar": "K"} if spec.name == "num_samples" else {}),
+                            **({"metavar": "MODEL"} if spec.name == "kl_reference" else {}))
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`--set key=value` pairs as a dict, each value parsed as YAML (`--set sigma=2e-3` gives a float)."""
     out = {}
     for pair in pairs:
         if "=" not in pair:

@@ -93,8 +93,7 @@ def train(model_dir: str, directory: Path, **overrides: Any) -> Outcome:
         trainer.train()
         state = {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
     finally:
-        if hasattr(trainer.backend, "close"):
-            trainer.backend.close()
+        trainer.backend.close()
     if not any((directory / "final" / name).exists() for name in ("config.json", "adapter_config.json")):
         raise RuntimeError(f"{directory}/final holds no model or adapter")
     records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]

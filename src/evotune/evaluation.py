@@ -14,30 +14,20 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from .backends.base import Backend, resolve_device
+from .config import EvalOptions
 from .errors import ConfigError
 from .generation import generate_in_chunks
+from .tasks.base import Task
 
-
-@dataclass
-class EvalOptions:
-    max_new_tokens: int = 32
-    dtype: str = "auto"  # backends.models.resolve_dtype: bfloat16 where it runs faster than float32
-    device: str = "cpu"
-    seed: int = 0
-    num_samples: int = 0  # k for avg@k / pass@k (0: greedy only)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    kl_reference: str | None = None  # model the KL is measured from (usually the base)
-    chunk_size: int = 64
-    samples_path: str | None = None  # JSONL of (model, prompt, completion, reward)
-    plot_path: str | None = None  # reward-vs-KL PNG
+if TYPE_CHECKING:
+    from .backends.hf import HFBackend
 
 
 def wilson_interval(successes: float, total: int, z: float = 1.96) -> tuple[float, float]:
@@ -140,7 +130,7 @@ def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
     return backend
 
 
-def _greedy(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> tuple[dict, list[str], np.ndarray]:
+def _greedy(backend: Backend, task: Task, rows: list[dict], options: EvalOptions) -> tuple[dict, list[str], np.ndarray]:
     """Task metrics of greedy completions with 95% intervals; every reward function runs once."""
     completions = generate_in_chunks(backend, rows, options.max_new_tokens, options.chunk_size)
     rewards, values = task.scores(rows, completions)  # (n,) each, NaN where skipped
@@ -152,7 +142,7 @@ def _greedy(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> 
     return metrics, completions, rewards
 
 
-def _sampled(backend: Any, task: Any, rows: list[dict], options: EvalOptions) -> dict[str, float]:
+def _sampled(backend: Backend, task: Task, rows: list[dict], options: EvalOptions) -> dict[str, float]:
     """avg@k and pass@k (accuracy tasks) or avg@k / max@k of the reward, from k samples per prompt."""
     k = options.num_samples
     torch.manual_seed(options.seed)
@@ -171,7 +161,7 @@ def _sampled(backend: Any, task: Any, rows: list[dict], options: EvalOptions) ->
     return {f"avg@{k}_reward": float(np.nanmean(scores)), f"max@{k}_reward": float(np.nanmean(np.nanmax(scores, 1)))}
 
 
-def _kl(backend: Any, reference: Any, rows: list[dict], options: EvalOptions) -> dict[str, float]:
+def _kl(backend: HFBackend, reference: HFBackend, rows: list[dict], options: EvalOptions) -> dict[str, float]:
     if len(backend.tokenizer) != len(reference.tokenizer):
         raise ConfigError("--kl-reference must share the evaluated model's tokenizer (the KL compares token "
                           f"probabilities): vocabularies of {len(backend.tokenizer)} and {len(reference.tokenizer)}.")
@@ -194,17 +184,18 @@ def check_options(options: EvalOptions) -> None:
                           f"{options.top_p}).")
 
 
-def evaluate_models(models: list[str], task: Any, options: EvalOptions) -> list[dict]:
+def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list[dict]:
     """One result dict per model: task metrics, intervals, avg@k / pass@k, KL; samples and plot if asked."""
     check_options(options)
     rows = task.eval_rows
     if not rows:
         raise ConfigError(f"task {task.name!r} has no held-out rows; set `num_eval` or give `eval_dataset`.")
-    reference = load_for_eval(options.kl_reference, options.dtype, options.device) if options.kl_reference else None
+    device = resolve_device(options.device)
+    reference = load_for_eval(options.kl_reference, options.dtype, device) if options.kl_reference else None
     results = []
     for model in models:
         started = time.perf_counter()
-        backend = reference if model == options.kl_reference else load_for_eval(model, options.dtype, options.device)
+        backend = reference if model == options.kl_reference else load_for_eval(model, options.dtype, device)
         metrics, completions, rewards = _greedy(backend, task, rows, options)
         if options.num_samples:
             metrics.update(_sampled(backend, task, rows, options))

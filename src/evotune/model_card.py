@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from .config import TrainConfig
+from .tasks.base import Task
 from .tracking import read_metrics
 
 PAPERS = {
@@ -91,7 +93,7 @@ def base_model_info(model: str) -> dict[str, Any]:
             "note": None if hub_id else f"the local model `{model}`"}
 
 
-def method_of(config: Any) -> tuple[str, str, str]:
+def method_of(config: TrainConfig) -> tuple[str, str, str]:
     """(paper key, tag, one-paragraph description) of the run's method."""
     strategy = "CMA-ES (pycma)" if config.strategy == "cma" else "OpenAI-style ES (OpenES)"
     if config.space == "svd_lora":
@@ -166,8 +168,8 @@ def _training_summary(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _reward_lines(config: Any, task: Any) -> list[str]:
-    if task is not None and getattr(task, "reward_fns", None):
+def _reward_lines(config: TrainConfig, task: Task | None) -> list[str]:
+    if task is not None and task.reward_fns:
         from .tasks.base import function_name
 
         names = [function_name(fn) for fn in task.reward_fns]
@@ -182,7 +184,7 @@ def _reward_lines(config: Any, task: Any) -> list[str]:
     return [f"- Reward: {terms}."]
 
 
-def _front(config: Any, base: dict[str, Any], adapter: bool, method_tag: str) -> dict[str, Any]:
+def _front(config: TrainConfig, base: dict[str, Any], adapter: bool, method_tag: str) -> dict[str, Any]:
     """The Hub's YAML front matter: what the Hub indexes the model under."""
     front: dict[str, Any] = {}
     if base["id"]:
@@ -193,20 +195,19 @@ def _front(config: Any, base: dict[str, Any], adapter: bool, method_tag: str) ->
         front["license"] = base["license"]
     front["pipeline_tag"] = "text-generation"
     front["tags"] = ["evotune", "evolution-strategies", method_tag, *(["lora"] if adapter else []), config.task]
-    datasets = [name for name in dict.fromkeys((getattr(config, "dataset", None),
-                                                getattr(config, "eval_dataset", None))) if _hub_id(name)]
+    datasets = [name for name in dict.fromkeys((config.dataset, config.eval_dataset)) if _hub_id(name)]
     if datasets:
         front["datasets"] = datasets
     return front
 
 
-def _task_lines(config: Any, task: Any) -> list[str]:
+def _task_lines(config: TrainConfig, task: Task | None) -> list[str]:
     lines = ["## Task", "", f"- Task: `{config.task}`" + (f" with {config.task_args}" if config.task_args else "")
              + "."]
     lines += _reward_lines(config, task)
-    if getattr(config, "dataset", None):
+    if config.dataset:
         lines.append(f"- Data: `{config.dataset}`" + (f", held out: `{config.eval_dataset}`"
-                                                        if getattr(config, "eval_dataset", None) else "") + ".")
+                                                        if config.eval_dataset else "") + ".")
     count = len(task.eval_rows) if task is not None else config.num_eval
     described = count if count is not None else "the task's default number of"
     return lines + [f"- Held-out evaluation: {described} prompts, "
@@ -233,7 +234,7 @@ def _usage_lines(final: Path, base_ref: str, adapter: bool) -> list[str]:
                     "```", ""]
 
 
-def _reproduce_lines(config: Any, run_dir: Path, paper: str) -> list[str]:
+def _reproduce_lines(config: TrainConfig, run_dir: Path, paper: str) -> list[str]:
     config_text = yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip()
     short, citation, link = PAPERS[paper]
     lines = ["## Reproduce", "", "With evotune installed, from the run directory's config:",
@@ -248,7 +249,7 @@ def _reproduce_lines(config: Any, run_dir: Path, paper: str) -> list[str]:
     return lines + [""]
 
 
-def model_card(config: Any, records: list[dict[str, Any]], run_dir: str | Path, task: Any = None) -> str:
+def model_card(config: TrainConfig, records: list[dict[str, Any]], run_dir: str | Path, task: Task | None = None) -> str:
     """The card's text for a run with this config and metrics.jsonl records."""
     run_dir = Path(run_dir)
     adapter = config.space in ADAPTER_SPACES
@@ -265,14 +266,14 @@ def model_card(config: Any, records: list[dict[str, Any]], run_dir: str | Path, 
         f"evotune: {short} ([{citation}]({link})).", "",
         "## Method", "", method_text, "",
     ]
-    if adapter and getattr(config, "adapter", None):
+    if adapter and config.adapter:
         lines += [f"Evolution started from the adapter `{config.adapter}` (e.g. an `evotune sft` LoRA warm start, "
                   "ESSA's stage 1).", ""]
     lines += _task_lines(config, task)
     lines += ["## Training hyperparameters", "", "| key | value |", "|---|---|"]
     keys = [*KEY_HYPERPARAMETERS, *SPACE_HYPERPARAMETERS.get(config.space, ())]
     lines += [f"| `{key}` | {_format(getattr(config, key))} |" for key in keys
-              if getattr(config, key, None) not in (None, [])]  # unset options (e.g. no `parameters`: all) left out
+              if getattr(config, key) not in (None, [])]  # unset options (e.g. no `parameters`: all) left out
     lines += _training_summary(records)
     lines += ["", "## Held-out results", "", _metrics_table(records), "",
               "`before` is the base model" + (" with the starting adapter" if adapter else "")
@@ -282,7 +283,7 @@ def model_card(config: Any, records: list[dict[str, Any]], run_dir: str | Path, 
     return "\n".join(lines + _reproduce_lines(config, run_dir, paper))
 
 
-def write_model_card(run_dir: str | Path, config: Any, task: Any = None) -> Path:
+def write_model_card(run_dir: str | Path, config: TrainConfig, task: Task | None = None) -> Path:
     """Write DIR/final/README.md (replacing PEFT's template card) from the config and DIR/metrics.jsonl."""
     run_dir = Path(run_dir)
     metrics = run_dir / "metrics.jsonl"

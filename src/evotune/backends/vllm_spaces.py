@@ -11,7 +11,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConfigError
-from ..spaces.base import Space
+from ..spaces.base import FactoredSpace, Space
 from .vllm import MASTER_DEVICES
 
 if TYPE_CHECKING:
@@ -90,12 +90,12 @@ class EngineSpace(Space):
         """transfer_bytes of every tensor-parallel rank (each holds and moves only its shard)."""
         return self.backend.rpc("evotune_transfer_bytes")
 
-    def save_pretrained(self, directory: str, backend: Any = None) -> None:
+    def save_pretrained(self, directory: str, backend: VLLMBackend | None = None) -> None:
         self.restore()
         (backend or self.backend).save_pretrained(directory, self.state_tensors())
 
 
-class EngineLowRankSpace(EngineSpace):
+class EngineLowRankSpace(EngineSpace, FactoredSpace):
     """`space: lowrank` (EGGROLL, Sarkar et al., arXiv 2511.16652) on a vLLM engine, as eggroll-vllm does it.
 
     The mean is the engine's own weights, moved in place by a LowRankSpace inside the worker (the same

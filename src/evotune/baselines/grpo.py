@@ -10,7 +10,6 @@ evaluation as `evotune train`, and writes the same run directory (config.yaml, m
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import yaml
 from ..config import DtypeName, RunConfig, TrainConfig, check_rewards, read_config_values
 from ..config_fields import _opt, _same_as
 from ..errors import ConfigError
+from ..import_utils import is_trl_available
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
 LOSS_TYPES = get_args(LossType)
@@ -86,10 +86,6 @@ class GRPORunConfig(RunConfig):
 def load_grpo_config(path: str | None, overrides: list[str]) -> GRPORunConfig:
     values, source = read_config_values(path, overrides)
     return GRPORunConfig.from_dict(values, source=source)
-
-
-def is_trl_available() -> bool:
-    return importlib.util.find_spec("trl") is not None
 
 
 def _dataset(rows: list[dict]) -> Any:

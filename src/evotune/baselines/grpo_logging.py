@@ -11,17 +11,29 @@ reaches it, as `evotune train` does, so both methods can be run for the same min
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable, Protocol
 
 from transformers import TrainerCallback
 
+from ..backends.base import Backend
 from ..generation import eval_record, evaluate_model
-from ..tracking import out_of_time, peak_memory_mib
+from ..tasks.base import Task
+from ..tracking import MetricsLogger, out_of_time, peak_memory_mib
+
+
+class EvalSchedule(Protocol):
+    """The keys of a GRPO run's config this callback reads."""
+
+    max_new_tokens: int  # greedy held-out evaluation
+    eval_every: int  # steps between evaluations (0: before and after training only)
+    max_training_seconds: float  # 0: no time budget
 
 
 class EvotuneMetricsCallback(TrainerCallback):
-    def __init__(self, logger: Any, task: Any, backend_fn: Callable[[], Any], config: Any, samples_per_step: int,
-                 training_seconds: float = 0.0):
+    """GRPO steps as metrics.jsonl records, with evotune's held-out evaluation and time budget (module doc)."""
+
+    def __init__(self, logger: MetricsLogger, task: Task, backend_fn: Callable[[], Backend], config: EvalSchedule,
+                 samples_per_step: int, training_seconds: float = 0.0):
         self.logger = logger
         self.task = task
         self.backend_fn = backend_fn

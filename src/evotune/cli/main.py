@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from ..config import DtypeName
+from ..config import DtypeName, add_cli_options
 from ..errors import EvotuneError
 
 
@@ -69,11 +69,11 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from ..backends.base import resolve_device
     from ..config import parse_overrides
     from ..evaluation import EvalOptions, check_options, evaluate_models, format_table
     from ..tasks import get_task
     from ..tracking import dumps_strict
-    from ..backends.base import resolve_device
 
     output = Path(args.output or f"evotune-eval-{args.task}.json")
     plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)
@@ -131,21 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--task", required=True)
     evaluate.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE")
     evaluate.add_argument("--num-eval", type=int, default=None)
-    evaluate.add_argument("--max-new-tokens", type=int, default=32)
-    evaluate.add_argument("--dtype", default="auto", choices=get_args(DtypeName),
-                          help="weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs with AMX)")
-    evaluate.add_argument("--device", default="auto")
-    evaluate.add_argument("--seed", type=int, default=0)
+    add_cli_options(evaluate)  # --max-new-tokens, --dtype, --device, --seed, --num-samples, ...: EvalOptions'
     evaluate.add_argument("--output", help="JSON file for the metrics (default evotune-eval-TASK.json)")
     evaluate.add_argument("--samples", help="also append (model, prompt, completion, reward) rows to this JSONL")
     evaluate.add_argument("--dataset", help="gsm8k / math / ifeval / reward_model / custom: data file or hub name")
     evaluate.add_argument("--eval-dataset", help="held-out data file (default: a seeded split of --dataset)")
-    evaluate.add_argument("--num-samples", type=int, default=0, metavar="K",
-                          help="also sample K completions per prompt: avg@K and pass@K")
-    evaluate.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for --num-samples")
-    evaluate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling for --num-samples")
-    evaluate.add_argument("--kl-reference", metavar="MODEL",
-                          help="also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
     evaluate.add_argument("--plot", help="reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
     evaluate.set_defaults(run=_eval)
 

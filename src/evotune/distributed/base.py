@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
+from ..backends.base import Backend
+from ..spaces.base import Space
+from ..tasks.base import Task
 from ..types import Population, Update
 
 
@@ -20,9 +23,9 @@ from ..types import Population, Update
 class Replica:
     """One model replica: what a worker needs to score members (built by evotune.builders)."""
 
-    task: Any  # evotune.tasks.Task
-    backend: Any  # evotune.backends.Backend
-    space: Any  # evotune.spaces.Space
+    task: Task
+    backend: Backend
+    space: Space
     max_new_tokens: int
 
 

@@ -11,9 +11,12 @@ low-rank delta to the shared base matmul.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
+from ..backends.base import Backend
 from ..errors import ConfigError
+from ..spaces.base import FactoredSpace, Space
+from ..tasks.base import Task
 from ..types import Population
 from .local import LocalEvaluator
 
@@ -26,8 +29,8 @@ class BatchedEvaluator(LocalEvaluator):
     the end anyway, even on error.
     """
 
-    def __init__(self, space: Any, backend: Any, task: Any, max_new_tokens: int, population_batch_size: int):
-        if not callable(getattr(space, "candidate_factors", None)):  # adapter spaces, lowrank (hf or vLLM engine)
+    def __init__(self, space: Space, backend: Backend, task: Task, max_new_tokens: int, population_batch_size: int):
+        if not isinstance(space, FactoredSpace):  # adapter spaces, lowrank (hf or vLLM engine)
             raise ConfigError("`population_batch_size` needs a low-rank space (`space: lora`, `svd_lora` or "
                               "`lowrank`); remove `population_batch_size` to evaluate one candidate at a time.")
         if population_batch_size < 1:

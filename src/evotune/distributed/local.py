@@ -6,11 +6,14 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ..backends.base import Backend
+from ..spaces.base import Space
+from ..tasks.base import Task
 from ..types import Population
 from .base import Evaluator, Replica
 
 
-def mean_reward(task: Any, rows: list[dict], completions: list[str]) -> float:
+def mean_reward(task: Task, rows: list[dict], completions: list[str]) -> float:
     """One candidate's mean reward over `rows`; NaN where every sample was skipped (None)."""
     per_sample = task.rewards(rows, completions)  # (batch,)
     return float("nan") if np.isnan(per_sample).all() else float(np.nanmean(per_sample))
@@ -23,7 +26,7 @@ class LocalEvaluator(Evaluator):
     from the master copy), so the weights are restored once per population, not per member.
     """
 
-    def __init__(self, space: Any, backend: Any, task: Any, max_new_tokens: int):
+    def __init__(self, space: Space, backend: Backend, task: Task, max_new_tokens: int):
         self.space = space
         self.backend = backend
         self.task = task

@@ -23,7 +23,6 @@ This is the only module that imports ray.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
 from collections import deque
@@ -32,12 +31,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ConfigError, EvotuneError
+from ..import_utils import is_ray_available
 from ..types import Member, Population, Update
 from .base import Evaluator, Replica
-
-
-def is_ray_available() -> bool:
-    return importlib.util.find_spec("ray") is not None
 
 
 def _ray():

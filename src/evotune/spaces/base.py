@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +18,15 @@ import torch
 from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import MeanUpdate, Member, SeedUpdate, Update, update_from_dict
+
+
+class ModelWriter(Protocol):
+    """What `save_pretrained` needs of a backend (spaces sit above no backend: any object with these works)."""
+
+    tokenizer: Any  # a transformers tokenizer
+
+    def save_pretrained(self, directory: str) -> None:
+        """Write the current model and tokenizer."""
 
 
 class Space(ABC):
@@ -105,8 +114,21 @@ class Space(ABC):
         everywhere; FullParameterSpace draws on the weights' device and says so."""
         return "cpu"
 
-    def save_pretrained(self, directory: str, backend: Any) -> None:
+    def save_pretrained(self, directory: str, backend: ModelWriter) -> None:
         """Write the mean where `from_pretrained` finds it: by default the backend's model (which holds
         the mean after restore()) with its tokenizer. Adapter spaces write a PEFT adapter instead."""
         self.restore()
         backend.save_pretrained(directory)
+
+
+class FactoredSpace(Space):
+    """A space whose members are low-rank factors a backend can batch (`population_batch_size`, vLLM LoRA
+    requests): the adapter spaces (each member is a whole LoRA adapter) and `lowrank` (each member is a
+    rank-r perturbation of the Linear weights). A backend runs P members in one forward from
+    `factors` and `candidate_factors(members)`, without writing any member into the live weights."""
+
+    factors: Sequence[Any]  # LoRAFactor (a PEFT adapter's live matrices) or LowRankFactor (a plain Linear's)
+
+    @abstractmethod
+    def candidate_factors(self, candidates: Sequence[Member]) -> list[torch.Tensor]:
+        """Per factor, every member's matrix stacked: (P, *factor shape), in `factors`' order."""

@@ -24,7 +24,7 @@ import torch
 from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import Candidate, Member
-from .base import Space
+from .base import FactoredSpace, ModelWriter
 from .noise import noise
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -85,7 +85,7 @@ def lora_factors(model: torch.nn.Module, adapter: str = "default") -> list[LoRAF
     return factors
 
 
-class AdapterSpace(Space):
+class AdapterSpace(FactoredSpace):
     """Shared machinery: a flat fp32 mean (d,) on the host, split into named noise blocks.
 
     A subclass sets `self.blocks` ([(noise name, shape)], concatenated in order = the vector)
@@ -192,7 +192,7 @@ class AdapterSpace(Space):
         self.restore()
         self.model.save_pretrained(directory, selected_adapters=[self.adapter])
 
-    def save_pretrained(self, directory: str, backend: Any) -> None:
+    def save_pretrained(self, directory: str, backend: ModelWriter) -> None:
         """A standard PEFT adapter plus the tokenizer; `evotune export --merge` folds it into the base."""
         self.save_adapter(directory)
         backend.tokenizer.save_pretrained(directory)

@@ -42,6 +42,7 @@ import torch
 from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import Candidate, Member
+from .base import FactoredSpace
 from .full import FullParameterSpace, select_parameters
 from .noise import noise
 
@@ -129,7 +130,7 @@ class LowRankNoise:
         return stacks
 
 
-class LowRankSpace(FullParameterSpace):
+class LowRankSpace(FullParameterSpace, FactoredSpace):
     """The full-parameter mean of the selected Linear weights, explored by rank-`rank` perturbations.
 
     named_tensors: (parameter name, weight) pairs to use instead of the model's Linear weights (e.g. the

@@ -16,6 +16,8 @@ from .noise import noise
 
 
 class VectorSpace(Space):
+    """A flat fp32 vector (d,) with the model spaces' noise and exact restore: toy objectives and tests."""
+
     def __init__(self, initial: np.ndarray, noise_kind: str = "gaussian", optimizer: Optimizer | None = None):
         self.mean = torch.as_tensor(np.asarray(initial, dtype=np.float32)).clone()  # (d,)
         self.current = self.mean.clone()  # what an objective sees: mean or mean + perturbation

@@ -47,6 +47,9 @@ class SeededNormal:
 
 
 class CMAES(Strategy):
+    """ESSA's strategy: pycma's CMA-ES (full covariance, or separable with `diagonal`) over a small vector;
+    members are absolute points, `tell` emits the new mean as a MeanUpdate."""
+
     def __init__(self, population_size: int, sigma: float, dimension: int | None = None,
                  initial_mean: np.ndarray | None = None, diagonal: bool = False, seed: int = 0):
         super().__init__(population_size, "none", seed)  # CMA-ES ranks internally

@@ -19,6 +19,9 @@ from .base import Strategy
 
 
 class OpenES(Strategy):
+    """ES at Scale's strategy: members are integer seeds (pairs of +/- seeds when `antithetic`), rewards are
+    shaped (z-score by default), and `tell` emits the SeedUpdate the space applies through its optimizer."""
+
     def __init__(self, population_size: int = 30, sigma: float = 1e-3, antithetic: bool = False,
                  fitness_shaping: str = "z_score", seed: int = 0):
         super().__init__(population_size, fitness_shaping, seed)

@@ -16,20 +16,16 @@ instruction-level accuracy under the strict and the loose criterion.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, DataError
+from ..import_utils import is_lm_eval_available
 from .base import Task, completion_text
 from .data import load_rows
 
 BUILTIN = Path(__file__).parent / "builtin_data" / "ifeval_builtin.jsonl"
-
-
-def is_lm_eval_available() -> bool:
-    return importlib.util.find_spec("lm_eval") is not None
 
 
 @functools.lru_cache(maxsize=1)
