@@ -1,4 +1,6 @@
-"""Shared fixtures: a tiny random-weight Llama with the default model's real tokenizer."""
+"""Shared fixtures: a tiny random-weight Llama with the default model's real tokenizer, and a local Ray.
+
+Shared functions and the `requires_*` marks are in helpers.py."""
 
 from __future__ import annotations
 
@@ -32,3 +34,14 @@ def tiny_backend(tiny_model_dir):
     from evotune.backends import HFBackend
 
     return HFBackend.load(tiny_model_dir, dtype="bfloat16", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """A local Ray with 2 CPUs for one test module; modules that use Ray take it with
+    `pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]`."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()

@@ -7,18 +7,9 @@ import json
 import pytest
 import torch
 
-from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
-from test_trainer import train_until_killed
-
-
-def essa_config(model_dir: str, **overrides) -> TrainConfig:
-    values = dict(model=model_dir, task="conciseness", space="svd_lora", strategy="cma", population_size=4,
-                  sigma=0.5, lora_rank=4, lora_init="gaussian", iterations=4, batch_size=4, max_new_tokens=6,
-                  num_eval=4, eval_every=2, checkpoint_every=2, dtype="float32", report_to=[])
-    values.update(overrides)
-    return TrainConfig(**values)
+from helpers import essa_config, train_until_killed
 
 
 def adapter_state(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -85,33 +76,6 @@ def test_training_starts_from_a_saved_adapter(tiny_model_dir, tmp_path):
     second = Trainer(essa_config(tiny_model_dir, adapter=str(tmp_path / "first" / "final")), tmp_path / "second")
     for key, tensor in adapter_state(second).items():  # zero offsets reproduce the loaded adapter
         torch.testing.assert_close(tensor, adapter_state(first)[key], rtol=0, atol=1e-6)
-
-
-def test_export_merge_generates_like_the_adapter(tiny_model_dir, tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    from evotune.cli.main import main
-
-    run = tmp_path / "run"
-    trainer = Trainer(essa_config(tiny_model_dir), run)
-    trainer.train()
-    assert main(["export", str(run), "--merge", "--output-dir", str(tmp_path / "merged")]) == 0
-    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32)
-    assert not any("lora" in name for name, _ in merged.named_parameters())
-    inputs = trainer.backend.tokenizer(["What is 2 + 3?"], return_tensors="pt")
-    with torch.no_grad():
-        torch.testing.assert_close(merged(**inputs).logits, trainer.backend.model(**inputs).logits,
-                                   rtol=1e-4, atol=1e-4)
-        tokens = dict(max_new_tokens=8, do_sample=False, pad_token_id=trainer.backend.tokenizer.pad_token_id)
-        assert torch.equal(merged.generate(**inputs, **tokens), trainer.backend.model.generate(**inputs, **tokens))
-
-
-def test_export_refuses_an_adapter_without_merge(tiny_model_dir, tmp_path, capsys):
-    from evotune.cli.main import main
-
-    Trainer(essa_config(tiny_model_dir, iterations=1), tmp_path / "run").train()
-    assert main(["export", str(tmp_path / "run"), "--output-dir", str(tmp_path / "out")]) == 2
-    assert "--merge" in capsys.readouterr().err
 
 
 def test_eval_loads_a_run_directory_with_an_adapter(tiny_model_dir, tmp_path):

@@ -7,7 +7,7 @@ import json
 from evotune.callbacks import EarlyStopping, TrainerCallback
 from evotune.checkpoint import find_checkpoint, load_state
 from evotune.trainer import Trainer
-from test_trainer import tiny_config
+from helpers import tiny_config
 
 
 class Recorder(TrainerCallback):

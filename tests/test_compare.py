@@ -1,4 +1,5 @@
-"""`evotune compare`: runs of several methods and seeds side by side, on samples and time."""
+"""`evotune compare`: runs of several methods and seeds side by side, on samples and time; a torn or damaged
+metrics file is skipped or named, and its JSON output is strict."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from evotune.compare import compare_runs, time_to_target
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
+from helpers import fake_run, strict_loads
 
 
 def write_run(directory, config: dict, records: list[dict]):
@@ -103,3 +105,38 @@ def test_budget_time_reads_each_run_at_equal_training_time(tmp_path, capsys):
     assert "at_25s" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="positive"):
         compare_runs(runs, str(tmp_path / "out2"), budget_time=0)
+
+
+# --- damaged inputs, strict output ---------------------------------------------------------------
+
+
+def test_compare_skips_a_torn_last_line_and_writes_strict_json(tmp_path, capsys):
+    runs = [fake_run(tmp_path / "a", [0.1, 0.2], tail='{"iteration": 2, "eval/acc'),
+            fake_run(tmp_path / "b", [0.1, float("nan"), 0.3])]  # a NaN logged by an older evotune
+    with pytest.warns(UserWarning, match="torn last record"):
+        assert main(["compare", *runs, "--output", str(tmp_path / "out")]) == 0
+    result = strict_loads((tmp_path / "out" / "compare.json").read_text())
+    assert [len(run["curve"]) for run in result["runs"]] == [2, 2]  # the torn line and the NaN point left out
+
+
+def test_compare_output_that_is_a_file_is_refused_first(tmp_path, capsys):
+    runs = [fake_run(tmp_path / "a", [0.1, 0.2])]
+    target = tmp_path / "compare.txt"
+    target.write_text("keep me")
+    assert main(["compare", *runs, "--output", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and str(target) in err and "Traceback" not in err
+    assert target.read_text() == "keep me"
+    assert main(["compare", str(tmp_path / "a"), "--output", str(target / "sub")]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_compare_names_a_damaged_metrics_or_config_file(tmp_path, capsys):
+    broken = fake_run(tmp_path / "a", [0.1], tail="{garbage\n")
+    assert main(["compare", broken, "--output", str(tmp_path / "out")]) == 2
+    assert "metrics.jsonl, line 2" in " ".join(capsys.readouterr().err.split())
+    other = fake_run(tmp_path / "b", [0.1])
+    (tmp_path / "b" / "config.yaml").write_bytes(b"method: \xff\xfe")
+    assert main(["compare", other, "--output", str(tmp_path / "out")]) == 2
+    assert "config.yaml" in capsys.readouterr().err
+

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from vllm_helpers import requires_vllm
+from helpers import requires_vllm
 
 pytestmark = requires_vllm
 

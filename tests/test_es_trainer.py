@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -12,6 +11,7 @@ import yaml
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.es_trainer import ESConfig, ESTrainer
+from helpers import requires_trl
 
 PROMPTS = ["Say hi.", "Name a color.", "Count to two.", "Pick a fruit.", "Say bye.", "Name a pet."]
 
@@ -37,7 +37,7 @@ def es_args(tmp_path, **overrides) -> ESConfig:
     return ESConfig(**values)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs trl: pip install 'evotune[grpo]'")
+@requires_trl
 def test_grpo_trainer_script_and_its_es_twin_run_on_the_same_objects(tiny_model_dir, tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 

@@ -1,16 +1,20 @@
-"""`evotune eval`: intervals, pass@k, the k3 KL estimator, and side-by-side runs on a tiny model."""
+"""`evotune eval`: intervals, pass@k, the k3 KL estimator, and side-by-side runs on a tiny model; bad arguments
+fail before any model loads, and a run directory without final/ or with a damaged checkpoint is a clear error."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from evotune import checkpoint as ckpt
 from evotune.cli.main import main
 from evotune.evaluation import k3_kl, load_for_eval, pass_at_k, wilson_interval
+from helpers import fake_run, strict_loads, truncate
 
 
 def test_pass_at_k_matches_the_combinatorial_definition():
@@ -103,3 +107,54 @@ def test_kl_is_positive_and_grows_with_the_perturbation(tiny_model_dir):
         kls.append(_kl(backend, reference, task.eval_rows, options)["kl_per_token"])
     assert kls[0] == pytest.approx(0.0, abs=1e-6) and 0 < kls[1] < kls[2]
     assert all(math.isfinite(k) for k in kls) and not np.isnan(kls).any()
+
+
+# --- bad arguments and unfinished runs -----------------------------------------------------------
+
+
+BAD_EVAL_ARGUMENTS = {
+    "--max-new-tokens 0": (["--max-new-tokens", "0"], "max_new_tokens"),
+    "--num-samples -1": (["--num-samples", "-1"], "num_samples"),
+    "--output that is a directory": (["--output", "{tmp}"], "is a directory"),
+    "--output under a file": (["--output", "{tmp}/file.txt/out.json"], "cannot create"),
+}
+
+
+@pytest.mark.parametrize("variant", list(BAD_EVAL_ARGUMENTS))
+def test_bad_eval_arguments_fail_before_any_model_loads(variant, tmp_path, capsys):
+    (tmp_path / "file.txt").write_text("x")
+    extra, expected = BAD_EVAL_ARGUMENTS[variant]
+    extra = [argument.replace("{tmp}", str(tmp_path)) for argument in extra]
+    # a model that does not exist: had the evaluation started, the error would be about it
+    code = main(["eval", "--model", str(tmp_path / "no-such-model"), "--task", "arithmetic", "--num-eval", "2",
+                 *extra])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and expected in err and "no-such-model" not in err and "Traceback" not in err
+
+
+def test_eval_output_in_a_missing_directory_is_created(tiny_model_dir, tmp_path):
+    output = tmp_path / "new" / "dir" / "eval.json"
+    assert main(["eval", "--model", tiny_model_dir, "--task", "arithmetic", "--num-eval", "2",
+                 "--max-new-tokens", "2", "--dtype", "float32", "--output", str(output)]) == 0
+    assert strict_loads(output.read_text())[0]["num_eval"] == 2
+
+
+
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_run_directory_without_final_names_final_and_checkpoint(command, tmp_path, capsys):
+    run = Path(fake_run(tmp_path / "run", [0.1], with_checkpoint=True))
+    arguments = (["eval", "--model", str(run), "--task", "arithmetic", "--num-eval", "2"] if command == "eval"
+                 else ["export", str(run), "--output-dir", str(tmp_path / "out")])
+    assert main(arguments) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "final/" in err and str(run / "checkpoint") in err and "neither config.json" not in err
+
+
+def test_eval_of_a_damaged_checkpoint_is_a_clear_error(tmp_path, capsys):
+    run = Path(fake_run(tmp_path / "run", [0.1], with_checkpoint=True))
+    truncate(run / "checkpoint" / "space.safetensors")
+    with pytest.warns(ckpt.CheckpointFallbackWarning):
+        assert main(["eval", "--model", str(run / "checkpoint"), "--task", "arithmetic", "--num-eval", "2"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "space.safetensors" in err and "Traceback" not in err
+

@@ -4,7 +4,6 @@ on a tiny real run: the logged keys are read back from what each tool wrote to d
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import struct
 import sys
@@ -14,12 +13,10 @@ import pytest
 import yaml
 
 from evotune.callbacks import SamplesCallback
-from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.loggers import build_loggers, read_logger_ids, samples_markdown
-from evotune.model_card import model_card
 from evotune.trainer import Trainer
-from test_trainer import tiny_config
+from helpers import front_matter, requires_trackio, requires_wandb, tiny_config
 
 TRAIN_KEYS = {"reward_mean", "reward_std", "reward_max", "time_s", "samples_seen", "peak_rss_mib"}
 EVAL_KEYS = {"eval/reward", "eval/accuracy"}
@@ -32,11 +29,6 @@ def run_tiny(model_dir: str, run: Path, report_to: list[str], **overrides) -> Tr
     trainer = Trainer(tiny_config(model_dir, **values), run)
     trainer.train()
     return trainer
-
-
-def front_matter(card: str) -> dict:
-    assert card.startswith("---\n")
-    return yaml.safe_load(card.split("---\n")[1])
 
 
 # ---- samples.jsonl and the model card, with TensorBoard ------------------------------------------------
@@ -105,23 +97,6 @@ def test_samples_markdown_escapes_cells():
     assert text.splitlines()[2] == "| 1 | a\\|b | x<br>y | 0.25 |"
 
 
-def test_model_card_for_an_essa_adapter_on_the_built_in_model(tmp_path):
-    config = TrainConfig(model="smollm2-135m-instruct", task="gsm8k", dataset="openai/gsm8k", space="svd_lora",
-                         strategy="cma", singular_value_fraction=0.5, population_size=8, iterations=3)
-    records = [{"iteration": 0, "eval/accuracy": 0.25, "eval/reward": 0.25},
-               {"iteration": 1, "reward_mean": 0.1, "reward_max": 0.2, "time_s": 30.0, "samples_seen": 256},
-               {"iteration": 3, "reward_mean": 0.2, "reward_max": 0.4, "time_s": 30.0, "eval/accuracy": 0.5,
-                "eval/reward": 0.5}]
-    card = model_card(config, records, tmp_path / "essa_run")
-    meta = front_matter(card)
-    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and meta["license"] == "apache-2.0"
-    assert meta["library_name"] == "peft" and meta["base_model_relation"] == "adapter"
-    assert {"essa", "lora", "gsm8k"} <= set(meta["tags"]) and meta["datasets"] == ["openai/gsm8k"]
-    assert "arxiv.org/abs/2507.04453" in card and "CMA-ES" in card and "| `singular_value_fraction` | 0.5 |" in card
-    assert "| accuracy | 0.25 | 0.5 | +0.25 |" in card and "after (iteration 3)" in card
-    assert "PeftModel.from_pretrained(base, path)" in card
-
-
 def test_a_missing_logger_package_names_its_extra(tmp_path, monkeypatch):
     for package in ("wandb", "trackio"):
         monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
@@ -177,8 +152,7 @@ def wandb_history(path: str) -> tuple[list[dict], dict]:
     return rows, config
 
 
-@pytest.mark.requires_wandb
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs wandb: pip install 'evotune[wandb]'")
+@requires_wandb
 def test_wandb_offline_run_logs_metrics_config_samples_and_curves(tiny_model_dir, tmp_path, monkeypatch):
     for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": tmp_path / "wandb", "WANDB_SILENT": "true",
                         "WANDB_CACHE_DIR": tmp_path / "cache", "WANDB_DATA_DIR": tmp_path / "data",
@@ -221,8 +195,7 @@ def test_wandb_offline_run_logs_metrics_config_samples_and_curves(tiny_model_dir
 # ---- Trackio, local store ------------------------------------------------------------------------------
 
 
-@pytest.mark.requires_trackio
-@pytest.mark.skipif(importlib.util.find_spec("trackio") is None, reason="needs trackio: pip install 'evotune[trackio]'")
+@requires_trackio
 def test_trackio_local_run_logs_metrics_config_samples_and_curves(tiny_model_dir, tmp_path, monkeypatch):
     store = tmp_path / "trackio"
     monkeypatch.setenv("TRACKIO_DIR", str(store))  # read when trackio is first imported...

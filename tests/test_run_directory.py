@@ -10,7 +10,7 @@ import yaml
 from evotune.cli.main import main
 from evotune.errors import ConfigError, EvotuneError, RewardFunctionError
 from evotune.trainer import Trainer
-from test_trainer import tiny_config, write_module
+from helpers import tiny_config, write_module
 
 
 @pytest.fixture

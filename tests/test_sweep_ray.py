@@ -3,17 +3,15 @@ is reported by name after the others finished, and a re-run skips what finished.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
 from evotune.errors import EvotuneError
 from evotune.sweep import parse_grid, sweep
-from test_ray import ray_instance  # noqa: F401 - the module-wide Ray fixture (2 CPUs)
+from helpers import requires_ray
 
-pytestmark = [pytest.mark.requires_ray,
-              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
+pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
 
 
 def base(model_dir: str) -> dict:

@@ -7,33 +7,9 @@ import json
 import pytest
 import torch
 
-from evotune.config import TrainConfig
 from evotune.errors import ConfigError, RewardFunctionError
 from evotune.trainer import Trainer
-
-
-def tiny_config(model_dir: str, **overrides) -> TrainConfig:
-    values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
-                  learning_rate=0.05, iterations=4, batch_size=4, max_new_tokens=6, num_eval=4, eval_every=2,
-                  checkpoint_every=2, dtype="float32", report_to=["tensorboard"])
-    values.update(overrides)
-    return TrainConfig(**values)
-
-
-def train_until_killed(monkeypatch, trainer: Trainer, at_step: int) -> None:
-    """trainer.train(), killed (KeyboardInterrupt) as its `at_step`-th step of this process begins."""
-    real_step, calls = Trainer.step, {"n": 0}
-
-    def dying_step(self):
-        calls["n"] += 1
-        if calls["n"] == at_step:
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train()
-    monkeypatch.setattr(Trainer, "step", real_step)
+from helpers import tiny_config, train_until_killed, write_module
 
 
 def masters(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -106,11 +82,6 @@ def test_existing_checkpoint_without_resume_is_refused(tiny_model_dir, tmp_path)
     Trainer(tiny_config(tiny_model_dir, iterations=2), tmp_path / "run").train()
     with pytest.raises(ConfigError, match="--resume"):
         Trainer(tiny_config(tiny_model_dir), tmp_path / "run")
-
-
-def write_module(tmp_path, monkeypatch, name: str, source: str) -> None:
-    (tmp_path / f"{name}.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
 
 
 def test_raising_reward_function_names_the_prompt_and_leaves_a_resumable_run(tiny_model_dir, tmp_path, monkeypatch):

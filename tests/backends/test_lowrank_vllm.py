@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.builders import hf_linear_weight_names, hf_parameter_shapes

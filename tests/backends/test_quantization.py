@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
 from evotune.backends.models import load_model
 from evotune.errors import ConfigError
-
-HAS_BITSANDBYTES = importlib.util.find_spec("bitsandbytes") is not None
-
+from evotune.import_utils import is_bitsandbytes_available
+from helpers import requires_bitsandbytes, requires_cuda
 
 @pytest.mark.parametrize("quantization", ["int8", "int4"])
 def test_quantization_without_cuda_says_what_to_set(tiny_model_dir, quantization):
@@ -20,15 +17,15 @@ def test_quantization_without_cuda_says_what_to_set(tiny_model_dir, quantization
 
 
 def test_quantizing_a_gguf_file_points_to_export():
-    if not torch.cuda.is_available() or not HAS_BITSANDBYTES:
+    if not torch.cuda.is_available() or not is_bitsandbytes_available():
         pytest.skip("the GGUF check comes after the CUDA and bitsandbytes checks")
     with pytest.raises(ConfigError, match="evotune export"):
         load_model("smollm2-135m-instruct", "bfloat16", "cuda", "int4")
 
 
 @pytest.mark.gpu
-@pytest.mark.requires_bitsandbytes
-@pytest.mark.skipif(not torch.cuda.is_available() or not HAS_BITSANDBYTES, reason="needs CUDA and bitsandbytes")
+@requires_bitsandbytes
+@requires_cuda
 @pytest.mark.parametrize("quantization", ["int8", "int4"])
 def test_essa_step_on_quantized_base(tiny_model_dir, tmp_path, quantization):
     from evotune.config import TrainConfig

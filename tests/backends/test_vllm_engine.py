@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from vllm_helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.config import TrainConfig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend, load_model
 from evotune.config import TrainConfig

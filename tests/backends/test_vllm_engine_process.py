@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc
 
 import torch
-from vllm_helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 pytestmark = requires_vllm
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import ENGINE_CORES, requires_vllm, stop_engine
+from helpers import ENGINE_CORES, requires_vllm, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.optimizers import make_optimizer

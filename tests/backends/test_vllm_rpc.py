@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer

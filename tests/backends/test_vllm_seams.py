@@ -4,7 +4,6 @@ the fp32 master kept on the GPU: the one test here marked gpu."""
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +19,9 @@ from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.spaces import FullParameterSpace
 from evotune.strategies import Candidate, SeedUpdate
+from evotune.import_utils import is_vllm_available
 from evotune.optimizers import make_optimizer
+from helpers import requires_cuda, requires_vllm
 
 
 class FusedLlama(torch.nn.Module):
@@ -131,7 +132,7 @@ def test_vllm_config_is_checked_before_anything_loads():
         TrainConfig(backend="vllm", optimizer="adam")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+@pytest.mark.skipif(is_vllm_available(), reason="vLLM is installed here")
 def test_missing_vllm_is_a_clear_error():
     from evotune.backends.vllm import VLLMBackend
 
@@ -140,13 +141,12 @@ def test_missing_vllm_is_a_clear_error():
 
 
 @pytest.mark.gpu
-@pytest.mark.requires_vllm
-@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None,
-                    reason="needs CUDA and vLLM")
+@requires_vllm
+@requires_cuda
 def test_master_on_the_gpu_moves_no_bytes_and_gives_the_same_mean(tmp_path, tiny_model_dir):
     """master_device: device keeps the fp32 master next to the weights (4 bytes per weight of GPU memory):
     apply/restore then move nothing between host and GPU, and an update ends at the host master's mean."""
-    from vllm_helpers import save_vllm_tiny_model, start_engine, stop_engine
+    from helpers import save_vllm_tiny_model, start_engine, stop_engine
 
     from evotune.backends.vllm_spaces import EngineSpace
     from evotune.builders import hf_parameter_shapes

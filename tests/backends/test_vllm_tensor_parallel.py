@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from vllm_helpers import requires_vllm, save_vllm_tiny_model
+from helpers import requires_vllm, save_vllm_tiny_model
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer

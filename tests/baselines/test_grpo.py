@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -10,8 +9,9 @@ import torch
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
+from helpers import requires_trl
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs trl: pip install 'evotune[grpo]'")
+pytestmark = requires_trl
 
 
 def test_grpo_run_writes_the_same_contract_as_train(tiny_model_dir, tmp_path, capsys):

@@ -3,8 +3,6 @@ gives the same completions and rewards as applying and generating one candidate 
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
 import torch
@@ -16,31 +14,15 @@ from evotune.errors import ConfigError, RewardFunctionError
 from evotune.spaces.lora import LoRASpace, init_lora_adapter
 from evotune.spaces.svd_lora import SVDLoRASpace
 from evotune.strategies import OpenES
-from evotune.tasks import Task, completion_text
+from helpers import POPULATION_ROWS as ROWS
+from helpers import assert_identical, broken_reward, make_task, snapshot
 
 POPULATION = 7  # chunks of 3 leave a remainder of 1
 MAX_NEW_TOKENS = 6
-ROWS = [{"prompt": "What is 12 + 30?"},
-        {"prompt": [{"role": "user", "content": "Say hello in one word."}]},  # chat template: longer, padded
-        {"prompt": "7"},
-        {"prompt": "The quick brown fox jumps over"}]
-
-
-def fingerprint_reward(prompts, completions, **columns):
-    """A reward that differs whenever a completion differs, so equal rewards mean equal text."""
-    return [zlib.crc32(completion_text(completion).encode()) / 2 ** 32 for completion in completions]
 
 
 def skip_everything(prompts, completions, **columns):
     return [None] * len(completions)
-
-
-def broken_reward(prompts, completions, **columns):
-    raise ValueError("boom")
-
-
-def make_task(reward_fn=fingerprint_reward, rows: list[dict] = ROWS) -> Task:
-    return Task(name="fingerprint", train_rows=rows, eval_rows=rows, reward_fns=[reward_fn], reward_weights=[1.0])
 
 
 @pytest.fixture
@@ -61,15 +43,6 @@ def svd_candidates(space):
 
 
 SPACES = {"lora": (LoRASpace, lora_candidates), "svd": (lambda model: SVDLoRASpace(model, alpha=0.5), svd_candidates)}
-
-
-def snapshot(model) -> dict[str, torch.Tensor]:
-    return {name: param.detach().clone() for name, param in model.named_parameters()}
-
-
-def assert_identical(model, reference) -> None:
-    for name, param in model.named_parameters():
-        assert torch.equal(param, reference[name]), name
 
 
 def assert_forwards_restored(model) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
@@ -12,18 +10,9 @@ from evotune.config import TrainConfig
 from evotune.errors import ConfigError, EvotuneError
 from evotune.types import SeedUpdate
 from evotune.trainer import Trainer
+from helpers import assert_same, requires_ray, state
 
-pytestmark = [pytest.mark.requires_ray,
-              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
+pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
 
 
 def config(model_dir: str, **overrides) -> TrainConfig:
@@ -32,16 +21,6 @@ def config(model_dir: str, **overrides) -> TrainConfig:
                   eval_every=0, checkpoint_every=1, dtype="float32", report_to=[])
     values.update(overrides)
     return TrainConfig(**values)
-
-
-def state(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
-
-
-def assert_same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
 
 
 @pytest.mark.parametrize("space, strategy", [("full", "openes"), ("svd_lora", "cma"),

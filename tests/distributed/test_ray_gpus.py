@@ -4,18 +4,16 @@ gets a different one; a pool that does not fit the GPUs left is a clear error, n
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
-from vllm_helpers import requires_vllm, save_vllm_tiny_model
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
+from helpers import requires_ray, requires_vllm, save_vllm_tiny_model
 
-pytestmark = [*requires_vllm, pytest.mark.requires_ray,
-              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
+pytestmark = [*requires_vllm, *requires_ray]
 
 
 @pytest.fixture(scope="module", autouse=True)

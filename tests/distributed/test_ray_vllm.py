@@ -4,18 +4,14 @@ must give exactly the single-process result, move only seeds and rewards, and su
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
-from vllm_helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
-from test_ray import assert_same, ray_instance, state  # noqa: F401 - ray_instance: the module-wide Ray fixture
+from helpers import ENGINE_CORES, assert_same, requires_ray, requires_vllm, save_vllm_tiny_model, state
 
-pytestmark = [*requires_vllm, pytest.mark.requires_ray,
-              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")]
+pytestmark = [*requires_vllm, *requires_ray, pytest.mark.usefixtures("ray_instance")]
 
 
 @pytest.fixture(scope="module")

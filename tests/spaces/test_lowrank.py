@@ -6,7 +6,6 @@ dense sum of perturbations; sigma 0; resume; Ray."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -25,8 +24,8 @@ from evotune.spaces import SPACES, LowRankSpace
 from evotune.strategies import OpenES
 from evotune.tasks import Task
 from evotune.types import Candidate, SeedUpdate
-from test_population_batch import assert_identical, broken_reward, fingerprint_reward, snapshot
-from test_population_batch import make_task as make_population_task
+from helpers import assert_identical, broken_reward, fingerprint_reward, requires_ray, snapshot, train_until_killed
+from helpers import make_task as make_population_task
 
 POPULATION = 6  # antithetic: 3 seeds; chunks of 4 leave a remainder of 2
 MAX_NEW_TOKENS = 6
@@ -302,7 +301,6 @@ def test_config_and_builders(tiny_model_dir, tmp_path):
 
 def test_resume_is_exact(tiny_model_dir, tmp_path, monkeypatch):
     from evotune.trainer import Trainer
-    from test_trainer import train_until_killed
 
     config = run_config(tiny_model_dir, optimizer="adam")
     uninterrupted = Trainer(config, tmp_path / "a")
@@ -325,8 +323,7 @@ def test_resume_is_exact(tiny_model_dir, tmp_path, monkeypatch):
         assert torch.equal(final[name], tensor), name
 
 
-@pytest.mark.requires_ray
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray: pip install 'evotune[ray]'")
+@requires_ray
 def test_two_ray_actors_equal_one_process(tiny_model_dir, tmp_path):
     import ray
 

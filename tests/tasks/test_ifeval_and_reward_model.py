@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -10,10 +9,7 @@ import torch
 
 from evotune.errors import ConfigError, DataError
 from evotune.tasks import RewardModelScorer, get_task
-
-requires_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
-                                      reason="needs lm-eval: pip install 'evotune[ifeval]'")
-
+from helpers import requires_lm_eval, requires_trl
 
 def ifeval_file(tmp_path, rows):
     path = tmp_path / "ifeval.jsonl"
@@ -115,7 +111,7 @@ def test_reward_model_task_and_its_errors(reward_model_dir, tmp_path):
         missing.rewards(missing.eval_rows, ["a", "b", "c"])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs trl")
+@requires_trl
 def test_trl_reward_functions_work_unchanged(tmp_path):
     """TRL's own reward functions plug in by import path, with weights, on a conversational dataset
     (their convention: chat prompts get [{"role": "assistant", "content": ...}] completions)."""

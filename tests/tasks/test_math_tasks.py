@@ -77,7 +77,7 @@ def test_gsm8k_loads_files_splits_and_skips_unparsable_gold(tmp_path):
 def test_gsm8k_with_the_shared_test_file_and_an_eval_dataset(tmp_path):
     from pathlib import Path
 
-    test_file = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "test.jsonl"
+    test_file = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
     if not test_file.exists():
         pytest.skip("../shared/data/gsm8k is not beside this checkout")
     task = get_task("gsm8k", dataset=str(test_file), eval_dataset=str(test_file), num_eval=200)

