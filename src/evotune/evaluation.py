@@ -23,7 +23,7 @@ import torch
 from .backends.base import Backend, resolve_device
 from .config import EvalOptions
 from .errors import ConfigError
-from .generation import generate_in_chunks
+from .generation import check_prompt_lengths, generate_in_chunks
 from .tasks.base import Task
 
 if TYPE_CHECKING:
@@ -196,6 +196,7 @@ def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list
     for model in models:
         started = time.perf_counter()
         backend = reference if model == options.kl_reference else load_for_eval(model, options.dtype, device)
+        check_prompt_lengths(backend, {"held-out": rows}, options.max_new_tokens)
         metrics, completions, rewards = _greedy(backend, task, rows, options)
         if options.num_samples:
             metrics.update(_sampled(backend, task, rows, options))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .backends.base import Backend
+from .errors import DataError
 from .tasks.base import Task
 
 EVAL_PREFIX = "eval/"
@@ -27,6 +28,27 @@ def evaluate_model(backend: Backend, task: Task, rows: list[dict], max_new_token
     """Greedy completions for held-out rows and the task's metrics (reward, accuracy, ...)."""
     completions = generate_in_chunks(backend, rows, max_new_tokens, chunk_size)
     return task.evaluate(rows, completions), completions
+
+
+def check_prompt_lengths(backend: Backend, splits: dict[str, list[dict]], max_new_tokens: int) -> None:
+    """Refuse rows whose longest prompt plus `max_new_tokens` does not fit the model's context, before any
+    generation: the hf backend would generate from a silently overrun context, and vLLM would fail mid-run.
+    `splits` names each list of rows for the message, e.g. {"training": task.train_rows}."""
+    from .backends.hf import render_prompt
+
+    limit = backend.context_length()
+    if limit is None:
+        return
+    longest, where, prompt = 0, "", None
+    for split, rows in splits.items():
+        texts = [render_prompt(backend.tokenizer, row["prompt"]) for row in rows]
+        for index, ids in enumerate(backend.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []):
+            if len(ids) > longest:
+                longest, where, prompt = len(ids), f"{split} row {index}", texts[index]
+    if longest + max_new_tokens > limit:
+        raise DataError(f"the longest prompt ({where}, {longest} tokens: {prompt[:80]!r}...) plus max_new_tokens "
+                        f"{max_new_tokens} needs {longest + max_new_tokens} positions, but the model's context holds "
+                        f"{limit}; drop or shorten the long prompts in the data, or lower `max_new_tokens`.")
 
 
 def eval_record(metrics: dict[str, float]) -> dict[str, float]:

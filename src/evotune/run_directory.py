@@ -8,9 +8,10 @@ and where the population is evaluated, which gives the same rewards bit for bit)
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -63,6 +64,22 @@ def check_resume(output_dir: Path, config: TrainConfig) -> None:
 
 def existing_artifacts(output_dir: Path) -> list[str]:
     return [name for name in RUN_ARTIFACTS if (Path(output_dir) / name).exists()]
+
+
+@contextlib.contextmanager
+def removed_if_start_fails(output_dir: Path, new_run: bool) -> Iterator[None]:
+    """Around the start of a new run: if building it fails (bad data, a model that does not load, a prompt
+    too long), remove what this attempt wrote (config.yaml, loggers' files), so the same command can simply
+    be run again once the input is fixed, instead of being refused as "already holds a run". A resumed run's
+    files are the run's record and stay."""
+    try:
+        yield
+    except BaseException:
+        if new_run and not find_checkpoint(Path(output_dir) / "checkpoint"):
+            for name in existing_artifacts(output_dir):
+                path = Path(output_dir) / name
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        raise
 
 
 def prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:

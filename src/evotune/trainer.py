@@ -16,7 +16,7 @@ from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError
-from .generation import eval_record, evaluate_model
+from .generation import check_prompt_lengths, eval_record, evaluate_model
 from .seeds import derive_seed
 from .tasks import Task
 from .model_card import write_model_card
@@ -40,26 +40,34 @@ class Trainer:
         self.output_dir = Path(output_dir)
         self.checkpoint_dir = self.output_dir / "checkpoint"
         existing = run_directory.prepare(self.output_dir, config, resume, overwrite)
-        self.task = task or build_task(config)
-        # with Ray and GPUs, the driver's replica takes GPUs no actor will be given
-        reservation, device = reserve_driver_gpus(config) if backend is None else (None, None)
-        self.backend = backend or load_backend(config, device or resolve_device(config.device))
-        self.space = build_space(config, self.backend)
-        self.strategy = build_strategy(config, self.space)
-        replica = Replica(self.task, self.backend, self.space, config.max_new_tokens)
-        self.evaluator = build_evaluator(config, replica, state_fn=self.replica_state, driver_reservation=reservation)
         self.update_log: list[dict] = []
         self.training_seconds = 0.0  # summed over resumes, for max_training_seconds
-        if existing:
-            self._load(existing)
-        self.logger = MetricsLogger(self.output_dir, config.report_to,
-                                    resume_iteration=self.strategy.iteration if existing else None,
-                                    config=config.to_dict())
+        with run_directory.removed_if_start_fails(self.output_dir, new_run=existing is None):
+            self._build(backend, task)
+            if existing:
+                self._load(existing)
+            self.logger = MetricsLogger(self.output_dir, config.report_to,
+                                        resume_iteration=self.strategy.iteration if existing else None,
+                                        config=config.to_dict())
         built_in = default_callbacks()  # evaluation first, the user's next, then metrics, samples, checkpoint, progress
         self.callbacks: list[ESCallback] = [built_in[0], *(callbacks or []), *built_in[1:]]
         self.should_stop = False
         self.last_eval: dict[str, float] = {}
         self.last_completions: list[str] = []  # of the last evaluation, one per task.eval_rows (SamplesCallback)
+
+    def _build(self, backend: Backend | None, task: Task | None) -> None:
+        """The loop's parts from the config (or the backend/task passed in), checked against each other."""
+        config = self.config
+        self.task = task or build_task(config)
+        # with Ray and GPUs, the driver's replica takes GPUs no actor will be given
+        reservation, device = reserve_driver_gpus(config) if backend is None else (None, None)
+        self.backend = backend or load_backend(config, device or resolve_device(config.device))
+        check_prompt_lengths(self.backend, {"training": self.task.train_rows, "held-out": self.task.eval_rows},
+                             config.max_new_tokens)
+        self.space = build_space(config, self.backend)
+        self.strategy = build_strategy(config, self.space)
+        replica = Replica(self.task, self.backend, self.space, config.max_new_tokens)
+        self.evaluator = build_evaluator(config, replica, state_fn=self.replica_state, driver_reservation=reservation)
 
     def _load(self, directory: Path) -> None:
         checkpoint = load_checkpoint(directory)

@@ -27,6 +27,9 @@ class Backend(Protocol):
     def save_pretrained(self, directory: str) -> None:
         """Write the current model and tokenizer so that `from_pretrained(directory)` loads them."""
 
+    def context_length(self) -> int | None:
+        """Tokens the model can attend to (prompt + completion); None where the model states no limit."""
+
     def close(self) -> None:
         """Release what the backend started (vLLM's engine processes); nothing for an in-process model."""
 

@@ -175,5 +175,11 @@ class HFBackend:
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
 
+    def context_length(self) -> int | None:
+        """The model's position limit (`max_position_embeddings`); None for a model that states none."""
+        config = getattr(self.model, "config", None)  # a transformers model's config; a bare nn.Module has none
+        limit = getattr(config, "max_position_embeddings", None)
+        return int(limit) if isinstance(limit, int) and limit > 0 else None
+
     def close(self) -> None:
         """Nothing to release: the model lives in this process and goes with it."""

@@ -238,6 +238,10 @@ class VLLMBackend:
     def rpc(self, method: str, *args: Any) -> list[Any]:
         return self.llm.collective_rpc(method, args=args)
 
+    def context_length(self) -> int | None:
+        """The engine's `max_model_len` (the model's limit, or a smaller one it was started with)."""
+        return int(self.llm.llm_engine.model_config.max_model_len)
+
     def close(self) -> None:
         """Shut the engine down and free its weights and KV cache (the backend is unusable afterwards).
         Closing the process's last engine also releases what engines set up process-wide."""
