@@ -10,15 +10,12 @@ fresh one, and evolve only that adapter; the base weights are never written.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .backends.base import Backend, resolve_device
 from .config import TrainConfig
 from .distributed.base import Evaluator, Replica
-from .errors import ConfigError
 from .spaces import FullParameterSpace, Space
 from .strategies import Strategy
 from .tasks import Task, get_task
@@ -33,13 +30,10 @@ def build_task(config: TrainConfig) -> Task:
 
 
 def read_adapter_config(adapter: str) -> dict[str, Any]:
-    """The PEFT adapter_config.json of `adapter`, or an error saying where adapters come from."""
-    path = Path(adapter) / "adapter_config.json"
-    if not path.exists():
-        raise ConfigError(f"`adapter` is {adapter!r}, which holds no adapter_config.json; point it at a PEFT "
-                          "adapter directory (an `evotune sft` run writes DIR/adapter), or remove `adapter` "
-                          "to start from a fresh LoRA.")
-    return json.loads(path.read_text())
+    """The PEFT adapter_config.json of `adapter` (valid JSON with PEFT's keys), or an error naming the fix."""
+    from .adapters import read_adapter_config as read
+
+    return read(adapter)
 
 
 def attach_adapter(model: Any, config: TrainConfig) -> Any:
@@ -51,7 +45,9 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
                                  config.lora_init, config.seed)
     from peft import PeftModel
 
-    read_adapter_config(config.adapter)  # a clear error before PEFT's own
+    from .adapters import check_adapter
+
+    check_adapter(config.adapter, model, config.model)  # a clear error before PEFT's own
     return PeftModel.from_pretrained(model, config.adapter, adapter_name="default").eval()
 
 

@@ -167,9 +167,9 @@ def quantization_kwargs(quantization: str, dtype: str, device: str, source: Mode
 def find_adapter(path: str) -> tuple[Path, str] | None:
     """(adapter directory, its base model) when `path` is a PEFT adapter or a run directory whose final/
     is one; None otherwise. The base is the run's config.yaml `model`, else PEFT's recorded base."""
-    import json
-
     import yaml
+
+    from ..adapters import read_adapter_config
 
     directory = Path(os.path.expanduser(path))
     if (directory / "final" / "adapter_config.json").exists():
@@ -178,7 +178,7 @@ def find_adapter(path: str) -> tuple[Path, str] | None:
         return None
     run_config = directory.parent / "config.yaml"
     base = yaml.safe_load(run_config.read_text()).get("model") if run_config.exists() else None
-    base = base or json.loads((directory / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    base = base or read_adapter_config(directory).get("base_model_name_or_path")
     if not base:
         raise ModelLoadError(f"adapter {directory} names no base model; load the base with load_model and the "
                              "adapter with peft.PeftModel.from_pretrained.")
@@ -195,7 +195,10 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu", quantization
     if adapter is not None:
         from peft import PeftModel
 
+        from ..adapters import check_adapter
+
         model, tokenizer = load_model(adapter[1], dtype, device, quantization)
+        check_adapter(adapter[0], model, adapter[1])  # a clear error before PEFT's own
         return PeftModel.from_pretrained(model, str(adapter[0])).eval(), tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

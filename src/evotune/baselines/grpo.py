@@ -10,7 +10,11 @@ evaluation as `evotune train`, and writes the same run directory (config.yaml, m
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -21,9 +25,12 @@ from ..config import DtypeName, RunConfig, TrainConfig, check_rewards, read_conf
 from ..config_fields import _opt, _same_as
 from ..errors import ConfigError
 from ..import_utils import is_trl_available
+from ..run_directory import RESUMABLE_KEYS, changed_keys, read_run_config
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
 LOSS_TYPES = get_args(LossType)
+# What `evotune grpo` writes into a run directory: only these are removed by --overwrite.
+GRPO_ARTIFACTS = ("config.yaml", "metrics.jsonl", "trl", "final", "tensorboard", "curves.png", "loggers.json")
 
 
 @dataclass
@@ -81,10 +88,29 @@ class GRPORunConfig(RunConfig):
         if self.adapter is not None and not self.lora:
             raise ConfigError("`adapter` continues training a LoRA adapter, but `lora` is false (all parameters); "
                               "set `lora: true`, or remove `adapter`.")
+        # config.yaml records absolute paths, so the run resumes and evaluates from any working directory
+        self.adapter = _absolute(self.adapter) if self.adapter is not None else None
+        if os.path.exists(os.path.expanduser(self.model)):  # a local model (not an alias or hub id)
+            from ..backends.models import ALIASES
+
+            self.model = self.model if self.model in ALIASES else _absolute(self.model)
 
 
-def load_grpo_config(path: str | None, overrides: list[str]) -> GRPORunConfig:
-    values, source = read_config_values(path, overrides)
+def _absolute(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def load_grpo_config(path: str | None, overrides: list[str], resume_dir: str | Path | None = None) -> GRPORunConfig:
+    """CONFIG <- --set; with `resume_dir`, on top of that run's own config.yaml (what it was started with)."""
+    base = None
+    if resume_dir is not None:
+        base = read_run_config(Path(resume_dir))
+        foreign = sorted(set(base) - {field.name for field in dataclasses.fields(GRPORunConfig)})
+        if foreign:
+            raise ConfigError(f"--resume: {Path(resume_dir) / 'config.yaml'} has keys GRPO does not know "
+                              f"({', '.join(foreign[:4])}): it is not an `evotune grpo` run (an `evotune train` run "
+                              f"resumes with `evotune train --output-dir {resume_dir} --resume`).")
+    values, source = read_config_values(path, overrides, base=base)
     return GRPORunConfig.from_dict(values, source=source)
 
 
@@ -102,9 +128,9 @@ def _policy(config: GRPORunConfig) -> tuple[Any, Any]:
     if config.adapter is not None:  # continue this adapter (TRL trains a PeftModel it is given as is)
         from peft import PeftModel
 
-        from ..builders import read_adapter_config
+        from ..adapters import check_adapter
 
-        read_adapter_config(config.adapter)  # a clear error before PEFT's own
+        check_adapter(config.adapter, model, config.model)  # a clear error before PEFT's own
         model = PeftModel.from_pretrained(model, config.adapter, adapter_name="default", is_trainable=True)
     model.train()
     tokenizer.padding_side = "left"  # batched generation pads on the left

@@ -42,11 +42,16 @@ def init_lora_adapter(model: torch.nn.Module, rank: int = 8,
     """
     from peft import LoraConfig, get_peft_model
 
+    from ..adapters import check_target_modules
+
     if init not in LORA_INITS:
         raise ConfigError(f"LoRA init={init!r} is unknown; choose one of {sorted(LORA_INITS)}.")
     if rank < 1:
         raise ConfigError(f"LoRA rank={rank} must be a positive integer.")
-    config = LoraConfig(r=rank, lora_alpha=lora_alpha, target_modules=list(target_modules), lora_dropout=0.0,
+    # ["all-linear"] is PEFT's "all-linear" (every linear layer but the output head), which PEFT takes as a string
+    targets = "all-linear" if list(target_modules) == ["all-linear"] else list(target_modules)
+    check_target_modules(model, targets, "lora_target_modules")
+    config = LoraConfig(r=rank, lora_alpha=lora_alpha, target_modules=targets, lora_dropout=0.0,
                         bias="none", init_lora_weights=LORA_INITS[init], task_type="CAUSAL_LM")
     training = model.training
     cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
