@@ -165,10 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default: the smallest budget among the runs)")
     compare.add_argument("--budget-time", type=float, metavar="SECONDS",
                          help="also report the metric at this much cumulative training time (equal wall-clock)")
+    compare.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
+                         help="name run DIR's method NAME (repeatable): runs of one NAME share a row, whatever their "
+                              "configs (default: runs whose configs differ only in the seed share a row)")
     compare.set_defaults(run=_compare)
 
     sweep = commands.add_parser("sweep", help="one run per grid point and seed (resumable), a table and a heatmap")
-    sweep.add_argument("config", nargs="?", help="YAML config every run starts from")
+    sweep.add_argument("config", nargs="?", help="YAML config every run starts from (none: as `evotune train` / `grpo` without one)")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...", required=True,
                        help="a config key and its values (repeatable; the first two make the heatmap's axes)")
     sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per grid point (default 0)")
@@ -219,19 +222,28 @@ def _grpo(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from ..compare import compare_runs, format_markdown
 
-    result = compare_runs(args.runs, args.output, args.metric, args.target, args.budget, args.budget_time)
-    print(format_markdown(result["methods"], result["metric"]))
+    result = compare_runs(args.runs, args.output, args.metric, args.target, args.budget, args.budget_time,
+                          args.label)
+    print(format_markdown(result["methods"], result["metric"], result["notes"]))
     print(f"wrote {args.output}/compare.json, compare.md and plots", file=sys.stderr)
     return 0
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..config import read_config_values
-    from ..sweep import format_table, parse_grid, sweep
+    from ..config import QUICKSTART, read_config_values
+    from ..sweep import SweepFailed, format_table, parse_grid, sweep
 
-    base, _ = read_config_values(args.config, args.set)
-    result = sweep(base, parse_grid(args.grid), args.seeds, args.output, args.command, args.metric, args.parallel,
-                   args.cpus_per_run, args.ray_address)
+    grid = parse_grid(args.grid)
+    # no config: the base `evotune train` (the quickstart) or `evotune grpo` (the defaults) has without one, so
+    # the same command with --set reproduces any point
+    quickstart = QUICKSTART if args.command == "train" and not args.config else None
+    base, _ = read_config_values(args.config, args.set, base=quickstart)
+    try:
+        result = sweep(base, grid, args.seeds, args.output, args.command, args.metric, args.parallel,
+                       args.cpus_per_run, args.ray_address)
+    except SweepFailed as failure:  # the table of the runs that finished, then the failures (exit code 2)
+        print(format_table(failure.result))
+        raise
     print(format_table(result))
     print(f"wrote {args.output}/sweep.json, sweep.md" + (" and heatmap.png" if len(result["keys"]) > 1 else ""),
           file=sys.stderr)
