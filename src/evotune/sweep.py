@@ -16,8 +16,13 @@ shows the final metric over the first two grid keys (ESSA's rank x population x 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
+import re
+import shutil
+import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -28,6 +33,27 @@ import yaml
 from .errors import ConfigError, EvotuneError
 
 
+# A point's directory is its `key=value,...` name when that text names it alone: lowercase plain values that
+# --grid reads back as themselves (so no two points share it, even on a case-insensitive disk) in a short name.
+# Any other point's is a readable prefix of at most READABLE_BYTES bytes plus a hash of its values.
+READABLE_BYTES = 100
+PLAIN = re.compile(r"[a-z0-9_.+-]+")
+HASHED = re.compile(r"-[0-9a-f]{10}$")
+NAME_BYTES = 255  # a file name's limit on common file systems
+# The last section of the model card (model_card.py), the last file a finished run writes into final/
+# (PEFT writes a template README.md of its own earlier, without it).
+MODEL_CARD_MARK = "## Reproduce"
+STATES = {"done": "skipped (done)", "partial": "partial", "new": "new"}
+
+
+class SweepFailed(EvotuneError):
+    """Some runs of a sweep failed; `result` is the table of the others (also in sweep.json and sweep.md)."""
+
+    def __init__(self, message: str, result: dict[str, Any]):
+        super().__init__(message)
+        self.result = result
+
+
 @dataclass(frozen=True, eq=False)
 class GridPoint:
     values: tuple[tuple[str, Any], ...]  # ((key, value), ...) in --grid order; values may be lists or dicts
@@ -36,12 +62,49 @@ class GridPoint:
     def name(self) -> str:
         return ",".join(f"{key}={value}" for key, value in self.values)
 
-    # by name, so a point whose value is a list or a dict (`parameters=[mlp]`, `task_args={...}`) is a dict key
+    @property
+    def identity(self) -> str:
+        """The values as canonical JSON: `true` and `"True"`, `1` and `1.0`, `[a]` and `"['a']"` differ."""
+        return json.dumps(dict(self.values), sort_keys=True, default=repr)
+
+    @property
+    def directory_name(self) -> str:
+        """Its name where that is plain and short, else a capped readable name plus a hash of the values."""
+        if all(PLAIN.fullmatch(key) and _reads_back(value) for key, value in self.values) \
+                and len(self.name.encode()) <= READABLE_BYTES and not HASHED.search(self.name):
+            return self.name
+        digest = hashlib.sha256(self.identity.encode()).hexdigest()[:10]
+        return f"{_cap(self.legacy_name, READABLE_BYTES)}-{digest}"
+
+    @property
+    def legacy_name(self) -> str:
+        """The directory name evotune gave every point before hashed names: `/` as `_` (not unique)."""
+        return self.name.replace("/", "_")
+
+    # by identity, so a point whose value is a list or a dict (`parameters=[mlp]`, `task_args={...}`) is a dict key
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, GridPoint) and other.name == self.name
+        return isinstance(other, GridPoint) and other.identity == self.identity
 
     def __hash__(self) -> int:
-        return hash(self.name)
+        return hash(self.identity)
+
+
+def _reads_back(value: Any) -> bool:
+    """Whether str(value) is plain text that --grid reads back as this very value, type included."""
+    if isinstance(value, bool):
+        return True  # True / False; the strings "True" / "False" are not plain (upper case)
+    if not isinstance(value, (int, float, str)) or not PLAIN.fullmatch(str(value)):
+        return False
+    try:
+        back = _scalar("", str(value))
+    except ConfigError:
+        return False
+    return type(back) is type(value) and back == value
+
+
+def _cap(text: str, limit: int) -> str:
+    """At most `limit` UTF-8 bytes of `text`, never splitting a character."""
+    return text.encode()[:limit].decode(errors="ignore")
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[Any]]]:
@@ -54,7 +117,12 @@ def parse_grid(specs: list[str]) -> list[tuple[str, list[Any]]]:
             raise ConfigError(f"--grid {spec!r}: write KEY=V1,V2,... e.g. --grid sigma=1e-3,2e-3.")
         if key in dict(grid):
             raise ConfigError(f"--grid names `{key}` twice; give all its values in one --grid {key}=V1,V2,...")
-        values = [_scalar(part) for part in _split(text)]
+        parts = _split(spec, text)
+        for number, part in enumerate(parts, start=1):
+            if not part:
+                raise ConfigError(f"--grid {spec!r}: value {number} is empty; write null for no value, and no "
+                                  "comma at either end.")
+        values = [_scalar(spec, part) for part in parts]
         if len(set(map(repr, values))) != len(values):
             raise ConfigError(f"--grid {spec!r} repeats a value.")
         grid.append((key, values))
@@ -63,21 +131,42 @@ def parse_grid(specs: list[str]) -> list[tuple[str, list[Any]]]:
     return grid
 
 
-def _split(text: str) -> list[str]:
-    """Split on commas outside brackets, so a list value `[q_proj,v_proj]` stays one value."""
-    parts, depth, current = [], 0, ""
+def _split(spec: str, text: str) -> list[str]:
+    """Split on commas outside brackets and quotes, so `[q_proj,v_proj]` and `"a,b"` stay one value."""
+    parts, current, closing, quote, escaped = [], "", [], "", False
     for char in text:
-        depth += (char in "[{") - (char in "]}")
-        if char == "," and depth == 0:
+        if quote:  # inside a quoted value: only its closing quote (not a backslash-escaped one) ends it
+            quote = "" if char == quote and not escaped else quote
+            escaped = quote == '"' and char == "\\" and not escaped
+        elif char in "'\"" and (not current.strip() or current.rstrip()[-1] in "[{,:"):  # YAML opens quotes there
+            quote = char
+        elif char in "[{":
+            closing.append("]" if char == "[" else "}")
+        elif char in "]}" and (not closing or closing.pop() != char):
+            raise ConfigError(f"--grid {spec!r}: `{char}` closes no open bracket. {BRACKETS_HINT}")
+        elif char == "," and not closing:
             parts.append(current)
             current = ""
-        else:
-            current += char
+            continue
+        current += char
+    if quote:
+        raise ConfigError(f"--grid {spec!r}: the quote {quote} is never closed; quote a value that holds a comma "
+                          """whole, e.g. --grid 'stop="a,b",c'.""")
+    if closing:
+        raise ConfigError(f"--grid {spec!r}: a bracket is never closed (missing `{closing[-1]}`). {BRACKETS_HINT}")
     return [part.strip() for part in [*parts, current]]
 
 
-def _scalar(text: str) -> Any:
-    value = yaml.safe_load(text)
+BRACKETS_HINT = 'Write a list value as [a,b] and a mapping as {k: v}, e.g. --grid "parameters=[mlp],[self_attn]".'
+
+
+def _scalar(spec: str, text: str) -> Any:
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        raise ConfigError(f"--grid {spec!r}: the value {text!r} is not valid YAML ({problem}); quote it whole, "
+                          """e.g. 'key="a: b",c'.""") from exc
     if isinstance(value, str):  # YAML 1.1 reads 2e-3 (no dot) as a string
         try:
             return float(value) if any(c in value for c in "eE.") else value
@@ -91,8 +180,38 @@ def grid_points(grid: list[tuple[str, list[Any]]]) -> list[GridPoint]:
     return [GridPoint(tuple(zip(keys, combination))) for combination in itertools.product(*(v for _, v in grid))]
 
 
+def point_directories(output: Path, points: list[GridPoint], configs: dict[GridPoint, dict[str, Any]]
+                      ) -> dict[GridPoint, Path]:
+    """Each point's directory: its own name, or the one an older evotune gave it (`/` as `_`) when that holds
+    this point's runs (their config.yaml agrees with `configs[point]`) and no other point could own it."""
+    legacy_names = [point.legacy_name for point in points]
+    directories = {}
+    for point in points:
+        directory, legacy = output / point.directory_name, output / point.legacy_name
+        if (legacy != directory and len(point.legacy_name.encode()) <= NAME_BYTES and not directory.exists()
+                and legacy_names.count(point.legacy_name) == 1 and _holds_point(legacy, point, configs[point])):
+            directory = legacy
+        directories[point] = directory
+    if len(set(directories.values())) < len(directories):  # two hashes agree: never seen, never silent
+        raise ConfigError("two sweep points hash to one directory name; rename a value (e.g. reorder a list).")
+    return directories
+
+
+def _holds_point(directory: Path, point: GridPoint, config: dict[str, Any]) -> bool:
+    """Whether every run config.yaml under `directory` has this point's values for its grid keys."""
+    written = []
+    for path in directory.glob("seed*/config.yaml"):
+        try:
+            written.append(yaml.safe_load(path.read_text()))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return False
+    return bool(written) and all(isinstance(values, dict) and all(values.get(key) == config[key] for key, _ in
+                                                                  point.values) for values in written)
+
+
 def run_directory(output: Path, point: GridPoint, seed: int) -> Path:
-    return output / point.name.replace("/", "_") / f"seed{seed}"
+    """Where a new sweep puts this run (an old sweep's directory is found by point_directories)."""
+    return output / point.directory_name / f"seed{seed}"
 
 
 def training_seconds(records: list[dict]) -> float:
@@ -100,14 +219,25 @@ def training_seconds(records: list[dict]) -> float:
     return sum(record.get("time_s", 0.0) for record in records if "samples_seen" in record)
 
 
-def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.0) -> str:
-    """done (final/ written after the last iteration, or once `max_training_seconds` of training were
-    spent), partial (a checkpoint), or new."""
+def final_is_complete(final: Path, command: str = "train") -> bool:
+    """final/ as a finished run leaves it. A run writes the weights, then the tokenizer, then (train) the
+    model card, so the last of them present means the ones before are whole; a kill leaves an earlier state."""
+    if not (final / "tokenizer_config.json").is_file():
+        return False
+    if command == "grpo":
+        return True
+    card = final / "README.md"
+    return card.is_file() and MODEL_CARD_MARK in card.read_text(encoding="utf-8", errors="replace")
+
+
+def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.0, command: str = "train") -> str:
+    """done (a complete final/ written after the last iteration, or once `max_training_seconds` of training
+    were spent), partial (a checkpoint: resumed, which also writes an incomplete final/ again), or new."""
     from .checkpoint import find_checkpoint
     from .tracking import read_metrics
 
     metrics = directory / "metrics.jsonl"
-    if (directory / "final").exists() and metrics.exists():
+    if final_is_complete(directory / "final", command) and metrics.exists():
         records = read_metrics(metrics)
         steps = [record.get("iteration", 0) for record in records]
         trained = training_seconds(records)
@@ -120,6 +250,9 @@ def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.
 
 def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) -> None:
     """One run, in this process, through the same code as `evotune train` / `evotune grpo`."""
+    final = directory / "final"
+    if state == "partial" and final.exists() and not final_is_complete(final, command):
+        shutil.rmtree(final)  # torn by a kill while it was written: the resume writes all of it again
     if command == "grpo":
         from .baselines.grpo import GRPORunConfig, run_grpo
 
@@ -155,85 +288,171 @@ def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[i
           ray_address: str | None = None) -> dict[str, Any]:
     """Run (or skip, or resume) every grid point x seed, then write sweep.json, sweep.md and the heatmap.
 
-    parallel > 1: the runs go to Ray tasks, `parallel` at once with `cpus_per_run` cores each, on a local
-    Ray instance or the cluster at `ray_address`; a failed run is reported after the others finished."""
+    Every run's config is checked before the first run starts. parallel > 1: the runs go to Ray tasks,
+    `parallel` at once with `cpus_per_run` cores each, on a local Ray instance or the cluster at
+    `ray_address`. A run that fails does not stop the others: the table of those written, SweepFailed
+    names the failed ones."""
+    _check_arguments(grid, seeds, command, parallel, cpus_per_run)
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output} is a file; give a directory for the sweep's runs.")
+    points = grid_points(grid)
+    configs = {(point, seed): {**base, **dict(point.values), "seed": seed} for point in points for seed in seeds}
+    typed = _validate(command, configs)
+    directories = point_directories(output, points, {point: typed[point, seeds[0]].to_dict() for point in points})
+    pending = _plan(command, configs, typed, directories)  # {(point, seed): (name, run)} of the runs to do
+    failures = _run_all(list(pending.values()), parallel, cpus_per_run, ray_address)
+    failed = {run: _describe(failures[name]) for run, (name, _) in pending.items() if name in failures}
+    message = _failure_message(failed, len(pending), output)
+    try:
+        result = write_table(output, points, seeds, [key for key, _ in grid], metric, directories, failed)
+    except ConfigError as error:  # an unknown --metric: the failures must still be named
+        raise ConfigError(f"{error} {message}".strip()) from error
+    if failures:
+        raise SweepFailed(message, result)
+    return result
+
+
+def _check_arguments(grid: list[tuple[str, list[Any]]], seeds: list[int], command: str, parallel: int,
+                     cpus_per_run: float) -> None:
     if command not in ("train", "grpo"):
         raise ConfigError(f"--command {command!r}: choose train or grpo.")
     if not (isinstance(parallel, int) and parallel >= 1) or not cpus_per_run > 0:
         raise ConfigError(f"--parallel {parallel} / --cpus-per-run {cpus_per_run}: give a whole number of runs "
                           ">= 1 and a positive number of cores per run.")
-    output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise ConfigError(f"--output {output} is a file; give a directory for the sweep's runs.")
-    points = grid_points(grid)
-    for key, _ in grid:
-        if key == "seed":
-            raise ConfigError("sweep seeds with --seeds 0 1 ..., not --grid seed=...")
-    configs = {(point, seed): {**base, **dict(point.values), "seed": seed} for point in points for seed in seeds}
-    typed = _validate(command, configs)  # every point's config is checked before the first run starts
-    pending: list[tuple[str, Callable[[], None]]] = []
-    for (point, seed), values in configs.items():
-        directory = run_directory(output, point, seed)
-        config = typed[point, seed]
-        state = run_state(directory, config.iterations, config.max_training_seconds)
-        if state != "new" and command == "train":  # an existing run must be this grid point's run
-            from .config import TrainConfig
-            from .run_directory import check_resume
-
-            check_resume(directory, TrainConfig.from_dict(values, source="sweep"))
-        print(f"evotune sweep: {point.name} seed {seed}: {'skipped (done)' if state == 'done' else state}",
-              flush=True)
-        if state != "done":
-            pending.append((f"{point.name} seed {seed}", partial(_run_one, command, values, directory, state)))
-    if parallel == 1:
-        for _, run in pending:
-            run()
-    elif pending:
-        from .distributed.ray import run_tasks
-
-        failures = run_tasks(pending, parallel, cpus_per_run, ray_address)
-        if failures:
-            raise EvotuneError(f"{len(failures)} of {len(pending)} sweep runs failed (re-run the sweep to retry them; "
-                               "finished runs are kept): " + "; ".join(f"{name}: {error}" for name, error in
-                                                                      failures.items()))
-    return write_table(output, points, seeds, [key for key, _ in grid], metric or _default_metric(output, points, seeds))
+    if any(key == "seed" for key, _ in grid):
+        raise ConfigError("sweep seeds with --seeds 0 1 ..., not --grid seed=...")
+    if not seeds:
+        raise ConfigError("--seeds is empty; give at least one seed, e.g. --seeds 0.")
+    repeated = sorted({seed for seed in seeds if list(seeds).count(seed) > 1})
+    if repeated:  # the same run would be run once and counted twice in the table's mean
+        raise ConfigError(f"--seeds {' '.join(map(str, seeds))} repeats {', '.join(map(str, repeated))}; give each "
+                          "seed once.")
 
 
 def _validate(command: str, configs: dict) -> dict:
-    """The typed config of every (point, seed); the first bad one raises, naming its point."""
+    """The typed config of every (point, seed), all checked before any run starts; the bad ones are named
+    together, and two points that give the same config are refused."""
     if command == "grpo":
         from .baselines.grpo import GRPORunConfig as Config
     else:
         from .config import TrainConfig as Config
-    return {(point, seed): Config.from_dict(values, source=f"sweep point {point.name}, seed {seed}")
-            for (point, seed), values in configs.items()}
+    typed, problems = {}, []
+    for (point, seed), values in configs.items():
+        try:
+            typed[point, seed] = Config.from_dict(values, source=f"sweep point {point.name}, seed {seed}")
+        except ConfigError as error:
+            problems.append(str(error))
+    if problems:
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        shown = "; ".join(problems[:5]) + more
+        raise ConfigError(f"{len(problems)} of {len(configs)} sweep runs have a bad config, so none was started: "
+                          f"{shown}")
+    seen: dict[str, GridPoint] = {}
+    for (point, seed), config in typed.items():
+        same = seen.setdefault(json.dumps(config.to_dict(), sort_keys=True, default=repr), point)
+        if same != point:
+            raise ConfigError(f"sweep points {same.name} and {point.name} give the same config (the values read "
+                              "as the same setting), so one run would be counted twice; give each value once.")
+    return typed
 
 
-def _default_metric(output: Path, points: list[GridPoint], seeds: list[int]) -> str:
-    from .tracking import read_metrics
+def _plan(command: str, configs: dict, typed: dict, directories: dict[GridPoint, Path]) -> dict:
+    """{(point, seed): (name, run)} of the runs not yet done; an existing run must be its point's run."""
+    pending = {}
+    for (point, seed), values in configs.items():
+        directory = directories[point] / f"seed{seed}"
+        config = typed[point, seed]
+        state = run_state(directory, config.iterations, config.max_training_seconds, command)
+        if state != "new" and command == "train":
+            from .run_directory import check_resume
 
-    first = run_directory(output, points[0], seeds[0]) / "metrics.jsonl"
-    keys = {key for record in read_metrics(first) for key in record}
-    return "eval/accuracy" if "eval/accuracy" in keys else "eval/reward"
+            check_resume(directory, config)
+        torn = state == "partial" and (directory / "final").exists() and not final_is_complete(directory / "final",
+                                                                                                  command)
+        note = " (final/ incomplete: resumed to write it again)" if torn else ""
+        print(f"evotune sweep: {point.name} seed {seed}: {STATES[state]}{note}", flush=True)
+        if state != "done":
+            pending[point, seed] = (f"{point.name} seed {seed}", partial(_run_one, command, values, directory, state))
+    return pending
 
 
-def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: list[str],
-                metric: str) -> dict[str, Any]:
+def _run_all(runs: list[tuple[str, Callable[[], None]]], parallel: int, cpus_per_run: float,
+             ray_address: str | None) -> dict[str, BaseException]:
+    """{name: error} of the runs that failed; a failure does not stop the others (Ctrl-C does)."""
+    if parallel > 1 and runs:
+        from .distributed.ray import run_tasks
+
+        return run_tasks(runs, parallel, cpus_per_run, ray_address)
+    failures = {}
+    for name, run in runs:
+        try:
+            run()
+        except Exception as error:  # named now and in the end; the next run starts
+            print(f"evotune sweep: {name}: failed: {_describe(error)}", file=sys.stderr, flush=True)
+            failures[name] = error
+    return failures
+
+
+def _describe(error: BaseException) -> str:
+    """An evotune error's message; any other error with its type, which is half of what it says."""
+    return str(error) if isinstance(error, EvotuneError) else f"{type(error).__name__}: {error}"
+
+
+def _failure_message(failed: dict, attempted: int, output: Path) -> str:
+    if not failed:
+        return ""
+    named = "; ".join(f"{point.name} seed {seed}: {error}" for (point, seed), error in failed.items())
+    return (f"{len(failed)} of {attempted} sweep runs failed: {named}. The table of the others is in "
+            f"{output / 'sweep.md'}; re-run the same command to retry the failed ones (finished runs are skipped).")
+
+
+def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: list[str], metric: str | None,
+                directories: dict[GridPoint, Path] | None = None, failed: dict | None = None) -> dict[str, Any]:
+    """sweep.json, sweep.md and heatmap.png of the finished runs; `failed` ({(point, seed): error}) are
+    left out of the numbers and listed under the table."""
     from .tracking import dumps_strict
 
+    directories = directories or {point: output / point.directory_name for point in points}
+    failed = failed or {}
+    finished = {(point, seed): directories[point] / f"seed{seed}" for point in points for seed in seeds
+                if (point, seed) not in failed}
+    metric = _resolve_metric(metric, list(finished.values()))
     rows = []
     for point in points:
-        runs = [summarize_run(run_directory(output, point, seed), metric) for seed in seeds]
-        rows.append({**dict(point.values), "final_mean": _mean([r["final"] for r in runs]),
-                     "best_mean": _mean([r["best"] for r in runs]), "start_mean": _mean([r["start"] for r in runs]),
-                     "final_per_seed": [r["final"] for r in runs], "time_s_mean": _mean([r["time_s"] for r in runs]),
-                     "samples": max(r["samples"] for r in runs)})
-    result = {"metric": metric, "keys": keys, "seeds": seeds, "rows": rows}
+        runs = [summarize_run(finished[point, seed], metric) if (point, seed) in finished else None for seed in seeds]
+        done = [run for run in runs if run is not None]
+        if not done:  # every seed of the point failed: no row, the failures below the table
+            continue
+        rows.append({**dict(point.values), "final_mean": _mean([r["final"] for r in done]),
+                     "best_mean": _mean([r["best"] for r in done]), "start_mean": _mean([r["start"] for r in done]),
+                     "final_per_seed": [r["final"] if r else None for r in runs],
+                     "time_s_mean": _mean([r["time_s"] for r in done]), "samples": max(r["samples"] for r in done)})
+    result = {"metric": metric, "keys": keys, "seeds": seeds, "rows": rows,
+              "failed": [{"point": point.name, "seed": seed, "directory": str(directories[point] / f"seed{seed}"),
+                          "error": error} for (point, seed), error in failed.items()]}
+    output.mkdir(parents=True, exist_ok=True)
     (output / "sweep.json").write_text(dumps_strict(result, indent=2))
     (output / "sweep.md").write_text(format_table(result))
-    if len(keys) >= 2:
+    if len(keys) >= 2 and rows:
         heatmap(result, output / "heatmap.png")
     return result
+
+
+def _resolve_metric(requested: str | None, runs: list[Path]) -> str:
+    """--metric, checked against what the runs logged; by default eval/accuracy, else eval/reward."""
+    from .tracking import read_metrics
+
+    logged = sorted({key for run in runs for record in read_metrics(run / "metrics.jsonl") for key in record})
+    if requested is None:
+        return "eval/accuracy" if "eval/accuracy" in logged else "eval/reward"
+    if runs and requested not in logged:
+        held_out = [key for key in logged if key.startswith("eval/")]
+        others = [key for key in logged if not key.startswith("eval/")]
+        raise ConfigError(f"--metric {requested}: no run of this sweep logged it. Their held-out metrics: "
+                          f"{', '.join(held_out) or 'none'} (other logged keys: {', '.join(others)}). Re-run the same "
+                          "command with one of them: finished runs are skipped, so only the table is written.")
+    return requested
 
 
 def _fmt(value: Any) -> str:
@@ -251,6 +470,10 @@ def format_table(result: dict[str, Any]) -> str:
                  " / ".join(_fmt(v) for v in row["final_per_seed"]), _fmt(row["best_mean"]), _fmt(row["start_mean"]),
                  _fmt(row["time_s_mean"]), str(row["samples"])]
         lines.append("| " + " | ".join(cells) + " |")
+    failed = result.get("failed", [])
+    if failed:  # named under the table, so a table with fewer rows is never read as the whole sweep
+        lines += ["", f"{len(failed)} run(s) failed (re-run the sweep to retry them):"]
+        lines += [f"- {run['point']} seed {run['seed']}: {run['error']}" for run in failed]
     return "\n".join(lines) + "\n"
 
 

@@ -151,7 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract",
                        "evotune.baselines.grpo.GRPORunConfig", "runs/grpo")
-    grpo.add_argument("--resume", action="store_true", help="continue from the run's last TRL checkpoint")
+    grpo.add_argument("--resume", action="store_true",
+                      help="continue the run in OUTPUT_DIR from its last TRL checkpoint, with its own config.yaml")
+    grpo.add_argument("--overwrite", action="store_true",
+                      help="replace the run files (config.yaml, metrics.jsonl, trl/, final/, ...) in OUTPUT_DIR")
     grpo.add_argument("--sweep-learning-rates", type=float, nargs="+", metavar="LR",
                       help="one run per learning rate, in OUTPUT_DIR/lr_<value>")
     grpo.set_defaults(run=_grpo)
@@ -171,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(run=_compare)
 
     sweep = commands.add_parser("sweep", help="one run per grid point and seed (resumable), a table and a heatmap")
-    sweep.add_argument("config", nargs="?", help="YAML config every run starts from (none: as `evotune train` / `grpo` without one)")
+    sweep.add_argument("config", nargs="?",
+                       help="YAML config every run starts from (none: as `evotune train` / `grpo` without one)")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...", required=True,
                        help="a config key and its values (repeatable; the first two make the heatmap's axes)")
     sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per grid point (default 0)")
@@ -210,12 +214,18 @@ def _export(args: argparse.Namespace) -> int:
 def _grpo(args: argparse.Namespace) -> int:
     from ..baselines.grpo import load_grpo_config, run_grpo, sweep_learning_rates
 
-    config = load_grpo_config(args.config, args.set)
+    from ..errors import ConfigError
+
     output_dir = _output_dir(args, "runs/grpo")
+    if args.sweep_learning_rates and (args.resume or args.overwrite):
+        raise ConfigError("--sweep-learning-rates starts one run per rate in OUTPUT_DIR/lr_<value>; resume or replace "
+                          "one of them with `evotune grpo --output-dir OUTPUT_DIR/lr_<value> --resume` (or --overwrite).")
+    # --resume: the run's own config.yaml; CONFIG and --set may change only what a resume allows
+    config = load_grpo_config(args.config, args.set, resume_dir=output_dir if args.resume else None)
     if args.sweep_learning_rates:
         print(json.dumps(sweep_learning_rates(config, output_dir, args.sweep_learning_rates), indent=2))
     else:
-        print(json.dumps(run_grpo(config, output_dir, resume=args.resume), indent=2))
+        print(json.dumps(run_grpo(config, output_dir, resume=args.resume, overwrite=args.overwrite), indent=2))
     return 0
 
 
