@@ -322,6 +322,21 @@ def add_cli_options(parser: Any) -> None:
                             **({"metavar": "MODEL"} if spec.name == "kl_reference" else {}))
 
 
+# Keys that may name a local file or directory (or a hub id / built-in name, left as written).
+PATH_KEYS = ("model", "adapter", "dataset", "eval_dataset")
+
+
+def absolutize_paths(config: Any) -> None:
+    """Rewrite each PATH_KEYS value that names an existing local path relative to the working directory as an
+    absolute path, in place: config.yaml then means the same files from any directory (resume, eval, compare),
+    and a PEFT adapter saved from the run records its base model's absolute path. Hub ids, aliases and
+    absolute paths are left as they are."""
+    for key in PATH_KEYS:
+        value = getattr(config, key, None)  # not every command's config has every key (sft has no adapter)
+        if isinstance(value, str) and value and not Path(value).is_absolute() and Path(value).exists():
+            setattr(config, key, str(Path(value).resolve()))
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """`--set key=value` pairs as a dict, each value parsed as YAML (`--set sigma=2e-3` gives a float)."""
     out = {}

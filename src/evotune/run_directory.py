@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import yaml
 
 from .checkpoint import find_checkpoint
-from .config import TrainConfig
+from .config import TrainConfig, absolutize_paths
 from .errors import ConfigError
 
 # What `evotune train` writes into a run directory (files and directories).
@@ -53,6 +53,7 @@ def changed_keys(run: TrainConfig, requested: TrainConfig) -> list[str]:
 def check_resume(output_dir: Path, config: TrainConfig) -> None:
     """Refuse a resume whose config changes a key that would change the run."""
     run = TrainConfig.from_dict(read_run_config(output_dir), source=str(Path(output_dir) / "config.yaml"))
+    absolutize_paths(run)  # a run recorded before paths were stored absolute: relative to this directory
     forbidden = [key for key in changed_keys(run, config) if key not in RESUMABLE_KEYS]
     if forbidden:
         details = "; ".join(f"`{key}` {getattr(run, key)!r} -> {getattr(config, key)!r}" for key in forbidden)
@@ -86,6 +87,7 @@ def prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool
     """Check the directory against the request, write config.yaml, and return the checkpoint to
     resume from (None for a new run). Nothing is written before every check has passed."""
     output_dir = Path(output_dir)
+    absolutize_paths(config)
     checkpoint = find_checkpoint(output_dir / "checkpoint")
     if resume:
         if overwrite:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
-from .config import DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, read_config_values
+from .config import DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, absolutize_paths, read_config_values
 from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
 from .generation import eval_record, evaluate_model
@@ -245,6 +245,7 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     started = time.perf_counter()
     rows, task = sft_rows(config)  # data errors surface before the model loads
     output_dir.mkdir(parents=True, exist_ok=True)
+    absolutize_paths(config)
     (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device))
     examples = [encode_example(backend.tokenizer, row["prompt"], row["completion"]) for row in rows]
