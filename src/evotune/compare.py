@@ -68,7 +68,7 @@ def resolve_adapter(value: str, run_dir: Path) -> Path | None:
     return found
 
 
-def method_config(config: dict, run_dir: Path) -> dict[str, Any]:
+def method_config(config: dict, run_dir: Path, _seen: frozenset[Path] = frozenset()) -> dict[str, Any]:
     """What makes a run the method it is: its config without NOT_THE_METHOD, local paths resolved, and an
     adapter made by an evotune run replaced by that run's own method config (`adapter.KEY`), so seeds that
     each start from their own seed's SFT adapter are one method, and adapters of other settings are not."""
@@ -79,9 +79,10 @@ def method_config(config: dict, run_dir: Path) -> dict[str, Any]:
             values[key] = str(found) if found is not None else values[key]
     adapter = values.get("adapter")
     maker = Path(adapter).parent if isinstance(adapter, str) and Path(adapter).is_absolute() else None
-    if maker is not None and (maker / "config.yaml").is_file():
+    seen = _seen | {Path(run_dir).resolve()}  # a run whose adapter came from itself: its path, no endless loop
+    if maker is not None and maker not in seen and (maker / "config.yaml").is_file():
         del values["adapter"]
-        made_by = method_config(_read_config(maker / "config.yaml"), maker)
+        made_by = method_config(_read_config(maker / "config.yaml"), maker, seen)
         values.update({f"adapter.{key}": value for key, value in made_by.items()})
     return values
 
@@ -175,7 +176,8 @@ def unique_directories(run_dirs: Sequence[str | Path], notes: list[str]) -> list
         spellings.setdefault(Path(directory).resolve(), []).append(str(directory))
     for resolved, given in spellings.items():
         if len(given) > 1:
-            notes.append(f"{resolved} was given {len(given)} times ({', '.join(given)}); it is one run and counts once.")
+            notes.append(f"{resolved} was given {len(given)} times ({', '.join(given)}); it is one run and counts "
+                         "once.")
     return [(given[0], resolved) for resolved, given in spellings.items()]
 
 
@@ -213,8 +215,9 @@ def _canonical(value: Any) -> str:
 
 
 def _shown(values: list[Any]) -> list[str]:
-    """How each row's value of one key shows in its label: paths by their shortest tail that tells them apart."""
-    if all(isinstance(value, str) and "/" in value for value in values):
+    """How each row's value of one key shows in its label: local paths (resolved, so absolute) by their shortest
+    tail that tells them apart, other values (a hub id too) as they are."""
+    if all(isinstance(value, str) and Path(value).is_absolute() for value in values):
         distinct = set(values)
         for depth in range(1, max(len(Path(value).parts) for value in distinct) + 1):
             tails = {value: "/".join(Path(value).parts[-depth:]) for value in distinct}
@@ -288,8 +291,8 @@ def _check_label_clash(runs: list[dict]) -> None:
     for name, directory in labelled.items():
         others = [run["run"] for run in runs if run.get("label") is None and run["method"] == name]
         if others:
-            raise ConfigError(f"--label {directory}={name}: `{name}` is also the row of {', '.join(others)} (named from its "
-                              f"config), which would pool them unasked; label those runs too (--label "
+            raise ConfigError(f"--label {directory}={name}: `{name}` is also the row of {', '.join(others)} (named "
+                              "from its config), which would pool them unasked; label those runs too (--label "
                               f"{others[0]}={name}) if they are the same method, or choose another name.")
 
 
@@ -343,7 +346,8 @@ def _readings(method: str, group: list[dict], key: str, values: list[float | Non
               notes: list[str], spread: bool) -> dict[str, Any]:
     """The mean of each run's reading at one budget (with `spread`: also per seed and their std). A run with
     no evaluation that early makes the mean null ("-" in the table), and a note says which run and why."""
-    missing = [f"{run['run']} (first at {run['curve'][0][axis]:g})" for run, value in zip(group, values)
+    unit = " s" if axis == "time_s" else " sampled completions"
+    missing = [f"{run['run']} (first at {run['curve'][0][axis]:g}{unit})" for run, value in zip(group, values)
                if value is None]
     if missing:
         notes.append(f"`{method}` {key}: {', '.join(missing)} had no evaluation within {within}, so the method's "
