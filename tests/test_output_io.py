@@ -1,0 +1,132 @@
+"""The run's own files: an output directory that cannot be written is refused before anything loads; a disk that
+fills up or turns read-only mid-run stops the run with an error that says how to resume, and the resumed run ends
+on the uninterrupted run's weights, bit for bit.
+
+Full and read-only disks are real: a small tmpfs mounted for the test (root only; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from evotune.callbacks import ESCallback
+from evotune.errors import ConfigError, OutputError
+from evotune.trainer import Trainer
+from helpers import tiny_config
+
+
+def can_mount() -> bool:
+    probe = Path("/tmp/evotune-mount-probe")
+    probe.mkdir(exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)], capture_output=True)
+    if mounted.returncode == 0:
+        subprocess.run(["umount", str(probe)], capture_output=True)
+    return mounted.returncode == 0
+
+
+requires_mount = pytest.mark.skipif(not can_mount(), reason="needs root to mount a small tmpfs")
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str):
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def remount(path: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
+
+
+def config(model_dir: str, **overrides):
+    return tiny_config(model_dir, iterations=4, checkpoint_every=1, eval_every=0, report_to=[], **overrides)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir, tmp_path_factory) -> dict[str, torch.Tensor]:
+    run = tmp_path_factory.mktemp("reference") / "run"
+    Trainer(config(tiny_model_dir), run).train()
+    return load_file(str(run / "final" / "model.safetensors"))
+
+
+def assert_same_weights(run: Path, reference: dict[str, torch.Tensor]) -> None:
+    final = load_file(str(run / "final" / "model.safetensors"))
+    assert final.keys() == reference.keys()
+    assert all(torch.equal(final[name], reference[name]) for name in reference)
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "dev_null", "proc", "empty"])
+def test_an_output_directory_that_cannot_be_written_is_refused_first(where, tiny_model_dir, tmp_path):
+    (tmp_path / "file").write_text("a user's file")
+    output = {"under_a_file": str(tmp_path / "file" / "run"), "dev_null": "/dev/null",
+              "proc": "/proc/evotune-run", "empty": ""}[where]
+    error = ConfigError if where == "empty" else OutputError
+    with pytest.raises(error, match="output directory|is a file"):
+        Trainer(config(tiny_model_dir), output)
+    assert (tmp_path / "file").read_text() == "a user's file"
+
+
+def test_cli_refuses_an_empty_output_dir_instead_of_writing_the_default(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "evotune.cli.main", "train", "--output-dir", ""], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--output-dir is empty" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@requires_mount
+def test_a_read_only_directory_is_refused_before_the_model_loads(tiny_model_dir, tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        remount(disk, "ro")
+        with pytest.raises(OutputError, match="Read-only file system"):
+            Trainer(config(tiny_model_dir), disk / "run")
+
+
+@requires_mount
+def test_a_full_disk_stops_with_a_resume_hint_and_the_resumed_run_is_exact(tiny_model_dir, tmp_path, reference):
+    # 6 MB: the first checkpoint (~3.2 MB of fp32 mean) fits, the next one's new copy does not
+    with tmpfs(tmp_path / "disk", "6m") as disk:
+        run = disk / "run"
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(yaml.safe_dump(config(tiny_model_dir).to_dict()))
+        done = subprocess.run([sys.executable, "-m", "evotune.cli.main", "train", str(config_file), "--output-dir",
+                               str(run)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "could not write its files" in done.stderr and "No space left on device" in done.stderr
+        assert f"evotune train --output-dir {run} --resume" in done.stderr
+        assert "Traceback" not in done.stderr
+        remount(disk, "size=64m")
+        Trainer(config(tiny_model_dir), run, resume=True).train()
+        assert_same_weights(run, reference)
+
+
+class RemountReadOnly(ESCallback):
+    """Turns the run's disk read-only after `iteration`'s checkpoint, as an admin's remount would."""
+
+    def __init__(self, disk: Path, iteration: int):
+        self.disk, self.iteration = disk, iteration
+
+    def on_iteration_end(self, trainer, record) -> None:
+        if record["iteration"] == self.iteration:
+            remount(self.disk, "ro")
+
+
+@requires_mount
+def test_a_read_only_remount_mid_run_stops_it_and_the_resumed_run_is_exact(tiny_model_dir, tmp_path, reference):
+    with tmpfs(tmp_path / "disk", "64m") as disk:
+        run = disk / "run"
+        trainer = Trainer(config(tiny_model_dir), run, callbacks=[RemountReadOnly(disk, 2)])
+        with pytest.raises(OutputError, match="Read-only file system.*newest complete checkpoint is intact"):
+            trainer.train()
+        remount(disk, "rw")
+        Trainer(config(tiny_model_dir), run, resume=True).train()
+        assert_same_weights(run, reference)
