@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from evotune.callbacks import EarlyStopping, TrainerCallback
+from evotune.callbacks import EarlyStopping, ESCallback, ESLoop
 from evotune.checkpoint import find_checkpoint, load_state
 from evotune.trainer import Trainer
 from helpers import tiny_config
 
 
-class Recorder(TrainerCallback):
+class Recorder(ESCallback):
     """Records every hook call and adds a key to each iteration's record."""
 
     def __init__(self) -> None:
@@ -42,7 +42,7 @@ def test_user_callback_sees_every_hook_and_its_keys_are_logged(tiny_model_dir, t
     assert "eval/reward" in records[2] and "eval/reward" not in records[1]
 
 
-class StopAfter(TrainerCallback):
+class StopAfter(ESCallback):
     def __init__(self, iteration: int):
         self.iteration = iteration
 
@@ -61,11 +61,35 @@ def test_should_stop_ends_the_run_with_a_checkpoint_and_a_final_model(tiny_model
     assert (run / "final" / "config.json").exists()
 
 
-def test_early_stopping_counts_evaluations_without_improvement():
-    class FakeTrainer:
-        should_stop = False
+class FakeLoop:
+    """A stand-in for the trainer with exactly the members of the ESLoop contract, nothing else."""
 
-    stopper, trainer = EarlyStopping("eval/accuracy", patience=2), FakeTrainer()
+    def __init__(self) -> None:
+        self.config, self.output_dir, self.logger, self.strategy, self.task = None, None, None, None, None
+        self.last_completions: list[str] = []
+        self.should_stop = False
+
+    def run_evaluation(self, record) -> None:
+        pass
+
+    def save_checkpoint(self) -> None:
+        pass
+
+    def is_final_iteration(self, iteration: int) -> bool:
+        return False
+
+
+def test_the_trainer_and_the_fake_both_meet_the_callback_contract(tiny_model_dir, tmp_path):
+    assert isinstance(FakeLoop(), ESLoop)
+    trainer = Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), tmp_path / "run")
+    assert isinstance(trainer, ESLoop)
+    # a fake without one member of the contract is caught here, not by a callback at run time
+    incomplete = type("IncompleteLoop", (), {k: v for k, v in vars(FakeLoop).items() if k != "save_checkpoint"})
+    assert not isinstance(incomplete(), ESLoop)
+
+
+def test_early_stopping_counts_evaluations_without_improvement():
+    stopper, trainer = EarlyStopping("eval/accuracy", patience=2), FakeLoop()
     for iteration, value in enumerate([0.1, 0.3, 0.3, 0.2]):
         stopper.on_evaluate(trainer, {"iteration": iteration, "eval/accuracy": value})
         assert trainer.should_stop == (iteration == 3)

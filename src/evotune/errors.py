@@ -26,5 +26,9 @@ class ModelLoadError(EvotuneError):
     """A model could not be found or loaded."""
 
 
+class OutputError(EvotuneError):
+    """The run's files could not be written (disk full, a read-only or missing directory)."""
+
+
 class CheckpointError(EvotuneError):
     """A checkpoint is missing files, fails its checksum, or holds something other than evotune's state."""

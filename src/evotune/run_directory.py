@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,7 +18,7 @@ import yaml
 
 from .checkpoint import find_checkpoint
 from .config import TrainConfig, absolutize_paths
-from .errors import ConfigError
+from .errors import ConfigError, OutputError
 
 # What `evotune train` writes into a run directory (files and directories).
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
@@ -68,6 +69,45 @@ def existing_artifacts(output_dir: Path) -> list[str]:
 
 
 @contextlib.contextmanager
+def writes_reported(output_dir: Path) -> Iterator[None]:
+    """Around a run's training: a file the run cannot write (disk full, a read-only remount) stops it with an
+    OutputError naming the cause; checkpoints are written whole or not at all, so the newest complete one is
+    still there to resume from (the CLI prints the resume command)."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, SafetensorError) as exc:
+        raise OutputError(f"the run could not write its files in {output_dir} ({type(exc).__name__}: {exc}); the "
+                          "newest complete checkpoint is intact. Free disk space or make the directory writable, "
+                          "then resume.") from exc
+
+
+def check_writable(output_dir: str | Path) -> None:
+    """Refuse an output directory the run could not write into (empty, under a file, read-only, /proc, ...)
+    before anything is loaded; directories made for the check are removed again."""
+    if not str(output_dir).strip():
+        raise ConfigError("the output directory is empty; name the run directory, e.g. --output-dir runs/my_run.")
+    output_dir = Path(output_dir)
+    existing = next(parent for parent in (output_dir, *output_dir.parents) if parent.exists())
+    if not existing.is_dir():
+        raise OutputError(f"output directory {output_dir}: {existing} is a file, not a directory; choose another "
+                          "path.")
+    made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=output_dir, prefix=".evotune-write-check-"):
+            pass
+    except OSError as exc:
+        raise OutputError(f"output directory {output_dir} cannot be written ({exc.strerror or exc}); choose a "
+                          "directory on a writable file system.") from exc
+    finally:
+        for directory in made:  # innermost first; nothing of the run is written before every check passed
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+@contextlib.contextmanager
 def removed_if_start_fails(output_dir: Path, new_run: bool) -> Iterator[None]:
     """Around the start of a new run: if building it fails (bad data, a model that does not load, a prompt
     too long), remove what this attempt wrote (config.yaml, loggers' files), so the same command can simply
@@ -83,9 +123,10 @@ def removed_if_start_fails(output_dir: Path, new_run: bool) -> Iterator[None]:
         raise
 
 
-def prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
+def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
     """Check the directory against the request, write config.yaml, and return the checkpoint to
     resume from (None for a new run). Nothing is written before every check has passed."""
+    check_writable(output_dir)
     output_dir = Path(output_dir)
     absolutize_paths(config)
     checkpoint = find_checkpoint(output_dir / "checkpoint")

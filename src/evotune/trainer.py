@@ -39,7 +39,7 @@ class Trainer:
         self.config = config
         self.output_dir = Path(output_dir)
         self.checkpoint_dir = self.output_dir / "checkpoint"
-        existing = run_directory.prepare(self.output_dir, config, resume, overwrite)
+        existing = run_directory.prepare(output_dir, config, resume, overwrite)
         self.update_log: list[dict] = []
         self.training_seconds = 0.0  # summed over resumes, for max_training_seconds
         with run_directory.removed_if_start_fails(self.output_dir, new_run=existing is None):
@@ -162,16 +162,18 @@ class Trainer:
     def train(self) -> dict[str, float]:
         """Run to `iterations`, `max_training_seconds` or a callback's should_stop; returns the last eval metrics."""
         self.should_stop = False
-        try:
-            self._notify("on_train_begin")
-            if self.strategy.iteration == 0:  # the baseline, so the gain is visible
-                self.run_evaluation({"iteration": 0})
-            while self.strategy.iteration < self.config.iterations and not self.should_stop and not self.out_of_time():
-                record = self.step()
-                self._notify("on_iteration_end", record)
-        finally:
-            self._notify("on_train_end")
-        self.finish()
+        with run_directory.writes_reported(self.output_dir):
+            try:
+                self._notify("on_train_begin")
+                if self.strategy.iteration == 0:  # the baseline, so the gain is visible
+                    self.run_evaluation({"iteration": 0})
+                while (self.strategy.iteration < self.config.iterations and not self.should_stop
+                       and not self.out_of_time()):
+                    record = self.step()
+                    self._notify("on_iteration_end", record)
+            finally:
+                self._notify("on_train_end")
+            self.finish()
         return self.last_eval
 
     def finish(self) -> None:

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from ..config import DtypeName, add_cli_options
-from ..errors import EvotuneError
+from ..errors import ConfigError, EvotuneError
 
 
 def _output_dir(args: argparse.Namespace, without_config: str) -> str:
     """--output-dir, else runs/<config file name>, else the command's own default."""
+    if args.output_dir is not None and not args.output_dir.strip():
+        raise ConfigError("--output-dir is empty; name the run directory, e.g. --output-dir runs/my_run (or leave "
+                          "the flag out for the default).")
     return args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else without_config)
 
 
@@ -300,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except EvotuneError as exc:
-        print("evotune: error: " + textwrap.fill(str(exc), width=100, subsequent_indent="  "), file=sys.stderr)
+        # paths are never broken (at their hyphens, or when longer than a line), so they copy whole
+        print("evotune: error: " + textwrap.fill(str(exc), width=100, subsequent_indent="  ", break_on_hyphens=False,
+                                                 break_long_words=False), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
