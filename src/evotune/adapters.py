@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-REQUIRED_KEYS = ("peft_type", "r", "target_modules")
+REQUIRED_KEYS = ("peft_type", "r")  # target_modules may be null: PEFT then picks per architecture
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 PEFT_PREFIX = "base_model.model."  # PEFT's saved keys: base_model.model.<module>.lora_A.weight
 
@@ -60,8 +60,9 @@ def adapter_weight_shapes(adapter: str | Path) -> dict[str, tuple[int, ...]]:
         if path.suffix == ".safetensors":
             from safetensors import safe_open
 
-            with safe_open(str(path), framework="pt") as weights:
-                return {key: tuple(weights.get_slice(key).get_shape()) for key in weights.keys()}  # noqa: SIM118 (safe_open is not a dict)
+            with safe_open(str(path), framework="pt") as weights:  # the header only: no tensor is read
+                names = list(weights.keys())
+                return {key: tuple(weights.get_slice(key).get_shape()) for key in names}
         import torch
 
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -143,7 +144,7 @@ def check_adapter(adapter: str | Path, model: Any, model_name: str | None = None
     a fine-tuned copy of the same base is a legitimate base too."""
     config = read_adapter_config(adapter)
     shapes = adapter_weight_shapes(adapter)
-    check_target_modules(model, config["target_modules"], f"adapter {adapter} (adapter_config.json)")
+    check_target_modules(model, config.get("target_modules"), f"adapter {adapter} (adapter_config.json)")
     check_shapes(adapter, shapes, model)
     recorded = config.get("base_model_name_or_path")
     if model_name and recorded and not same_model(str(recorded), str(model_name)):

@@ -18,34 +18,59 @@ are written to `output_dir/data/` and the config records them and the reward fun
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+import os
+import shutil
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .callbacks import ESCallback
 from .config import TrainConfig
 from .config_fields import _opt
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 from .tasks import Task, get_task
 from .tasks.base import function_name
 from .tasks.custom import custom_task, import_reward_fn
 from .tasks.data import validate_rows
 
+# ESConfig's keys that describe the run directory, not the run: config.yaml does not record them.
+TRAINER_KEYS = ("output_dir", "overwrite")
+HOOKS = ("on_train_begin", "on_evaluate", "on_iteration_end", "on_train_end")
+
 
 @dataclass
 class ESConfig(TrainConfig):
-    """TrainConfig plus TRL's `output_dir`: every `evotune keys` key is an argument."""
+    """TrainConfig plus TRL's `output_dir` and `overwrite`: every `evotune keys` key is an argument."""
 
     output_dir: str = _opt("trainer_output", "Run directory (config.yaml, metrics.jsonl, checkpoint/, final/).")
+    overwrite: bool = _opt(False, "Replace a run already in output_dir (what a run writes there; other files stay), "
+                                  "as `evotune train --overwrite`; False refuses to start over it.")
 
     def __post_init__(self) -> None:
         # As in TRL, the reward functions go to the trainer and their weights here: every other check now,
         # the pairing of weights with functions when ESTrainer has both.
         values = self.to_dict()
-        values.pop("output_dir")
+        for key in TRAINER_KEYS:
+            values.pop(key)
+        if not isinstance(self.overwrite, bool):
+            raise ConfigError(f"ESConfig(overwrite={self.overwrite!r}): overwrite is True or False.")
         if not values["reward_fns"]:
             values["reward_weights"] = []
         TrainConfig.from_dict(values)
+
+
+def as_es_config(args: Any) -> ESConfig:
+    """`args` as an ESConfig: a TrainConfig keeps its values (in the default output_dir); anything else is refused."""
+    if args is None:
+        return ESConfig()
+    if isinstance(args, ESConfig):
+        return args
+    if isinstance(args, TrainConfig):  # evotune's own config, as `evotune train` takes it: only the directory is new
+        return ESConfig(**args.to_dict())
+    raise ConfigError(f"args is a {type(args).__name__}; ESTrainer takes ESConfig(output_dir=..., ...) (every "
+                      "TrainConfig key plus output_dir and overwrite). TRL's names map as: max_steps -> iterations, "
+                      "max_completion_length -> max_new_tokens, num_generations -> population_size.")
 
 
 def _is_reward_model(spec: str) -> bool:
@@ -82,16 +107,89 @@ def import_path(function: Callable) -> str:
     return f"{module}:{qualname}" if module and qualname else function_name(function)
 
 
-def dataset_rows(dataset: Any, name: str) -> list[dict]:
-    """Rows of a `datasets.Dataset` (or any iterable of dicts) with a `prompt` column."""
+def column_rows(columns: Mapping, name: str) -> list[dict]:
+    """A dict of equal-length columns (what `dataset[:8]` returns) as rows."""
+    lengths = {key: len(value) if isinstance(value, (list, tuple)) else None for key, value in columns.items()}
+    if None in lengths.values() or len(set(lengths.values())) > 1:
+        raise DataError(f"{name} is a dict, read as columns (as `dataset[:8]` returns), but its values are not lists "
+                        f"of one length (lengths {lengths}); pass a datasets.Dataset, a list of dicts, or a dict of "
+                        "equal-length lists with a `prompt` column.")
+    count = next(iter(lengths.values()), 0)
+    return [{key: value[index] for key, value in columns.items()} for index in range(count)]
+
+
+def plain_rows(dataset: Any, name: str) -> list:
+    """The rows of a dataset object: a dict of columns, a list of prompt strings, or an iterable of dicts."""
     if isinstance(dataset, (str, Path)):
         raise ConfigError(f"{name} is a path; ESTrainer takes dataset objects (datasets.Dataset or a list of dicts). "
                           "For files, set `dataset` / `eval_dataset` in ESConfig and leave the argument out.")
+    if isinstance(dataset, Mapping):
+        return column_rows(dataset, name)
     if not isinstance(dataset, Iterable):
         raise ConfigError(f"{name} is a {type(dataset).__name__}; pass a datasets.Dataset or a list of dicts.")
-    rows = [dict(row) for row in dataset]
+    rows = list(dataset)
+    if rows and all(isinstance(row, str) for row in rows):  # a list of prompts
+        return [{"prompt": row} for row in rows]
+    strings = [number for number, row in enumerate(rows, start=1) if isinstance(row, str)]
+    if strings:
+        raise DataError(f"{name} mixes prompt strings (row {strings[0]}) with other rows; pass only strings "
+                        "(prompts) or only dicts with a `prompt` column.")
+    return [dict(row) if isinstance(row, Mapping) else row for row in rows]
+
+
+def check_serializable(rows: list[dict], name: str) -> None:
+    """The run directory keeps the datasets as JSON lines (output_dir/data/): every value must be JSON."""
+    for number, row in enumerate(rows, start=1):
+        for column, value in row.items():
+            try:
+                json.dumps(value, ensure_ascii=False)
+            except (TypeError, ValueError) as error:
+                raise DataError(f"{name}, row {number}, column `{column}`: a {type(value).__name__} value, which JSON "
+                                "cannot hold (the run saves its datasets to output_dir/data/*.jsonl so a resume sees "
+                                "them). Convert the column (e.g. bytes to str) or drop it.") from error
+
+
+def dataset_rows(dataset: Any, name: str) -> list[dict]:
+    """Rows of a `datasets.Dataset`, a list of dicts, a dict of columns or a list of prompt strings."""
+    rows = plain_rows(dataset, name)
+    if not rows:
+        held_out = (" or leave it out (num_eval rows of train_dataset are then held out)" if name == "eval_dataset"
+                    else "")
+        raise DataError(f"{name} is empty; pass rows with a `prompt` column{held_out}.")
     validate_rows(rows, name)
+    check_serializable(rows, name)
     return rows
+
+
+def resolve_callbacks(callbacks: Any) -> list:
+    """ESCallback objects (a subclass is instantiated, as TRL does); anything without evotune's hooks is refused."""
+    resolved = []
+    for index, callback in enumerate(callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]):
+        if isinstance(callback, type) and issubclass(callback, ESCallback):
+            try:
+                callback = callback()
+            except TypeError as error:
+                raise ConfigError(f"callbacks[{index}]: {callback.__name__}() needs arguments ({error}); pass an "
+                                  "instance.") from error
+        if not all(callable(getattr(callback, hook, None)) for hook in HOOKS):
+            raise ConfigError(f"callbacks[{index}] is {callback!r}, not an evotune.callbacks.ESCallback: subclass it "
+                              f"and override its hooks ({', '.join(HOOKS)}). transformers' TrainerCallback hooks "
+                              "take other arguments.")
+        resolved.append(callback)
+    return resolved
+
+
+def target_module_list(modules: Any, default: list[str]) -> list[str]:
+    """LoraConfig.target_modules as config.yaml's list: None -> evotune's default (`lora_target_modules`,
+    q/k/v/o unless set), "all-linear" -> ["all-linear"] (PEFT's meaning); other strings (PEFT regexes) refused."""
+    if modules is None:
+        return list(default)
+    if isinstance(modules, str):
+        if modules == "all-linear":
+            return ["all-linear"]
+        raise ConfigError(f"peft_config.target_modules={modules!r}: a string is a regex to PEFT, which evotune does "
+                          "not take; pass a list of module names (e.g. ['q_proj', 'v_proj']) or 'all-linear'.")
+    return sorted(modules)
 
 
 def _jsonl(rows: list[dict]) -> str:
@@ -99,20 +197,25 @@ def _jsonl(rows: list[dict]) -> str:
 
 
 class ESTrainer:
-    """TRL-shaped front end of `evotune.trainer.Trainer` (ES at Scale, or ESSA with `peft_config`)."""
+    """TRL-shaped front end of `evotune.trainer.Trainer` (ES at Scale, or ESSA with `peft_config`).
+
+    Every argument is checked here, before anything is written; a start that fails later (a model that does
+    not load, an adapter PEFT refuses) removes what it wrote, so the same script can simply run again."""
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: ESConfig | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None, processing_class: Any = None,
                  callbacks: list | None = None, peft_config: Any = None):
-        args = args or ESConfig()
+        args = as_es_config(args)
         values = args.to_dict()
         self.output_dir = Path(values.pop("output_dir"))
+        self.overwrite = values.pop("overwrite")
+        self.callbacks = resolve_callbacks(callbacks or [])
         self.backend = self._backend(model, processing_class)
         values["model"] = model if isinstance(model, str) else getattr(model, "name_or_path", "") or values["model"]
         if self.backend is not None:
             values["dtype"] = str(next(self.backend.model.parameters()).dtype).removeprefix("torch.")
         if peft_config is not None:
-            values.update(self._adapter_keys(peft_config, values["space"]))
+            values.update(self._adapter_keys(peft_config, values))
         functions = resolve_reward_funcs(reward_funcs) if reward_funcs is not None else None
         self.train_rows = dataset_rows(train_dataset, "train_dataset") if train_dataset is not None else None
         self.eval_rows = dataset_rows(eval_dataset, "eval_dataset") if eval_dataset is not None else None
@@ -122,18 +225,23 @@ class ESTrainer:
                                   "fn(prompts, completions, **columns) -> list[float]).")
             values.update(task="custom", task_args={}, dataset=str(self.output_dir / "data" / "train.jsonl"),
                           eval_dataset=str(self.output_dir / "data" / "eval.jsonl") if self.eval_rows else None)
+        elif self.eval_rows is not None:
+            raise ConfigError("eval_dataset without train_dataset: a built-in task (ESConfig(task=...)) brings its own "
+                              "held-out rows; pass train_dataset too, or leave eval_dataset out.")
         if functions:
             values["reward_fns"] = [import_path(function) for function in functions]
         self.config = TrainConfig.from_dict(values)
         self.task = self._task(functions)
-        self.callbacks = list(callbacks or [])
         self.trainer: Any = None
 
     @staticmethod
     def _backend(model: Any, processing_class: Any) -> Any:
         """An HFBackend around an already loaded model; None when `model` names one to load."""
-        if isinstance(model, str):
+        if isinstance(model, (str, os.PathLike)):
             return None
+        if not hasattr(model, "name_or_path") or not callable(getattr(model, "generate", None)):
+            raise ConfigError(f"model is a {type(model).__name__}; pass a hub id, a local directory, or a loaded "
+                              "transformers causal LM (with processing_class=its tokenizer).")
         from .backends import HFBackend
 
         tokenizer = processing_class
@@ -146,15 +254,25 @@ class ESTrainer:
         tokenizer.padding_side = "left"  # batched generation continues every prompt from its last token
         return HFBackend(model.eval(), tokenizer)
 
-    @staticmethod
-    def _adapter_keys(peft_config: Any, space: str) -> dict[str, Any]:
+    def _adapter_keys(self, peft_config: Any, values: dict[str, Any]) -> dict[str, Any]:
         """LoraConfig -> the adapter keys (ESSA evolves the adapter's singular values)."""
-        if space not in ("lora", "svd_lora"):
+        if values["space"] not in ("lora", "svd_lora"):
             raise ConfigError("peft_config gives ES an adapter to evolve: set ESConfig(space='svd_lora') (ESSA: the "
                               "adapter's singular values) or space='lora' (every adapter entry).")
-        modules = peft_config.target_modules
+        if not all(hasattr(peft_config, key) for key in ("r", "lora_alpha", "target_modules")):
+            raise ConfigError(f"peft_config is a {type(peft_config).__name__}; pass peft.LoraConfig(r=..., "
+                              "target_modules=[...]) (ES evolves LoRA adapters).")
+        if values["adapter"] is not None:
+            raise ConfigError(f"peft_config describes a fresh adapter and ESConfig(adapter={values['adapter']!r}) "
+                              "loads a saved one; pass only one of them.")
+        targets = target_module_list(peft_config.target_modules, values["lora_target_modules"])
+        if self.backend is not None:  # a loaded model: name missing modules now, before anything is written
+            from .adapters import check_target_modules
+
+            check_target_modules(self.backend.model, [] if targets == ["all-linear"] else targets,
+                                 "peft_config.target_modules")
         return {"lora_rank": int(peft_config.r), "lora_alpha": float(peft_config.lora_alpha),
-                "lora_target_modules": sorted(modules) if isinstance(modules, (set, list, tuple)) else [modules]}
+                "lora_target_modules": targets}
 
     def _task(self, functions: list[Callable] | None) -> Task:
         config = self.config
@@ -169,42 +287,84 @@ class ESTrainer:
         return custom_task(self.train_rows, self.eval_rows, functions, list(config.reward_weights) or None,
                            seed=config.seed, num_eval=config.num_eval, source="train_dataset")
 
+    def _data_files(self) -> list[tuple[list[dict] | None, Path]]:
+        return [(rows, self.output_dir / "data" / f"{name}.jsonl")
+                for rows, name in ((self.train_rows, "train"), (self.eval_rows, "eval"))]
+
     def _check_data(self) -> None:
         """A resumed run must see the data it started with."""
-        for rows, name in ((self.train_rows, "train"), (self.eval_rows, "eval")):
-            path = self.output_dir / "data" / f"{name}.jsonl"
+        for rows, path in self._data_files():
             if rows is not None and not (path.exists() and path.read_text() == _jsonl(rows)):
-                raise ConfigError(f"resume_from_checkpoint: the {name}_dataset differs from the one this run started "
-                                  f"with ({self.output_dir / 'data' / f'{name}.jsonl'}); pass the same dataset, or "
-                                  "start a new run in another output_dir.")
+                raise ConfigError(f"resume_from_checkpoint: the {path.stem}_dataset differs from the one this run "
+                                  f"started with ({path}); pass the same dataset, or start a new run in another "
+                                  "output_dir.")
+
+    def _check_new_run(self) -> None:
+        """A new run may replace an earlier one only when asked (`overwrite`), as the CLI's --overwrite."""
+        from .checkpoint import find_checkpoint
+        from .run_directory import existing_artifacts
+
+        found = existing_artifacts(self.output_dir)
+        if found and not self.overwrite:
+            resumable = " call train(resume_from_checkpoint=True) to continue it," if find_checkpoint(
+                self.output_dir / "checkpoint") else ""
+            raise ConfigError(f"{self.output_dir} already holds a run ({', '.join(found)}):{resumable} set "
+                              "ESConfig(overwrite=True) to replace it, or choose another output_dir.")
 
     def _write_data(self) -> None:
-        for rows, name in ((self.train_rows, "train"), (self.eval_rows, "eval")):
+        for rows, path in self._data_files():
             if rows is not None:
-                (self.output_dir / "data").mkdir(parents=True, exist_ok=True)
-                (self.output_dir / "data" / f"{name}.jsonl").write_text(_jsonl(rows))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(_jsonl(rows))
 
-    def _resume(self, resume_from_checkpoint: bool | str | None) -> bool:
-        if resume_from_checkpoint in (None, False):
+    def _remove_attempt(self) -> None:
+        """What a failed start wrote (config.yaml, data/, ...), so that the next attempt starts cleanly;
+        only names a run writes, never the user's other files."""
+        from .run_directory import existing_artifacts
+
+        for name in existing_artifacts(self.output_dir):
+            path = self.output_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        for _, path in self._data_files():
+            path.unlink(missing_ok=True)
+        if (self.output_dir / "data").is_dir() and not any((self.output_dir / "data").iterdir()):
+            (self.output_dir / "data").rmdir()
+
+    def _resume(self, resume_from_checkpoint: Any) -> bool:
+        """TRL's argument: None/False start a run, True (or the run's checkpoint path) continues it."""
+        from .checkpoint import find_checkpoint
+
+        if resume_from_checkpoint is None or resume_from_checkpoint is False:
             return False
-        if resume_from_checkpoint is True:
-            return True
-        if Path(resume_from_checkpoint).resolve() not in (self.output_dir.resolve(),
-                                                         (self.output_dir / "checkpoint").resolve()):
+        if not isinstance(resume_from_checkpoint, (bool, str, os.PathLike)):
+            kind = type(resume_from_checkpoint).__name__
+            raise ConfigError(f"resume_from_checkpoint={resume_from_checkpoint!r} ({kind}):"
+                              " pass True to continue the run in output_dir, or that run's checkpoint path.")
+        if resume_from_checkpoint is not True and Path(resume_from_checkpoint).resolve() not in (
+                self.output_dir.resolve(), (self.output_dir / "checkpoint").resolve()):
             raise ConfigError(f"resume_from_checkpoint={resume_from_checkpoint!r}: an evotune run keeps its one "
                               f"checkpoint in output_dir/checkpoint ({self.output_dir / 'checkpoint'}); pass True, or "
                               "set output_dir to the run you want to continue.")
+        if find_checkpoint(self.output_dir / "checkpoint") is None:
+            raise ConfigError(f"resume_from_checkpoint: no checkpoint in {self.output_dir / 'checkpoint'} (a new "
+                              "output_dir, or a run that stopped before its first checkpoint); call train() without "
+                              "resume_from_checkpoint to start the run (with ESConfig(overwrite=True) if the "
+                              "directory holds one).")
         return True
 
     def _build(self, resume: bool) -> Any:
         from .trainer import Trainer
 
-        if resume:
-            self._check_data()
-        trainer = Trainer(self.config, self.output_dir, resume=resume, backend=self.backend, task=self.task,
-                          callbacks=self.callbacks)
-        if not resume:
-            self._write_data()
+        self._check_data() if resume else self._check_new_run()
+        try:
+            trainer = Trainer(self.config, self.output_dir, resume=resume, backend=self.backend, task=self.task,
+                              callbacks=self.callbacks, overwrite=self.overwrite and not resume)
+            if not resume:
+                self._write_data()
+        except BaseException:
+            if not resume:  # a failed start leaves nothing that blocks the next one
+                self._remove_attempt()
+            raise
         return trainer
 
     def train(self, resume_from_checkpoint: bool | str | None = None) -> dict[str, float]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..types import Population, Update
-from .shaping import SHAPINGS
+from .shaping import SHAPINGS, check_rewards
 
 
 class Strategy(ABC):
@@ -52,6 +52,7 @@ class Strategy(ABC):
             raise ValueError("every candidate's reward is NaN (all samples skipped); nothing to learn from")
         # A candidate whose samples were all skipped is neutral: it gets the population mean.
         rewards = np.where(np.isnan(rewards), np.nanmean(rewards), rewards)
+        check_rewards(rewards, self.iteration)  # inf, or a spread float64 cannot shape: refused by candidate
         metrics = {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
                    "reward_max": float(rewards.max()), "reward_min": float(rewards.min())}
         if rewards.max() > self.best_reward:

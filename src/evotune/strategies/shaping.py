@@ -9,6 +9,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import RewardFunctionError
+
+
+def check_rewards(rewards: np.ndarray, iteration: int) -> None:
+    """Rewards (pop,) that shaping can use: finite, and of a scale whose spread float64 can square.
+
+    Each sample's reward is already checked finite where the reward functions are called, but a candidate's
+    mean over its batch (or a weighted sum of several functions) of values near 1e308 overflows to inf, and
+    a spread above ~1e154 overflows the standard deviation: z-score shaping then returns zeros and the run
+    goes on without moving. Both are refused here, naming the candidates."""
+    infinite = np.flatnonzero(~np.isfinite(rewards))
+    if infinite.size:
+        listed = ", ".join(f"candidate {index + 1}: {rewards[index]}" for index in infinite[:4])
+        raise RewardFunctionError(
+            f"iteration {iteration + 1}: mean reward overflowed float64 ({listed} of {rewards.size}): the reward "
+            "functions return values so large (e.g. 1e308) that their sum over a batch is infinite. Return rewards "
+            "of a moderate scale (e.g. within +-1e6); only their order and spread matter to ES.")
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = rewards.std()
+    if not np.isfinite(spread):
+        raise RewardFunctionError(
+            f"iteration {iteration + 1}: the candidates' rewards range from {rewards.min():g} (candidate "
+            f"{int(rewards.argmin()) + 1}) to {rewards.max():g} (candidate {int(rewards.argmax()) + 1}), too far "
+            "apart for float64 to shape (their standard deviation overflows). Return rewards of a moderate scale "
+            "(e.g. within +-1e6); only their order and spread matter to ES.")
+
 
 def z_score(rewards: np.ndarray) -> np.ndarray:
     """(pop,) -> (pop,): subtract the mean, divide by the std (zeros if the std is 0)."""
