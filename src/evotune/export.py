@@ -12,18 +12,23 @@ from pathlib import Path
 
 from .backends.models import find_adapter, load_model, torch_dtype
 from .errors import ConfigError
-from .evaluation import require_final
+from .evaluation import is_checkpoint_directory, load_for_eval, require_final
 
 
 def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = "float32",
                  overwrite: bool = False) -> dict:
-    """Save `model` (alias, directory, .gguf, hub id, adapter or run directory) with save_pretrained.
+    """Save `model` (alias, directory, .gguf, hub id, adapter, run directory or a run's checkpoint/) with
+    save_pretrained.
 
     An `output_dir` that already holds files is refused unless `overwrite`: save_pretrained would
     silently replace a config.json or weights someone keeps there."""
     check_output_dir(Path(output_dir), Path(model), overwrite)
-    require_final(Path(model))
     torch_dtype(dtype)  # an unknown dtype fails now, not after loading and merging the model
+    if is_checkpoint_directory(Path(model)):
+        return _export_checkpoint(Path(model), output_dir, merge, dtype)
+    require_final(Path(model))
+    if (Path(model) / "final" / "config.json").exists():  # a full-parameter or low-rank run: final/ is the model
+        model = str(Path(model) / "final")
     adapter = find_adapter(model)
     if adapter is not None and not merge:
         raise ConfigError(f"{model} is a LoRA adapter (it already loads with peft.PeftModel.from_pretrained); "
@@ -36,6 +41,21 @@ def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = 
     tokenizer.save_pretrained(output_dir)
     return {"output_dir": output_dir, "model": model, "adapter": str(adapter[0]) if adapter else None,
             "base": adapter[1] if adapter else model, "dtype": dtype}
+
+
+def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: str) -> dict:
+    """A run's checkpoint/ as a model directory: the mean rebuilt from the run's config.yaml and the checkpoint (as
+    `evotune eval` does); an adapter run's mean is written as a PEFT adapter, or merged with --merge."""
+    from peft import PeftModel
+
+    backend = load_for_eval(str(checkpoint), "float32", "cpu")  # fp32: every bit of the fp32 mean
+    loaded, adapter = backend.model, isinstance(backend.model, PeftModel)
+    if adapter and merge:
+        loaded, adapter = loaded.merge_and_unload(), False
+    loaded.to(torch_dtype(dtype)).save_pretrained(output_dir)
+    backend.tokenizer.save_pretrained(output_dir)
+    return {"output_dir": output_dir, "model": str(checkpoint), "adapter": str(output_dir) if adapter else None,
+            "base": str(checkpoint.parent), "dtype": dtype}
 
 
 def check_output_dir(output: Path, model: Path, overwrite: bool) -> None:

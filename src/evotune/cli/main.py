@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(run=_eval)
 
     export = commands.add_parser("export", help="write a plain transformers model (merging a LoRA run's adapter)")
-    export.add_argument("model", help="run directory or adapter (with --merge), or alias / directory / .gguf")
+    export.add_argument("model", help="run directory (its final/), a run's checkpoint/, an adapter (with --merge: "
+                                      "merged), or alias / directory / .gguf")
     export.add_argument("--output-dir", required=True)
     export.add_argument("--merge", action="store_true", help="fold the LoRA adapter into the base weights")
     export.add_argument("--dtype", default="float32", choices=get_args(DtypeName),
