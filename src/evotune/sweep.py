@@ -32,7 +32,6 @@ import yaml
 
 from .errors import ConfigError, EvotuneError
 
-
 # A point's directory is its `key=value,...` name when that text names it alone: lowercase plain values that
 # --grid reads back as themselves (so no two points share it, even on a case-insensitive disk) in a short name.
 # Any other point's is a readable prefix of at most READABLE_BYTES bytes plus a hash of its values.
@@ -167,7 +166,8 @@ def _scalar(spec: str, text: str) -> Any:
         problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
         raise ConfigError(f"--grid {spec!r}: the value {text!r} is not valid YAML ({problem}); quote it whole, "
                           """e.g. 'key="a: b",c'.""") from exc
-    if isinstance(value, str):  # YAML 1.1 reads 2e-3 (no dot) as a string
+    # YAML 1.1 reads 2e-3 (no dot) as a string; a quoted '2e-3' is meant as one
+    if isinstance(value, str) and text.strip()[:1] not in "'\"":
         try:
             return float(value) if any(c in value for c in "eE.") else value
         except ValueError:
@@ -333,16 +333,21 @@ def _check_arguments(grid: list[tuple[str, list[Any]]], seeds: list[int], comman
 def _validate(command: str, configs: dict) -> dict:
     """The typed config of every (point, seed), all checked before any run starts; the bad ones are named
     together, and two points that give the same config are refused."""
+    from .config import absolutize_paths
+
     if command == "grpo":
         from .baselines.grpo import GRPORunConfig as Config
     else:
         from .config import TrainConfig as Config
     typed, problems = {}, []
     for (point, seed), values in configs.items():
+        source = f"sweep point {point.name}, seed {seed}"
         try:
-            typed[point, seed] = Config.from_dict(values, source=f"sweep point {point.name}, seed {seed}")
-        except ConfigError as error:
-            problems.append(str(error))
+            typed[point, seed] = Config.from_dict(values, source=source)
+            if command == "train":  # as its config.yaml will record them, so a re-run compares like with like
+                absolutize_paths(typed[point, seed])
+        except ConfigError as error:  # not every check's message names its source: the point is named here
+            problems.append(str(error) if source in str(error) else f"{source}: {error}")
     if problems:
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
         shown = "; ".join(problems[:5]) + more
@@ -388,7 +393,7 @@ def _run_all(runs: list[tuple[str, Callable[[], None]]], parallel: int, cpus_per
     for name, run in runs:
         try:
             run()
-        except Exception as error:  # named now and in the end; the next run starts
+        except Exception as error:  # noqa: BLE001 - any run's failure is named now and at the end; the next starts
             print(f"evotune sweep: {name}: failed: {_describe(error)}", file=sys.stderr, flush=True)
             failures[name] = error
     return failures
