@@ -9,9 +9,10 @@ functions and datasets.
 Arguments mean what they mean in TRL's GRPOTrainer: `model` is a hub id, a local directory or a
 loaded `PreTrainedModel` (with `processing_class` for its tokenizer); `reward_funcs` are callables
 with TRL's signature, import paths, reward-model ids, or a list mixing them (weights in
-`args.reward_weights`); datasets are `datasets.Dataset` objects (or lists of dicts) in TRL's
-standard or conversational prompt format, extra columns reaching the reward functions. The run
-goes through the same `Trainer` as `evotune train`, so the run directory is the CLI's: the datasets
+`args.reward_weights`); datasets are `datasets.Dataset` objects (or lists of dicts, a dict of
+columns, a list of prompt strings) in TRL's standard or conversational prompt format, extra columns
+reaching the reward functions. The run goes through the same `Trainer` as `evotune train`, so the
+run directory is the CLI's (`args.overwrite` replaces a run there, as --overwrite does): the datasets
 are written to `output_dir/data/` and the config records them and the reward functions' import paths.
 """
 
