@@ -243,7 +243,9 @@ def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.
         trained = training_seconds(records)
         if steps and (max(steps) >= iterations or (max_training_seconds and trained >= max_training_seconds)):
             return "done"
-    if find_checkpoint(directory / "checkpoint") is not None or list((directory / "trl").glob("checkpoint-*")):
+    from .baselines.grpo import complete_checkpoints  # a TRL checkpoint cut short by a kill does not count
+
+    if find_checkpoint(directory / "checkpoint") is not None or complete_checkpoints(directory):
         return "partial"
     return "new"
 
@@ -256,7 +258,8 @@ def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) 
     if command == "grpo":
         from .baselines.grpo import GRPORunConfig, run_grpo
 
-        run_grpo(GRPORunConfig.from_dict(values, source="sweep"), str(directory), resume=state == "partial")
+        run_grpo(GRPORunConfig.from_dict(values, source="sweep"), str(directory), resume=state == "partial",
+                 overwrite=state == "new")
         return
     from .config import TrainConfig
     from .trainer import Trainer
@@ -373,6 +376,10 @@ def _plan(command: str, configs: dict, typed: dict, directories: dict[GridPoint,
             from .run_directory import check_resume
 
             check_resume(directory, config)
+        elif state != "new":  # a GRPO point run before with other settings is refused, never "skipped (done)"
+            from .baselines.grpo import check_grpo_resume
+
+            check_grpo_resume(directory, config)
         torn = state == "partial" and (directory / "final").exists() and not final_is_complete(directory / "final",
                                                                                                   command)
         note = " (final/ incomplete: resumed to write it again)" if torn else ""

@@ -9,6 +9,7 @@ evaluation as `evotune train`, and writes the same run directory (config.yaml, m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -17,7 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Iterator, Literal, get_args
 
 import yaml
 
@@ -89,15 +90,20 @@ class GRPORunConfig(RunConfig):
             raise ConfigError("`adapter` continues training a LoRA adapter, but `lora` is false (all parameters); "
                               "set `lora: true`, or remove `adapter`.")
         # config.yaml records absolute paths, so the run resumes and evaluates from any working directory
-        self.adapter = _absolute(self.adapter) if self.adapter is not None else None
-        if os.path.exists(os.path.expanduser(self.model)):  # a local model (not an alias or hub id)
-            from ..backends.models import ALIASES
+        for key in PATH_KEYS:
+            value = getattr(self, key)
+            if value and not os.path.isabs(value) and os.path.exists(value) and value not in _aliases():
+                setattr(self, key, str(Path(value).resolve()))
 
-            self.model = self.model if self.model in ALIASES else _absolute(self.model)
+
+# Keys that may name a local file or directory (else a hub id or built-in name, left as written), as for train.
+PATH_KEYS = ("model", "adapter", "dataset", "eval_dataset")
 
 
-def _absolute(path: str) -> str:
-    return os.path.abspath(os.path.expanduser(path))
+def _aliases() -> tuple[str, ...]:
+    from ..backends.models import ALIASES  # imported only once a local path is named: it imports torch
+
+    return tuple(ALIASES)
 
 
 def load_grpo_config(path: str | None, overrides: list[str], resume_dir: str | Path | None = None) -> GRPORunConfig:
@@ -137,12 +143,12 @@ def _policy(config: GRPORunConfig) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _grpo_arguments(config: GRPORunConfig, output: Path, reward_weights: list[float]) -> Any:
+def _grpo_arguments(config: GRPORunConfig, output: Path, reward_weights: list[float], max_steps: int) -> Any:
     """TRL's GRPOConfig for this run: one optimizer step per iteration, evotune's checkpoints and seed."""
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(output / "trl"), learning_rate=config.learning_rate, max_steps=config.iterations,
+        output_dir=str(output / "trl"), learning_rate=config.learning_rate, max_steps=max_steps,
         per_device_train_batch_size=config.batch_size * config.num_generations // config.gradient_accumulation_steps,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         num_generations=config.num_generations, max_completion_length=config.max_new_tokens,
@@ -153,33 +159,191 @@ def _grpo_arguments(config: GRPORunConfig, output: Path, reward_weights: list[fl
         gradient_checkpointing=False)  # small models: recomputation costs more than the memory it saves
 
 
-def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> dict[str, Any]:
-    """Train with TRL's GRPOTrainer; returns the last held-out metrics."""
+# --- the run directory: the same contract as `evotune train` (evotune.run_directory) -------------------------
+
+
+def check_grpo_resume(output_dir: str | Path, config: GRPORunConfig) -> None:
+    """Refuse a resume (or a sweep re-run of a point) whose config changes a key that would change the run:
+    only RESUMABLE_KEYS (how long to run, how often to evaluate, checkpoint and log) may differ."""
+    path = Path(output_dir) / "config.yaml"
+    run = GRPORunConfig.from_dict(read_run_config(Path(output_dir)), source=str(path))
+    forbidden = [key for key in changed_keys(run, config) if key not in RESUMABLE_KEYS]
+    if forbidden:
+        details = "; ".join(f"`{key}` {getattr(run, key)!r} -> {getattr(config, key)!r}" for key in forbidden)
+        resumable = ", ".join(key for key in RESUMABLE_KEYS if hasattr(config, key))
+        raise ConfigError(f"{output_dir} holds a GRPO run whose earlier steps ran with its own config ({path}), but "
+                          f"this one changes {details}. Nothing was changed. Resume with `evotune grpo --output-dir "
+                          f"{output_dir} --resume` (only {resumable} may be changed with --set), or start a new "
+                          "run in another --output-dir.")
+
+
+def complete_checkpoints(output: Path) -> list[Path]:
+    """TRL's checkpoints in DIR/trl, oldest first, that were written to the end. transformers writes
+    trainer_state.json last (after the weights, optimizer, scheduler and RNG states), so a checkpoint is
+    complete when that file parses and names the checkpoint's own step; a kill during a save leaves one that is not."""
+    found = [path for path in (Path(output) / "trl").glob("checkpoint-*")
+             if path.name.removeprefix("checkpoint-").isdigit() and _saved_step(path) == checkpoint_step(path)]
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.removeprefix("checkpoint-"))
+
+
+def _saved_step(checkpoint: Path) -> int | None:
+    try:
+        return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+    except (OSError, ValueError, KeyError, TypeError):  # missing, cut short by a kill, or not TRL's
+        return None
+
+
+def _check_adapter(config: GRPORunConfig, output: Path, resume: bool) -> None:
+    """The adapter directory exists and holds a readable adapter_config.json, before anything is written."""
+    if config.adapter is None:
+        return
+    if not Path(config.adapter).is_dir():
+        where = ""
+        if not os.path.isabs(config.adapter):
+            where = f" (relative to the working directory {os.getcwd()})"
+            if resume:  # a run recorded before paths were stored absolute
+                where += ("; config.yaml names it relative to the directory the run was started from: resume "
+                          "there")
+        raise ConfigError(f"`adapter` {config.adapter} does not exist{where}; point it at a PEFT adapter "
+                          "directory (an `evotune sft` run writes DIR/adapter), or remove `adapter`.")
+    from ..builders import read_adapter_config
+
+    read_adapter_config(config.adapter)  # names a missing or unreadable adapter_config.json
+
+
+def _resume_checkpoint(output: Path, config: GRPORunConfig) -> Path:
+    check_grpo_resume(output, config)
+    checkpoints = complete_checkpoints(output)
+    if not checkpoints:
+        raise ConfigError(f"--resume: no complete checkpoint in {output / 'trl'} (the run stopped before its first "
+                          f"one; `checkpoint_every` is {config.checkpoint_every}); start it again with --overwrite, "
+                          "or choose a new --output-dir.")
+    done = checkpoint_step(checkpoints[-1])
+    if config.iterations < done:  # refused: config.yaml must keep the record of the steps already taken
+        raise ConfigError(f"--resume: `iterations` {config.iterations} is below the {done} steps {output} already "
+                          f"trained ({checkpoints[-1]}); a resume cannot undo steps, so it was refused and config.yaml "
+                          f"is unchanged. Resume with iterations >= {done}, or start a new run in another --output-dir.")
+    return checkpoints[-1]
+
+
+def _clear_for_new_run(output: Path, overwrite: bool) -> None:
+    found = [name for name in GRPO_ARTIFACTS if (output / name).exists()]
+    if found and not overwrite:
+        resumable = (" pass --resume to continue it," if complete_checkpoints(output) else
+                     " it has no complete checkpoint, so --resume cannot continue it:")
+        raise ConfigError(f"{output} already holds a run ({', '.join(found)}):{resumable} pass --overwrite to "
+                          "replace it, or choose a new --output-dir.")
+    for name in found:  # only what a GRPO run writes; other files in the directory are the user's
+        path = output / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def prepare_grpo_run(output: Path, config: GRPORunConfig, resume: bool, overwrite: bool) -> Path | None:
+    """Check the directory against the request, then write config.yaml; the TRL checkpoint to resume from
+    (None: a new run). Nothing is written before every check has passed (as run_directory.prepare)."""
+    if resume and overwrite:
+        raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
+    output = Path(output)
+    _check_adapter(config, output, resume)
+    checkpoint = _resume_checkpoint(output, config) if resume else None
+    if not resume:
+        _clear_for_new_run(output, overwrite)
+    if config.dtype == "auto":  # config.yaml records this machine's choice, so a resume elsewhere keeps it
+        from ..backends.models import resolve_dtype
+
+        config.dtype = resolve_dtype("auto", "cpu")  # the device _policy loads the model on
+    for partial_save in (output / "trl").glob("checkpoint-*"):  # cut short by a kill: TRL would resume from it
+        if partial_save not in complete_checkpoints(output):
+            shutil.rmtree(partial_save)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return checkpoint
+
+
+@contextlib.contextmanager
+def _removed_if_start_fails(output: Path, new_run: bool) -> Iterator[None]:
+    """A new run whose start fails (a model that does not load, bad data) leaves no config.yaml that would
+    refuse the same command once the input is fixed; a resumed run's files are its record and stay."""
+    try:
+        yield
+    except BaseException:
+        for name in GRPO_ARTIFACTS if new_run else ():
+            path = output / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        raise
+
+
+def _max_steps(config: GRPORunConfig, output: Path, done: int) -> tuple[int, float]:
+    """(TRL's max_steps, training seconds already spent). A resumed run whose `max_training_seconds` is used
+    up trains no further step (TRL would take one before the budget check) and says so."""
+    from ..tracking import out_of_time
+
+    spent = _training_seconds(output, done) if done else 0.0
+    if done and out_of_time(spent, config.max_training_seconds):
+        warnings.warn(f"{output} already spent {spent:.1f} s of its max_training_seconds "
+                      f"{config.max_training_seconds:g}: nothing is trained; final/ is written from step {done}. "
+                      "Raise it to continue: --set max_training_seconds=SECONDS.", stacklevel=3)
+        return done, spent
+    return config.iterations, spent
+
+
+def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Train with TRL's GRPOTrainer; returns the last held-out metrics.
+
+    resume: continue the run in `output_dir` from its last complete TRL checkpoint (`config` may differ from
+    its config.yaml only in RESUMABLE_KEYS); overwrite: replace the run files there."""
     if not is_trl_available():
         raise ConfigError("`evotune grpo` runs TRL's GRPOTrainer: pip install 'evotune[grpo]'.")
+    from ..tracking import plot_curves
+
+    output = Path(output_dir)
+    checkpoint = prepare_grpo_run(output, config, resume, overwrite)
+    done = checkpoint_step(checkpoint) if checkpoint else 0
+    max_steps, spent = _max_steps(config, output, done)
+    with _removed_if_start_fails(output, new_run=checkpoint is None):
+        trainer, callback, tokenizer = _build_trainer(config, output, checkpoint, max_steps, spent)
+    started = time.perf_counter()
+    try:
+        if done >= max_steps:  # finished, or out of time: train() would still take one more step
+            trainer._load_from_checkpoint(str(checkpoint))  # the checkpoint's weights, for final/
+        else:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        callback.logger.close()
+    final = output / "final"
+    trainer.model.save_pretrained(str(final))  # a PEFT adapter (lora) or a full model
+    tokenizer.save_pretrained(str(final))
+    plot_curves(callback.logger.path, output / "curves.png", title=f"GRPO: {config.model} on {config.task}")
+    last_eval = callback.last_eval or _last_eval(output)  # a finished run resumed: no step, no new evaluation
+    return {"output_dir": str(output), **last_eval, "time_s": round(time.perf_counter() - started, 1)}
+
+
+def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None, max_steps: int,
+                   spent: float) -> tuple[Any, Any, Any]:
+    """(TRL's GRPOTrainer, the metrics callback, the tokenizer) of this run."""
     from peft import LoraConfig
     from trl import GRPOTrainer
 
     from ..backends import HFBackend
     from ..backends.hf import contiguous_head_input
     from ..tasks import get_task
-    from ..tracking import MetricsLogger, plot_curves
+    from ..tracking import MetricsLogger
     from .grpo_logging import EvotuneMetricsCallback
 
-    output = Path(output_dir)
-    if (output / "metrics.jsonl").exists() and not resume:
-        raise ConfigError(f"{output} already holds a run; pass --resume to continue it, or choose a new --output-dir.")
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
     task = get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
                     eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
                     reward_weights=config.reward_weights or None, **config.task_args)
     model, tokenizer = _policy(config)
-    arguments = _grpo_arguments(config, output, list(task.reward_weights))
+    arguments = _grpo_arguments(config, output, list(task.reward_weights), max_steps)
     peft_config = (LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                               target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
                    if config.lora and config.adapter is None else None)
-    logger = MetricsLogger(output, config.report_to, resume_iteration=_last_step(output) if resume else None,
+    # on resume, metrics.jsonl keeps the records up to the checkpoint: the steps after it are trained again
+    logger = MetricsLogger(output, config.report_to, resume_iteration=checkpoint_step(checkpoint) if checkpoint else None,
                            config=config.to_dict())
     trainer = GRPOTrainer(model=model, reward_funcs=list(task.reward_fns), args=arguments,
                           train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
@@ -187,18 +351,9 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False) -> di
     contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
     callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=config.batch_size * config.num_generations,
-                                      training_seconds=_training_seconds(output) if resume else 0.0)
+                                      training_seconds=spent)
     trainer.add_callback(callback)
-    started = time.perf_counter()
-    try:
-        trainer.train(resume_from_checkpoint=bool(resume and list((output / "trl").glob("checkpoint-*"))))
-    finally:
-        logger.close()
-    final = output / "final"
-    trainer.model.save_pretrained(str(final))  # a PEFT adapter (lora) or a full model
-    tokenizer.save_pretrained(str(final))
-    plot_curves(logger.path, output / "curves.png", title=f"GRPO: {config.model} on {config.task}")
-    return {"output_dir": str(output), **callback.last_eval, "time_s": round(time.perf_counter() - started, 1)}
+    return trainer, callback, tokenizer
 
 
 def _cuda() -> bool:
@@ -207,18 +362,19 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _training_seconds(output: Path) -> float:
+def _training_seconds(output: Path, last: int) -> float:
     """Training time already spent by a run being resumed: its steps' `time_s` up to TRL's last checkpoint."""
     from ..tracking import read_metrics
 
-    last = _last_step(output) or 0
     return sum(record.get("time_s") or 0.0 for record in read_metrics(output / "metrics.jsonl")
                if isinstance(record.get("iteration"), int) and 0 < record["iteration"] <= last)
 
 
-def _last_step(output: Path) -> int | None:
-    checkpoints = sorted(output.glob("trl/checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    return int(checkpoints[-1].name.split("-")[-1]) if checkpoints else None
+def _last_eval(output: Path) -> dict[str, Any]:
+    from ..tracking import read_metrics
+
+    evaluated = [record for record in read_metrics(output / "metrics.jsonl") if any(k.startswith("eval/") for k in record)]
+    return {key: value for key, value in evaluated[-1].items() if key.startswith("eval/")} if evaluated else {}
 
 
 def sweep_learning_rates(config: GRPORunConfig, output_dir: str, learning_rates: list[float]) -> list[dict]:

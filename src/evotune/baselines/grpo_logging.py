@@ -61,7 +61,8 @@ class EvotuneMetricsCallback(TrainerCallback):
         self._step_time = time.perf_counter() - self._step_started
         self.training_seconds += self._step_time
         if out_of_time(self.training_seconds, self.config.max_training_seconds):
-            self.out_of_time = control.should_training_stop = True
+            # saved too: a resume with a larger budget continues from this step, not from an earlier checkpoint
+            self.out_of_time = control.should_training_stop = control.should_save = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
