@@ -12,6 +12,7 @@ registry's names equal its Literal's, so they cannot drift.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
@@ -84,6 +85,13 @@ class RunConfig(ConfigMixin):
         if self.num_eval is not None and self.num_eval < 0:
             raise ConfigError(f"`num_eval` is {self.num_eval}; use a count of prompts, or null for the task's "
                               "default.")
+
+
+def check_device(device: str) -> None:
+    """Refuse a device name torch would fail on later (or `meta`, which holds no weights), naming the choices."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", str(device)):
+        raise ConfigError(f"`device` is {device!r}; use cpu, cuda, cuda:N (a GPU's index), mps or auto (cuda when "
+                          "available, else cpu).")
 
 
 class RewardKeys(Protocol):
@@ -256,6 +264,7 @@ class TrainConfig(RunConfig):
                                   "default).")
 
     def _validate_placement(self) -> None:
+        check_device(self.device)
         if self.backend == "vllm" and self.space in ("full", "lowrank") and self.optimizer != "sgd":
             raise ConfigError(f"`backend: vllm` with `space: {self.space}` perturbs the engine's own weights and "
                               "updates them with the stateless `optimizer: sgd`; set it, or use `backend: hf` for "

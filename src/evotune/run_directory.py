@@ -16,13 +16,15 @@ from typing import Any, Iterator
 
 import yaml
 
-from .checkpoint import find_checkpoint
+from .checkpoint import find_checkpoint, load_state
 from .config import TrainConfig, absolutize_paths
 from .errors import ConfigError, OutputError
 
 # What `evotune train` writes into a run directory (files and directories).
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
                  "tensorboard", "curves.png", "samples.jsonl", "loggers.json")
+# The last section of the model card, written last into final/ (model_card.py): its presence marks a whole final/.
+MODEL_CARD_MARK = "## Reproduce"
 # Keys a resumed run may change: none of them moves the mean differently.
 RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "checkpoint_every", "report_to", "log_samples", "distributed",
                   "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus",
@@ -62,6 +64,29 @@ def check_resume(output_dir: Path, config: TrainConfig) -> None:
                           f"{details}. Resume with `evotune train --output-dir {output_dir} --resume` (only "
                           f"{', '.join(RESUMABLE_KEYS)} may be changed with --set), or start a new run in another "
                           "--output-dir.")
+
+
+def final_is_complete(final: Path) -> bool:
+    """final/ as a finished train run leaves it: the weights, then the tokenizer, then the model card (whose last
+    section is written last), so a complete card means everything before it is whole."""
+    card = Path(final) / "README.md"
+    return ((Path(final) / "tokenizer_config.json").is_file() and card.is_file()
+            and MODEL_CARD_MARK in card.read_text(encoding="utf-8", errors="replace"))
+
+
+def check_progress(output_dir: Path, config: TrainConfig, state: dict[str, Any]) -> None:
+    """Refuse a resume that would shorten the run's record, or that has nothing left to do and would say nothing:
+    `iterations` below the checkpoint's, or a spent `max_training_seconds` with final/ already written."""
+    done, spent = state["iteration"], float(state.get("training_seconds", 0.0))
+    if config.iterations < done:
+        raise ConfigError(f"--resume: the run in {output_dir} has done {done} iterations, so `iterations` "
+                          f"{config.iterations} would end it before where it is; set iterations to {done} or more "
+                          "(config.yaml keeps the run's own value).")
+    budget = config.max_training_seconds
+    if budget and spent >= budget and done < config.iterations and final_is_complete(output_dir / "final"):
+        raise ConfigError(f"--resume: the run in {output_dir} already spent its max_training_seconds ({spent:.0f} "
+                          f"of {budget:g} s) and wrote final/, so there is nothing to continue; raise it, e.g. --set "
+                          f"max_training_seconds={2 * budget:g} (or 0 for no limit).")
 
 
 def existing_artifacts(output_dir: Path) -> list[str]:
@@ -141,6 +166,7 @@ def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite
             raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoint'} (the run stopped before its "
                               "first one); start it again with --overwrite, or choose a new --output-dir.")
         check_resume(output_dir, config)
+        check_progress(output_dir, config, load_state(checkpoint))
         # the dtype the run started with, not what `auto` would pick on this machine: resume stays exact
         config.dtype = read_run_config(output_dir).get("dtype", config.dtype)
     else:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
-from .config import DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, absolutize_paths, read_config_values
+from .config import (DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, absolutize_paths, check_device,
+                     read_config_values)
 from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
 from .generation import eval_record, evaluate_model
@@ -63,6 +64,7 @@ class SFTConfig(RunConfig):
 
     def validate(self) -> None:
         super().validate()
+        check_device(self.device)
         if self.task is None and self.dataset is None:
             raise ConfigError("SFT needs data: set `task` (a built-in task, e.g. `--set task=arithmetic`) or "
                               "`dataset` (a file with `prompt` and `completion` columns).")

@@ -38,8 +38,10 @@ def resolve_device(device: str) -> str:
     """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""
     import torch
 
+    from ..config import check_device
     from ..errors import ConfigError
 
+    check_device(device)
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -90,6 +90,12 @@ class LowRankNoise:
         if rank < 1:
             raise ConfigError(f"`perturbation_rank` is {rank}; it must be a positive integer (EGGROLL uses 1).")
         self.shapes = {name: (int(shape[0]), int(shape[1])) for name, shape in shapes.items()}
+        smallest = min(self.shapes.items(), key=lambda item: min(item[1]), default=None)
+        if smallest is not None and rank > min(smallest[1]):
+            name, (rows, columns) = smallest
+            raise ConfigError(f"`perturbation_rank` is {rank}, above the rank of the {rows} x {columns} matrix {name} "
+                              f"(at most {min(rows, columns)}); set perturbation_rank to {min(rows, columns)} or less, "
+                              "or leave that matrix out with `exclude_parameters`.")
         self.rank = rank
         self.noise_kind = noise_kind
         # (module name, parameter name) per perturbed weight; its factors A (r, in) then B (out, r), LoRA's layout
