@@ -122,8 +122,8 @@ def test_quoted_commas_and_nested_brackets_stay_one_value():
 @pytest.mark.parametrize("extra, message", [
     (["--grid", "sigma=0.05", "--seeds", "0", "1", "0"], "repeats 0; give each seed once"),
     (["--grid", "sigma=1,1.0"], "sigma=1 and sigma=1.0 give the same config"),
-    (["--grid", "sigma=0.05,-1"], "1 of 2 sweep runs have a bad config, so none was started: sweep point "
-                                  "sigma=-1, seed 0"),
+    (["--grid", "sigma=0.05,-1"], ("1 of 2 sweep runs have a bad config, so none was started: sweep point "
+                                   "sigma=-1, seed 0")),
     (["--grid", "parameters=[mlp"], "never closed")])
 def test_repeated_or_bad_points_are_refused_before_anything_runs(tiny_model_dir, tmp_path, capsys, extra, message):
     assert main(arguments(tiny_model_dir, tmp_path / "sweep", *extra)) == 2
@@ -197,6 +197,16 @@ def test_a_failing_parallel_point_is_named_with_the_table_of_the_rest(tiny_model
     (row,) = failure.value.result["rows"]
     assert row["model"] == tiny_model_dir and row["final_mean"] is not None
     assert f"- model={broken} seed 0:" in (tmp_path / "sweep" / "sweep.md").read_text()
+
+
+@requires_ray
+@pytest.mark.usefixtures("ray_instance")
+def test_parallel_points_whose_old_names_collide_write_their_own_runs(tiny_model_dir, tmp_path):
+    # once: two Ray tasks in one directory, one died and the other's metrics.jsonl had iteration 2 twice
+    sweep(base(tiny_model_dir), parse_grid(["exclude_parameters=[lm_head/x],[lm_head_x]"]), [0], tmp_path / "sweep",
+          parallel=2)
+    runs = run_directories(tmp_path / "sweep")
+    assert len(runs) == 2 and all(iterations(run) == [0, 1, 2] and final_is_complete(run / "final") for run in runs)
 
 
 # --- kill -9 while final/ is written ----------------------------------------------------------------
