@@ -19,6 +19,7 @@ from .errors import EvotuneError, RewardFunctionError
 from .generation import check_prompt_lengths, eval_record, evaluate_model
 from .seeds import derive_seed
 from .tasks import Task
+from .tasks.base import function_name, prompt_text
 from .model_card import write_model_card
 from .tracking import MetricsLogger, out_of_time, peak_memory_mib
 from .types import append_update
@@ -140,7 +141,12 @@ class Trainer:
                 f"iteration {iteration + 1}: the reward functions returned None (skip) for every sample of every "
                 f"candidate, so there is nothing to learn from; e.g. for the prompt {rows[0]['prompt']!r}. Check that "
                 "they score this task's completions.")
-        update, metrics = self.strategy.tell(rewards)
+        try:
+            update, metrics = self.strategy.tell(rewards)
+        except RewardFunctionError as exc:  # the strategy sees only numbers: name the functions and a prompt here
+            functions = ", ".join(function_name(fn) for fn in self.task.reward_fns)
+            raise RewardFunctionError(f"{exc} Reward functions: {functions}; the batch's first prompt: "
+                                      f"{prompt_text(rows[0]['prompt'])[:200]!r}.") from exc
         self.space.apply_update(update)
         self.evaluator.sync(update)
         self.update_log = append_update(self.update_log, update)
