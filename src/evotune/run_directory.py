@@ -23,7 +23,8 @@ from .errors import ConfigError, OutputError
 # What `evotune train` writes into a run directory (files and directories).
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
                  "tensorboard", "curves.png", "samples.jsonl", "loggers.json")
-# The last section of the model card, written last into final/ (model_card.py): its presence marks a whole final/.
+# The last section of the model card (model_card.py), the last file a finished run writes into final/ (PEFT
+# writes a template README.md of its own earlier, without it): its presence marks a whole final/.
 MODEL_CARD_MARK = "## Reproduce"
 # Keys a resumed run may change: none of them moves the mean differently.
 RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "checkpoint_every", "report_to", "log_samples", "distributed",
@@ -66,12 +67,16 @@ def check_resume(output_dir: Path, config: TrainConfig) -> None:
                           "--output-dir.")
 
 
-def final_is_complete(final: Path) -> bool:
-    """final/ as a finished train run leaves it: the weights, then the tokenizer, then the model card (whose last
-    section is written last), so a complete card means everything before it is whole."""
+def final_is_complete(final: Path, command: str = "train") -> bool:
+    """final/ as a finished run leaves it. A run writes the weights, then the tokenizer, then (train) the model
+    card, whose last section is written last, so the last of them present means the ones before are whole; a
+    kill leaves an earlier state."""
+    if not (Path(final) / "tokenizer_config.json").is_file():
+        return False
+    if command == "grpo":
+        return True
     card = Path(final) / "README.md"
-    return ((Path(final) / "tokenizer_config.json").is_file() and card.is_file()
-            and MODEL_CARD_MARK in card.read_text(encoding="utf-8", errors="replace"))
+    return card.is_file() and MODEL_CARD_MARK in card.read_text(encoding="utf-8", errors="replace")
 
 
 def check_progress(output_dir: Path, config: TrainConfig, state: dict[str, Any]) -> None:

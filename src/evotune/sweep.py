@@ -31,6 +31,7 @@ from typing import Any, Callable
 import yaml
 
 from .errors import ConfigError, EvotuneError
+from .run_directory import final_is_complete
 
 # A point's directory is its `key=value,...` name when that text names it alone: lowercase plain values that
 # --grid reads back as themselves (so no two points share it, even on a case-insensitive disk) in a short name.
@@ -39,9 +40,6 @@ READABLE_BYTES = 100
 PLAIN = re.compile(r"[a-z0-9_.+-]+")
 HASHED = re.compile(r"-[0-9a-f]{10}$")
 NAME_BYTES = 255  # a file name's limit on common file systems
-# The last section of the model card (model_card.py), the last file a finished run writes into final/
-# (PEFT writes a template README.md of its own earlier, without it).
-MODEL_CARD_MARK = "## Reproduce"
 STATES = {"done": "skipped (done)", "partial": "partial", "new": "new"}
 
 
@@ -217,17 +215,6 @@ def run_directory(output: Path, point: GridPoint, seed: int) -> Path:
 def training_seconds(records: list[dict]) -> float:
     """Training time of a run: the summed step times (`time_s` of the records that trained)."""
     return sum(record.get("time_s", 0.0) for record in records if "samples_seen" in record)
-
-
-def final_is_complete(final: Path, command: str = "train") -> bool:
-    """final/ as a finished run leaves it. A run writes the weights, then the tokenizer, then (train) the
-    model card, so the last of them present means the ones before are whole; a kill leaves an earlier state."""
-    if not (final / "tokenizer_config.json").is_file():
-        return False
-    if command == "grpo":
-        return True
-    card = final / "README.md"
-    return card.is_file() and MODEL_CARD_MARK in card.read_text(encoding="utf-8", errors="replace")
 
 
 def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.0, command: str = "train") -> str:
@@ -519,9 +506,9 @@ def heatmap(result: dict[str, Any], path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import textwrap
 
+    import matplotlib.pyplot as plt
     import numpy as np
 
     xs, ys, grids = panel_grids(result)
