@@ -22,7 +22,7 @@ from typing import Any, Iterator, Literal, get_args
 
 import yaml
 
-from ..config import DtypeName, RunConfig, TrainConfig, check_rewards, read_config_values
+from ..config import DtypeName, RunConfig, TrainConfig, absolutize_paths, check_rewards, read_config_values
 from ..config_fields import _opt, _same_as
 from ..errors import ConfigError
 from ..import_utils import is_trl_available
@@ -89,21 +89,7 @@ class GRPORunConfig(RunConfig):
         if self.adapter is not None and not self.lora:
             raise ConfigError("`adapter` continues training a LoRA adapter, but `lora` is false (all parameters); "
                               "set `lora: true`, or remove `adapter`.")
-        # config.yaml records absolute paths, so the run resumes and evaluates from any working directory
-        for key in PATH_KEYS:
-            value = getattr(self, key)
-            if value and not os.path.isabs(value) and os.path.exists(value) and value not in _aliases():
-                setattr(self, key, str(Path(value).resolve()))
-
-
-# Keys that may name a local file or directory (else a hub id or built-in name, left as written), as for train.
-PATH_KEYS = ("model", "adapter", "dataset", "eval_dataset")
-
-
-def _aliases() -> tuple[str, ...]:
-    from ..backends.models import ALIASES  # imported only once a local path is named: it imports torch
-
-    return tuple(ALIASES)
+        absolutize_paths(self)  # config.yaml records absolute paths: the run resumes and evaluates from anywhere
 
 
 def load_grpo_config(path: str | None, overrides: list[str], resume_dir: str | Path | None = None) -> GRPORunConfig:
