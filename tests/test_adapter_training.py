@@ -89,8 +89,8 @@ def test_eval_loads_a_run_directory_with_an_adapter(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"space": "full", "strategy": "openes", "quantization": "int4"}, "adapter spaces"),
-    ({"quantization": "int8", "device": "cpu"}, "CUDA"),
+    ({"space": "full", "strategy": "openes", "quantization": "int4"}, "updates the base weights"),
+    ({"quantization": "int8", "int4_type": "fp4"}, "int4_type"),
     ({"singular_value_fraction": 0.2, "lora_rank": 4}, "rounds down to 0"),
     ({"singular_value_fraction": 1.5}, "(0, 1]"),
     ({"lora_init": "zeros"}, "lora_init"),

@@ -111,7 +111,7 @@ def test_heavy_optional_packages_stay_in_their_own_module():
     owners = {"vllm": {"evotune.backends.vllm", "evotune.backends.vllm_cpu", "evotune.backends.vllm_lora",
                        "evotune.backends.vllm_weights"},
               "ray": {"evotune.distributed.ray"}, "trl": {"evotune.baselines.grpo", "evotune.baselines.grpo_logging"},
-              "bitsandbytes": {"evotune.backends.models"}, "wandb": {"evotune.loggers"},
+              "bitsandbytes": {"evotune.backends.quantized"}, "wandb": {"evotune.loggers"},
               "trackio": {"evotune.loggers"}}
     for package, allowed in owners.items():
         users = {name for name, path in MODULES.items() if package in all_imports(path)}

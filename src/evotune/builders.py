@@ -133,8 +133,10 @@ def load_backend(config: TrainConfig, device: str) -> Backend:
         return VLLMBackend(config.model, config.dtype, quantization=config.quantization,
                            lora_rank=adapter_rank(config), max_loras=vllm_population_batch(config), **engine)
     from .backends import HFBackend
+    from .backends.quantized import QuantizationSettings
 
-    return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size, config.quantization)
+    return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size,
+                          QuantizationSettings.from_config(config))
 
 
 def adapter_rank(config: TrainConfig) -> int:

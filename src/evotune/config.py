@@ -31,7 +31,9 @@ OptimizerName = Literal["sgd", "adam"]  # optimizers.OPTIMIZERS
 FitnessShaping = Literal["z_score", "centered_rank", "none"]  # strategies.shaping.SHAPINGS
 NoiseKind = Literal["gaussian", "rademacher"]  # spaces.noise.NOISE_KINDS
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]  # backends.models.DTYPES
-Quantization = Literal["none", "int8", "int4"]  # backends.models.QUANTIZATIONS
+Quantization = Literal["none", "int8", "int4"]  # backends.quantized.QUANTIZATIONS
+Int4Type = Literal["nf4", "fp4"]  # backends.quantized.INT4_TYPES
+ComputeDtype = Literal["float32", "bfloat16", "float16"]  # DtypeName without auto
 LoraInit = Literal["kaiming", "gaussian"]  # spaces.lora.LORA_INITS
 BackendName = Literal["hf", "vllm"]  # backends.BACKENDS, plus vllm (backends/vllm.py, imported only when chosen)
 DistributedName = Literal["local", "ray"]
@@ -85,6 +87,24 @@ class RunConfig(ConfigMixin):
         if self.num_eval is not None and self.num_eval < 0:
             raise ConfigError(f"`num_eval` is {self.num_eval}; use a count of prompts, or null for the task's "
                               "default.")
+
+
+class QuantizationKeys(Protocol):
+    """The keys `check_int4_keys` reads, which TrainConfig and SFTConfig both have."""
+
+    quantization: str
+    int4_type: str
+    int4_double_quantization: bool
+    int4_compute_dtype: str | None
+
+
+def check_int4_keys(config: QuantizationKeys) -> None:
+    """The int4_* keys choose how 4-bit weights are stored and computed: refuse them on any other base."""
+    set_keys = [key for key, default in (("int4_type", "nf4"), ("int4_double_quantization", False),
+                                         ("int4_compute_dtype", None)) if getattr(config, key) != default]
+    if set_keys and config.quantization != "int4":
+        raise ConfigError(f"`{set_keys[0]}` applies to `quantization: int4`, and this run has `quantization: "
+                          f"{config.quantization}`; set `quantization: int4`, or remove `{set_keys[0]}`.")
 
 
 def check_device(device: str) -> None:
@@ -203,8 +223,18 @@ class TrainConfig(RunConfig):
     gpu_memory_utilization: float = _opt(0.85, "vllm on CUDA: the fraction of each GPU an engine may take (lower it "
                                                "to share a GPU).")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
-    quantization: Quantization = _opt("none", "lora/svd_lora base weights: int8 or int4 (bitsandbytes; needs "
-                                              "CUDA).")
+    quantization: Quantization = _opt("none", "lora/svd_lora (and sft) base weights: int8 (LLM.int8) or int4, with "
+                                              "bitsandbytes on cpu or cuda (pip install 'evotune[quantization]'); "
+                                              "the adapter stays fp32. Needs a model directory, not a GGUF file.")
+    int4_type: Int4Type = _opt("nf4", "quantization int4: the 4-bit data type, nf4 (NormalFloat, QLoRA's and the "
+                                      "ESSA paper's) or fp4.")
+    int4_double_quantization: bool = _opt(False, "quantization int4: also quantize the per-block scales (QLoRA's "
+                                                 "double quantization: ~0.4 bit less per weight, e.g. 6 MB on a 135M "
+                                                 "model; bitsandbytes' CPU kernel expands them again).")
+    int4_compute_dtype: ComputeDtype | None = _opt(None, "quantization int4: dtype the 4-bit weights are dequantized "
+                                                      "to for the matmul (None: the run's `dtype`). On a CPU with "
+                                                      "avx512_bf16, inference uses bitsandbytes' fused bfloat16 "
+                                                      "kernel whatever this says.")
     workers: int = _opt(1, "Model replicas evaluating the population (more than 1 needs distributed: ray).")
     distributed: DistributedName = _opt("local", "local (this process) or ray (an actor pool of `workers` "
                                                  "replicas).")
@@ -243,6 +273,12 @@ class TrainConfig(RunConfig):
 
     def _validate_space_keys(self) -> None:
         adapter_spaces = ("lora", "svd_lora")
+        if self.quantization != "none" and self.space not in adapter_spaces:
+            raise ConfigError(f"`quantization: {self.quantization}` keeps the base weights packed in bitsandbytes' "
+                              f"INT8/INT4 storage, which ES cannot write: `space: {self.space}` perturbs and updates "
+                              "the base weights themselves. Set `space: svd_lora` (ESSA) or lora, which search an "
+                              "fp32 adapter over the frozen quantized base, or `quantization: none`.")
+        check_int4_keys(self)
         for key, default, spaces in (("adapter", None, adapter_spaces), ("quantization", "none", adapter_spaces),
                                      ("population_batch_size", None, (*adapter_spaces, "lowrank"))):
             if self.space not in spaces and getattr(self, key) != default:
@@ -309,13 +345,18 @@ class EvalOptions:
     temperature: float = _opt(1.0, "sampling temperature for --num-samples")
     top_p: float = _opt(1.0, "nucleus sampling for --num-samples")
     kl_reference: str | None = _opt(None, "also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
+    quantization: Quantization | None = _opt(None, "base weights: none, int8 or int4 (bitsandbytes, cpu or cuda); "
+                                                   "default: a run's own (its config.yaml's `quantization` and int4 "
+                                                   "keys, for a run directory, its final/ or checkpoint/, or an sft "
+                                                   "adapter/), else none")
     chunk_size: int = _opt(64, "prompts per generate call")
     samples_path: str | None = _opt(None, "also append (model, prompt, completion, reward) rows to this JSONL")
     plot_path: str | None = _opt(None, "reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
 
 
 # EvalOptions fields that `evotune eval` takes as flags of the same name (the paths have flags of their own).
-CLI_OPTIONS = ("max_new_tokens", "dtype", "device", "seed", "num_samples", "temperature", "top_p", "kl_reference")
+CLI_OPTIONS = ("max_new_tokens", "dtype", "device", "seed", "num_samples", "temperature", "top_p", "kl_reference",
+               "quantization")
 
 
 def add_cli_options(parser: Any) -> None:
@@ -325,7 +366,7 @@ def add_cli_options(parser: Any) -> None:
             continue
         flag = "--" + spec.name.replace("_", "-")
         kind = {"int": int, "float": float}.get(spec.type)
-        choices = get_args(DtypeName) if spec.name == "dtype" else None
+        choices = {"dtype": get_args(DtypeName), "quantization": get_args(Quantization)}.get(spec.name)
         parser.add_argument(flag, type=kind, default=spec.default, choices=choices, help=spec.metadata["help"],
                             **({"metavar": "K"} if spec.name == "num_samples" else {}),
                             **({"metavar": "MODEL"} if spec.name == "kl_reference" else {}))

@@ -69,17 +69,43 @@ def k3_kl(policy_logprobs: list[torch.Tensor], reference_logprobs: list[torch.Te
             "kl_tokens": int(tokens.numel())}
 
 
-def load_for_eval(model: str, dtype: str, device: str) -> Any:
-    """A backend for `model`; a run's checkpoint/ directory is rebuilt from the run's config and mean."""
+def load_for_eval(model: str, dtype: str, device: str, quantization: str | None = None) -> Any:
+    """A backend for `model`; a run's checkpoint/ directory is rebuilt from the run's config and mean.
+
+    quantization: the base's (none / int8 / int4); None: the run's own (eval_quantization)."""
     from .backends import HFBackend
 
     path = Path(model)
+    settings = eval_quantization(model, quantization)
     if is_checkpoint_directory(path):
-        return _load_checkpoint(path, dtype, device)
+        return _load_checkpoint(path, dtype, device, settings)
     require_final(path)
     if (path / "final" / "config.json").exists():  # a full-parameter run directory
-        return HFBackend.load(str(path / "final"), dtype, device)
-    return HFBackend.load(model, dtype, device)
+        return HFBackend.load(str(path / "final"), dtype, device, quantization=settings)
+    return HFBackend.load(model, dtype, device, quantization=settings)
+
+
+def eval_quantization(model: str, requested: str | None) -> Any:
+    """QuantizationSettings for evaluating `model`: its run's own (the config.yaml of a run directory, or beside
+    a final/, checkpoint/ or sft adapter/) unless `requested` names another method, which then takes the
+    default int4 choices. An adapter evolved on an INT4 base is evaluated on that base unless told otherwise."""
+    import yaml
+
+    from .backends.quantized import QuantizationSettings
+
+    path = Path(model)
+    recorded = QuantizationSettings()
+    in_run = path.name == "final" or (path / "adapter_config.json").exists() or is_checkpoint_directory(path)
+    for run_config in (path / "config.yaml", path.parent / "config.yaml") if in_run else (path / "config.yaml",):
+        if path.is_dir() and run_config.is_file():
+            values = yaml.safe_load(run_config.read_text()) or {}
+            recorded = QuantizationSettings(values.get("quantization", "none"), values.get("int4_type", "nf4"),
+                                            bool(values.get("int4_double_quantization", False)),
+                                            values.get("int4_compute_dtype"))
+            break
+    if requested is None or requested == recorded.method:
+        return recorded
+    return QuantizationSettings(requested)
 
 
 def is_checkpoint_directory(path: Path) -> bool:
@@ -108,7 +134,7 @@ def require_final(path: Path) -> None:
     raise ConfigError(f"{path} is an evotune run directory that {state} (the run has not finished): {fix}.")
 
 
-def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
+def _load_checkpoint(directory: Path, dtype: str, device: str, quantization: Any) -> Any:
     from .backends import HFBackend
     from .builders import build_space, on_hf_backend
     from .checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
@@ -124,7 +150,7 @@ def _load_checkpoint(directory: Path, dtype: str, device: str) -> Any:
         raise CheckpointError(f"checkpoint {directory} is damaged ({verify_checkpoint(directory)}) and no intact "
                               f"previous one ({directory.name}.old) exists; evaluate the run's final/ instead.")
     config = on_hf_backend(load_config(run_config))  # a vLLM run's checkpoint holds HF tensors too
-    backend = HFBackend.load(config.model, dtype, device)
+    backend = HFBackend.load(config.model, dtype, device, quantization=quantization)
     space = build_space(config, backend)
     space.load_state_tensors(load_checkpoint(checkpoint)["space_tensors"])
     return backend
@@ -191,11 +217,13 @@ def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list
     if not rows:
         raise ConfigError(f"task {task.name!r} has no held-out rows; set `num_eval` or give `eval_dataset`.")
     device = resolve_device(options.device)
-    reference = load_for_eval(options.kl_reference, options.dtype, device) if options.kl_reference else None
+    reference = (load_for_eval(options.kl_reference, options.dtype, device, options.quantization)
+                 if options.kl_reference else None)
     results = []
     for model in models:
         started = time.perf_counter()
-        backend = reference if model == options.kl_reference else load_for_eval(model, options.dtype, device)
+        backend = (reference if model == options.kl_reference
+                   else load_for_eval(model, options.dtype, device, options.quantization))
         check_prompt_lengths(backend, {"held-out": rows}, options.max_new_tokens)
         metrics, completions, rewards = _greedy(backend, task, rows, options)
         if options.num_samples:
@@ -205,7 +233,8 @@ def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list
                            else _kl(backend, reference, rows, options))
         if task.skipped_rows:
             metrics["skipped_rows"] = task.skipped_rows
-        results.append({"model": model, "task": task.name, "num_eval": len(rows), **metrics,
+        results.append({"model": model, "task": task.name, "num_eval": len(rows),
+                        "quantization": eval_quantization(model, options.quantization).method, **metrics,
                         "time_s": round(time.perf_counter() - started, 2)})
         if options.samples_path:
             with open(options.samples_path, "a") as handle:

@@ -48,7 +48,9 @@ def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: st
     `evotune eval` does); an adapter run's mean is written as a PEFT adapter, or merged with --merge."""
     from peft import PeftModel
 
-    backend = load_for_eval(str(checkpoint), "float32", "cpu")  # fp32: every bit of the fp32 mean
+    # fp32 and unquantized: every bit of the fp32 mean; a merge folds it into float weights (an INT8/INT4 run's
+    # adapter too: the quantized base is a storage choice of the run, not part of the exported model)
+    backend = load_for_eval(str(checkpoint), "float32", "cpu", quantization="none")
     loaded, adapter = backend.model, isinstance(backend.model, PeftModel)
     if adapter and merge:
         loaded, adapter = loaded.merge_and_unload(), False

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
-from .config import (DtypeName, LoraInit, RunConfig, TaskName, TrainConfig, absolutize_paths, check_device,
-                     read_config_values)
+from .config import (ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig,
+                     absolutize_paths, check_device, check_int4_keys, read_config_values)
 from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
 from .generation import eval_record, evaluate_model
@@ -61,10 +61,16 @@ class SFTConfig(RunConfig):
     weight_decay: float = _same_as(TrainConfig, "weight_decay")
     max_grad_norm: float = _opt(1.0, "Clip the gradient norm to this (0: no clipping).")
     device: str = _same_as(TrainConfig, "device")
+    # QLoRA-style: the LoRA adapter trains in fp32 over a frozen INT8/INT4 base (ESSA's stage 1 on that base)
+    quantization: Quantization = _same_as(TrainConfig, "quantization")
+    int4_type: Int4Type = _same_as(TrainConfig, "int4_type")
+    int4_double_quantization: bool = _same_as(TrainConfig, "int4_double_quantization")
+    int4_compute_dtype: ComputeDtype | None = _same_as(TrainConfig, "int4_compute_dtype")
 
     def validate(self) -> None:
         super().validate()
         check_device(self.device)
+        check_int4_keys(self)
         if self.task is None and self.dataset is None:
             raise ConfigError("SFT needs data: set `task` (a built-in task, e.g. `--set task=arithmetic`) or "
                               "`dataset` (a file with `prompt` and `completion` columns).")
@@ -238,6 +244,7 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     """
     from .backends import HFBackend
     from .backends.base import resolve_device
+    from .backends.quantized import QuantizationSettings
     from .spaces.lora import init_lora_adapter
     from .tracking import MetricsLogger
 
@@ -249,7 +256,12 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     output_dir.mkdir(parents=True, exist_ok=True)
     absolutize_paths(config)
     (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device))
+    backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device),
+                                        quantization=QuantizationSettings.from_config(config))
+    if config.quantization != "none":
+        from .backends.quantized import keep_trainable_layout
+
+        keep_trainable_layout(backend.model)  # before the first evaluation: gradients must pass the 4-bit base
     examples = [encode_example(backend.tokenizer, row["prompt"], row["completion"]) for row in rows]
     backend.model = init_lora_adapter(backend.model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
                                       config.lora_init, config.seed)

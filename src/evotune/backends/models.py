@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ModelLoadError
-from ..import_utils import is_bitsandbytes_available
+from .quantized import QUANTIZATIONS, QuantizationSettings, bitsandbytes_kwargs  # noqa: F401 (QUANTIZATIONS:
+# config.Quantization's choices, read here by tests/test_config.py)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # config.DtypeName's choices; auto: resolve_dtype
-QUANTIZATIONS = ("none", "int8", "int4")
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
@@ -135,35 +135,6 @@ def torch_dtype(name: str, device: str = "cpu"):
     return getattr(torch, resolve_dtype(name, device))
 
 
-def quantization_kwargs(quantization: str, dtype: str, device: str, source: ModelSource) -> dict:
-    """from_pretrained arguments for bitsandbytes INT8/INT4 base weights (ESSA's quantized runs).
-
-    Only adapter spaces may use them: ES then writes the small fp32 adapter, never the packed base.
-    bitsandbytes' kernels are CUDA kernels, so on a CPU machine this is a clear error, not a slow path.
-    """
-    if quantization not in QUANTIZATIONS:
-        raise ConfigError(f"`quantization` is {quantization!r}; set it to one of {', '.join(QUANTIZATIONS)}.")
-    import torch
-
-    if not device.startswith("cuda") or not torch.cuda.is_available():
-        raise ConfigError(f"`quantization: {quantization}` runs bitsandbytes kernels, which need a CUDA GPU; this "
-                          f"run is on {device!r}. On CPU set `quantization: none` (the base stays in `dtype`, "
-                          "auto by default; the adapter search is the same).")
-    if not is_bitsandbytes_available():
-        raise ConfigError(f"`quantization: {quantization}` needs bitsandbytes: pip install 'evotune[quantization]'.")
-    if source.gguf_file:
-        raise ConfigError(f"`quantization: {quantization}` cannot re-quantize a GGUF file; save the model as a "
-                          "directory first (evotune export NAME --output-dir DIR) and set `model: DIR`.")
-    from transformers import BitsAndBytesConfig
-
-    if quantization == "int8":
-        config = BitsAndBytesConfig(load_in_8bit=True)
-    else:
-        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                    bnb_4bit_compute_dtype=torch_dtype(dtype))
-    return {"quantization_config": config, "device_map": {"": device}}
-
-
 def find_adapter(path: str) -> tuple[Path, str] | None:
     """(adapter directory, its base model) when `path` is a PEFT adapter or a run directory whose final/
     is one; None otherwise. The base is the run's config.yaml `model`, else PEFT's recorded base."""
@@ -185,11 +156,13 @@ def find_adapter(path: str) -> tuple[Path, str] | None:
     return directory, base
 
 
-def load_model(name: str, dtype: str = "auto", device: str = "cpu", quantization: str = "none"):
+def load_model(name: str, dtype: str = "auto", device: str = "cpu",
+               quantization: str | QuantizationSettings = "none"):
     """Return (model, tokenizer) in eval mode on `device`, with a pad token and left padding.
 
     `name` may also be a PEFT adapter directory (or a run directory holding one in final/): the
-    result is then its base model wrapped in the adapter (a PeftModel).
+    result is then its base model wrapped in the adapter (a PeftModel). `quantization`: "int8" /
+    "int4" (bitsandbytes, on cpu or cuda) or QuantizationSettings with the int4 choices.
     """
     adapter = find_adapter(name)
     if adapter is not None:
@@ -204,9 +177,10 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu", quantization
 
     dtype = resolve_dtype(dtype, device)
     source = resolve_model(name)
+    quantization = QuantizationSettings.coerce(quantization)
     kwargs = {}
-    if quantization != "none":
-        kwargs = quantization_kwargs(quantization, dtype, device, source)
+    if quantization.method != "none":
+        kwargs = bitsandbytes_kwargs(quantization, dtype, device, gguf=source.gguf_file is not None)
     if source.gguf_file:
         from transformers import GgufConfig
 
@@ -234,7 +208,11 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu", quantization
     tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
     # Not requires_grad_(False): on CPU that makes bf16 generation ~4x slower (measured with
     # torch 2.13); every weight write happens under torch.no_grad() anyway.
-    if quantization == "none":  # bitsandbytes placed the quantized model already (device_map)
+    if quantization.method == "none":  # bitsandbytes placed the quantized model already (device_map)
         model.to(device)
+    elif device.startswith("cpu"):
+        from .quantized import check_cpu_4bit_shapes
+
+        check_cpu_4bit_shapes(model)
     model.eval()
     return model, tokenizer

@@ -83,7 +83,7 @@ def _eval(args: argparse.Namespace) -> int:
     options = EvalOptions(max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=resolve_device(args.device),
                           seed=args.seed, num_samples=args.num_samples, temperature=args.temperature,
                           top_p=args.top_p, kl_reference=args.kl_reference, samples_path=args.samples,
-                          plot_path=plot)
+                          plot_path=plot, quantization=args.quantization)
     check_options(options)
     # Before any model runs: a bad path would otherwise fail only after the whole evaluation.
     for flag, path in (("--output", output), ("--samples", args.samples), ("--plot", plot)):
