@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import torch
 
 from .models import load_model
+from .shared_prefix import PrefixSplit, generate_after_prefix, split_prompts
 
 
 def render_prompt(tokenizer: Any, prompt: str | list[dict]) -> str:
@@ -44,19 +45,28 @@ def contiguous_head_input(model: Any) -> None:
 
 
 class HFBackend:
-    """Holds one model replica and its tokenizer; generates completions for prompts."""
+    """Holds one model replica and its tokenizer; generates completions for prompts.
 
-    def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None):
+    shared_prefix: compute the token prefix common to a generate call's prompts once and continue every
+    row from its KV cache (backends/shared_prefix.py); False: the plain left-padded batch.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None,
+                 shared_prefix: bool = True):
         contiguous_head_input(model)
         self.model = model
         self.tokenizer = tokenizer
         self.generation_batch_size = generation_batch_size
+        self.shared_prefix = shared_prefix
         self._encoded: dict[tuple[str, ...], dict[str, torch.Tensor]] = {}  # the same prompts recur for every candidate
+        self._splits: dict[tuple[str, ...], PrefixSplit | None] = {}
 
     @classmethod
     def load(cls, model: str, dtype: str = "bfloat16", device: str = "cpu",
-             generation_batch_size: int | None = None, quantization: str = "none") -> "HFBackend":
-        return cls(*load_model(model, dtype, device, quantization), generation_batch_size=generation_batch_size)
+             generation_batch_size: int | None = None, quantization: str = "none",
+             shared_prefix: bool = True) -> "HFBackend":
+        return cls(*load_model(model, dtype, device, quantization), generation_batch_size=generation_batch_size,
+                   shared_prefix=shared_prefix)
 
     @property
     def device(self) -> torch.device:
@@ -71,6 +81,17 @@ class HFBackend:
             self._encoded[texts] = {key: value.to(self.device) for key, value in batch.items()}
         return self._encoded[texts]
 
+    def _prefix_split(self, texts: tuple[str, ...]) -> PrefixSplit | None:
+        """The batch split into its shared token prefix and remainders; None: generate the plain padded batch."""
+        if not self.shared_prefix:
+            return None
+        if texts not in self._splits:
+            if len(self._splits) > 8:
+                self._splits.clear()
+            rows = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]  # unpadded id lists
+            self._splits[texts] = split_prompts(rows, self.tokenizer.pad_token_id, self.device)
+        return self._splits[texts]
+
     @torch.inference_mode()
     def generate(self, prompts: list[str | list[dict]], max_new_tokens: int, do_sample: bool = False,
                  temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
@@ -78,13 +99,18 @@ class HFBackend:
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         step = self.generation_batch_size or len(texts)
         completions: list[str] = []
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {
+            "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         for start in range(0, len(texts), step):
-            batch = self._encode(tuple(texts[start:start + step]))
-            sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {
-                "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
-            output = self.model.generate(**batch, max_new_tokens=max_new_tokens,
-                                         pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (batch, prompt + new)
-            new_tokens = output[:, batch["input_ids"].shape[1]:]
+            chunk = tuple(texts[start:start + step])
+            if (split := self._prefix_split(chunk)) is not None:
+                new_tokens = generate_after_prefix(self.model, split, max_new_tokens=max_new_tokens,
+                                                   pad_token_id=self.tokenizer.pad_token_id, **sampling)
+            else:
+                batch = self._encode(chunk)
+                output = self.model.generate(**batch, max_new_tokens=max_new_tokens,
+                                             pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (batch, prompt + new)
+                new_tokens = output[:, batch["input_ids"].shape[1]:]
             completions.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
         return completions
 
@@ -145,8 +171,9 @@ class HFBackend:
         factors: the adapter space's LoRAFactor list; stacked[i]: (P, *factors[i].weight.shape), e.g.
         AdapterSpace.candidate_factors(candidates); or LowRankSpace's factors (plain Linear modules,
         stacked[i]: (P, *factors[i].shape)). Returns P lists, each like generate(prompts).
-        Each prompt batch is encoded (left-padded) exactly as generate() does, then tiled P times,
-        candidate-major, so every candidate's rows see the same tokens and padding as on its own.
+        Each prompt batch is encoded exactly as generate() does (left-padded, or split at its shared prefix,
+        which then runs once per candidate: its KV cache depends on the candidate's weights), then tiled P
+        times, candidate-major, so every candidate's rows see the same tokens and padding as on its own.
         """
         from ..spaces.lora import LoRAFactor
         from .multi_lora import population_adapters, population_linear_deltas
@@ -158,15 +185,21 @@ class HFBackend:
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         step = self.generation_batch_size or len(texts)
         completions: list[list[str]] = [[] for _ in range(population)]
+        greedy = {"max_new_tokens": max_new_tokens, "do_sample": False, "temperature": None, "top_p": None,
+                  "top_k": None, "pad_token_id": self.tokenizer.pad_token_id}
         for start in range(0, len(texts), step):
-            batch = self._encode(tuple(texts[start:start + step]))  # (group, prompt) ids and mask
-            group, prompt_length = batch["input_ids"].shape
-            tiled = {key: value.repeat(population, 1) for key, value in batch.items()}  # (P * group, prompt)
-            with patch(self.model, factors, stacked, group):
-                output = self.model.generate(**tiled, max_new_tokens=max_new_tokens, do_sample=False,
-                                             temperature=None, top_p=None, top_k=None,
-                                             pad_token_id=self.tokenizer.pad_token_id)  # (P * group, prompt + new)
-            decoded = self.tokenizer.batch_decode(output[:, prompt_length:], skip_special_tokens=True)
+            chunk = tuple(texts[start:start + step])
+            if (split := self._prefix_split(chunk)) is not None:
+                group = split.rows
+                new_tokens = generate_after_prefix(self.model, split, population,
+                                                   lambda rows: patch(self.model, factors, stacked, rows), **greedy)
+            else:
+                batch = self._encode(chunk)  # (group, prompt) ids and mask
+                group, prompt_length = batch["input_ids"].shape
+                tiled = {key: value.repeat(population, 1) for key, value in batch.items()}  # (P * group, prompt)
+                with patch(self.model, factors, stacked, group):
+                    new_tokens = self.model.generate(**tiled, **greedy)[:, prompt_length:]  # (P * group, new)
+            decoded = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
             for candidate in range(population):
                 completions[candidate].extend(decoded[candidate * group:(candidate + 1) * group])
         return completions
