@@ -136,7 +136,8 @@ def load_backend(config: TrainConfig, device: str) -> Backend:
     from .backends.quantized import QuantizationSettings
 
     return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size,
-                          QuantizationSettings.from_config(config))
+                          QuantizationSettings.from_config(config),
+                          shared_prefix=config.shared_prefix)
 
 
 def adapter_rank(config: TrainConfig) -> int:

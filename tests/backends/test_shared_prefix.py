@@ -42,7 +42,7 @@ def liven(model: torch.nn.Module, scale: float = 0.3) -> None:
 
 def pair(model_dir: str, dtype: str = "float32") -> tuple[HFBackend, HFBackend]:
     """(shared-prefix backend, plain backend) on one livened model."""
-    shared = HFBackend.load(model_dir, dtype=dtype)
+    shared = HFBackend.load(model_dir, dtype=dtype, shared_prefix=True)
     liven(shared.model)
     return shared, HFBackend(shared.model, shared.tokenizer, shared_prefix=False)
 
@@ -123,7 +123,7 @@ def test_the_prefix_runs_once_per_generate(tiny_model_dir):
 
 
 def lora_backends(model_dir: str, kind: str):
-    shared = HFBackend.load(model_dir, dtype="float32")
+    shared = HFBackend.load(model_dir, dtype="float32")  # float32: on by default
     liven(shared.model)
     shared.model = init_lora_adapter(shared.model, rank=8, init="gaussian", seed=3)
     if kind == "lora":
@@ -149,6 +149,7 @@ def one_at_a_time(space, backend: HFBackend, candidates, prompts) -> list[list[s
 @pytest.mark.parametrize("name", ["chat template", "prefixes of different lengths"])
 def test_population_adapters_identical_with_and_without(tiny_model_dir, kind, name):
     shared, plain, space, candidates = lora_backends(tiny_model_dir, kind)
+    assert prefix_used(shared)  # on by default for a float32 PEFT model
     prompts = PROMPT_SETS[name]
     expected = one_at_a_time(space, plain, candidates, prompts)
     assert len({tuple(c) for c in expected}) > 1, "candidates must give different completions"
@@ -186,12 +187,19 @@ def test_generate_after_prefix_returns_only_new_tokens(tiny_model_dir):
     assert torch.equal(new_tokens[:len(ARITHMETIC)], new_tokens[len(ARITHMETIC):])  # two copies of one model
 
 
-def test_config_key_turns_it_off(tiny_model_dir):
+def prefix_used(backend: HFBackend) -> bool:
+    return backend._prefix_split(tuple(render_prompt(backend.tokenizer, p) for p in ARITHMETIC)) is not None
+
+
+@pytest.mark.parametrize(("dtype", "setting", "used"), [("float32", None, True), ("bfloat16", None, False),
+                                                        ("float32", False, False), ("bfloat16", True, True)])
+def test_config_key_chooses_the_path(tiny_model_dir, dtype, setting, used):
+    """Default (null): on where exact (float32), off in bfloat16; true / false force it."""
     from evotune.builders import load_backend
     from evotune.config import TrainConfig
 
-    assert load_backend(TrainConfig(model=tiny_model_dir), "cpu").shared_prefix is True
-    assert load_backend(TrainConfig(model=tiny_model_dir, shared_prefix=False), "cpu").shared_prefix is False
+    backend = load_backend(TrainConfig(model=tiny_model_dir, dtype=dtype, shared_prefix=setting), "cpu")
+    assert backend.shared_prefix is setting and prefix_used(backend) is used
 
 
 @pytest.mark.slow
@@ -201,7 +209,8 @@ def test_smollm2_identical_with_and_without(task):
     from evotune.tasks import get_task
 
     prompts = [row["prompt"] for row in get_task(task).train_rows[:32]]
-    shared = HFBackend.load("smollm2-135m-instruct", dtype="float32")
+    shared = HFBackend.load("smollm2-135m-instruct", dtype="float32")  # on by default in float32
+    assert prefix_used(shared)
     plain = HFBackend(shared.model, shared.tokenizer, shared_prefix=False)
     expected = plain.generate(prompts, 24)
     assert len(set(expected)) > 4

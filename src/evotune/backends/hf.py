@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import torch
 
 from .models import load_model
-from .shared_prefix import PrefixSplit, generate_after_prefix, split_prompts
+from .shared_prefix import PrefixSplit, exact_for, generate_after_prefix, split_prompts
 
 
 def render_prompt(tokenizer: Any, prompt: str | list[dict]) -> str:
@@ -48,11 +48,12 @@ class HFBackend:
     """Holds one model replica and its tokenizer; generates completions for prompts.
 
     shared_prefix: compute the token prefix common to a generate call's prompts once and continue every
-    row from its KV cache (backends/shared_prefix.py); False: the plain left-padded batch.
+    row from its KV cache (backends/shared_prefix.py); False: the plain left-padded batch; None: on where
+    that gives the same greedy completions, float32 weights (shared_prefix.exact_for).
     """
 
     def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None,
-                 shared_prefix: bool = True):
+                 shared_prefix: bool | None = None):
         contiguous_head_input(model)
         self.model = model
         self.tokenizer = tokenizer
@@ -64,7 +65,7 @@ class HFBackend:
     @classmethod
     def load(cls, model: str, dtype: str = "bfloat16", device: str = "cpu",
              generation_batch_size: int | None = None, quantization: str = "none",
-             shared_prefix: bool = True) -> "HFBackend":
+             shared_prefix: bool | None = None) -> "HFBackend":
         return cls(*load_model(model, dtype, device, quantization), generation_batch_size=generation_batch_size,
                    shared_prefix=shared_prefix)
 
@@ -83,7 +84,7 @@ class HFBackend:
 
     def _prefix_split(self, texts: tuple[str, ...]) -> PrefixSplit | None:
         """The batch split into its shared token prefix and remainders; None: generate the plain padded batch."""
-        if not self.shared_prefix:
+        if not (exact_for(self.model) if self.shared_prefix is None else self.shared_prefix):
             return None
         if texts not in self._splits:
             if len(self._splits) > 8:

@@ -80,6 +80,15 @@ def split_prompts(rows: Sequence[Sequence[int]], pad_token_id: int, device: torc
                        torch.tensor(mask, device=device))
 
 
+def exact_for(model: Any) -> bool:
+    """Whether the prefix pass gives exactly the plain batch's greedy completions for `model`: float32
+    weights, not quantized. Measured (bench/results/shared_prefix_*.json): identical in float32 on the tiny
+    model and SmolLM2; in bfloat16, SmolLM2's completions differ in 2 of 32 arithmetic and 6 of 16
+    Countdown prompts (as bfloat16 completions also change with the batch's shape: 5 of those 16 when
+    the plain batch is generated in halves)."""
+    return getattr(model, "dtype", None) == torch.float32 and getattr(model, "hf_quantizer", None) is None
+
+
 def _accepts_logits_to_keep(model: Any) -> bool:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT passes kwargs through
     return "logits_to_keep" in inspect.signature(base.forward).parameters
