@@ -381,11 +381,12 @@ class ESTrainer:
             return self.trainer.evaluate()
         from .backends.base import resolve_device
         from .builders import load_backend
-        from .generation import eval_record, evaluate_model
+        from .generation import eval_budget, eval_record, evaluate_model
 
         if self.backend is None:
             self.backend = load_backend(self.config, resolve_device(self.config.device))
-        metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, self.config.max_new_tokens)
+        budget = eval_budget(self.task, self.config.max_new_tokens, self.config.eval_max_new_tokens)
+        metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, budget)
         return eval_record(metrics)
 
     def save_model(self, output_dir: str | None = None) -> None:

@@ -30,6 +30,14 @@ def evaluate_model(backend: Backend, task: Task, rows: list[dict], max_new_token
     return task.evaluate(rows, completions), completions
 
 
+def eval_budget(task: Task, max_new_tokens: int, eval_max_new_tokens: int | None = None) -> int:
+    """New tokens per held-out completion: the config's `eval_max_new_tokens` if set, else the task's own budget
+    (one that does not cut its answers), never below the training budget `max_new_tokens`."""
+    if eval_max_new_tokens is not None:
+        return eval_max_new_tokens
+    return max(task.eval_max_new_tokens or 0, max_new_tokens)
+
+
 def check_prompt_lengths(backend: Backend, splits: dict[str, list[dict]], max_new_tokens: int) -> None:
     """Refuse rows whose longest prompt plus `max_new_tokens` does not fit the model's context, before any
     generation: the hf backend would generate from a silently overrun context, and vLLM would fail mid-run.

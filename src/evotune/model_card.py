@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from .config import TrainConfig
+from .generation import eval_budget
 from .tasks.base import Task
 from .tracking import read_metrics
 
@@ -209,9 +210,11 @@ def _task_lines(config: TrainConfig, task: Task | None) -> list[str]:
         lines.append(f"- Data: `{config.dataset}`" + (f", held out: `{config.eval_dataset}`"
                                                         if config.eval_dataset else "") + ".")
     count = len(task.eval_rows) if task is not None else config.num_eval
+    budget = (eval_budget(task, config.max_new_tokens, config.eval_max_new_tokens) if task is not None
+              else config.eval_max_new_tokens or config.max_new_tokens)
     described = count if count is not None else "the task's default number of"
     return lines + [f"- Held-out evaluation: {described} prompts, "
-                    f"greedy decoding, at most {config.max_new_tokens} new tokens.", ""]
+                    f"greedy decoding, at most {budget} new tokens.", ""]
 
 
 def _usage_lines(final: Path, base_ref: str, adapter: bool) -> list[str]:

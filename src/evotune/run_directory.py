@@ -27,7 +27,7 @@ RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old",
 # writes a template README.md of its own earlier, without it): its presence marks a whole final/.
 MODEL_CARD_MARK = "## Reproduce"
 # Keys a resumed run may change: none of them moves the mean differently.
-RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "checkpoint_every", "report_to", "log_samples", "distributed",
+RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "eval_max_new_tokens", "checkpoint_every", "report_to", "log_samples", "distributed",
                   "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus",
                   "engine_core", "tensor_parallel_size", "gpu_memory_utilization")
 

@@ -24,11 +24,23 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
-from .config import (ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig,
-                     absolutize_paths, check_device, check_int4_keys, read_config_values)
+from .config import (
+    ComputeDtype,
+    DtypeName,
+    Int4Type,
+    LoraInit,
+    Quantization,
+    RunConfig,
+    TaskName,
+    TrainConfig,
+    absolutize_paths,
+    check_device,
+    check_int4_keys,
+    read_config_values,
+)
 from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
-from .generation import eval_record, evaluate_model
+from .generation import eval_budget, eval_record, evaluate_model
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
@@ -213,7 +225,8 @@ def evaluate_and_log(backend: HFBackend, task: Task, config: SFTConfig, logger: 
                      step: int) -> dict[str, float]:
     """Greedy held-out metrics of the backend's current model, as `evotune train` evaluates; logged at `step`."""
     backend.model.eval()
-    metrics, _ = evaluate_model(backend, task, task.eval_rows, config.max_new_tokens)
+    metrics, _ = evaluate_model(backend, task, task.eval_rows,
+                                eval_budget(task, config.max_new_tokens, config.eval_max_new_tokens))
     logger.log({"step": step, **eval_record(metrics)})
     return metrics
 

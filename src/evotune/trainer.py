@@ -16,11 +16,11 @@ from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError
-from .generation import check_prompt_lengths, eval_record, evaluate_model
+from .generation import check_prompt_lengths, eval_budget, eval_record, evaluate_model
+from .model_card import write_model_card
 from .seeds import derive_seed
 from .tasks import Task
 from .tasks.base import function_name, prompt_text
-from .model_card import write_model_card
 from .tracking import MetricsLogger, out_of_time, peak_memory_mib
 from .types import append_update
 
@@ -63,8 +63,9 @@ class Trainer:
         # with Ray and GPUs, the driver's replica takes GPUs no actor will be given
         reservation, device = reserve_driver_gpus(config) if backend is None else (None, None)
         self.backend = backend or load_backend(config, device or resolve_device(config.device))
-        check_prompt_lengths(self.backend, {"training": self.task.train_rows, "held-out": self.task.eval_rows},
-                             config.max_new_tokens)
+        self.eval_max_new_tokens = eval_budget(self.task, config.max_new_tokens, config.eval_max_new_tokens)
+        check_prompt_lengths(self.backend, {"training": self.task.train_rows}, config.max_new_tokens)
+        check_prompt_lengths(self.backend, {"held-out": self.task.eval_rows}, self.eval_max_new_tokens)
         self.space = build_space(config, self.backend)
         self.strategy = build_strategy(config, self.space)
         replica = Replica(self.task, self.backend, self.space, config.max_new_tokens)
@@ -113,7 +114,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics of the current mean, as `eval/<metric>`."""
         metrics, self.last_completions = evaluate_model(self.backend, self.task, self.task.eval_rows,
-                                                        self.config.max_new_tokens)
+                                                        self.eval_max_new_tokens)
         self.last_eval = eval_record(metrics)
         return self.last_eval
 

@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 from transformers import TrainerCallback
 
 from ..backends.base import Backend
-from ..generation import eval_record, evaluate_model
+from ..generation import eval_budget, eval_record, evaluate_model
 from ..tasks.base import Task
 from ..tracking import MetricsLogger, out_of_time, peak_memory_mib
 
@@ -24,7 +24,8 @@ from ..tracking import MetricsLogger, out_of_time, peak_memory_mib
 class EvalSchedule(Protocol):
     """The keys of a GRPO run's config this callback reads."""
 
-    max_new_tokens: int  # greedy held-out evaluation
+    max_new_tokens: int  # the training budget: the floor of the evaluation budget
+    eval_max_new_tokens: int | None  # greedy held-out evaluation (None: the task's own budget)
     eval_every: int  # steps between evaluations (0: before and after training only)
     max_training_seconds: float  # 0: no time budget
 
@@ -46,7 +47,8 @@ class EvotuneMetricsCallback(TrainerCallback):
         self.out_of_time = False
 
     def evaluate(self) -> dict[str, float]:
-        metrics, _ = evaluate_model(self.backend_fn(), self.task, self.task.eval_rows, self.config.max_new_tokens)
+        budget = eval_budget(self.task, self.config.max_new_tokens, self.config.eval_max_new_tokens)
+        metrics, _ = evaluate_model(self.backend_fn(), self.task, self.task.eval_rows, budget)
         self.last_eval = eval_record(metrics)
         return self.last_eval
 

@@ -85,6 +85,12 @@ def _draw(rng: random.Random, count: int, low: int, high: int, operations: str,
     return out
 
 
+# Held-out answers need more tokens than the 10 a short training budget gives: SmolLM2 writes "93 + 71 = 164".
+# Base accuracy on 256 test questions (bench/eval_budget.sh): 8.2% at 10 new tokens, 23.0% at 16, 24 and 32,
+# 22.3% at 48; 24 leaves room for longer answers past the plateau.
+EVAL_MAX_NEW_TOKENS = 24
+
+
 def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int = 2, operations: str = "+",
                      num_train: int = 2000, reward: str = "exact", eval_split: str = "test") -> Task:
     """Questions ``a op b`` with ``digits``-digit operands; ``operations`` is a string of ``+-*``.
@@ -121,4 +127,5 @@ def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int 
     train_triples = _draw(random.Random(f"arithmetic-train-{seed}"), num_train, low, high, operations, held_out)
     return Task(name="arithmetic", train_rows=[_row(*t) for t in train_triples],
                 eval_rows=[_row(*t) for t in eval_triples], reward_fns=[REWARDS[reward]],
-                reward_weights=[1.0], metric_fns={"accuracy": arithmetic_reward})
+                reward_weights=[1.0], metric_fns={"accuracy": arithmetic_reward},
+                eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)

@@ -141,6 +141,9 @@ class Task:
     # metric -> row column weighting its samples in the mean (IFEval's instruction-level accuracy
     # weights each prompt by its number of instructions); unlisted metrics are plain means.
     metric_weights: dict[str, str] = field(default_factory=dict)
+    # new tokens an evaluation needs so that it does not cut this task's answers (measured per task: the budget
+    # past which held-out accuracy stops rising); None: the run's max_new_tokens
+    eval_max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.reward_weights) != len(self.reward_fns):
