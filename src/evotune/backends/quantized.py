@@ -48,6 +48,7 @@ class QuantizationSettings:
         return value if isinstance(value, cls) else cls(str(value))
 
     def check(self) -> None:
+        """Refuse an unknown method or 4-bit type, naming the key and its choices."""
         if self.method not in QUANTIZATIONS:
             raise ConfigError(f"`quantization` is {self.method!r}; set it to one of {', '.join(QUANTIZATIONS)}.")
         if self.int4_type not in INT4_TYPES:
