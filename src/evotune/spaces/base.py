@@ -95,8 +95,13 @@ class Space(ABC):
             self.optimizer.load_state_dict(state["optimizer"], optimizer_tensors)
 
     def mean_is_finite(self) -> bool:
-        """False if any number of the mean is NaN or infinite (a diverged update)."""
-        return all(bool(torch.isfinite(tensor).all()) for tensor in self.state_tensors().values())
+        """False if any number of the mean is NaN or infinite (a diverged update).
+
+        A NaN or an infinity makes a tensor's sum non-finite, so a finite sum proves the tensor finite in
+        one pass without a (numel,) bool tensor; only a non-finite sum (or an overflow) is checked element
+        by element."""
+        return all(bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+                   for tensor in self.state_tensors().values())
 
     def checksum(self) -> str:
         """A hash of the exact mean and optimizer state (every tensor's bytes, in name order): replicas

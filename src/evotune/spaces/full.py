@@ -102,14 +102,16 @@ class FullParameterSpace(Space):
             _, _, low, high = piece
             yield piece, live[low:high], master[low:high]
 
-    def _noise(self, seed: int, name: str, chunk: int | tuple[int, int, int, int], live: torch.Tensor) -> torch.Tensor:
+    def _noise(self, seed: int, name: str, chunk: int | tuple[int, int, int, int], live: torch.Tensor,
+               scale: float = 1.0) -> torch.Tensor:
+        """(chunk,) fp32: scale * this chunk's noise, in a reused buffer."""
         out = self._buffer("noise", live.numel(), live.device)
         if isinstance(chunk, int):
-            return fill_noise_chunk(out, seed, name, chunk, self.noise_kind)
+            return fill_noise_chunk(out, seed, name, chunk, self.noise_kind, scale)
         index, first, low, high = chunk  # a shard's piece: draw the whole chunk, keep this rank's elements
         shard = self.shards[name]
         size = min(CHUNK_SIZE, math.prod(shard.global_shape) - first)
-        whole = fill_noise_chunk(self._buffer("whole", size, live.device), seed, name, index, self.noise_kind)
+        whole = fill_noise_chunk(self._buffer("whole", size, live.device), seed, name, index, self.noise_kind, scale)
         return shard.gather(whole, first, low, high, tuple(self.master[name].shape), out)
 
     def _for_each(self, work: Callable[[str, torch.nn.Parameter], None]) -> None:
@@ -126,9 +128,10 @@ class FullParameterSpace(Space):
     def apply(self, candidate: Candidate) -> None:
         def perturb(name: str, param: torch.nn.Parameter) -> None:
             for chunk, live, master in self._chunks(name, param):
-                eps = self._noise(candidate.seed, name, chunk, live)  # (chunk,) fp32
-                # mean + scale * eps in fp32, cast once into the live dtype
-                live.copy_(eps.mul_(candidate.scale).add_(master.to(live.device)))
+                perturbation = self._noise(candidate.seed, name, chunk, live, candidate.scale)  # (chunk,) fp32
+                # mean + scale * eps in fp32, rounded once into the live dtype as it is written: one pass over
+                # the chunk (the same bits as adding in place, then copying)
+                torch.add(perturbation, master.to(live.device), out=live)
         self._for_each(perturb)
 
     def restore(self) -> None:

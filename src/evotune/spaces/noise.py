@@ -43,8 +43,10 @@ def rademacher_bytes(count: int, seed: int) -> np.ndarray:
     return words.astype("<u8", copy=False).view(np.uint8)[:(count + 7) // 8]  # little-endian byte order
 
 
-def fill_noise_chunk(out: torch.Tensor, seed: int, name: str, chunk: int, kind: str = "gaussian") -> torch.Tensor:
-    """Fill the 1-D fp32 `out` with chunk `chunk` of tensor `name`'s noise for member `seed`.
+def fill_noise_chunk(out: torch.Tensor, seed: int, name: str, chunk: int, kind: str = "gaussian",
+                     scale: float = 1.0) -> torch.Tensor:
+    """Fill the 1-D fp32 `out` with chunk `chunk` of tensor `name`'s noise for member `seed`, times `scale`
+    (bit for bit noise * scale: a candidate's perturbation, drawn in one pass for rademacher).
 
     gaussian: N(0, 1), the paper's choice, from torch's generator on out's device.
     rademacher: +-1 with equal probability, element i from bit i % 8 of byte i // 8 of
@@ -57,11 +59,13 @@ def fill_noise_chunk(out: torch.Tensor, seed: int, name: str, chunk: int, kind: 
     if kind == "gaussian":
         generator = torch.Generator(device=out.device)
         generator.manual_seed(chunk_seed)
-        return out.normal_(generator=generator)
+        out.normal_(generator=generator)
+        return out if scale == 1.0 else out.mul_(scale)
     if kind == "rademacher":
         count = out.numel()
         packed = torch.from_numpy(rademacher_bytes(count, chunk_seed).astype(np.int64)).to(out.device)  # (bytes,)
-        table = _sign_table(out.device)
+        # +-1 * scale is exactly +-scale: scaling the (256, 8) table scales every element, with no extra pass
+        table = _sign_table(out.device) if scale == 1.0 else _sign_table(out.device) * scale
         if count % 8 == 0:  # expand straight into `out`, viewed as (bytes, 8)
             torch.index_select(table, 0, packed, out=out.view(-1, 8))
             return out
