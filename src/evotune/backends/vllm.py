@@ -116,9 +116,11 @@ class VLLMBackend:
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
                  lora_rank: int | None = None, max_loras: int = 1, host_dtype: str | None = None,
                  kv_cache_gib: float | None = None, host_model: bool = True, engine_core: str = "auto",
-                 tensor_parallel_size: int = 1):
+                 tensor_parallel_size: int = 1, prefix_caching: bool = False):
         """engine_core: in_process, separate_process (vLLM's default, msgpack between the processes), or auto:
-        in process on a CPU with tensor_parallel_size 1, vLLM's default otherwise (always on CUDA)."""
+        in process on a CPU with tensor_parallel_size 1, vLLM's default otherwise (always on CUDA).
+        prefix_caching: vLLM's automatic prefix caching, emptied before every generate (weights written
+        between two calls make every cached block stale); off by default, see docs/vllm-and-ray.md."""
         if not is_vllm_available():
             raise ConfigError(f"`backend: vllm` needs vLLM, which is not installed: {INSTALL_HINT}. "
                               "Or set `backend: hf`.")
@@ -152,7 +154,8 @@ class VLLMBackend:
         arguments = dict(model=self.model_name, dtype=engine_dtype, seed=seed, max_model_len=max_model_len,
                          quantization=engine_quantization(quantization, engine_quantization_methods()),
                          tensor_parallel_size=tensor_parallel_size,
-                         enable_prefix_caching=False,  # perturbed weights make every cached prefix stale
+                         # perturbed weights make cached prefixes stale: on, the cache is emptied per generate
+                         enable_prefix_caching=prefix_caching,
                          worker_extension_cls=EXTENSION, **memory, **lora)
         if not in_process and VLLMBackend._watchdog is None:
             # vLLM's engine processes outlive a SIGKILLed parent (a killed Ray actor, the OOM killer), holding
@@ -173,6 +176,7 @@ class VLLMBackend:
         self.adapter_config: dict[str, Any] | None = None  # set by a space whose members have no host PEFT model
         self._writer: Any = None
         self.ignore_eos = False  # benchmarks set True: every completion then runs to max_new_tokens
+        self.prefix_caching = prefix_caching
 
     def _sampling(self, max_new_tokens: int, do_sample: bool, temperature: float, top_p: float) -> Any:
         from vllm import SamplingParams
@@ -196,6 +200,9 @@ class VLLMBackend:
 
     def _run(self, inputs: list[dict], params: Any, adapters: list[dict] | None) -> list[list[str]]:
         """Completions of `inputs` under each adapter state dict (one list per adapter), or the bare engine."""
+        if self.prefix_caching and not self.llm.reset_prefix_cache():  # blocks of earlier weights: stale
+            raise RuntimeError("vLLM could not empty its prefix cache (requests still running); blocks cached under "
+                               "earlier weights would be reused. Construct the backend with prefix_caching=False.")
         if adapters is None:
             return [self._texts(self.llm.generate(inputs, params, use_tqdm=False))]
         from vllm.lora.request import LoRARequest
