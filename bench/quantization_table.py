@@ -1,11 +1,11 @@
 """The precision table of bench/essa_quantization.sh: per base precision (float32, INT8, INT4) and seed, held-out
 accuracy of the SFT adapter alone on that base and of ESSA from it (start and end), with Wilson 95% intervals,
-the run's peak RSS and its median seconds per ESSA iteration; plus the token-budget check (the SFT adapter on the
-float32 base at growing max_new_tokens) and the mean over seeds.
+the run's peak RSS and its median seconds per ESSA iteration; plus the token-budget check (the SFT adapter on each
+base at growing max_new_tokens) and the mean over seeds.
 
     python bench/quantization_table.py --runs runs/essa_quantization --seeds 0 1 --num-eval 512 \
-        --max-new-tokens 10 --token-check 6 10 16 32 --name essa_quantization
-(run directories RUNS/sft-seedS, with eval-PRECISION.json and eval-float32-tokensT.json, and
+        --max-new-tokens 10 --token-check 6 32 --name essa_quantization
+(run directories RUNS/sft-seedS, with eval-PRECISION.json and eval-PRECISION-tokensT.json, and
 RUNS/essa-PRECISION-seedS, as bench/essa_quantization.sh writes them)
 """
 
@@ -80,10 +80,11 @@ def main() -> None:
     rows, token_check = [], {}
     for seed in args.seeds:
         sft = runs / f"sft-seed{seed}"
-        token_check[seed] = {tokens: eval_accuracy(sft / f"eval-float32-tokens{tokens}.json")
-                             for tokens in args.token_check}
         for precision in PRECISIONS:
             alone = eval_accuracy(sft / f"eval-{precision}.json")
+            token_check[f"{precision}-seed{seed}"] = {
+                args.max_new_tokens: alone, **{tokens: eval_accuracy(sft / f"eval-{precision}-tokens{tokens}.json")
+                                               for tokens in args.token_check}}
             rows.append({"precision": precision, "seed": seed, "sft_alone": cell(alone, n) if alone is not None else None,
                          "essa": essa_row(runs / f"essa-{precision}-seed{seed}", n)})
     means = {}
@@ -97,7 +98,7 @@ def main() -> None:
     lines = table(rows)
     write_result(args.name, {"command": "python bench/quantization_table.py " + " ".join(sys.argv[1:]),
                              "num_eval": n, "max_new_tokens": args.max_new_tokens,
-                             "token_check_sft_float32_accuracy": token_check, "rows": rows, "mean_over_seeds": means,
+                             "token_check_sft_accuracy": token_check, "rows": rows, "mean_over_seeds": means,
                              "table": lines})
     print("\n".join(lines))
 
