@@ -210,7 +210,7 @@ class TrainConfig(RunConfig):
                                             "(chat template, instructions) once and continue every row from its KV "
                                             "cache (1.3-1.5x faster on arithmetic). null: on for float32 weights, "
                                             "where greedy completions are identical to without; true: also in "
-                                            "bfloat16/float16 (a few completions change, as with another "
+                                            "bfloat16/float16 (some completions change, as with another "
                                             "generation_batch_size); false: every row computes its whole prompt.")
     population_batch_size: int | None = _opt(None, "lora/svd_lora/lowrank: candidates generated together in one "
                                                   "batched generate, one adapter per row (hf default: one at a "
