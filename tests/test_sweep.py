@@ -8,7 +8,7 @@ import pytest
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
-from evotune.sweep import grid_points, parse_grid
+from evotune.sweep_grid import grid_points, parse_grid
 
 
 def test_grid_parsing_reads_yaml_values_and_keeps_lists_whole():

@@ -20,7 +20,9 @@ import yaml
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
-from evotune.sweep import SweepFailed, final_is_complete, grid_points, parse_grid, sweep
+from evotune.run_directory import final_is_complete
+from evotune.sweep import SweepFailed, sweep
+from evotune.sweep_grid import grid_points, parse_grid
 from helpers import requires_ray
 
 # The tiny model, 2 iterations of 2 members, evaluated every iteration; no config, so the quickstart's base.

@@ -245,7 +245,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from ..config import QUICKSTART, read_config_values
-    from ..sweep import SweepFailed, format_table, parse_grid, sweep
+    from ..sweep import SweepFailed, format_table, sweep
+    from ..sweep_grid import parse_grid
 
     grid = parse_grid(args.grid)
     # no config: the base `evotune train` (the quickstart) or `evotune grpo` (the defaults) has without one, so
