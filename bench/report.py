@@ -91,6 +91,8 @@ def _cell(value) -> str:
 def eval_lines() -> list[str]:
     lines = []
     for path, d in results("eval_*.json"):
+        if path.stem.startswith("eval_budget_"):  # a budget sweep, tabulated by eval_budget_lines
+            continue
         keys = [k for k in d["results"][0] if k not in ("model", "task", "num_eval", "time_s", "reward_ci95")]
         rows = ["| " + " | ".join([r["model"]] + [_cell(r.get(k, "")) for k in keys] + [_cell(r["time_s"])]) + " |"
                 for r in d["results"]]
@@ -205,6 +207,17 @@ def compare_lines() -> list[str]:
     return lines
 
 
+def eval_budget_lines() -> list[str]:
+    """Held-out accuracy at growing token budgets: where evaluation stops cutting the task's answers."""
+    lines = []
+    for _, d in results("eval_budget_*.json"):
+        rows = [f"| {row['max_new_tokens']} | {row['accuracy']:.1%} | [{row['accuracy_ci95'][0]:.1%}, "
+                f"{row['accuracy_ci95'][1]:.1%}] | {row['time_s']} |" for row in d["rows"]]
+        lines += section(f"Evaluation budget: {d['task']} ({d['model']}, {d['num_eval']} prompts, {d['dtype']})",
+                         d["command"], ["max_new_tokens", "accuracy", "95% interval", "eval s"], rows)
+    return lines
+
+
 def main() -> None:
     lines = ["# Benchmark results", "", "Written by `python bench/report.py` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
@@ -236,7 +249,7 @@ def main() -> None:
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
     lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
-    lines += grpo_memory_lines()
+    lines += grpo_memory_lines() + eval_budget_lines()
     lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
