@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import torch
 
 from .models import load_model
+from .quantized import QuantizationSettings
 from .shared_prefix import PrefixSplit, exact_for, generate_after_prefix, split_prompts
 
 
@@ -64,7 +65,7 @@ class HFBackend:
 
     @classmethod
     def load(cls, model: str, dtype: str = "bfloat16", device: str = "cpu",
-             generation_batch_size: int | None = None, quantization: str = "none",
+             generation_batch_size: int | None = None, quantization: str | QuantizationSettings = "none",
              shared_prefix: bool | None = None) -> "HFBackend":
         return cls(*load_model(model, dtype, device, quantization), generation_batch_size=generation_batch_size,
                    shared_prefix=shared_prefix)
