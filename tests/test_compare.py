@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -140,3 +141,17 @@ def test_compare_names_a_damaged_metrics_or_config_file(tmp_path, capsys):
     assert main(["compare", other, "--output", str(tmp_path / "out")]) == 2
     assert "config.yaml" in capsys.readouterr().err
 
+
+
+def test_methods_with_several_seeds_show_each_seed_and_the_spread(tmp_path):
+    runs = [synthetic(tmp_path / f"es{seed}", "es", seed, [0.1, final]) for seed, final in enumerate([0.2, 0.5, 0.3])]
+    runs.append(synthetic(tmp_path / "grpo0", "grpo", 0, [0.1, 0.4]))
+    result = compare_runs(runs, str(tmp_path / "out"))
+    es, grpo = result["methods"]
+    assert es["seeds"] == [0, 1, 2] and es["final_per_seed"] == pytest.approx([0.2, 0.5, 0.3])
+    assert es["final_range"] == pytest.approx(0.3)
+    low, high = es["final_std_ci95"]  # bootstrap over the 3 seeds: from 0 (all draws equal) up to the largest std
+    assert low == pytest.approx(0.0) and es["final_std"] < high <= np.std([0.2, 0.5, 0.5], ddof=1) + 1e-9
+    assert "final_per_seed" not in grpo and "final_range" not in grpo  # one run: no spread to show
+    table = (tmp_path / "out" / "compare.md").read_text()
+    assert "final_per_seed" in table and "[0.200, 0.500, 0.300]" in table and "| [0, 1, 2] |" in table

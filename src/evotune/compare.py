@@ -173,6 +173,7 @@ def summarize(runs: list[dict], target: float | None, budget: int | None = None,
                "samples_seen": int(np.mean([run["samples_seen"] for run in group])),
                "train_time_s": float(np.mean([run["train_time_s"] for run in group])),
                "peak_rss_mib": max((run["peak_rss_mib"] or 0) for run in group) or None}
+        row.update(seed_spread(group))
         if budget_time is not None:
             row.update(_readings(method, group, f"at_{budget_time:g}s", [value_at_time(run, budget_time)
                                                                          for run in group],
@@ -188,6 +189,20 @@ def summarize(runs: list[dict], target: float | None, budget: int | None = None,
             row["time_to_target_s"] = float(np.mean(times)) if times else None
         rows.append(row)
     return rows
+
+
+def seed_spread(group: list[dict], resamples: int = 2000) -> dict[str, Any]:
+    """Run-to-run stability of a method with several seeds: each seed's final value (in run order, with the
+    seeds), their range, and a bootstrap 95% interval of their standard deviation (seeds resampled with
+    replacement; a fixed generator, so the table is reproducible). Nothing for a single run."""
+    if len(group) < 2:
+        return {}
+    finals = np.array([run["final"] for run in group], dtype=float)  # (seeds,)
+    draws = np.random.default_rng(0).choice(finals, size=(resamples, finals.size), replace=True)  # (resamples, seeds)
+    stds = draws.std(axis=1, ddof=1)
+    return {"seeds": [run["seed"] for run in group], "final_per_seed": finals.tolist(),
+            "final_range": float(finals.max() - finals.min()),
+            "final_std_ci95": [float(np.percentile(stds, 2.5)), float(np.percentile(stds, 97.5))]}
 
 
 def _warm_start_row(method: str, group: list[dict], notes: list[str]) -> dict[str, Any]:
@@ -270,8 +285,8 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ", ".join("-" if v is None else f"{v:.3f}" for v in value) + "]"
+    if isinstance(value, list):  # seeds are whole numbers, metric readings are not
+        return "[" + ", ".join("-" if v is None else str(v) if isinstance(v, int) else f"{v:.3f}" for v in value) + "]"
     return str(value)
 
 
