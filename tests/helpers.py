@@ -138,6 +138,17 @@ def make_task(reward_fn=fingerprint_reward, rows: list[dict] = POPULATION_ROWS):
 # --- weights ------------------------------------------------------------------------------------------
 
 
+def completions_one_at_a_time(space, backend, members, prompts: list, max_new_tokens: int) -> list[list[str]]:
+    """Each member's greedy completions of `prompts`, one member applied to the weights at a time (the reference
+    that population-batched, shared-prefix and quantized paths must reproduce); the mean restored after."""
+    completions = []
+    for member in members:
+        space.apply(member)
+        completions.append(backend.generate(prompts, max_new_tokens))
+    space.restore()
+    return completions
+
+
 def snapshot(model) -> dict[str, torch.Tensor]:
     return {name: param.detach().clone() for name, param in model.named_parameters()}
 

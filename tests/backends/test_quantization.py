@@ -16,7 +16,8 @@ import torch
 from evotune.backends.models import load_model
 from evotune.config import Int4Type, TrainConfig
 from evotune.errors import ConfigError
-from helpers import POPULATION_ROWS, essa_config, make_task, requires_bitsandbytes, requires_cuda
+from helpers import (POPULATION_ROWS, completions_one_at_a_time, essa_config, make_task, requires_bitsandbytes,
+                     requires_cuda)
 
 QUANTIZATIONS = ["int8", "int4"]
 MAX_NEW_TOKENS = 6
@@ -260,11 +261,7 @@ def test_population_batched_equals_one_at_a_time_on_a_quantized_base(wide_model_
     rng = np.random.default_rng(5)
     candidates = [space.mean_vector() + rng.normal(0.0, 2.0, space.dimension) for _ in range(5)]
     prompts = [row["prompt"] for row in POPULATION_ROWS]
-    alone = []
-    for candidate in candidates:
-        space.apply(candidate)
-        alone.append(backend.generate(prompts, MAX_NEW_TOKENS))
-    space.restore()
+    alone = completions_one_at_a_time(space, backend, candidates, prompts, MAX_NEW_TOKENS)
     assert len({tuple(texts) for texts in alone}) > 1, "candidates must differ for the comparison to mean anything"
     batched = backend.generate_population(prompts, MAX_NEW_TOKENS, space.factors, space.candidate_factors(candidates))
     assert batched == alone

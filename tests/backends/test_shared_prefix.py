@@ -15,6 +15,7 @@ from evotune.spaces.lora import LoRASpace, init_lora_adapter
 from evotune.spaces.lowrank import LowRankSpace
 from evotune.spaces.svd_lora import SVDLoRASpace
 from evotune.strategies import OpenES
+from helpers import completions_one_at_a_time
 
 MAX_NEW_TOKENS = 8
 ARITHMETIC = [[{"role": "user", "content": f"What is {7 * i} + {13 * i}? Reply with only the number."}]
@@ -137,12 +138,7 @@ def lora_backends(model_dir: str, kind: str):
 
 
 def one_at_a_time(space, backend: HFBackend, candidates, prompts) -> list[list[str]]:
-    completions = []
-    for candidate in candidates:
-        space.apply(candidate)
-        completions.append(backend.generate(prompts, MAX_NEW_TOKENS))
-    space.restore()
-    return completions
+    return completions_one_at_a_time(space, backend, candidates, prompts, MAX_NEW_TOKENS)
 
 
 @pytest.mark.parametrize("kind", ["lora", "svd_lora"])

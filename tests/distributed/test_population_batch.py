@@ -15,7 +15,7 @@ from evotune.spaces.lora import LoRASpace, init_lora_adapter
 from evotune.spaces.svd_lora import SVDLoRASpace
 from evotune.strategies import OpenES
 from helpers import POPULATION_ROWS as ROWS
-from helpers import assert_identical, broken_reward, make_task, snapshot
+from helpers import assert_identical, broken_reward, completions_one_at_a_time, make_task, snapshot
 
 POPULATION = 7  # chunks of 3 leave a remainder of 1
 MAX_NEW_TOKENS = 6
@@ -53,13 +53,7 @@ def assert_forwards_restored(model) -> None:
 
 
 def sequential_completions(space, backend, candidates) -> list[list[str]]:
-    prompts = [row["prompt"] for row in ROWS]
-    completions = []
-    for candidate in candidates:
-        space.apply(candidate)
-        completions.append(backend.generate(prompts, MAX_NEW_TOKENS))
-    space.restore()
-    return completions
+    return completions_one_at_a_time(space, backend, candidates, [row["prompt"] for row in ROWS], MAX_NEW_TOKENS)
 
 
 @pytest.mark.parametrize("kind", SPACES)

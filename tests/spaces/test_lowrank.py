@@ -24,7 +24,8 @@ from evotune.spaces import SPACES, LowRankSpace
 from evotune.strategies import OpenES
 from evotune.tasks import Task
 from evotune.types import Candidate, SeedUpdate
-from helpers import assert_identical, broken_reward, fingerprint_reward, requires_ray, snapshot, train_until_killed
+from helpers import (assert_identical, broken_reward, completions_one_at_a_time, fingerprint_reward, requires_ray,
+                     snapshot, train_until_killed)
 from helpers import make_task as make_population_task
 
 POPULATION = 6  # antithetic: 3 seeds; chunks of 4 leave a remainder of 2
@@ -53,13 +54,7 @@ def assert_forwards_restored(model) -> None:
 
 
 def one_at_a_time(space, backend, members) -> list[list[str]]:
-    prompts = [row["prompt"] for row in ROWS]
-    out = []
-    for member in members:
-        space.apply(member)
-        out.append(backend.generate(prompts, MAX_NEW_TOKENS))
-    space.restore()
-    return out
+    return completions_one_at_a_time(space, backend, members, [row["prompt"] for row in ROWS], MAX_NEW_TOKENS)
 
 
 def test_registered_and_selects_linear_weights_only(backend):
