@@ -5,28 +5,14 @@ Shared functions and the `requires_*` marks are in helpers.py."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A 2-layer, 16-wide Llama saved with save_pretrained, plus SmolLM2's tokenizer and chat template."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from helpers import save_tiny_llama
 
-    from evotune.backends.models import resolve_model
-
-    directory = tmp_path_factory.mktemp("tiny-llama")
-    source = resolve_model("smollm2-135m-instruct")
-    tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return str(directory)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture

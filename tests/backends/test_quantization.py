@@ -17,7 +17,7 @@ from evotune.backends.models import load_model
 from evotune.config import Int4Type, TrainConfig
 from evotune.errors import ConfigError
 from helpers import (POPULATION_ROWS, completions_one_at_a_time, essa_config, make_task, requires_bitsandbytes,
-                     requires_cuda)
+                     requires_cuda, save_tiny_llama)
 
 QUANTIZATIONS = ["int8", "int4"]
 MAX_NEW_TOKENS = 6
@@ -27,21 +27,7 @@ MAX_NEW_TOKENS = 6
 def wide_model_dir(tmp_path_factory) -> str:
     """A 2-layer, 64-wide Llama (k/v 32 wide, MLP 128) with SmolLM2's tokenizer: every Linear fits the CPU 4-bit
     kernel's blocks of 32 rows."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from evotune.backends.models import resolve_model
-
-    directory = tmp_path_factory.mktemp("wide-llama")
-    source = resolve_model("smollm2-135m-instruct")
-    tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return str(directory)
+    return save_tiny_llama(tmp_path_factory.mktemp("wide-llama"), hidden_size=64, intermediate_size=128)
 
 
 # --- configuration: no bitsandbytes needed ---------------------------------------------------------------
