@@ -7,6 +7,8 @@
 #   bash bench/conciseness_pareto.sh       # runs only what is missing (re-run to resume)
 #   SEEDS=0 EVALUATE=0 bash bench/conciseness_pareto.sh &  SEEDS=1 EVALUATE=0 bash bench/conciseness_pareto.sh
 #   SEEDS=0 EVALUATE=only bash bench/conciseness_pareto.sh   # evaluate seed 0's runs (and SEEDS=1 ...)
+# The stability study's small form (one ES setting, GRPO at beta 0, seeds 2-4 beside seeds 0-1 of the grid):
+#   SEEDS="2 3 4" LEARNING_RATES=4e-3 SIGMAS=2e-3 BETAS=0.0 PARETO=0 bash bench/conciseness_pareto.sh
 set -euo pipefail
 RUNS=${RUNS:-runs/conciseness_pareto}
 SEEDS=${SEEDS:-"0 1"}
@@ -19,6 +21,7 @@ BATCH=${BATCH:-8}
 LEARNING_RATES=${LEARNING_RATES:-4e-3,8e-3}
 SIGMAS=${SIGMAS:-1e-3,2e-3}
 GRPO_STEPS=${GRPO_STEPS:-20}
+BETAS=${BETAS:-0.0,0.04}
 # a GRPO step peaks at ~14 GB RSS here; 4 micro-batches give the same update (tests/test_grpo.py) with less
 GRPO_ACCUMULATION=${GRPO_ACCUMULATION:-1}
 EVALUATE=${EVALUATE:-1}
@@ -27,7 +30,7 @@ evotune sweep examples/conciseness.yaml --output "$RUNS/es" --seeds $SEEDS --set
   --set batch_size=$BATCH --set eval_every=0 --set checkpoint_every=5 \
   --grid learning_rate=$LEARNING_RATES --grid sigma=$SIGMAS
 evotune sweep examples/grpo_conciseness.yaml --command grpo --output "$RUNS/grpo" --seeds $SEEDS \
-  --set iterations=$GRPO_STEPS --set gradient_accumulation_steps=$GRPO_ACCUMULATION --set eval_every=0 --set checkpoint_every=10 --grid beta=0.0,0.04
+  --set iterations=$GRPO_STEPS --set gradient_accumulation_steps=$GRPO_ACCUMULATION --set eval_every=0 --set checkpoint_every=10 --grid beta=$BETAS
 fi
 [ "$EVALUATE" = 0 ] && exit 0
 # Each seed's runs are scored on that seed's held-out questions (conciseness splits its questions by seed, so
@@ -39,4 +42,5 @@ for seed in $SEEDS; do
   python bench/eval_tasks.py --task conciseness --seed $seed --num-eval 64 --max-new-tokens 32 --num-samples 0 \
     --dtype float32 --kl-reference smollm2-135m-instruct --name eval_conciseness_pareto_seed$seed "${models[@]}"
 done
-python bench/pareto.py bench/results/eval_conciseness_pareto_seed*.json --output bench/results/conciseness_pareto
+[ "${PARETO:-1}" = 0 ] && exit 0  # the stability runs are tabulated by bench/stability.py, not drawn into the grid
+python bench/pareto.py bench/results/eval_conciseness_pareto_seed{0,1}.json --output bench/results/conciseness_pareto
