@@ -7,6 +7,13 @@ Qiu et al. (2025) use plain SGD and list Adam and weight decay as future improve
 
 The space that holds a mean owns its optimizer (the only place the per-weight Adam moments
 can live without shipping weights around); strategies only say where to step, as seeds.
+
+Anchored weight decay (Schweighofer et al., "Overcoming Forgetting in LLM Fine-Tuning with Evolution
+Strategies", arXiv 2605.30148, AWD): after each step the mean moves the fraction
+learning_rate * anchor_decay of the way back toward the weights it started from,
+mean <- base + (1 - learning_rate * anchor_decay) * (mean + delta - base), as the paper's code does (decay
+step alpha * lambda, applied after the update). The optimizer carries the setting, so every replica built
+from the same config replays the same decay; the space holds the base and applies it (`anchor_fraction`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,12 @@ class SGD:
 
     learning_rate: float
     weight_decay: float = 0.0
+    anchor_decay: float = 0.0
     step_count: int = 0
+
+    def anchor_fraction(self) -> float:
+        """The share of (mean - base) removed after each step (anchored weight decay; 0: off)."""
+        return self.learning_rate * self.anchor_decay
 
     def begin_step(self) -> None:
         self.step_count += 1
@@ -57,9 +69,14 @@ class Adam:
     beta2: float = 0.999
     epsilon: float = 1e-8
     weight_decay: float = 0.0
+    anchor_decay: float = 0.0
     step_count: int = 0
     first_moment: dict[str, Any] = field(default_factory=dict)
     second_moment: dict[str, Any] = field(default_factory=dict)
+
+    def anchor_fraction(self) -> float:
+        """The share of (mean - base) removed after each step (anchored weight decay; 0: off)."""
+        return self.learning_rate * self.anchor_decay
 
     def begin_step(self) -> None:
         self.step_count += 1
@@ -97,10 +114,12 @@ OPTIMIZERS = {"sgd": SGD, "adam": Adam}
 Optimizer = SGD | Adam
 
 
-def make_optimizer(name: str, learning_rate: float, weight_decay: float = 0.0) -> Optimizer:
+def make_optimizer(name: str, learning_rate: float, weight_decay: float = 0.0, anchor_decay: float = 0.0) -> Optimizer:
     """The optimizer named by the `optimizer` key (`sgd` or `adam`) that moves a space's mean."""
     if name not in OPTIMIZERS:  # config validation reports this earlier; keep a guard for API users
         raise ValueError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
     if not math.isfinite(learning_rate):
         raise ValueError("learning_rate must be finite")
-    return OPTIMIZERS[name](learning_rate=learning_rate, weight_decay=weight_decay)
+    if anchor_decay < 0 or not math.isfinite(anchor_decay) or learning_rate * anchor_decay > 1:  # config says more
+        raise ValueError("anchor_decay must be >= 0 and finite, with learning_rate * anchor_decay at most 1")
+    return OPTIMIZERS[name](learning_rate=learning_rate, weight_decay=weight_decay, anchor_decay=anchor_decay)

@@ -103,6 +103,11 @@ class Space(ABC):
         return all(bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
                    for tensor in self.state_tensors().values())
 
+    def drift_metrics(self) -> dict[str, float]:
+        """How far the mean is from where it started, as `drift/<name>` numbers (spaces/drift.py): computed
+        where the mean lives, logged at every evaluation. {} for a space that keeps no starting point."""
+        return {}
+
     def checksum(self) -> str:
         """A hash of the exact mean and optimizer state (every tensor's bytes, in name order): replicas
         that applied the same updates agree bit for bit."""

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import Candidate
 from .base import Space
+from .drift import snapshot, weight_drift, weight_sums
 from .noise import CHUNK_SIZE, fill_noise_chunk
 from .shards import Shard
 
@@ -57,9 +58,11 @@ class FullParameterSpace(Space):
     def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",
                  num_threads: int | None = None, named_tensors: list[tuple[str, torch.Tensor]] | None = None,
-                 optimizer: Optimizer | None = None, shards: dict[str, Shard] | None = None):
+                 optimizer: Optimizer | None = None, shards: dict[str, Shard] | None = None,
+                 keep_base: bool = False):
         """shards: for tensors that are one tensor-parallel rank's slice of a larger tensor, where the slice
-        sits (spaces/shards.py): they get exactly their part of the whole tensor's noise."""
+        sits (spaces/shards.py): they get exactly their part of the whole tensor's noise.
+        keep_base: keep the starting weights for drift_metrics() (also kept when the optimizer anchors)."""
         self.model = model
         self.shards = dict(shards or {})
         self.noise_kind = noise_kind
@@ -67,6 +70,10 @@ class FullParameterSpace(Space):
         self.parameters = select_parameters(model, include, exclude, named_tensors)
         # fp32 master copy on the host: the exact mean (invariant: no drift).
         self.master = {name: param.detach().to("cpu", torch.float32, copy=True) for name, param in self.parameters}
+        # the starting weights in their own dtype (exact, spaces/drift.py), taken before any checkpoint's mean
+        # is loaded: what anchored weight decay pulls toward and drift is measured from
+        anchored = optimizer is not None and optimizer.anchor_fraction() > 0
+        self.base = snapshot(self.parameters) if keep_base or anchored else None
         # Tensors are independent, so noise could be drawn in several threads; on CPU that
         # leaves extra OpenMP teams spinning and slowed the next generate() by ~45% (measured),
         # so one thread is the default and threads are opt-in (e.g. for GPU-resident weights).
@@ -137,9 +144,24 @@ class FullParameterSpace(Space):
     def restore(self) -> None:
         self._for_each(lambda name, param: param.copy_(self.master[name]))
 
+    def _base_chunk(self, name: str, chunk: int | tuple[int, int, int, int], master: torch.Tensor) -> torch.Tensor:
+        """(chunk,) fp32 in a reused buffer: the base's values of the elements `master` (a _chunks slice) holds."""
+        start = chunk * CHUNK_SIZE if isinstance(chunk, int) else chunk[2]  # a shard's piece: its local start
+        base = self.base[name].view(-1)[start:start + master.numel()]
+        return self._buffer("base", master.numel(), master.device).copy_(base)
+
+    def checked_anchor_fraction(self, optimizer: Optimizer) -> float:
+        """The optimizer's anchored-weight-decay fraction, checked against the base this space kept."""
+        fraction = optimizer.anchor_fraction()
+        if fraction and self.base is None:
+            raise ConfigError(f"{type(self).__name__} was built without its base weights, so anchor_decay has "
+                              "nothing to pull toward; build it with the anchoring optimizer (or keep_base=True).")
+        return fraction
+
     def step(self, seeds: list[int], coefficients: list[float]) -> None:
         optimizer = self.require_optimizer()
         optimizer.begin_step()
+        fraction = self.checked_anchor_fraction(optimizer)
 
         def step(name: str, param: torch.nn.Parameter) -> None:
             for chunk, live, master in self._chunks(name, param):
@@ -150,8 +172,14 @@ class FullParameterSpace(Space):
                 index = chunk if isinstance(chunk, int) else chunk[0]
                 key = name if index == 0 else f"{name}#{index}"  # optimizer state is per chunk
                 master.add_(optimizer.step(key, gradient, master.to(live.device)).to(master.device))
+                if fraction:  # anchored weight decay: mean <- mean + fraction * (base - mean), in fp32
+                    master.lerp_(self._base_chunk(name, chunk, master), fraction)
                 live.copy_(master)
         self._for_each(step)
+
+    def drift_metrics(self) -> dict[str, float]:
+        """drift/ metrics of the mean against the base (spaces/drift.py); {} when no base is kept."""
+        return weight_drift(weight_sums(self.master, self.base)) if self.base is not None else {}
 
     def noise_fingerprint(self) -> str:
         from .noise import noise_fingerprint

@@ -14,6 +14,7 @@ adapter is bit-identical after any number of apply/restore cycles.
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -25,6 +26,7 @@ from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace, ModelWriter
+from .drift import factor_product_squares, ratio
 from .noise import noise
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -106,11 +108,19 @@ class AdapterSpace(FactoredSpace):
         self.factors = lora_factors(model, adapter)
         self.blocks: list[tuple[str, tuple[int, ...]]] = []
         self.mean = torch.zeros(0)
+        self.start = torch.zeros(0)  # (d,) the starting vector: the base of anchored weight decay and drift
         self._mean_weights: list[torch.Tensor] = []
+        self._base_squares: float | None = None  # sum of the adapted modules' base weights squared (drift)
 
     @abstractmethod
     def _weights(self, vector: torch.Tensor) -> list[torch.Tensor]:
         """The adapter matrices (one per factor, in order) at the point `vector` (d,)."""
+
+    def _begin(self, mean: torch.Tensor) -> None:
+        """Adopt the starting vector (d,) fp32, remembered as `start` before any checkpoint's mean is loaded."""
+        self.mean = mean
+        self.start = mean.clone()
+        self._mean_changed()
 
     @property
     def dimension(self) -> int:
@@ -176,6 +186,8 @@ class AdapterSpace(FactoredSpace):
         optimizer = self.require_optimizer()
         optimizer.begin_step()
         self.mean = self.mean + optimizer.step("vector", gradient, self.mean)  # step may reuse `gradient`
+        if fraction := optimizer.anchor_fraction():  # anchored weight decay, toward the starting adapter
+            self.mean.lerp_(self.start, fraction)
         self._mean_changed()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -187,6 +199,42 @@ class AdapterSpace(FactoredSpace):
                               "resume with the same config.")
         self.mean = self._as_vector(tensors["vector"].to(torch.float32))
         self._mean_changed()
+
+    def searched_values(self, vector: torch.Tensor) -> torch.Tensor:
+        """(d,) float64: what the search moves at `vector`, in its own units (here the LoRA entries)."""
+        return vector.to(torch.float64)
+
+    def _base_weight_squares(self) -> float | None:
+        """Sum of the squares of the adapted modules' base weights (once); None on a quantized base."""
+        if self._base_squares is None:
+            weights = [self.model.get_submodule(f.module).get_base_layer().weight for f in self.factors[::2]]
+            if not all(weight.is_floating_point() for weight in weights):
+                return None  # bitsandbytes' packed INT8/INT4 storage: no plain W0 to measure against
+            self._base_squares = sum(float(torch.sum(w.detach().float().square(), dtype=torch.float64))
+                                     for w in weights)
+        return self._base_squares
+
+    @torch.no_grad()
+    def drift_metrics(self) -> dict[str, float]:
+        """drift/ metrics of the adapter against its start (spaces/drift.py)."""
+        record = {"drift/l2": float(torch.linalg.vector_norm((self.mean - self.start).to(torch.float64)))}
+        values, start_values = self.searched_values(self.mean), self.searched_values(self.start)
+        if (relative := ratio(float((values - start_values).square().sum()),
+                              float(start_values.square().sum()))) is not None:
+            record["drift/relative_l2"] = relative
+        base_squares = self._base_weight_squares()
+        if base_squares:
+            current, start = self._weights(self.mean), self._weights(self.start)
+            change = total = 0.0
+            for index in range(0, len(self.factors), 2):  # factors come in pairs: A (r, in) then B (out, r)
+                scaling = float(self.model.get_submodule(self.factors[index].module).scaling[self.adapter])
+                a, b, a0, b0 = current[index], current[index + 1], start[index], start[index + 1]
+                total += scaling ** 2 * factor_product_squares(b, a)
+                # B A - B0 A0 = [B, -B0] @ [A; A0]: rank 2r, still no (out, in) matrix
+                change += scaling ** 2 * factor_product_squares(torch.cat([b, -b0], 1), torch.cat([a, a0], 0))
+            record["drift/merged_relative_l2"] = math.sqrt(change / base_squares)
+            record["drift/adapter_relative_l2"] = math.sqrt(total / base_squares)
+        return record
 
     def adapter_weights(self) -> dict[str, torch.Tensor]:
         """The live A, B matrices on the host, keyed like PEFT's adapter state dict."""
@@ -211,8 +259,7 @@ class LoRASpace(AdapterSpace):
                  optimizer: Optimizer | None = None):
         super().__init__(model, adapter, noise_kind, optimizer)
         self.blocks = [(f"lora/{f.module}/{f.factor}", tuple(f.weight.shape)) for f in self.factors]
-        self.mean = torch.cat([f.weight.detach().to("cpu", torch.float32).reshape(-1) for f in self.factors])
-        self._mean_changed()
+        self._begin(torch.cat([f.weight.detach().to("cpu", torch.float32).reshape(-1) for f in self.factors]))
 
     def _weights(self, vector: torch.Tensor) -> list[torch.Tensor]:
         sizes = [int(np.prod(shape)) for _, shape in self.blocks]

@@ -145,7 +145,7 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
 
     def __init__(self, model: torch.nn.Module | None, rank: int = 1, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian", optimizer: Optimizer | None = None,
-                 named_tensors: list[tuple[str, torch.Tensor]] | None = None):
+                 named_tensors: list[tuple[str, torch.Tensor]] | None = None, keep_base: bool = False):
         if rank < 1:
             raise ConfigError(f"`perturbation_rank` is {rank}; it must be a positive integer (EGGROLL uses 1).")
         weights = named_tensors if named_tensors is not None else [(p, w) for _, p, w in linear_weights(model)]
@@ -154,7 +154,7 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
                               "none; use `space: full`.")
         selected = {name for name, _ in select_parameters(None, include, exclude, weights)}
         super().__init__(model, named_tensors=[(p, w) for p, w in weights if p in selected],
-                         noise_kind=noise_kind, optimizer=optimizer)
+                         noise_kind=noise_kind, optimizer=optimizer, keep_base=keep_base)
         self.noise = LowRankNoise({name: tuple(param.shape) for name, param in self.parameters}, rank, noise_kind)
         self.rank = rank
         self.modules = self.noise.modules
@@ -187,6 +187,7 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
     def step(self, seeds: list[int], coefficients: list[float]) -> None:
         optimizer = self.require_optimizer()
         optimizer.begin_step()
+        fraction = self.checked_anchor_fraction(optimizer)
         terms = [(seed, float(c)) for seed, c in zip(seeds, coefficients) if float(c) != 0.0]
         scale = 1.0 / math.sqrt(self.rank)
 
@@ -201,5 +202,7 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
             else:
                 gradient = torch.zeros_like(master)
             master.add_(optimizer.step(name, gradient, master))
+            if fraction:  # anchored weight decay: mean <- mean + fraction * (base - mean), in fp32
+                master.lerp_(self.base[name].to(master.device, torch.float32), fraction)
             param.copy_(master)
         self._for_each(step)

@@ -99,8 +99,8 @@ class SVDLoRASpace(AdapterSpace):
                     "DIR`, e.g. an `evotune sft` run's adapter/), or set `svd_offsets: absolute`.")
         self.k = min(svd.k for svd in self.svds)  # per factor; the same for every factor at a uniform rank
         self.blocks = [(f"svd/{f.module}/{f.factor}", (svd.k,)) for f, svd in zip(self.factors, self.svds)]
-        self.mean = torch.zeros(sum(svd.k for svd in self.svds), dtype=torch.float32)  # (d,) zero offsets
-        self._mean_changed()  # live weights := reconstruction at zero offset (equal to the original within 1e-6)
+        # (d,) zero offsets; live weights := reconstruction at zero offset (equal to the original within 1e-6)
+        self._begin(torch.zeros(sum(svd.k for svd in self.svds), dtype=torch.float32))
 
     @staticmethod
     def _decompose(weight: torch.Tensor, k: int, relative: bool = False) -> FactorSVD:
@@ -110,6 +110,12 @@ class SVDLoRASpace(AdapterSpace):
     def _weights(self, vector: torch.Tensor) -> list[torch.Tensor]:
         offsets = torch.split(vector, [svd.k for svd in self.svds])
         return [svd.weight(offset) for svd, offset in zip(self.svds, offsets)]
+
+    def searched_values(self, vector: torch.Tensor) -> torch.Tensor:
+        """(d,) float64: the searched singular values S' at `vector` (S + x, or S * (1 + x)), factor by factor."""
+        offsets = torch.split(vector.to(torch.float64), [svd.k for svd in self.svds])
+        return torch.cat([svd.s[:svd.k] * (1.0 + offset) if svd.relative else svd.s[:svd.k] + offset
+                          for svd, offset in zip(self.svds, offsets)])
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The offsets plus the frozen bases, so a resume rebuilds the same adapter even if the

@@ -20,6 +20,7 @@ class VectorSpace(Space):
 
     def __init__(self, initial: np.ndarray, noise_kind: str = "gaussian", optimizer: Optimizer | None = None):
         self.mean = torch.as_tensor(np.asarray(initial, dtype=np.float32)).clone()  # (d,)
+        self.start = self.mean.clone()  # what anchored weight decay pulls toward
         self.current = self.mean.clone()  # what an objective sees: mean or mean + perturbation
         self.noise_kind = noise_kind
         self.optimizer = optimizer
@@ -47,6 +48,8 @@ class VectorSpace(Space):
         optimizer = self.require_optimizer()
         optimizer.begin_step()
         self.mean = self.mean + optimizer.step("vector", gradient, self.mean)
+        if fraction := optimizer.anchor_fraction():  # anchored weight decay (optimizers.py)
+            self.mean.lerp_(self.start, fraction)
         self.current = self.mean.clone()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:

@@ -1,0 +1,119 @@
+"""How far the mean has moved from the base weights: the `drift/` metrics, and the base snapshot they and
+anchored weight decay (optimizers.py) need.
+
+Weight spaces (full, lowrank) keep the base in the weights' own dtype on the host. That copy is exact: the
+fp32 master starts as the upcast of those very values, so a bfloat16 model's base costs 2 bytes per trained
+weight (4 for float32), not the 4 of an fp32 copy. Metrics (float64 sums, so 1e9 squares do not lose digits):
+
+    drift/l2                    ||mean - base||, over every trained weight
+    drift/relative_l2           ||mean - base|| / ||base||
+    drift/relative_l2/<group>   the same within one group of parameters (GROUPS, from the parameter's name)
+    drift/changed_fraction      share of trained weights whose value in the model's dtype (what the model
+                                holds and generates with) differs from the base's: moved past the dtype's
+                                resolution. A bfloat16 weight needs a relative change of about 2^-9 to flip.
+
+The sums are plain numbers, so tensor-parallel ranks (vLLM engines) add theirs up before the ratios.
+
+Adapter spaces (lora, svd_lora) keep their starting vector (small) instead, and report
+
+    drift/l2                    ||vector - start|| of the searched vector (LoRA entries or singular-value offsets)
+    drift/relative_l2           relative change of the searched quantities (LoRA entries; svd_lora: the
+                                searched singular values S' against the starting S)
+    drift/merged_relative_l2    ||delta W(vector) - delta W(start)|| / ||W0||: what the search changed in the
+                                merged weights (delta W = scaling * B A per adapted module), relative to those
+                                modules' base weights W0 (left out on a quantized base)
+    drift/adapter_relative_l2   ||delta W(vector)|| / ||W0||: the whole adapter, its starting point included
+
+||B A|| never forms B A: ||B A||_F^2 = sum((B^T B) * (A A^T)), two r x r Gram matrices (factor_product_squares).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable
+
+import torch
+
+from .noise import CHUNK_SIZE
+
+# Parameter groups by name, first match wins (norms before attention: "post_attention_layernorm" is a norm).
+GROUPS = (("norms", r"norm|(^|\.)ln_"), ("embeddings", r"embed|(^|\.)wte\.|(^|\.)wpe\.|lm_head"),
+          ("attention", r"attn|attention|(q|k|v|o|qkv)_proj"),
+          ("mlp", r"mlp|feed_forward|ffn|(gate|up|down|gate_up)_proj|fc\d|experts"))
+
+
+def parameter_group(name: str) -> str:
+    """attention / mlp / embeddings / norms, or other, from a parameter's name (e.g. HF Llama names)."""
+    for group, pattern in GROUPS:
+        if re.search(pattern, name):
+            return group
+    return "other"
+
+
+def snapshot(parameters: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The base: every parameter copied to the host in its own dtype (exact, see the module docstring)."""
+    return {name: param.detach().to("cpu", copy=True) for name, param in parameters}
+
+
+@torch.no_grad()
+def tensor_sums(master: torch.Tensor, base: torch.Tensor) -> tuple[float, float, int, int]:
+    """(sum (mean - base)^2, sum base^2, weights that differ in base's dtype, weights) of one tensor, chunk by
+    chunk so no second full-size fp32 tensor is made. master: fp32, any device; base: the same shape."""
+    difference_squares = base_squares = 0.0
+    changed = 0
+    flat_master, flat_base = master.reshape(-1), base.reshape(-1)
+    for start in range(0, flat_master.numel(), CHUNK_SIZE):
+        mean_chunk = flat_master[start:start + CHUNK_SIZE]
+        base_chunk = flat_base[start:start + CHUNK_SIZE].to(mean_chunk.device)
+        difference = mean_chunk - base_chunk.to(torch.float32)  # (chunk,) fp32
+        difference_squares += float(torch.sum(difference.square(), dtype=torch.float64))
+        base_squares += float(torch.sum(base_chunk.to(torch.float32).square(), dtype=torch.float64))
+        changed += int((mean_chunk.to(base_chunk.dtype) != base_chunk).sum())  # rounded as the live weights are
+    return difference_squares, base_squares, changed, flat_master.numel()
+
+
+def weight_sums(master: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
+                names: Iterable[str] | None = None) -> dict[str, list[float]]:
+    """Per group, [difference squares, base squares, changed weights, weights] over `names` (default: all)."""
+    sums: dict[str, list[float]] = {}
+    for name in (master if names is None else names):
+        group = sums.setdefault(parameter_group(name), [0.0, 0.0, 0, 0])
+        for index, value in enumerate(tensor_sums(master[name], base[name])):
+            group[index] += value
+    return sums
+
+
+def add_sums(parts: Iterable[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Several ranks' weight_sums added up group by group."""
+    total: dict[str, list[float]] = {}
+    for part in parts:
+        for group, values in part.items():
+            into = total.setdefault(group, [0.0, 0.0, 0, 0])
+            for index, value in enumerate(values):
+                into[index] += value
+    return total
+
+
+def factor_product_squares(left: torch.Tensor, right: torch.Tensor) -> float:
+    """||left @ right||_F^2 from Gram matrices, in float64: left (out, k), right (k, in), k small (LoRA rank)."""
+    left, right = left.detach().to("cpu", torch.float64), right.detach().to("cpu", torch.float64)
+    return float(torch.sum((left.T @ left) * (right @ right.T)))
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    return math.sqrt(numerator / denominator) if denominator > 0 else None
+
+
+def weight_drift(sums: dict[str, list[float]]) -> dict[str, float]:
+    """The `drift/` record from weight_sums (or their add_sums over ranks)."""
+    if not sums:
+        return {}
+    difference, base, changed, count = (sum(values[index] for values in sums.values()) for index in range(4))
+    record = {"drift/l2": math.sqrt(difference), "drift/changed_fraction": changed / count if count else 0.0}
+    if (relative := ratio(difference, base)) is not None:
+        record["drift/relative_l2"] = relative
+    for group, values in sorted(sums.items()):
+        if (relative := ratio(values[0], values[1])) is not None:
+            record[f"drift/relative_l2/{group}"] = relative
+    return record
