@@ -47,6 +47,15 @@ def test_ifeval_metrics_on_hand_written_responses(tmp_path):
 
 
 @requires_lm_eval
+def test_ifeval_scores_an_unclear_language_the_same_every_time(tmp_path):
+    """langdetect guesses at random unless seeded: unseeded, this text is Somali or Italian from call to call."""
+    rows = [{"prompt": "Answer in Italian.", "instruction_id_list": ["language:response_language"],
+             "kwargs": [{"language": "it"}]}]
+    task = get_task("ifeval", dataset=ifeval_file(tmp_path, rows), eval_dataset=ifeval_file(tmp_path, rows))
+    assert len({float(task.rewards(task.eval_rows, ["sto meg xx ab"])[0]) for _ in range(30)}) == 1
+
+
+@requires_lm_eval
 def test_builtin_ifeval_set_loads_and_every_instruction_is_known():
     task = get_task("ifeval", num_eval=10)
     assert len(task.train_rows) == 24 and len(task.eval_rows) == 10

@@ -34,8 +34,12 @@ def _checkers():
     if not is_lm_eval_available():
         raise ConfigError("task `ifeval` checks instructions with lm-evaluation-harness: "
                           "pip install 'evotune[ifeval]' (lm-eval, langdetect, immutabledict, nltk).")
+    from langdetect import DetectorFactory
     from lm_eval.tasks.ifeval import instructions_registry, utils
 
+    # langdetect draws at random on every call unless seeded: an unclear text (e.g. a small model's fragment) got
+    # another language, so the same completion another "response_language" score, from one evaluation to the next
+    DetectorFactory.seed = 0
     return utils, instructions_registry
 
 
