@@ -56,16 +56,18 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
     becomes the PEFT-wrapped model."""
     from .optimizers import make_optimizer
 
-    optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay)
+    optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.anchor_decay)
+    # the base weights (anchor_decay, log_drift) are snapshotted as the space is built: before any checkpoint loads
+    base = dict(anchor_decay=config.anchor_decay, keep_base=config.log_drift)
     if config.backend == "vllm" and config.space == "full":  # the engine holds the weights: a proxy space
         from .backends.vllm_spaces import EngineSpace
 
         return EngineSpace(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
                            config.exclude_parameters or None, config.noise, config.optimizer, config.learning_rate,
-                           config.weight_decay, master_device=config.master_device)
+                           config.weight_decay, master_device=config.master_device, **base)
     if config.space == "full":
         return FullParameterSpace(backend.model, config.parameters or None, config.exclude_parameters or None,
-                                  noise_kind=config.noise, optimizer=optimizer)
+                                  noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift)
     if config.space == "lowrank":  # EGGROLL: rank-r members of a full-parameter mean (spaces/lowrank.py)
         from .spaces.lowrank import LowRankSpace
 
@@ -75,9 +77,10 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
             shapes, linear = hf_parameter_shapes(backend.model_name), hf_linear_weight_names(backend.model_name)
             return EngineLowRankSpace(backend, shapes, linear, config.perturbation_rank, config.parameters or None,
                                       config.exclude_parameters or None, config.noise, config.optimizer,
-                                      config.learning_rate, config.weight_decay)
+                                      config.learning_rate, config.weight_decay, **base)
         return LowRankSpace(backend.model, config.perturbation_rank, config.parameters or None,
-                            config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer)
+                            config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer,
+                            keep_base=config.log_drift)
     from .spaces.lora import LoRASpace
     from .spaces.svd_lora import SVDLoRASpace
 

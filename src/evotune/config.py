@@ -195,6 +195,19 @@ class TrainConfig(RunConfig):
     fitness_shaping: FitnessShaping = _opt("z_score", "Reward shaping in the population.")
     optimizer: OptimizerName = _opt("sgd", "Update rule on the mean.")
     weight_decay: float = _opt(0.0, "Decoupled weight decay on the trained parameters.")
+    anchor_decay: float = _opt(0.0, "Anchored weight decay (AWD, Schweighofer et al., arXiv 2605.30148): after each "
+                                    "step the mean moves the fraction learning_rate * anchor_decay back toward the "
+                                    "starting weights (full, lowrank: the base model; lora: the starting adapter; "
+                                    "svd_lora: the starting singular values), scaled by learning_rate as the paper "
+                                    "and weight_decay are (paper: 10 with learning_rate 5e-4). 0: off. full/lowrank "
+                                    "keep the base weights on the host in the model's dtype (2 bytes per trained "
+                                    "weight in bfloat16, 4 in float32), shared with log_drift; strategy openes only.")
+    log_drift: bool = _opt(True, "Log drift/ metrics at every evaluation: how far the mean is from the start (l2, "
+                                 "relative l2 overall and per attention/mlp/embeddings/norms group, the share of "
+                                 "weights changed at the model's dtype; adapters: vector and merged-weight change). "
+                                 "full/lowrank keep the base weights on the host for it (2 bytes per trained weight "
+                                 "in bfloat16, 4 in float32; shared with anchor_decay): set false to save that RAM. "
+                                 "Adapters: negligible.")
     noise: NoiseKind = _opt("gaussian", "Perturbation distribution: gaussian (paper) or rademacher (cheaper on "
                                         "CPU).")
     cma_diagonal: bool = _opt(False, "cma: separable (diagonal covariance) CMA-ES, linear cost in the dimension.")
@@ -278,11 +291,26 @@ class TrainConfig(RunConfig):
             raise ConfigError(f"`learning_rate` is {self.learning_rate}; it must be >= 0.")
         if self.weight_decay < 0:
             raise ConfigError(f"`weight_decay` is {self.weight_decay}; it must be >= 0.")
+        self._validate_anchor_decay()
         if self.antithetic and self.population_size % 2:
             raise ConfigError(f"`antithetic` sampling pairs +eps/-eps, so `population_size` must be even; set it "
                               f"to {self.population_size + 1}.")
         if self.batch_size < 1:
             raise ConfigError(f"`batch_size` is {self.batch_size}; it must be at least 1.")
+
+    def _validate_anchor_decay(self) -> None:
+        if not (math.isfinite(self.anchor_decay) and self.anchor_decay >= 0):
+            raise ConfigError(f"`anchor_decay` is {self.anchor_decay}; it must be a finite number >= 0 (0: off; the "
+                              "AWD paper uses 10 with learning_rate 5e-4).")
+        if self.learning_rate * self.anchor_decay > 1:
+            raise ConfigError(f"`anchor_decay` {self.anchor_decay} times `learning_rate` {self.learning_rate} is "
+                              f"{self.learning_rate * self.anchor_decay:g}, the fraction of the way back to the start "
+                              f"removed per step; above 1 it overshoots. Set anchor_decay to at most "
+                              f"{1 / self.learning_rate:g}.")
+        if self.anchor_decay and self.strategy == "cma":
+            raise ConfigError("`anchor_decay` pulls the mean that `strategy: openes` steps toward the start; CMA-ES "
+                              "owns its mean (pycma sets it), so there is nothing to anchor. Set `anchor_decay: 0`, "
+                              "or `strategy: openes`.")
 
     def _validate_space_keys(self) -> None:
         adapter_spaces = ("lora", "svd_lora")

@@ -121,6 +121,8 @@ class Trainer:
     def run_evaluation(self, record: dict[str, Any]) -> None:
         """Evaluate into `record` and tell every callback (on_evaluate)."""
         record.update(self.evaluate())
+        if self.config.log_drift:  # drift/: the mean against its start, from the driver's space (spaces/drift.py)
+            record.update(self.space.drift_metrics())
         self._notify("on_evaluate", record)
 
     def out_of_time(self) -> bool:

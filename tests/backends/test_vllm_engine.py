@@ -147,6 +147,28 @@ def test_update_equals_the_hf_space_bit_for_bit(engine, model_dir):
     assert engine.generate(PROMPTS, 8) == hf.generate(PROMPTS, 8)
 
 
+def test_anchor_decay_and_drift_equal_the_hf_space(engine, model_dir):
+    """anchor_decay inside the engine (its own base snapshot, in its process): two updates give the hf space's
+    mean bit for bit, and the engine's drift/ numbers (sums from the engine, ratios here) are the hf space's."""
+    from evotune.backends.vllm_spaces import EngineSpace
+    from evotune.builders import hf_parameter_shapes
+
+    hf = HFBackend.load(model_dir, dtype="float32")
+    space = EngineSpace(engine, hf_parameter_shapes(model_dir), None, None, "gaussian", "sgd", 0.05, 0.0,
+                        anchor_decay=4.0, keep_base=True)
+    hf_space = FullParameterSpace(hf.model, noise_kind="gaussian", optimizer=make_optimizer("sgd", 0.05, 0.0, 4.0))
+    for update in (SeedUpdate(0, [101, 102], [0.9, -0.4]), SeedUpdate(1, [103], [0.5])):
+        space.apply_update(update)
+        hf_space.apply_update(update)
+    engine_mean = space.state_tensors()
+    for name, tensor in hf_space.state_tensors().items():
+        assert torch.equal(engine_mean[name], tensor), name
+    engine_drift, hf_drift = space.drift_metrics(), hf_space.drift_metrics()
+    assert engine_drift.keys() == hf_drift.keys() and hf_drift["drift/l2"] > 0
+    for key, value in hf_drift.items():
+        assert engine_drift[key] == pytest.approx(value, rel=1e-9), key
+
+
 def config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=3, batch_size=4, max_new_tokens=6, num_eval=4, eval_every=0,

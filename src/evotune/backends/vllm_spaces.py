@@ -30,16 +30,20 @@ class EngineSpace(Space):
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], include: list[str] | None,
                  exclude: list[str] | None, noise_kind: str, optimizer: str, learning_rate: float,
-                 weight_decay: float, master_device: str = "host", *engine_space: Any):
-        """engine_space: further arguments of the engine side's evotune_init (a subclass's own space)."""
+                 weight_decay: float, master_device: str = "host", perturbation_rank: int | None = None,
+                 linear_names: list[str] | None = None, anchor_decay: float = 0.0, keep_base: bool = False):
+        """perturbation_rank, linear_names: the engine side's LowRankSpace (EngineLowRankSpace). anchor_decay,
+        keep_base: the engine snapshots its own base weights in its process (spaces/drift.py); only the numbers
+        of drift_metrics come back."""
         from ..optimizers import make_optimizer
 
         if master_device not in MASTER_DEVICES:
             raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")
         self.backend = backend
-        self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay)
+        self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay, anchor_decay)
         counts = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer, learning_rate,
-                             weight_decay, master_device, *engine_space)  # one per tensor-parallel rank, all equal
+                             weight_decay, master_device, perturbation_rank, linear_names, anchor_decay,
+                             keep_base)  # one per tensor-parallel rank, all equal
         self.num_parameters = counts[0]
 
     def apply(self, member: Any) -> None:
@@ -71,6 +75,12 @@ class EngineSpace(Space):
     def mean_is_finite(self) -> bool:
         """Checked inside the engine (one bool per rank), not by pulling the mean out every iteration."""
         return all(self.backend.rpc("evotune_is_finite"))
+
+    def drift_metrics(self) -> dict[str, float]:
+        """drift/ metrics from every rank's sums over its own weights (plain numbers; spaces/drift.py)."""
+        from ..spaces.drift import add_sums, weight_drift
+
+        return weight_drift(add_sums(self.backend.rpc("evotune_drift_sums")))
 
     def checksum(self) -> str:
         """A hash of every rank's hash of its mean: engines with the same tensor_parallel_size that applied
@@ -107,13 +117,14 @@ class EngineLowRankSpace(EngineSpace, FactoredSpace):
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], linear_names: list[str], rank: int,
                  include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: str,
-                 learning_rate: float, weight_decay: float, master_device: str = "host"):
+                 learning_rate: float, weight_decay: float, master_device: str = "host", anchor_decay: float = 0.0,
+                 keep_base: bool = False):
         from ..spaces.full import select_parameters
         from ..spaces.lowrank import LowRankNoise
         from .vllm_lora import lowrank_adapter_config
 
         super().__init__(backend, hf_shapes, include, exclude, noise_kind, optimizer, learning_rate, weight_decay,
-                         master_device, rank, list(linear_names))
+                         master_device, rank, list(linear_names), anchor_decay, keep_base)
         selected = [name for name, _ in select_parameters(None, include, exclude,
                                                           [(name, None) for name in linear_names])]
         self.noise = LowRankNoise({name: tuple(hf_shapes[name]) for name in selected}, rank, noise_kind)

@@ -26,7 +26,7 @@ class EngineWeightsExtension:
 
     The RPC names and arguments are a stable interface: evotune_init, evotune_apply, evotune_restore,
     evotune_update(seeds, coefficients), evotune_save_state(directory), evotune_load_state(path),
-    evotune_is_finite, evotune_checksum, evotune_noise_fingerprint, evotune_transfer_bytes. Arguments and results are plain numbers,
+    evotune_drift_sums, evotune_is_finite, evotune_checksum, evotune_noise_fingerprint, evotune_transfer_bytes. Arguments and results are plain numbers,
     strings, lists and dicts only: on CUDA (and with `engine_core: separate_process`) the engine core is
     another process and vLLM carries both through msgpack with no type information, so a tensor would
     arrive as nested lists. State moves as safetensors files; checks are computed here and return numbers.
@@ -35,10 +35,12 @@ class EngineWeightsExtension:
     def evotune_init(self, hf_shapes: dict[str, list[int]], include: list[str] | None, exclude: list[str] | None,
                      noise_kind: str, optimizer: str, learning_rate: float, weight_decay: float,
                      master_device: str = "host", perturbation_rank: int | None = None,
-                     linear_names: list[str] | None = None) -> int:
+                     linear_names: list[str] | None = None, anchor_decay: float = 0.0, keep_base: bool = False) -> int:
         """A FullParameterSpace over this rank's part of the engine's weights; with perturbation_rank, a
         LowRankSpace (space: lowrank) over the Linear weights named in `linear_names` (its members come as
-        LoRA requests). Returns the number of weights the space moves, summed over all ranks' shards."""
+        LoRA requests). anchor_decay / keep_base: the space snapshots this rank's base weights on the host, in
+        this process, now (before any checkpoint's mean is loaded). Returns the number of weights the space
+        moves, summed over all ranks' shards."""
         import math
 
         import torch
@@ -68,12 +70,14 @@ class EngineWeightsExtension:
                                   "`tensor_parallel_size: 1`, or `space: full` (which shards its noise exactly).")
             linear = set(linear_names or ())
             self.evotune_space = LowRankSpace(None, perturbation_rank, include, exclude, noise_kind,
-                                              make_optimizer(optimizer, learning_rate, weight_decay),
-                                              named_tensors=[(name, view) for name, view in views if name in linear])
+                                              make_optimizer(optimizer, learning_rate, weight_decay, anchor_decay),
+                                              named_tensors=[(name, view) for name, view in views if name in linear],
+                                              keep_base=keep_base)
         else:
+            optimizer_object = make_optimizer(optimizer, learning_rate, weight_decay, anchor_decay)
             self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind,
-                                                    named_tensors=views, shards=shards,
-                                                    optimizer=make_optimizer(optimizer, learning_rate, weight_decay))
+                                                    named_tensors=views, shards=shards, optimizer=optimizer_object,
+                                                    keep_base=keep_base)
         self.evotune_shards = shards
         live = self.evotune_space.parameters[0][1].device
         self.evotune_master_device = torch.device("cpu")
@@ -119,6 +123,17 @@ class EngineWeightsExtension:
 
         self.evotune_space.load_state_tensors(read_rank_slices(path, self.evotune_space.master, self.evotune_shards))
         self._evotune_place_master()
+
+    def evotune_drift_sums(self) -> dict[str, list[float]]:
+        """Per parameter group, this rank's drift sums (spaces/drift.py, weight_sums): plain numbers. A tensor
+        that every rank holds whole (not sharded) is counted on rank 0 only. {} when no base is kept."""
+        from ..spaces.drift import weight_sums
+
+        space = self.evotune_space
+        if space.base is None:
+            return {}
+        names = [name for name in space.master if self._evotune_rank() == 0 or name in self.evotune_shards]
+        return weight_sums(space.master, space.base, names)
 
     def evotune_is_finite(self) -> bool:
         return self.evotune_space.mean_is_finite()

@@ -10,7 +10,7 @@ weight (4 for float32), not the 4 of an fp32 copy. Metrics (float64 sums, so 1e9
     drift/relative_l2/<group>   the same within one group of parameters (GROUPS, from the parameter's name)
     drift/changed_fraction      share of trained weights whose value in the model's dtype (what the model
                                 holds and generates with) differs from the base's: moved past the dtype's
-                                resolution. A bfloat16 weight needs a relative change of about 2^-9 to flip.
+                                resolution. A bfloat16 weight flips after a relative change of 2^-9 to 2^-8.
 
 The sums are plain numbers, so tensor-parallel ranks (vLLM engines) add theirs up before the ratios.
 
@@ -102,6 +102,7 @@ def factor_product_squares(left: torch.Tensor, right: torch.Tensor) -> float:
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
+    """sqrt(numerator / denominator) of two sums of squares; None when the denominator is 0."""
     return math.sqrt(numerator / denominator) if denominator > 0 else None
 
 
