@@ -16,6 +16,7 @@ from typing import Any
 from .backends.base import Backend, resolve_device
 from .config import TrainConfig
 from .distributed.base import Evaluator, Replica
+from .errors import ConfigError
 from .spaces import FullParameterSpace, Space
 from .strategies import Strategy
 from .tasks import Task, get_task
@@ -59,6 +60,10 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.anchor_decay)
     # the base weights (anchor_decay, log_drift) are snapshotted as the space is built: before any checkpoint loads
     base = dict(anchor_decay=config.anchor_decay, keep_base=config.log_drift)
+    if config.prefetch_candidates and (config.space != "full" or config.backend != "hf"):
+        raise ConfigError(f"`prefetch_candidates` writes the next candidate into a second copy of a model's weights, "
+                          f"which only `space: full` with `backend: hf` has (here space {config.space}, backend "
+                          f"{config.backend}); set `prefetch_candidates: false`.")
     if config.backend == "vllm" and config.space == "full":  # the engine holds the weights: a proxy space
         from .backends.vllm_spaces import EngineSpace
 
@@ -67,7 +72,8 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
                            config.weight_decay, master_device=config.master_device, **base)
     if config.space == "full":
         return FullParameterSpace(backend.model, config.parameters or None, config.exclude_parameters or None,
-                                  noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift)
+                                  noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift,
+                                  prefetch=config.prefetch_candidates)
     if config.space == "lowrank":  # EGGROLL: rank-r members of a full-parameter mean (spaces/lowrank.py)
         from .spaces.lowrank import LowRankSpace
 

@@ -225,6 +225,10 @@ class TrainConfig(RunConfig):
                                             "where greedy completions are identical to without; true: also in "
                                             "bfloat16/float16 (some completions change, as with another "
                                             "generation_batch_size); false: every row computes its whole prompt.")
+    prefetch_candidates: bool = _opt(False, "space full, hf: write the next candidate's weights into a second copy "
+                                            "of the weights on a worker thread while the current one generates, "
+                                            "then swap them in (the same bits; one more copy of the weights in "
+                                            "memory). Gains only with a free CPU core (bench/overhead.py).")
     population_batch_size: int | None = _opt(None, "lora/svd_lora/lowrank: candidates generated together in one "
                                                   "batched generate, one adapter per row (hf default: one at a "
                                                   "time, lowrank: the whole population; vllm default: the whole "

@@ -53,4 +53,6 @@ class LocalEvaluator(Evaluator):
         """(candidate index, its greedy completions), one candidate applied and generated at a time."""
         for index, candidate in enumerate(candidates):
             self.space.apply(candidate)
+            # the next member (after the last: the mean evaluate() restores) can be written while this one generates
+            self.space.prefetch(candidates[index + 1] if index + 1 < len(candidates) else None)
             yield index, self.backend.generate(prompts, self.max_new_tokens)

@@ -43,6 +43,10 @@ class Space(ABC):
     def restore(self) -> None:
         """Write the mean back, bit-identical to before any apply()."""
 
+    def prefetch(self, member: Member | None) -> None:
+        """A hint: the next call is apply(member) (None: restore()). A space that can prepare it in the
+        background (FullParameterSpace with prefetch) starts now; by default nothing happens."""
+
     @abstractmethod
     def step(self, seeds: list[int], coefficients: list[float]) -> None:
         """Move the mean by optimizer(sum_k coefficients[k] * noise(seeds[k])); write the live weights."""

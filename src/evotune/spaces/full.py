@@ -26,6 +26,7 @@ from ..types import Candidate
 from .base import Space
 from .drift import snapshot, weight_drift, weight_sums
 from .noise import CHUNK_SIZE, fill_noise_chunk
+from .prefetch import MEAN, WeightPrefetcher
 from .shards import Shard
 
 
@@ -59,10 +60,12 @@ class FullParameterSpace(Space):
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",
                  num_threads: int | None = None, named_tensors: list[tuple[str, torch.Tensor]] | None = None,
                  optimizer: Optimizer | None = None, shards: dict[str, Shard] | None = None,
-                 keep_base: bool = False):
+                 keep_base: bool = False, prefetch: bool = False):
         """shards: for tensors that are one tensor-parallel rank's slice of a larger tensor, where the slice
         sits (spaces/shards.py): they get exactly their part of the whole tensor's noise.
-        keep_base: keep the starting weights for drift_metrics() (also kept when the optimizer anchors)."""
+        keep_base: keep the starting weights for drift_metrics() (also kept when the optimizer anchors).
+        prefetch: write the next member's weights into a second copy of the weights on a worker thread while
+        the current one generates (spaces/prefetch.py); model parameters only (no named_tensors, no shards)."""
         self.model = model
         self.shards = dict(shards or {})
         self.noise_kind = noise_kind
@@ -80,6 +83,10 @@ class FullParameterSpace(Space):
         self.num_threads = num_threads or 1
         self._pool = ThreadPoolExecutor(self.num_threads) if self.num_threads > 1 else None
         self._scratch = threading.local()  # per thread: reusable fp32 buffers, as large as the largest tensor
+        if prefetch and (named_tensors is not None or self.shards):
+            raise ConfigError("`prefetch_candidates` swaps whole parameter tensors, so it needs a model's own "
+                              "parameters (backend: hf), not an engine's views or shards; set it to false here.")
+        self._prefetcher = WeightPrefetcher(self.parameters, self._write) if prefetch else None
 
     @property
     def num_parameters(self) -> int:
@@ -132,17 +139,32 @@ class FullParameterSpace(Space):
         else:  # list() re-raises the first exception of any tensor's work
             list(self._pool.map(run, self.parameters))
 
+    def _write(self, target: Candidate | str, name: str, tensor: torch.Tensor) -> None:
+        """Write `target`'s values of parameter `name` into `tensor` (the parameter, or a prefetcher's spare
+        tensor of its shape and dtype): mean + the candidate's perturbation, or the mean for MEAN."""
+        if isinstance(target, str):  # MEAN
+            tensor.copy_(self.master[name])
+            return
+        for chunk, live, master in self._chunks(name, tensor):
+            perturbation = self._noise(target.seed, name, chunk, live, target.scale)  # (chunk,) fp32
+            # mean + scale * eps in fp32, rounded once into the live dtype as it is written: one pass over
+            # the chunk (the same bits as adding in place, then copying)
+            torch.add(perturbation, master.to(live.device), out=live)
+
     def apply(self, candidate: Candidate) -> None:
-        def perturb(name: str, param: torch.nn.Parameter) -> None:
-            for chunk, live, master in self._chunks(name, param):
-                perturbation = self._noise(candidate.seed, name, chunk, live, candidate.scale)  # (chunk,) fp32
-                # mean + scale * eps in fp32, rounded once into the live dtype as it is written: one pass over
-                # the chunk (the same bits as adding in place, then copying)
-                torch.add(perturbation, master.to(live.device), out=live)
-        self._for_each(perturb)
+        if self._prefetcher is not None and self._prefetcher.take(candidate):
+            return  # its weights were written while the previous member generated
+        self._for_each(lambda name, param: self._write(candidate, name, param))
 
     def restore(self) -> None:
-        self._for_each(lambda name, param: param.copy_(self.master[name]))
+        if self._prefetcher is not None and self._prefetcher.take(MEAN):
+            return
+        self._for_each(lambda name, param: self._write(MEAN, name, param))
+
+    def prefetch(self, member: Candidate | None) -> None:
+        """Start writing what the next apply(member) (None: restore()) will write, when built with prefetch."""
+        if self._prefetcher is not None:
+            self._prefetcher.start(MEAN if member is None else member)
 
     def _base_chunk(self, name: str, chunk: int | tuple[int, int, int, int], master: torch.Tensor) -> torch.Tensor:
         """(chunk,) fp32 in a reused buffer: the base's values of the elements `master` (a _chunks slice) holds."""
@@ -160,6 +182,8 @@ class FullParameterSpace(Space):
 
     def step(self, seeds: list[int], coefficients: list[float]) -> None:
         optimizer = self.require_optimizer()
+        if self._prefetcher is not None:
+            self._prefetcher.settle()  # the mean is about to move: a prefetched member would be stale
         optimizer.begin_step()
         fraction = self.checked_anchor_fraction(optimizer)
 
@@ -195,6 +219,8 @@ class FullParameterSpace(Space):
         if missing:
             raise ConfigError(f"checkpoint lacks {len(missing)} parameters of the model (e.g. {sorted(missing)[0]!r}): "
                               "it was written for another model or `parameters` selection; resume with the same config.")
+        if self._prefetcher is not None:
+            self._prefetcher.settle()
         for name in self.master:
             self.master[name] = tensors[name].to(torch.float32).clone()
         self.restore()
