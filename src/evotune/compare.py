@@ -9,7 +9,10 @@ share a row with a mean and a spread; runs that differ in any other key are sepa
 labels name the keys, unless `--label DIR=NAME` names the method. A directory counts once, however
 it is spelled.
 
-Writes DIR/compare.json, DIR/compare.md (one table and its notes) and DIR/<metric>_vs_samples.png,
+Runs that logged `retain/<task>/<metric>` (`retention_tasks`) also get each method's final retention values, with
+each seed's value when a method has several, in a second table.
+
+Writes DIR/compare.json, DIR/compare.md (the tables and their notes) and DIR/<metric>_vs_samples.png,
 DIR/<metric>_vs_time.png. Time is the cumulative training time (`time_s`), evaluation excluded.
 """
 
@@ -57,7 +60,45 @@ def load_run(directory: str | Path, metric: str | None, notes: list[str] | None 
             "samples_seen": samples, "train_time_s": round(elapsed, 1),
             "peak_rss_mib": max((r["peak_rss_mib"] for r in records if r.get("peak_rss_mib") is not None),
                                 default=None),
+            "retain": final_retention(records),
             **warm_start(config, directory, notes), "method_config": method_config(config, directory)}
+
+
+def final_retention(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The last evaluation's `retain/<task>/<metric>` values (None: null when logged); {} without retention."""
+    retained = [record for record in records if any(key.startswith("retain/") for key in record)]
+    if not retained:
+        return {}
+    return {key: value if _is_number(value) else None for key, value in retained[-1].items()
+            if key.startswith("retain/")}
+
+
+def summarize_retention(runs: list[dict], notes: list[str] | None = None) -> list[dict]:
+    """Per method with retention records: each final retain/ value's mean over its runs and, with several seeds,
+    each seed's value (run order, as `seeds`) and their standard deviation. A run of the method without a value
+    makes the mean null and is named in a note."""
+    notes = [] if notes is None else notes
+    rows = []
+    for method in dict.fromkeys(run["method"] for run in runs):
+        group = [run for run in runs if run["method"] == method]
+        keys = sorted({key for run in group for key in run["retain"]})
+        if not keys:
+            continue
+        row: dict[str, Any] = {"method": method, "runs": len(group)}
+        if len(group) > 1:
+            row["seeds"] = [run["seed"] for run in group]
+        for key in keys:
+            values = [run["retain"].get(key) for run in group]
+            complete = None not in values
+            if not complete:
+                missing = [run["run"] for run, value in zip(group, values) if value is None]
+                notes.append(f"`{method}` {key}: {', '.join(missing)} logged no value, so the method's mean is -.")
+            row[key] = float(np.mean(values)) if complete else None
+            if len(group) > 1:
+                row[f"{key}_per_seed"] = values
+                row[f"{key}_std"] = float(np.std(values, ddof=1)) if complete else None
+        rows.append(row)
+    return rows
 
 
 def _is_number(value: Any) -> bool:
@@ -258,8 +299,10 @@ def compare_runs(run_dirs: Sequence[str | Path], output_dir: str | Path, metric:
         raise ConfigError(f"the runs report different metrics ({sorted(metrics)}); choose one with --metric.")
     group_runs(runs, notes)
     summary = summarize(runs, target, budget, budget_time, notes)
-    result = {"metric": runs[0]["metric"], "target": target, "methods": summary, "notes": notes, "runs": runs}
-    text, markdown = dumps_strict(result, indent=2), format_markdown(summary, runs[0]["metric"], notes)
+    retention = summarize_retention(runs, notes)
+    result = {"metric": runs[0]["metric"], "target": target, "methods": summary, "retention": retention,
+              "notes": notes, "runs": runs}
+    text, markdown = dumps_strict(result, indent=2), format_markdown(summary, runs[0]["metric"], notes, retention)
     output.mkdir(parents=True, exist_ok=True)  # every input checked and every output formed: now write
     name = runs[0]["metric"].replace("eval/", "")
     _plot(runs, "samples", output / f"{name}_vs_samples.png", "sampled completions")
@@ -290,11 +333,24 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def format_markdown(rows: list[dict], metric: str, notes: Sequence[str] = ()) -> str:
+def format_markdown(rows: list[dict], metric: str, notes: Sequence[str] = (), retention: Sequence[dict] = ()) -> str:
     keys = [key for key in dict.fromkeys(key for row in rows for key in row) if key != "method"]
     lines = [f"| method | {' | '.join(keys)} |", "|---" * (len(keys) + 1) + "|"]
     for row in rows:
         lines.append(f"| {row['method']} | {' | '.join(_cell(row.get(key)) for key in keys)} |")
     text = (f"{metric}; at_N_samples = mean of each seed's last evaluation within N sampled completions; final = "
             "last held-out evaluation; - = no value\n\n" + "\n".join(lines))
+    if retention:
+        text += "\n\n" + format_retention(retention)
     return text + ("\n\nNotes:\n" + "\n".join(f"- {note}" for note in notes) if notes else "")
+
+
+def format_retention(rows: Sequence[dict]) -> str:
+    """One line per method and retention metric: the final value's mean, each seed's value and their std."""
+    lines = ["Retention (retention_tasks) at the last evaluation; kl = per-token KL to the base model", "",
+             "| method | metric | final | per seed | std |", "|---|---|---|---|---|"]
+    for row in rows:
+        for key in (key for key in row if key.startswith("retain/") and not key.endswith(("_per_seed", "_std"))):
+            lines.append(f"| {row['method']} | {key.removeprefix('retain/')} | {_cell(row[key])} | "
+                         f"{_cell(row.get(key + '_per_seed'))} | {_cell(row.get(key + '_std'))} |")
+    return "\n".join(lines)

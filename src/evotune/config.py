@@ -80,8 +80,16 @@ class RunConfig(ConfigMixin):
     report_to: list[Logger] = _opt(["tensorboard"], "Loggers besides metrics.jsonl ([] for none): tensorboard, "
                                                     "wandb, trackio (pip install 'evotune[wandb]' / "
                                                     "'evotune[trackio]').")
+    retention_tasks: list[TaskName] = _opt([], "Other tasks scored at every evaluation (e.g. [conciseness, ifeval]), "
+                                               "each with default task_args, its own held-out split and token "
+                                               "budget: retain/<task>/<metric> in metrics.jsonl ([]: off).")
+    retention_num_eval: int = _opt(128, "Held-out prompts per retention task (ifeval has 24).")
+    retention_kl: bool = _opt(True, "Also retain/<task>/kl: per-token k3 KL of the model to the base on its greedy "
+                                    "retention completions (hf backend). Adapter runs switch the adapter off; "
+                                    "full/lowrank runs and full GRPO hold one more copy of the model at its dtype.")
 
     def validate(self) -> None:
+        check_retention(self)
         if self.lora_rank < 1 or not self.lora_target_modules:
             raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
         if not self.lora_alpha > 0:
@@ -94,6 +102,26 @@ class RunConfig(ConfigMixin):
         if self.num_eval is not None and self.num_eval < 0:
             raise ConfigError(f"`num_eval` is {self.num_eval}; use a count of prompts, or null for the task's "
                               "default.")
+
+
+RETENTION_TASK_NAMES = ("arithmetic", "countdown", "conciseness", "ifeval")  # the tasks that need no `dataset`
+
+
+def check_retention(config: RunConfig) -> None:
+    """retention_tasks: other tasks than `task`, each once, that need no data; KL only where hf scores tokens."""
+    for index, name in enumerate(config.retention_tasks):
+        if name == config.task:
+            raise ConfigError(f"`retention_tasks` has {name}, the trained `task`; it measures other tasks: remove it.")
+        if name in config.retention_tasks[:index]:
+            raise ConfigError(f"`retention_tasks` has {name} twice; list each task once.")
+        if name not in RETENTION_TASK_NAMES:
+            raise ConfigError(f"`retention_tasks` has {name}, which needs a `dataset` (retention tasks get none): use "
+                              f"one of {', '.join(RETENTION_TASK_NAMES)}, or remove it.")
+    if config.retention_num_eval < 1:
+        raise ConfigError(f"`retention_num_eval` is {config.retention_num_eval}; it must be at least 1.")
+    if config.retention_tasks and config.retention_kl and getattr(config, "backend", "hf") != "hf":
+        raise ConfigError("`retention_kl` needs `backend: hf` (it scores token probabilities); with vllm set "
+                          "`retention_kl: false` (retain/ task metrics are still logged).")
 
 
 class QuantizationKeys(Protocol):

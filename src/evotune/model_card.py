@@ -129,19 +129,21 @@ def _format(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
-def eval_before_after(records: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The iteration-0 evaluation record and the last one with eval/ metrics (None when missing)."""
-    evaluated = [record for record in records if any(key.startswith("eval/") for key in record)]
+def eval_before_after(records: list[dict[str, Any]],
+                      prefix: str = "eval/") -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The iteration-0 evaluation record and the last one with `prefix` (eval/, retain/) metrics (None when
+    missing)."""
+    evaluated = [record for record in records if any(key.startswith(prefix) for key in record)]
     before = next((record for record in evaluated if record.get("iteration") == 0), None)
     after = evaluated[-1] if evaluated and evaluated[-1] is not before else None
     return before, after
 
 
-def _metrics_table(records: list[dict[str, Any]]) -> str:
-    before, after = eval_before_after(records)
+def _metrics_table(records: list[dict[str, Any]], prefix: str = "eval/") -> str:
+    before, after = eval_before_after(records, prefix)
     if before is None and after is None:
         return "No held-out evaluation was recorded in metrics.jsonl."
-    keys = sorted({key for record in (before, after) if record for key in record if key.startswith("eval/")})
+    keys = sorted({key for record in (before, after) if record for key in record if key.startswith(prefix)})
     after_label = f"after (iteration {after['iteration']})" if after else "after"
     lines = [f"| metric | before (iteration 0) | {after_label} | change |", "|---|---|---|---|"]
     for key in keys:
@@ -149,7 +151,7 @@ def _metrics_table(records: list[dict[str, Any]]) -> str:
         end = after.get(key) if after else None
         change = (f"{end - start:+.4g}" if isinstance(start, (int, float)) and isinstance(end, (int, float))
                   else "n/a")
-        lines.append(f"| {key.removeprefix('eval/')} | {_format(start)} | {_format(end)} | {change} |")
+        lines.append(f"| {key.removeprefix(prefix)} | {_format(start)} | {_format(end)} | {change} |")
     return "\n".join(lines)
 
 
@@ -217,6 +219,17 @@ def _task_lines(config: TrainConfig, task: Task | None) -> list[str]:
                     f"greedy decoding, at most {budget} new tokens.", ""]
 
 
+def _retention_lines(config: TrainConfig, records: list[dict[str, Any]]) -> list[str]:
+    """Other tasks before and after (`retention_tasks`): what training on this task cost elsewhere."""
+    if not any(key.startswith("retain/") for record in records for key in record):
+        return []
+    return ["## Retention of other tasks", "", _metrics_table(records, "retain/"), "",
+            f"Each retention task ({', '.join(config.retention_tasks)}) scored on {config.retention_num_eval} of its "
+            "own held-out prompts (at most), greedy, at its own token budget; `<task>/kl` is the per-token k3 KL of "
+            "the model to the base model on those completions (0 before training"
+            + (" from a fresh adapter" if config.space in ADAPTER_SPACES else "") + ").", ""]
+
+
 def _usage_lines(final: Path, base_ref: str, adapter: bool) -> list[str]:
     lines = ["## Usage", "", "```python"]
     if adapter:
@@ -282,6 +295,7 @@ def model_card(config: TrainConfig, records: list[dict[str, Any]], run_dir: str 
               "`before` is the base model" + (" with the starting adapter" if adapter else "")
               + "; the curves are in the run directory's `curves.png` and `metrics.jsonl`, sample completions in "
               "`samples.jsonl`.", ""]
+    lines += _retention_lines(config, records)
     lines += _usage_lines(run_dir / "final", base["id"] or config.model, adapter)
     return "\n".join(lines + _reproduce_lines(config, run_dir, paper))
 

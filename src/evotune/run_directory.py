@@ -29,7 +29,8 @@ MODEL_CARD_MARK = "## Reproduce"
 # Keys a resumed run may change: none of them moves the mean differently.
 RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "eval_max_new_tokens", "checkpoint_every", "report_to", "log_samples", "distributed",
                   "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus",
-                  "engine_core", "tensor_parallel_size", "gpu_memory_utilization")
+                  "engine_core", "tensor_parallel_size", "gpu_memory_utilization", "retention_tasks",
+                  "retention_num_eval", "retention_kl")
 
 
 def read_run_config(output_dir: Path) -> dict[str, Any]:

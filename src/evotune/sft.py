@@ -32,6 +32,7 @@ from .generation import eval_budget, eval_record, evaluate_model
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
+    from .retention import Retention
     from .tasks.base import Task
     from .tracking import MetricsLogger
 
@@ -209,13 +210,16 @@ def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: S
     return losses
 
 
-def evaluate_and_log(backend: HFBackend, task: Task, config: SFTConfig, logger: MetricsLogger,
-                     step: int) -> dict[str, float]:
-    """Greedy held-out metrics of the backend's current model, as `evotune train` evaluates; logged at `step`."""
+def evaluate_and_log(backend: HFBackend, task: Task | None, config: SFTConfig, logger: MetricsLogger,
+                     step: int, retention: Retention | None = None) -> dict[str, float]:
+    """Greedy held-out metrics of the backend's current model (and the retention tasks' `retain/` records), as
+    `evotune train` evaluates; logged at `step`. Returns the task's metrics."""
     backend.model.eval()
-    metrics, _ = evaluate_model(backend, task, task.eval_rows,
-                                eval_budget(task, config.max_new_tokens, config.eval_max_new_tokens))
-    logger.log({"step": step, **eval_record(metrics)})
+    metrics = {}
+    if task is not None and task.eval_rows:
+        metrics, _ = evaluate_model(backend, task, task.eval_rows,
+                                    eval_budget(task, config.max_new_tokens, config.eval_max_new_tokens))
+    logger.log({"step": step, **eval_record(metrics), **(retention.evaluate(backend) if retention else {})})
     return metrics
 
 
@@ -246,6 +250,7 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     from .backends import HFBackend
     from .backends.base import resolve_device
     from .backends.quantized import QuantizationSettings
+    from .retention import build_retention
     from .spaces.lora import init_lora_adapter
     from .tracking import MetricsLogger
 
@@ -266,15 +271,16 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     examples = [encode_example(backend.tokenizer, row["prompt"], row["completion"]) for row in rows]
     backend.model = init_lora_adapter(backend.model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
                                       config.lora_init, config.seed)
+    retention = build_retention(config, backend)  # the KL's base: this adapter switched off
     logger = MetricsLogger(output_dir, config.report_to, step_key="step", config=config.to_dict())
     summary: dict[str, Any] = {"output_dir": str(output_dir), "examples": len(examples)}
     has_eval = task is not None and len(task.eval_rows) > 0
     try:
-        if has_eval:  # with lora_init kaiming the adapter starts as a no-op: this scores the base model
-            summary["eval_before"] = evaluate_and_log(backend, task, config, logger, step=0)
+        if has_eval or retention:  # with lora_init kaiming the adapter starts as a no-op: this scores the base model
+            summary["eval_before"] = evaluate_and_log(backend, task, config, logger, 0, retention)
         losses = train_adapter(backend.model, examples, backend.tokenizer.pad_token_id, config, logger)
-        if has_eval:
-            summary["eval_after"] = evaluate_and_log(backend, task, config, logger, step=len(losses))
+        if has_eval or retention:
+            summary["eval_after"] = evaluate_and_log(backend, task, config, logger, len(losses), retention)
     finally:
         logger.close()
     backend.model.save_pretrained(output_dir / "adapter")

@@ -152,7 +152,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
-    """Training reward (mean and max) and every eval/ metric against iteration."""
+    """Training reward (mean and max), every eval/ metric, and a panel per retention task against iteration."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,7 +160,9 @@ def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
 
     records = read_metrics(metrics_path)
     eval_keys = sorted({key for record in records for key in record if key.startswith("eval/")})
-    figure, axes = plt.subplots(1, 1 + len(eval_keys), figsize=(5 * (1 + len(eval_keys)), 3.6), squeeze=False)
+    retained = sorted({key.split("/")[1] for record in records for key in record if key.startswith("retain/")})
+    panels = 1 + len(eval_keys) + len(retained)
+    figure, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6), squeeze=False)
     train = [r for r in records if "reward_mean" in r]
     axes[0][0].plot([r["iteration"] for r in train], [_number(r["reward_mean"]) for r in train],
                     label="population mean")
@@ -173,12 +175,28 @@ def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
         points = [(r["iteration"], _number(r[key])) for r in records if key in r]
         axis.plot(*zip(*points), marker="o")
         axis.set(xlabel="iteration", ylabel=key, title=key)
+    for axis, task in zip(axes[0][1 + len(eval_keys):], retained):
+        _plot_retention(axis, records, task)
     if title:
         figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(output_png, dpi=110)
     plt.close(figure)
     return Path(output_png)
+
+
+def _plot_retention(axis: Any, records: list[dict[str, Any]], task: str) -> None:
+    """A retention task's headline metric (accuracy, else reward) and, on a second scale, its KL to the base."""
+    prefix = f"retain/{task}/"
+    metric = prefix + ("accuracy" if any(prefix + "accuracy" in r for r in records) else "reward")
+    points = [(r["iteration"], _number(r[metric])) for r in records if metric in r]
+    axis.plot(*zip(*points), marker="o", color="C0")
+    axis.set(xlabel="iteration", ylabel=metric.removeprefix(prefix), title=f"retained: {task}")
+    kl = [(r["iteration"], _number(r[prefix + "kl"])) for r in records if prefix + "kl" in r]
+    if kl:
+        twin = axis.twinx()
+        twin.plot(*zip(*kl), marker="s", linestyle="--", color="C3")
+        twin.set_ylabel("KL to base per token (k3)", color="C3")
 
 
 def _number(value: Any) -> float:

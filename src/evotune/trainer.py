@@ -18,6 +18,7 @@ from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError
 from .generation import check_prompt_lengths, eval_budget, eval_record, evaluate_model
 from .model_card import write_model_card
+from .retention import build_retention
 from .seeds import derive_seed
 from .tasks import Task
 from .tasks.base import function_name, prompt_text
@@ -68,6 +69,7 @@ class Trainer:
         check_prompt_lengths(self.backend, {"held-out": self.task.eval_rows}, self.eval_max_new_tokens)
         self.space = build_space(config, self.backend)
         self.strategy = build_strategy(config, self.space)
+        self.retention = build_retention(config, self.backend)  # after build_space: an adapter space's PEFT model
         replica = Replica(self.task, self.backend, self.space, config.max_new_tokens)
         self.evaluator = build_evaluator(config, replica, state_fn=self.replica_state, driver_reservation=reservation)
 
@@ -112,10 +114,12 @@ class Trainer:
         return {"checkpoint": str(checkpoint) if checkpoint else None, "log": list(self.update_log)}
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics of the current mean, as `eval/<metric>`."""
+        """Held-out metrics of the current mean, as `eval/<metric>` (and `retain/<task>/<metric>`)."""
         metrics, self.last_completions = evaluate_model(self.backend, self.task, self.task.eval_rows,
                                                         self.eval_max_new_tokens)
         self.last_eval = eval_record(metrics)
+        if self.retention is not None:
+            self.last_eval.update(self.retention.evaluate(self.backend))
         return self.last_eval
 
     def run_evaluation(self, record: dict[str, Any]) -> None:

@@ -316,6 +316,7 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
 
     from ..backends import HFBackend
     from ..backends.hf import contiguous_head_input
+    from ..retention import build_retention
     from ..tasks import get_task
     from ..tracking import MetricsLogger
     from .grpo_logging import EvotuneMetricsCallback
@@ -336,8 +337,9 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
                           peft_config=peft_config)
     contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
+    retention = build_retention(config, evaluator())  # LoRA: the adapter switched off is the KL's base
     callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=config.batch_size * config.num_generations,
-                                      training_seconds=spent)
+                                      training_seconds=spent, retention=retention)
     trainer.add_callback(callback)
     return trainer, callback, tokenizer
 

@@ -3,7 +3,8 @@
 Per optimizer step: `iteration` (the step), `reward_mean` / `reward_std` (TRL's logged group
 rewards), `samples_seen` (completions sampled so far), `time_s` (the step's wall time),
 `peak_rss_mib`, TRL's own diagnostics (kl, completion length, ...) under `grpo/`, and the
-greedy held-out `eval/<metric>` before training, every `eval_every` steps and at the end. With
+greedy held-out `eval/<metric>` (with `retention_tasks`, also `retain/<task>/<metric>`, as `evotune train`
+logs them) before training, every `eval_every` steps and at the end. With
 `max_training_seconds`, training stops (evaluated, as at the last step) once the steps' summed wall time
 reaches it, as `evotune train` does, so both methods can be run for the same minutes.
 """
@@ -11,7 +12,7 @@ reaches it, as `evotune train` does, so both methods can be run for the same min
 from __future__ import annotations
 
 import time
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from transformers import TrainerCallback
 
@@ -19,6 +20,9 @@ from ..backends.base import Backend
 from ..generation import eval_budget, eval_record, evaluate_model
 from ..tasks.base import Task
 from ..tracking import MetricsLogger, out_of_time, peak_memory_mib
+
+if TYPE_CHECKING:
+    from ..retention import Retention
 
 
 class EvalSchedule(Protocol):
@@ -34,8 +38,9 @@ class EvotuneMetricsCallback(TrainerCallback):
     """GRPO steps as metrics.jsonl records, with evotune's held-out evaluation and time budget (module doc)."""
 
     def __init__(self, logger: MetricsLogger, task: Task, backend_fn: Callable[[], Backend], config: EvalSchedule,
-                 samples_per_step: int, training_seconds: float = 0.0):
+                 samples_per_step: int, training_seconds: float = 0.0, retention: Retention | None = None):
         self.logger = logger
+        self.retention = retention
         self.task = task
         self.backend_fn = backend_fn
         self.config = config
@@ -48,8 +53,11 @@ class EvotuneMetricsCallback(TrainerCallback):
 
     def evaluate(self) -> dict[str, float]:
         budget = eval_budget(self.task, self.config.max_new_tokens, self.config.eval_max_new_tokens)
-        metrics, _ = evaluate_model(self.backend_fn(), self.task, self.task.eval_rows, budget)
+        backend = self.backend_fn()
+        metrics, _ = evaluate_model(backend, self.task, self.task.eval_rows, budget)
         self.last_eval = eval_record(metrics)
+        if self.retention is not None:
+            self.last_eval.update(self.retention.evaluate(backend))
         return self.last_eval
 
     def on_train_begin(self, args, state, control, **kwargs):

@@ -238,7 +238,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     result = compare_runs(args.runs, args.output, args.metric, args.target, args.budget, args.budget_time,
                           args.label)
-    print(format_markdown(result["methods"], result["metric"], result["notes"]))
+    print(format_markdown(result["methods"], result["metric"], result["notes"], result["retention"]))
     print(f"wrote {args.output}/compare.json, compare.md and plots", file=sys.stderr)
     return 0
 
