@@ -23,6 +23,19 @@ now one; the finiteness check with a (numel,) bool tensor per weight), so the ra
 change come from one run.
 
     OMP_NUM_THREADS=1 python bench/overhead.py --noise rademacher --dtype float32 --repeats 3 --legacy-arm
+
+`--prefetch-arm` adds the ES iteration with `prefetch_candidates` (the next candidate's weights written on a worker
+thread while the current one generates, spaces/prefetch.py), timed in the same repeats. It gains only where the
+worker finds a free core: `--threads 1` leaves torch one thread for generation, and the worker is a second one.
+
+Every ES arm also reports where its time went (`breakdown_s`, medians over the repeats): each phase timed with
+perf_counter around the loop's own calls (ask, apply, prefetch, generate, rewards, restore, tell, step,
+finiteness check, sync), `other` the rest of Trainer.step (Python between the calls).
+`own_time_over_generate_median` is the loop's own time (everything but generate and rewards) over the generate time
+of the same iteration, and `generate_over_plain_median` that generate time over the plain arm's (a worker thread
+that slows generation shows there): two per-repeat ratios that hold when the machine's load drifts between arms.
+
+    OMP_NUM_THREADS=1 python bench/overhead.py --noise rademacher --dtype float32 --repeats 3 --prefetch-arm --threads 1
 """
 
 from __future__ import annotations
@@ -32,7 +45,9 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from collections import defaultdict
+from contextlib import contextmanager, nullcontext
+from functools import wraps
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from common import write_result  # noqa: E402
@@ -79,6 +94,53 @@ def legacy_loop(space):
         del space.apply, space.mean_is_finite
 
 
+@contextmanager
+def prefetching(space):
+    """Within the block, `space` prefetches the next candidate on a worker thread (prefetch_candidates)."""
+    from evotune.spaces.prefetch import WeightPrefetcher
+
+    space._prefetcher = WeightPrefetcher(space.parameters, space._write)
+    try:
+        yield
+    finally:
+        space._prefetcher.close()
+        space._prefetcher = None
+
+
+# (object name, method): the calls of one ES iteration, timed in place (an instance attribute wraps the method)
+PHASES = [("strategy", "ask"), ("space", "apply"), ("space", "prefetch"), ("backend", "generate"),
+          ("task", "rewards"), ("space", "restore"), ("strategy", "tell"), ("space", "step"),
+          ("space", "mean_is_finite"), ("evaluator", "sync")]
+
+
+@contextmanager
+def phase_timer(objects: dict, seconds: dict):
+    """Within the block, each PHASES method of `objects` adds its wall time to seconds[method]."""
+    patched = []
+    for owner, method in PHASES:
+        target = objects[owner]
+        had_own = method in vars(target)
+        original = getattr(target, method)
+
+        def timed(*args, _original=original, _method=method, **kwargs):
+            started = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                seconds[_method] += time.perf_counter() - started
+
+        setattr(target, method, wraps(original)(timed))
+        patched.append((target, method, had_own, original))
+    try:
+        yield
+    finally:
+        for target, method, had_own, original in reversed(patched):
+            if had_own:
+                setattr(target, method, original)
+            else:
+                delattr(target, method)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--population-size", type=int, default=16)
@@ -96,6 +158,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--name", default=None)
     parser.add_argument("--legacy-arm", action="store_true",
                         help="also time the ES iteration with the pre-issue-30 apply and finiteness check")
+    parser.add_argument("--prefetch-arm", action="store_true",
+                        help="also time the ES iteration with prefetch_candidates (a worker thread)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     return parser.parse_args()
 
@@ -138,20 +202,48 @@ def main() -> None:
         fn(*a)
         return time.perf_counter() - started
 
+    objects = {"strategy": trainer.strategy, "space": space, "backend": backend, "task": trainer.task,
+               "evaluator": trainer.evaluator}
+    arms = {"es": [], **({"legacy": []} if args.legacy_arm else {}), **({"prefetch": []} if args.prefetch_arm else {})}
+    breakdowns = {arm: [] for arm in arms}
+
+    def es_iteration(arm: str) -> float:
+        seconds = defaultdict(float)
+        loop = {"legacy": legacy_loop, "prefetch": prefetching}.get(arm)
+        with loop(space) if loop else nullcontext(), phase_timer(objects, seconds):  # the timers wrap the arm's methods
+            elapsed = timed(trainer.step)
+        seconds["other"] = elapsed - sum(seconds.values())
+        breakdowns[arm].append(dict(seconds))
+        return elapsed
+
     plain_generation(trainer.batch_rows(0))  # warm-up: caches, allocator, threads
-    generation, iteration, apply_times, legacy = [], [], [], []
+    generation, apply_times = [], []
     for repeat in range(args.repeats):
         rows = trainer.batch_rows(trainer.strategy.iteration)
         generation.append(plain_generation(rows))  # the same prompts the ES step will use
-        iteration.append(timed(trainer.step))
-        if args.legacy_arm:
-            with legacy_loop(space):
-                legacy.append(timed(trainer.step))
+        for arm, times in arms.items():
+            times.append(es_iteration(arm))
         candidate = trainer.strategy.ask()[0]
         apply_times.append(timed(space.apply, candidate))
         space.restore()
         trainer.strategy._pending = None
     median = statistics.median
+    iteration, legacy = arms["es"], arms.get("legacy")
+
+    def breakdown(arm: str) -> dict:
+        """Per phase: median seconds per iteration, and that as a share of the median plain generation."""
+        phases = {phase: median(run.get(phase, 0.0) for run in breakdowns[arm]) for phase in breakdowns[arm][0]}
+        # per repeat, robust to the machine's load drifting between arms: the loop's own time (all but generate
+        # and rewards) over that iteration's generate, and that generate over the plain arm's
+        own = [(total - run["generate"] - run["rewards"]) / run["generate"]
+               for total, run in zip(arms[arm], breakdowns[arm])]
+        slowdown = [run["generate"] / plain for run, plain in zip(breakdowns[arm], generation)]
+        return {"seconds": {phase: round(value, 3) for phase, value in phases.items()},
+                "share_of_generation": {phase: round(value / median(generation), 4) for phase, value in phases.items()},
+                "own_time_over_generate_median": round(median(own), 4),
+                "generate_over_plain_median": round(median(slowdown), 4),
+                "per_repeat": [{phase: round(value, 3) for phase, value in run.items()} for run in breakdowns[arm]]}
+
     payload = {
         "command": "python bench/overhead.py " + " ".join(sys.argv[1:]),
         "model": config.model, "task": config.task, "population_size": config.population_size,
@@ -164,6 +256,10 @@ def main() -> None:
         "shared_prefix": bool(getattr(backend, "_prefix_split", lambda texts: None)(
             tuple(render_prompt(backend.tokenizer, row["prompt"]) for row in trainer.batch_rows(0)))),
     }
+    payload["breakdown_s"] = {arm: breakdown(arm) for arm in arms}
+    if "prefetch" in arms:
+        payload["es_iteration_prefetch_s"] = [round(x, 3) for x in arms["prefetch"]]
+        payload["overhead_ratio_prefetch_median"] = round(median(i / g for i, g in zip(arms["prefetch"], generation)), 3)
     if legacy:
         payload["es_iteration_legacy_s"] = [round(x, 3) for x in legacy]
         payload["overhead_ratio_legacy_median"] = round(median(i / g for i, g in zip(legacy, generation)), 3)

@@ -233,12 +233,17 @@ def main() -> None:
     if overhead:
         lines += ["## Overhead (ES iteration / plain generation of the same workload, same process)", "",
                   "| noise | task | pop | prompts | tokens | plain gen s | ES iteration s | apply s/candidate | ratio "
-                  "| machine, date |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| own time / generate | with prefetch: ratio, own time, generate / plain | machine, date |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for path in overhead:
             d = json.loads(path.read_text())
+            own = d.get("breakdown_s", {}).get("es", {}).get("own_time_over_generate_median", "")
+            prefetch = d.get("breakdown_s", {}).get("prefetch")
+            with_prefetch = (f"{d['overhead_ratio_prefetch_median']}, {prefetch['own_time_over_generate_median']}, "
+                             f"{prefetch['generate_over_plain_median']}") if prefetch else ""
             lines.append(f"| {d['noise']} | {d['task']} | {d['population_size']} | {d['batch_size']} "
                          f"| {d['max_new_tokens']} | {d['plain_generation_s']} | {d['es_iteration_s']} "
-                         f"| {d['apply_one_candidate_s']} | **{d['overhead_ratio_median']}** "
+                         f"| {d['apply_one_candidate_s']} | **{d['overhead_ratio_median']}** | {own} | {with_prefetch} "
                          f"| {d['machine']['cpu']}, {d['machine']['date']} |")
         lines.append("")
     for path in sorted(RESULTS.glob("memory_*.json")):
