@@ -139,7 +139,8 @@ def make_task(reward_fn=fingerprint_reward, rows: list[dict] = POPULATION_ROWS):
 
 
 def save_tiny_llama(directory, hidden_size: int = 16, intermediate_size: int = 32) -> str:
-    """A 2-layer random Llama (seeded, tied embeddings, 256 positions) with SmolLM2's real tokenizer and chat
+    """A 2-layer random Llama (seeded, tied embeddings, 512 positions: room for ifeval's 256-token evaluation
+    budget after its prompts) with SmolLM2's real tokenizer and chat
     template, saved with save_pretrained; the 16-wide one is conftest's tiny_model_dir."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -149,7 +150,7 @@ def save_tiny_llama(directory, hidden_size: int = 16, intermediate_size: int = 3
     tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(directory)

@@ -28,7 +28,8 @@ def test_the_budget_is_the_keys_else_the_tasks_never_below_training():
     assert eval_budget(task, max_new_tokens=10) == task.eval_max_new_tokens
     assert eval_budget(task, max_new_tokens=200) == 200
     assert eval_budget(task, max_new_tokens=10, eval_max_new_tokens=7) == 7
-    assert eval_budget(get_task("conciseness", num_eval=4), max_new_tokens=6) == 6  # no budget of its own
+    assert eval_budget(get_task("conciseness", num_eval=4), max_new_tokens=6) == 128  # answers run long
+    assert eval_budget(get_task("countdown", num_eval=4), max_new_tokens=6) == 6  # no budget of its own
 
 
 def test_a_run_evaluates_with_its_eval_budget_and_trains_with_its_own(tiny_model_dir, tmp_path):

@@ -16,7 +16,7 @@ from evotune.generation import check_prompt_lengths
 from evotune.trainer import Trainer
 from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine, tiny_config
 
-LONG_PROMPT = "word " * 3000  # ~3,000 tokens; the tiny model holds 256 positions
+LONG_PROMPT = "word " * 3000  # ~3,000 tokens; the tiny model holds 512 positions
 
 
 def write_data(path, long_rows: int = 1) -> str:
@@ -34,7 +34,7 @@ def custom_config(model_dir: str, data: str, **overrides):
 def test_a_prompt_longer_than_the_context_is_refused_before_training(tiny_model_dir, tmp_path):
     run = tmp_path / "run"
     with pytest.raises(DataError, match=r"longest prompt \((training|held-out) row \d+, 300\d tokens.*context "
-                                        r"holds 256"):
+                                        r"holds 512"):
         Trainer(custom_config(tiny_model_dir, write_data(tmp_path / "data.jsonl")), run)
     assert not (run / "config.yaml").exists()  # the failed start left nothing that blocks the next attempt
 
@@ -51,9 +51,9 @@ def test_the_same_command_runs_once_the_data_is_fixed(tiny_model_dir, tmp_path):
 def test_max_new_tokens_counts_toward_the_context(tiny_backend):
     rows = [{"prompt": "word " * 200}]
     length = len(tiny_backend.tokenizer(rows[0]["prompt"], add_special_tokens=False)["input_ids"])
-    check_prompt_lengths(tiny_backend, {"training": rows}, 256 - length)  # exactly fits
-    with pytest.raises(DataError, match=f"max_new_tokens {257 - length} needs 257 positions"):
-        check_prompt_lengths(tiny_backend, {"training": rows}, 257 - length)
+    check_prompt_lengths(tiny_backend, {"training": rows}, 512 - length)  # exactly fits
+    with pytest.raises(DataError, match=f"max_new_tokens {513 - length} needs 513 positions"):
+        check_prompt_lengths(tiny_backend, {"training": rows}, 513 - length)
 
 
 def test_a_resumed_run_keeps_its_files_when_its_start_fails(tiny_model_dir, tmp_path):
@@ -86,10 +86,10 @@ def test_cli_train_and_eval_name_the_long_prompt_without_a_traceback(tiny_model_
 
 @requires_vllm
 def test_the_vllm_engine_refuses_the_long_prompt_before_generating(tiny_model_dir, tmp_path):
-    engine = start_engine(save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir), max_model_len=256)
+    engine = start_engine(save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir), max_model_len=512)
     try:
-        assert engine.context_length() == 256
-        with pytest.raises(DataError, match=r"longest prompt \(training row 1, 300\d tokens.*holds 256"):
+        assert engine.context_length() == 512
+        with pytest.raises(DataError, match=r"longest prompt \(training row 1, 300\d tokens.*holds 512"):
             check_prompt_lengths(engine, {"training": [{"prompt": "hi"}, {"prompt": LONG_PROMPT}]}, 8)
     finally:
         stop_engine(engine)

@@ -111,6 +111,12 @@ def contains_solution(completions: list[Any], solution: list[Any], **kwargs: Any
             for c, s in zip(completions, solution)]
 
 
+# Held-out completions at a budget that does not cut them: SmolLM2-135M-Instruct's `contains_solution` on 128
+# held-out questions (bench/eval_budget.sh conciseness 128, float32, greedy) is 71.1% at 32 new tokens, 74.2% at 64
+# and 75.8% at 128 and 256; at 32 the reward also hides how long the answers would run (length 75 vs 131 characters).
+EVAL_MAX_NEW_TOKENS = 128
+
+
 def build_conciseness(*, seed: int = 0, num_eval: int | None = None) -> Task:
     """Seeded shuffle of :func:`questions`; the first ``num_eval`` (default 64) are eval, the rest train."""
     pairs = questions()
@@ -122,4 +128,5 @@ def build_conciseness(*, seed: int = 0, num_eval: int | None = None) -> Task:
     rows = [{"prompt": [{"role": "user", "content": q}], "solution": s} for q, s in pairs]
     return Task(name="conciseness", train_rows=rows[num_eval:], eval_rows=rows[:num_eval],
                 reward_fns=[conciseness_reward], reward_weights=[1.0],
-                metric_fns={"length": completion_length, "exact": exact_match, "contains_solution": contains_solution})
+                metric_fns={"length": completion_length, "exact": exact_match, "contains_solution": contains_solution},
+                eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
