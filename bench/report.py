@@ -211,10 +211,13 @@ def eval_budget_lines() -> list[str]:
     """Held-out accuracy at growing token budgets: where evaluation stops cutting the task's answers."""
     lines = []
     for _, d in results("eval_budget_*.json"):
-        rows = [f"| {row['max_new_tokens']} | {row['accuracy']:.1%} | [{row['accuracy_ci95'][0]:.1%}, "
-                f"{row['accuracy_ci95'][1]:.1%}] | {row['time_s']} |" for row in d["rows"]]
+        # each task's own metrics (accuracy, contains_solution, prompt_strict, ...), in the order it logs them
+        keys = [key for key in d["rows"][0] if key not in ("max_new_tokens", "num_eval", "time_s", "skipped")
+                and not key.endswith("_ci95")]
+        rows = [f"| {row['max_new_tokens']} | " + " | ".join(f"{row[key]:.4g}" for key in keys) + f" | {row['time_s']} |"
+                for row in d["rows"]]
         lines += section(f"Evaluation budget: {d['task']} ({d['model']}, {d['num_eval']} prompts, {d['dtype']})",
-                         d["command"], ["max_new_tokens", "accuracy", "95% interval", "eval s"], rows)
+                         d["command"], ["max_new_tokens", *keys, "eval s"], rows)
     return lines
 
 
