@@ -174,7 +174,8 @@ def essa_run(request, wide_model_dir, tmp_path_factory):
 
     run = tmp_path_factory.mktemp(f"essa-{request.param}") / "run"
     trainer = Trainer(essa_config(wide_model_dir, quantization=request.param, iterations=1, eval_every=1,
-                                  checkpoint_every=1, population_batch_size=4), run)
+                                  checkpoint_every=1, population_batch_size=4,
+                                  eval_max_new_tokens=MAX_NEW_TOKENS), run)  # the budget eval below uses
     before = trainer.space.adapter_weights()
     trainer.train()
     return run, request.param, before, trainer
