@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, get_args
 import yaml
 
 from .config import (ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig,
-                     absolutize_paths, check_device, check_int4_keys, read_config_values)
+                     absolutize_paths, read_config_values)
+from .config_checks import check_device, check_int4_keys
 from .config_fields import _opt, _same_as
 from .errors import ConfigError, DataError
 from .generation import eval_budget, eval_record, evaluate_model

@@ -22,7 +22,8 @@ from typing import Any, Iterator, Literal, get_args
 
 import yaml
 
-from ..config import DtypeName, RunConfig, TrainConfig, absolutize_paths, check_rewards, read_config_values
+from ..config import DtypeName, RunConfig, TrainConfig, absolutize_paths, read_config_values
+from ..config_checks import check_rewards
 from ..config_fields import _opt, _same_as
 from ..errors import ConfigError
 from ..import_utils import is_trl_available

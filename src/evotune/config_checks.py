@@ -1,0 +1,101 @@
+"""Cross-field checks that several command configs share (train, grpo, sft): each reads only the keys its
+Protocol names, so a config of any command passes through it, and each error names the key and what to set."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from typing import Any, Protocol
+
+from .errors import ConfigError
+
+
+class RetentionKeys(Protocol):
+    """The keys `check_retention` reads, which every command's config has (RunConfig)."""
+
+    task: str
+    retention_tasks: list[str]
+    retention_num_eval: int
+    retention_kl: bool
+
+
+RETENTION_TASK_NAMES = ("arithmetic", "countdown", "conciseness", "ifeval")  # the tasks that need no `dataset`
+
+
+def check_retention(config: RetentionKeys) -> None:
+    """retention_tasks: other tasks than `task`, each once, that need no data; KL only where hf scores tokens."""
+    for index, name in enumerate(config.retention_tasks):
+        if name == config.task:
+            raise ConfigError(f"`retention_tasks` has {name}, the trained `task`; it measures other tasks: remove it.")
+        if name in config.retention_tasks[:index]:
+            raise ConfigError(f"`retention_tasks` has {name} twice; list each task once.")
+        if name not in RETENTION_TASK_NAMES:
+            raise ConfigError(f"`retention_tasks` has {name}, which needs a `dataset` (retention tasks get none): use "
+                              f"one of {', '.join(RETENTION_TASK_NAMES)}, or remove it.")
+    if config.retention_num_eval < 1:
+        raise ConfigError(f"`retention_num_eval` is {config.retention_num_eval}; it must be at least 1.")
+    if config.retention_tasks and config.retention_kl and getattr(config, "backend", "hf") != "hf":
+        raise ConfigError("`retention_kl` needs `backend: hf` (it scores token probabilities); with vllm set "
+                          "`retention_kl: false` (retain/ task metrics are still logged).")
+
+
+class QuantizationKeys(Protocol):
+    """The keys `check_int4_keys` reads, which TrainConfig and SFTConfig both have."""
+
+    quantization: str
+    int4_type: str
+    int4_double_quantization: bool
+    int4_compute_dtype: str | None
+
+
+def check_int4_keys(config: QuantizationKeys) -> None:
+    """The int4_* keys choose how 4-bit weights are stored and computed: refuse them on any other base."""
+    set_keys = [key for key, default in (("int4_type", "nf4"), ("int4_double_quantization", False),
+                                         ("int4_compute_dtype", None)) if getattr(config, key) != default]
+    if set_keys and config.quantization != "int4":
+        raise ConfigError(f"`{set_keys[0]}` applies to `quantization: int4`, and this run has `quantization: "
+                          f"{config.quantization}`; set `quantization: int4`, or remove `{set_keys[0]}`.")
+
+
+def check_device(device: str) -> None:
+    """Refuse a device name torch would fail on later (or `meta`, which holds no weights), naming the choices."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", str(device)):
+        raise ConfigError(f"`device` is {device!r}; use cpu, cuda, cuda:N (a GPU's index), mps or auto (cuda when "
+                          "available, else cpu).")
+
+
+class RewardKeys(Protocol):
+    """The keys `check_rewards` reads, which TrainConfig and the GRPO baseline's config both have."""
+
+    task: str
+    task_args: dict[str, Any]
+    dataset: str | None
+    reward_fns: list[str]
+    reward_weights: list[float]
+    iterations: int
+    max_training_seconds: float
+    eval_every: int
+    checkpoint_every: int
+
+
+def check_rewards(config: RewardKeys) -> None:
+    """The keys shared by train and grpo: custom tasks need data and functions, one weight per function, task_args
+    apart from the top-level keys."""
+    if config.task == "custom" and not (config.dataset and config.reward_fns):
+        raise ConfigError("`task: custom` needs `dataset` (a file with a `prompt` column) and `reward_fns` "
+                          "(dotted import paths of functions fn(prompts, completions, **columns)).")
+    if config.reward_weights and len(config.reward_weights) != len(config.reward_fns):
+        raise ConfigError(f"`reward_weights` has {len(config.reward_weights)} entries but `reward_fns` has "
+                          f"{len(config.reward_fns)}; give one weight per function or leave it empty.")
+    # get_task receives these keys itself: the same name inside task_args would be given twice
+    for key in sorted(set(config.task_args) & {field.name for field in fields(config)}):
+        raise ConfigError(f"`task_args` sets `{key}`, which is a key of its own here: set `{key}: "
+                          f"{config.task_args[key]}` at the top level (--set {key}=...) and drop it from task_args.")
+    if config.iterations < 1:
+        raise ConfigError(f"`iterations` is {config.iterations}; it must be at least 1.")
+    if config.max_training_seconds < 0:
+        raise ConfigError(f"`max_training_seconds` is {config.max_training_seconds}; set a positive number of seconds, "
+                          "or 0 for no limit.")
+    for key in ("eval_every", "checkpoint_every"):
+        if getattr(config, key) < 0:
+            raise ConfigError(f"`{key}` is {getattr(config, key)}; use 0 to turn it off, or a positive number.")
