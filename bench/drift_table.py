@@ -45,21 +45,14 @@ def retention_keys(curve: list[dict]) -> list[str]:
 
 
 def update_distance(directory: Path) -> dict[str, float]:
-    """||final - base|| / ||base|| over all parameters, and the share of weights that changed, from final/."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
+    """||final - base|| / ||base|| over all parameters, and the share of weights that changed, from final/
+    (an adapter's final/ loads on its base through the same loader, then merges)."""
     from evotune.run_groups import read_config_file
 
-    config = read_config_file(directory / "config.yaml")
-    final = directory / "final"
-    base = _load(config["model"])
-    if (final / "adapter_config.json").exists():
-        from peft import PeftModel
-
-        tuned = PeftModel.from_pretrained(_load(config["model"]), str(final)).merge_and_unload()
-    else:
-        tuned = AutoModelForCausalLM.from_pretrained(str(final), torch_dtype=torch.float32)
+    base = _load(read_config_file(directory / "config.yaml")["model"])
+    tuned = _load(str(directory / "final"))
+    if hasattr(tuned, "merge_and_unload"):  # a PeftModel
+        tuned = tuned.merge_and_unload()
     difference, norm, changed, total = 0.0, 0.0, 0, 0
     tuned_state = tuned.state_dict()
     for name, weight in base.state_dict().items():
