@@ -76,23 +76,26 @@ def tensor_sums(master: torch.Tensor, base: torch.Tensor) -> tuple[float, float,
 def weight_sums(master: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
                 names: Iterable[str] | None = None) -> dict[str, list[float]]:
     """Per group, [difference squares, base squares, changed weights, weights] over `names` (default: all)."""
-    sums: dict[str, list[float]] = {}
+    parts: dict[str, list[tuple]] = {}
     for name in (master if names is None else names):
-        group = sums.setdefault(parameter_group(name), [0.0, 0.0, 0, 0])
-        for index, value in enumerate(tensor_sums(master[name], base[name])):
-            group[index] += value
-    return sums
+        parts.setdefault(parameter_group(name), []).append(tensor_sums(master[name], base[name]))
+    return {group: _column_sums(values) for group, values in parts.items()}
 
 
 def add_sums(parts: Iterable[dict[str, list[float]]]) -> dict[str, list[float]]:
     """Several ranks' weight_sums added up group by group."""
-    total: dict[str, list[float]] = {}
+    by_group: dict[str, list] = {}
     for part in parts:
         for group, values in part.items():
-            into = total.setdefault(group, [0.0, 0.0, 0, 0])
-            for index, value in enumerate(values):
-                into[index] += value
-    return total
+            by_group.setdefault(group, []).append(values)
+    return {group: _column_sums(values) for group, values in by_group.items()}
+
+
+def _column_sums(rows: list) -> list[float]:
+    """Column sums of [difference squares, base squares, changed, count] rows. math.fsum is exactly rounded, so
+    the result does not depend on the order the rows come in (a Ray worker may list parameters differently)."""
+    return [math.fsum(row[index] for row in rows) if index < 2 else sum(row[index] for row in rows)
+            for index in range(4)]
 
 
 def factor_product_squares(left: torch.Tensor, right: torch.Tensor) -> float:
@@ -110,7 +113,7 @@ def weight_drift(sums: dict[str, list[float]]) -> dict[str, float]:
     """The `drift/` record from weight_sums (or their add_sums over ranks)."""
     if not sums:
         return {}
-    difference, base, changed, count = (sum(values[index] for values in sums.values()) for index in range(4))
+    difference, base, changed, count = _column_sums(list(sums.values()))
     record = {"drift/l2": math.sqrt(difference), "drift/changed_fraction": changed / count if count else 0.0}
     if (relative := ratio(difference, base)) is not None:
         record["drift/relative_l2"] = relative
