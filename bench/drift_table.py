@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, write_result
+from evotune.compare import evaluations
 from evotune.evaluation import wilson_interval
 from evotune.tracking import read_metrics
 
@@ -28,13 +29,8 @@ TARGET = "eval/accuracy"
 
 
 def run_curve(directory: Path) -> list[dict]:
-    """Every evaluation record with the cumulative training time before it (time_s sums the iterations)."""
-    elapsed, curve = 0.0, []
-    for record in read_metrics(directory / "metrics.jsonl"):
-        elapsed += record.get("time_s") or 0.0
-        if isinstance(record.get(TARGET), (int, float)):
-            curve.append({**record, "training_s": round(elapsed, 1)})
-    return curve
+    """Every evaluation record, `time_s` the cumulative training time before it (evaluation excluded)."""
+    return evaluations(read_metrics(directory / "metrics.jsonl"), TARGET)
 
 
 def retention_keys(curve: list[dict]) -> list[str]:
@@ -90,6 +86,14 @@ def load_runs(root: Path, seeds: list[int]) -> dict[str, list[dict]]:
     return dict(methods)
 
 
+def retention_counts(config: dict) -> dict[str, int]:
+    """Prompts each retention task evaluates: its held-out split at retention_num_eval (a task may hold fewer)."""
+    from evotune.tasks import get_task
+
+    return {task: len(get_task(task, seed=config["seed"], num_eval=config["retention_num_eval"]).eval_rows)
+            for task in config.get("retention_tasks", [])}
+
+
 def proportion(values: list[float], counts: list[int]) -> dict:
     successes = sum(value * count for value, count in zip(values, counts))
     return {"mean": float(np.mean(values)), "per_seed": values,
@@ -103,7 +107,7 @@ def spread(values: list[float]) -> dict:
 def summarize(runs: list[dict], num_eval: int, retention_num_eval: dict[str, int]) -> dict:
     finals = [run["final"] for run in runs]
     row = {"seeds": [run["seed"] for run in runs], "finished": all(run["finished"] for run in runs),
-           "training_s": spread([point["training_s"] for point in finals]),
+           "training_s": spread([point["time_s"] for point in finals]),
            "target_accuracy": proportion([point[TARGET] for point in finals], [num_eval] * len(runs))}
     if all("truncated" in run for run in runs):
         row["target_accuracy_truncated"] = proportion([run["truncated"]["accuracy"] for run in runs],
@@ -113,8 +117,10 @@ def summarize(runs: list[dict], num_eval: int, retention_num_eval: dict[str, int
         if any(value is None for value in values):
             continue
         task = key.split("/")[1]
-        row[key] = (spread(values) if key.endswith("/kl") else
-                    proportion(values, [retention_num_eval[task]] * len(values)))
+        # samples a metric could not score (e.g. an IFEval prompt needing data an offline machine lacks) are
+        # left out of its mean, so they are left out of its count too
+        counts = [retention_num_eval[task] - int(point.get(f"retain/{task}/skipped") or 0) for point in finals]
+        row[key] = spread(values) if key.endswith("/kl") else proportion(values, counts)
     drift = [point.get("drift/relative_l2") for point in finals]  # in the run, from the fp32 mean (ES spaces)
     if all(isinstance(value, (int, float)) for value in drift):
         row["drift/relative_l2"] = spread(drift)
@@ -158,7 +164,7 @@ def plot(methods: dict[str, list[dict]], path: Path) -> None:
     figure, axes = plt.subplots(1, panels, figsize=(4 * panels, 3.6))
     for index, (method, runs) in enumerate(methods.items()):
         for run in runs:
-            times = [point["training_s"] for point in run["curve"]]
+            times = [point["time_s"] for point in run["curve"]]
             label = method if run is runs[0] else None
             for axis, key in zip(axes, keys):
                 axis.plot(times, [point.get(key) for point in run["curve"]], marker="o", ms=3, color=f"C{index}",
@@ -193,9 +199,7 @@ def main() -> None:
     from evotune.run_groups import read_config_file
 
     config = read_config_file(Path(methods[next(iter(methods))][0]["run"]) / "config.yaml")
-    retention_num_eval = {task: min(config["retention_num_eval"], 24 if task == "ifeval" else 10**9)
-                          for task in config.get("retention_tasks", [])}
-    table = {method: summarize(runs, config["num_eval"], retention_num_eval) for method, runs in methods.items()}
+    table = {method: summarize(runs, config["num_eval"], retention_counts(config)) for method, runs in methods.items()}
     command = f"bash bench/drift_study.sh  (tables: python bench/drift_table.py {args.runs} --budget {args.budget:g})"
     write_result(args.name, {"command": command, "budget_s": args.budget, "methods": table})
     (RESULTS / f"{args.name}.md").write_text(markdown(table, command))

@@ -46,12 +46,10 @@ def load_run(directory: str | Path, metric: str | None, notes: list[str] | None 
     if metric not in keys:
         raise ConfigError(f"{directory} has no `{metric}` in metrics.jsonl (it has {sorted(keys)}); pick one with "
                           "--metric.")
-    elapsed, samples, curve = 0.0, 0, []
-    for record in records:  # cumulative training time and samples at every evaluation
-        elapsed += record.get("time_s") or 0.0
-        samples = record.get("samples_seen") or samples
-        if _is_number(record.get(metric)):  # null (or NaN, from older runs): no value to compare
-            curve.append({"samples": samples, "time_s": round(elapsed, 2), "value": record[metric]})
+    curve = [{"samples": record["samples"], "time_s": record["time_s"], "value": record[metric]}
+             for record in evaluations(records, metric)]
+    elapsed = sum(record.get("time_s") or 0.0 for record in records)
+    samples = next((record["samples_seen"] for record in reversed(records) if record.get("samples_seen")), 0)
     if not curve:
         raise ConfigError(f"{metrics_path}: every `{metric}` value is null (NaN when logged), so the run has no "
                           "evaluation to compare; pick another --metric or leave this run out.")
@@ -62,6 +60,19 @@ def load_run(directory: str | Path, metric: str | None, notes: list[str] | None 
                                 default=None),
             "retain": final_retention(records),
             **warm_start(config, directory, notes), "method_config": method_config(config, directory)}
+
+
+def evaluations(records: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """The records holding a number for `metric` (null, or NaN from older runs: none to compare), each with
+    `time_s` replaced by the cumulative training time up to it (time_s is per step in metrics.jsonl, evaluation
+    excluded) and `samples` the samples seen by then."""
+    elapsed, samples, out = 0.0, 0, []
+    for record in records:
+        elapsed += record.get("time_s") or 0.0
+        samples = record.get("samples_seen") or samples
+        if _is_number(record.get(metric)):
+            out.append({**record, "time_s": round(elapsed, 2), "samples": samples})
+    return out
 
 
 def final_retention(records: list[dict[str, Any]]) -> dict[str, float | None]:
