@@ -125,3 +125,17 @@ def test_a_dataset_without_reward_funcs_or_given_as_a_path_is_refused(tiny_model
         ESTrainer(model=tiny_model_dir, train_dataset=conversational_dataset(), args=es_args(tmp_path))
     with pytest.raises(ConfigError, match="dataset objects"):
         ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset="data.jsonl", args=es_args(tmp_path))
+
+
+def test_evaluate_before_train_scores_the_retention_tasks_as_the_run_logs_them(tiny_model_dir, tmp_path):
+    retention = dict(retention_tasks=["countdown"], retention_num_eval=3, iterations=1)
+    before = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),
+                       args=es_args(tmp_path / "before", **retention)).evaluate()
+    trainer = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),
+                        args=es_args(tmp_path / "run", **retention))
+    trainer.train()
+    logged = json.loads((tmp_path / "run" / "es" / "metrics.jsonl").read_text().splitlines()[0])  # iteration 0
+    keys = [key for key in logged if key.startswith(("eval/", "retain/"))]
+    assert "retain/countdown/reward" in keys and before["retain/countdown/kl"] == 0  # the base itself
+    assert {key: before[key] for key in keys} == {key: logged[key] for key in keys}
+

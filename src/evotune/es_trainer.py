@@ -376,18 +376,21 @@ class ESTrainer:
         return self.trainer.train()
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics (`eval/<metric>`) of the current model: before train(), the starting model."""
+        """Held-out metrics (`eval/<metric>`) of the current model, and `retain/<task>/<metric>` for
+        `retention_tasks`, as a training run logs them: before train(), the starting model's."""
         if self.trainer is not None:
             return self.trainer.evaluate()
         from .backends.base import resolve_device
         from .builders import load_backend
         from .generation import eval_budget, eval_record, evaluate_model
+        from .retention import build_retention
 
         if self.backend is None:
             self.backend = load_backend(self.config, resolve_device(self.config.device))
         budget = eval_budget(self.task, self.config.max_new_tokens, self.config.eval_max_new_tokens)
         metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, budget)
-        return eval_record(metrics)
+        retention = build_retention(self.config, self.backend)
+        return {**eval_record(metrics), **(retention.evaluate(self.backend) if retention else {})}
 
     def save_model(self, output_dir: str | None = None) -> None:
         """Write the trained model (a PEFT adapter for adapter spaces) to output_dir (default: final/)."""
