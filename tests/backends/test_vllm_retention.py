@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+import pytest
+
+from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
@@ -13,13 +15,14 @@ from evotune.trainer import Trainer
 pytestmark = requires_vllm
 
 
-def test_vllm_run_logs_the_hf_runs_retention_metrics(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("engine_core", ENGINE_CORES)  # in process, and in its own process as on CUDA
+def test_vllm_run_logs_the_hf_runs_retention_metrics(engine_core, tiny_model_dir, tmp_path):
     model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
     values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=6, num_eval=2, eval_every=1,
                   checkpoint_every=2, dtype="float32", noise="rademacher", report_to=[], seed=0,
                   retention_tasks=["ifeval", "countdown"], retention_num_eval=6, retention_kl=False)
-    engine = start_engine(model_dir)
+    engine = start_engine(model_dir, engine_core)
     try:
         Trainer(TrainConfig(**values, backend="vllm"), tmp_path / "vllm", backend=engine).train()
     finally:

