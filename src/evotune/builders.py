@@ -25,7 +25,8 @@ ADAPTER_SPACES = ("lora", "svd_lora")
 
 
 def build_task(config: TrainConfig) -> Task:
-    return get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
+    """The run's task, its split seeded by the data seed (`data_seed`, else `seed`)."""
+    return get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
                     eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
                     reward_weights=config.reward_weights or None, **config.task_args)
 

@@ -53,13 +53,19 @@ def load_run(directory: str | Path, metric: str | None, notes: list[str] | None 
     if not curve:
         raise ConfigError(f"{metrics_path}: every `{metric}` value is null (NaN when logged), so the run has no "
                           "evaluation to compare; pick another --metric or leave this run out.")
-    return {"run": str(directory), "method": method_label(config), "seed": config.get("seed"), "metric": metric,
+    return {"run": str(directory), "method": method_label(config), "seed": seed_label(config), "metric": metric,
             "num_eval": config.get("num_eval"), "curve": curve, "final": curve[-1]["value"],
             "samples_seen": samples, "train_time_s": round(elapsed, 1),
             "peak_rss_mib": max((r["peak_rss_mib"] for r in records if r.get("peak_rss_mib") is not None),
                                 default=None),
             "retain": final_retention(records),
             **warm_start(config, directory, notes), "method_config": method_config(config, directory)}
+
+
+def seed_label(config: dict[str, Any]) -> int | str | None:
+    """A run's seed as compare shows it: `seed`, with `data_seed` beside it when the run set one apart."""
+    seed, data_seed = config.get("seed"), config.get("data_seed")
+    return seed if data_seed is None or data_seed == seed else f"{seed} (data_seed {data_seed})"
 
 
 def evaluations(records: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
@@ -340,7 +346,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):  # seeds are whole numbers, metric readings are not
-        return "[" + ", ".join("-" if v is None else str(v) if isinstance(v, int) else f"{v:.3f}" for v in value) + "]"
+        return "[" + ", ".join("-" if v is None else str(v) if isinstance(v, (int, str)) else f"{v:.3f}"
+                           for v in value) + "]"
     return str(value)
 
 

@@ -69,8 +69,13 @@ class RunConfig(ConfigMixin):
                                                  "its own so that evaluation does not cut answers that training's "
                                                  "max_new_tokens may cut (None: the task's own budget, measured not "
                                                  "to cut its answers, and at least max_new_tokens).")
-    seed: int = _opt(0, "Seeds the data order, the noise or sampling, the adapter's initialization and the task "
-                        "generators.")
+    seed: int = _opt(0, "Seeds the noise or sampling, the adapter's initialization and, unless `data_seed` is set, "
+                        "the data.")
+    data_seed: int | None = _opt(None, "Seeds the data alone: the task's train/held-out split (generated tasks' "
+                                       "questions, seeded splits of a dataset) and which prompts each ES "
+                                       "iteration or SFT epoch samples (GRPO: TRL orders its prompts by `seed`) "
+                                       "(None: `seed`). Change `seed` with `data_seed` fixed for a run that "
+                                       "differs only in its noise, or the other way round.")
     dtype: DtypeName = _opt("auto", "Model weights dtype. auto: bfloat16 where it runs faster than float32 (CUDA "
                                     "GPUs with bfloat16; CPUs with AMX), else float32 (float16 on CUDA GPUs "
                                     "without bfloat16). What is trained (the ES mean, a LoRA adapter) stays fp32.")
@@ -87,6 +92,11 @@ class RunConfig(ConfigMixin):
     retention_kl: bool = _opt(True, "Also retain/<task>/kl: per-token k3 KL of the model to the base on its greedy "
                                     "retention completions (hf backend). Adapter runs switch the adapter off; "
                                     "full/lowrank runs and full GRPO hold one more copy of the model at its dtype.")
+
+    @property
+    def data_seed_or_seed(self) -> int:
+        """The seed of the data: `data_seed`, or `seed` when it is unset."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     def validate(self) -> None:
         check_retention(self)

@@ -278,7 +278,7 @@ class ESTrainer:
     def _task(self, functions: list[Callable] | None) -> Task:
         config = self.config
         if self.train_rows is None:  # a built-in task, its rewards optionally replaced
-            task = get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
+            task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
                             eval_dataset=config.eval_dataset, **config.task_args)
             if functions:
                 task.reward_fns = functions
@@ -286,7 +286,7 @@ class ESTrainer:
             return task
         # the same split as `task: custom` over the files written to data/, so the CLI resumes this run exactly
         return custom_task(self.train_rows, self.eval_rows, functions, list(config.reward_weights) or None,
-                           seed=config.seed, num_eval=config.num_eval, source="train_dataset")
+                           seed=config.data_seed_or_seed, num_eval=config.num_eval, source="train_dataset")
 
     def _data_files(self) -> list[tuple[list[dict] | None, Path]]:
         return [(rows, self.output_dir / "data" / f"{name}.jsonl")

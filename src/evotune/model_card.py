@@ -37,7 +37,7 @@ ADAPTER_SPACES = ("lora", "svd_lora")
 # Hyperparameters shown in the card (config.yaml, reproduced in full at the end, has every key).
 KEY_HYPERPARAMETERS = ("space", "strategy", "population_size", "sigma", "learning_rate", "iterations", "batch_size",
                        "antithetic", "noise", "fitness_shaping", "optimizer", "weight_decay", "max_new_tokens",
-                       "num_eval", "seed", "dtype")
+                       "num_eval", "seed", "data_seed", "dtype")
 SPACE_HYPERPARAMETERS = {
     "lora": ("adapter", "lora_rank", "lora_alpha", "lora_target_modules", "lora_init"),
     "svd_lora": ("adapter", "singular_value_fraction", "lora_rank", "lora_alpha", "lora_target_modules",

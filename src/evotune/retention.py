@@ -71,11 +71,11 @@ def reference_for(model: Any, base_model: str) -> Reference:
 
 
 def build_retention_tasks(config: RunConfig) -> list[Task]:
-    """Each retention task with its default task_args and its own held-out split (seeded by `seed`)."""
+    """Each retention task with its default task_args and its own held-out split (seeded by the data seed)."""
     tasks = []
     for name in config.retention_tasks:
         try:
-            tasks.append(get_task(name, seed=config.seed, num_eval=config.retention_num_eval))
+            tasks.append(get_task(name, seed=config.data_seed_or_seed, num_eval=config.retention_num_eval))
         except ConfigError as exc:  # e.g. more prompts than conciseness holds: name the key that asked for them
             raise ConfigError(f"`retention_num_eval` {config.retention_num_eval} for the retention task {name}: "
                               f"{exc}") from exc

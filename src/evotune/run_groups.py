@@ -19,7 +19,7 @@ from .run_directory import RESUMABLE_KEYS
 # Keys that cannot change what a run reaches, so runs that differ only in them are seeds of one method: the seed,
 # the `method` name (the row's name already), and what a resume may change except the run's length (logging,
 # evaluation and checkpoint cadence, where the population runs: the same rewards bit for bit).
-NOT_THE_METHOD = frozenset({"seed", "method", *RESUMABLE_KEYS} - {"iterations", "max_training_seconds"})
+NOT_THE_METHOD = frozenset({"seed", "data_seed", "method", *RESUMABLE_KEYS} - {"iterations", "max_training_seconds"})
 # A row's label names at most this many of the keys that tell it from a same-named row (the notes name all).
 LABEL_KEYS = 3
 _MISSING = object()  # a key one config lacks

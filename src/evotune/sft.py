@@ -120,7 +120,7 @@ def sft_rows(config: SFTConfig) -> tuple[list[dict], Any]:
 
     task = None
     if config.task is not None:
-        task = get_task(config.task, seed=config.seed, num_eval=config.num_eval, **config.task_args)
+        task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, **config.task_args)
     if config.dataset is not None:
         rows = load_rows(config.dataset)
         validate_rows(rows, config.dataset)
@@ -187,7 +187,7 @@ def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: S
     with tqdm(total=total, desc="evotune sft", unit="step", dynamic_ncols=True) as bar:
         for epoch in range(math.ceil(total / steps_per_epoch)):  # max_steps may need more than `epochs`
             order = list(range(len(examples)))
-            random.Random(f"sft-{config.seed}-{epoch}").shuffle(order)
+            random.Random(f"sft-{config.data_seed_or_seed}-{epoch}").shuffle(order)
             for start in range(0, len(order), config.batch_size):
                 if len(losses) == total:
                     break

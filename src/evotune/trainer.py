@@ -96,9 +96,9 @@ class Trainer:
 
     def batch_indices(self, iteration: int) -> list[int]:
         """Positions in task.train_rows of the prompts every candidate of `iteration` is scored on
-        (a pure function of seed and iteration, so remote replicas receive indices, not rows)."""
+        (a pure function of the data seed and iteration, so remote replicas receive indices, not rows)."""
         count = len(self.task.train_rows)
-        rng = np.random.default_rng(derive_seed(self.config.seed, "batch", iteration))
+        rng = np.random.default_rng(derive_seed(self.config.data_seed_or_seed, "batch", iteration))
         size = self.config.batch_size
         return [int(index) for index in rng.choice(count, size=size, replace=size > count)]
 

@@ -322,7 +322,7 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
     from ..tracking import MetricsLogger
     from .grpo_logging import EvotuneMetricsCallback
 
-    task = get_task(config.task, seed=config.seed, num_eval=config.num_eval, dataset=config.dataset,
+    task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
                     eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
                     reward_weights=config.reward_weights or None, **config.task_args)
     model, tokenizer = _policy(config)
