@@ -279,6 +279,31 @@ def test_kill_9_during_training_then_resume_gives_the_uninterrupted_weights(refe
     assert [r["iteration"] for r in records] == list(range(7))  # no iteration logged twice, none lost
 
 
+def test_kill_9_with_retention_anchor_and_prefetch_on_resumes_to_the_uninterrupted_run(tiny_model_dir, tmp_path):
+    """What a resume must rebuild beyond the mean: the retention tasks and their base model for the KL,
+    anchor_decay's base snapshot and prefetch's second weight copy. Killed mid-save at iteration 4 and resumed,
+    the run ends on the uninterrupted run's weights and logs the same evaluations, retain/ and drift/ included."""
+    keys = ["--set", "retention_tasks=[countdown]", "--set", "retention_num_eval=2", "--set", "anchor_decay=2.0",
+            "--set", "prefetch_candidates=true"]
+    config = run_config(tmp_path, tiny_model_dir)
+    assert main(["train", config, "--output-dir", str(tmp_path / "reference"), *keys]) == 0
+    run = tmp_path / "killed"
+    killed = subprocess.run([sys.executable, "-c", KILLER, "rename checkpoint.tmp -> checkpoint", "4", "train", config,
+                             "--output-dir", str(run), *keys], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert main(["train", "--output-dir", str(run), "--resume"]) == 0
+    expected, got = final_weights(tmp_path / "reference"), final_weights(run)
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+    def evaluations(directory: Path) -> list[dict]:
+        records = [strict_loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k.startswith(("eval/", "retain/", "drift/", "iteration"))}
+                for r in records if "eval/reward" in r]
+    reference = evaluations(tmp_path / "reference")
+    assert [r["iteration"] for r in reference] == [0, 3, 6] and reference[-1]["retain/countdown/kl"] > 0
+    assert evaluations(run) == reference
+
+
 def test_resume_from_a_damaged_checkpoint_falls_back_says_so_and_ends_on_the_same_weights(reference_run, tmp_path):
     config, reference = reference_run
     run = tmp_path / "run"
