@@ -37,7 +37,8 @@ def arguments(model_dir: str, output: Path, *extra: str) -> list[str]:
 
 def base(model_dir: str) -> dict:
     """The values `arguments` gives a sweep, for calling sweep() directly."""
-    from evotune.config import QUICKSTART, parse_overrides
+    from evotune.config import QUICKSTART
+    from evotune.config_files import parse_overrides
 
     return {**QUICKSTART, **parse_overrides([f"model={model_dir}", *SETTINGS])}
 

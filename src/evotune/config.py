@@ -12,14 +12,13 @@ registry's names equal its Literal's, so they cannot drift.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
-
-import yaml
+from typing import Any, Literal
 
 from .config_checks import check_device, check_int4_keys, check_retention, check_rewards
 from .config_fields import ConfigMixin, _opt
+from .config_files import read_config_values
 from .errors import ConfigError
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
@@ -330,101 +329,6 @@ class TrainConfig(RunConfig):
         if not self.worker_num_cpus > 0 or (self.worker_num_gpus is not None and self.worker_num_gpus < 0):
             raise ConfigError(f"`worker_num_cpus` is {self.worker_num_cpus} and `worker_num_gpus` "
                               f"{self.worker_num_gpus}; give a positive number of CPUs and a number of GPUs >= 0.")
-
-
-@dataclass
-class EvalOptions:
-    """How `evotune eval` scores models; the one source of its defaults and help (`cli_options` builds the
-    command's flags from these fields)."""
-
-    max_new_tokens: int = _opt(32, "new tokens per completion")
-    dtype: DtypeName = _opt("auto", "weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs "
-                                    "with AMX)")
-    device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
-    seed: int = _opt(0, "seeds the held-out split and sampling")
-    num_samples: int = _opt(0, "also sample K completions per prompt: avg@K and pass@K (0: greedy only)")
-    temperature: float = _opt(1.0, "sampling temperature for --num-samples")
-    top_p: float = _opt(1.0, "nucleus sampling for --num-samples")
-    kl_reference: str | None = _opt(None, "also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
-    quantization: Quantization | None = _opt(None, "base weights: none, int8 or int4 (bitsandbytes, cpu or cuda); "
-                                                   "default: a run's own (its config.yaml's `quantization` and int4 "
-                                                   "keys, for a run directory, its final/ or checkpoint/, or an sft "
-                                                   "adapter/), else none")
-    chunk_size: int = _opt(64, "prompts per generate call")
-    samples_path: str | None = _opt(None, "also append (model, prompt, completion, reward) rows to this JSONL")
-    plot_path: str | None = _opt(None, "reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
-
-
-# EvalOptions fields that `evotune eval` takes as flags of the same name (the paths have flags of their own).
-CLI_OPTIONS = ("max_new_tokens", "dtype", "device", "seed", "num_samples", "temperature", "top_p", "kl_reference",
-               "quantization")
-
-
-def add_cli_options(parser: Any) -> None:
-    """`--max-new-tokens`, `--dtype`, ... on an argparse parser, with EvalOptions' defaults and help."""
-    for spec in fields(EvalOptions):
-        if spec.name not in CLI_OPTIONS:
-            continue
-        flag = "--" + spec.name.replace("_", "-")
-        kind = {"int": int, "float": float}.get(spec.type)
-        choices = {"dtype": get_args(DtypeName), "quantization": get_args(Quantization)}.get(spec.name)
-        parser.add_argument(flag, type=kind, default=spec.default, choices=choices, help=spec.metadata["help"],
-                            **({"metavar": "K"} if spec.name == "num_samples" else {}),
-                            **({"metavar": "MODEL"} if spec.name == "kl_reference" else {}))
-
-
-# Keys that may name a local file or directory (or a hub id / built-in name, left as written).
-PATH_KEYS = ("model", "adapter", "dataset", "eval_dataset")
-
-
-def absolutize_paths(config: Any) -> None:
-    """Rewrite each PATH_KEYS value that names an existing local path relative to the working directory as an
-    absolute path, in place: config.yaml then means the same files from any directory (resume, eval, compare),
-    and a PEFT adapter saved from the run records its base model's absolute path. Hub ids, aliases and
-    absolute paths are left as they are."""
-    for key in PATH_KEYS:
-        value = getattr(config, key, None)  # not every command's config has every key (sft has no adapter)
-        if isinstance(value, str) and value and not Path(value).is_absolute() and Path(value).exists():
-            setattr(config, key, str(Path(value).resolve()))
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """`--set key=value` pairs as a dict, each value parsed as YAML (`--set sigma=2e-3` gives a float)."""
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"--set {pair!r} has no `=`; write --set key=value, e.g. --set sigma=2e-3.")
-        key, text = pair.split("=", 1)
-        try:
-            out[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {pair!r}: the value is not valid YAML ({exc}).") from exc
-    return out
-
-
-def read_config_values(path: str | Path | None, overrides: list[str] | None = None,
-                       base: dict[str, Any] | None = None,
-                       missing_hint: str = "pass a YAML file path, or only --set keys") -> tuple[dict[str, Any], str]:
-    """base <- YAML file <- --set overrides, as raw values, and the name of their source (for errors).
-
-    Shared by every command's config (train, sft, grpo); each then validates with its own dataclass.
-    """
-    values = dict(base or {})
-    source = "config"
-    if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist; {missing_hint}.")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path} must hold a mapping of keys to values, not {type(loaded).__name__}.")
-        values.update(loaded)
-        source = str(path)
-    values.update(parse_overrides(overrides or []))
-    return values, source
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None,

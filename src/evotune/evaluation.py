@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .backends.base import Backend, resolve_device
-from .config import EvalOptions
+from .eval_options import EvalOptions
 from .errors import ConfigError
 from .generation import check_prompt_lengths, generate_in_chunks
 from .tasks.base import Task

@@ -17,7 +17,8 @@ from typing import Any, Iterator
 import yaml
 
 from .checkpoint import find_checkpoint, load_state
-from .config import TrainConfig, absolutize_paths
+from .config import TrainConfig
+from .config_files import absolutize_paths
 from .errors import ConfigError, OutputError
 
 # What `evotune train` writes into a run directory (files and directories).

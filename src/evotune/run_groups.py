@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from .config import PATH_KEYS
+from .config_files import PATH_KEYS
 from .errors import ConfigError
 from .run_directory import RESUMABLE_KEYS
 

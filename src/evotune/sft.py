@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
-from .config import (ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig,
-                     absolutize_paths, read_config_values)
+from .config import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig
 from .config_checks import check_device, check_int4_keys
 from .config_fields import _opt, _same_as
+from .config_files import absolutize_paths, read_config_values
 from .errors import ConfigError, DataError
 from .generation import eval_budget, eval_record, evaluate_model
 

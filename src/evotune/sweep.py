@@ -150,7 +150,7 @@ def _check_arguments(grid: list[tuple[str, list[Any]]], seeds: list[int], comman
 def _validate(command: str, configs: dict) -> dict:
     """The typed config of every (point, seed), all checked before any run starts; the bad ones are named
     together, and two points that give the same config are refused."""
-    from .config import absolutize_paths
+    from .config_files import absolutize_paths
 
     if command == "grpo":
         from .baselines.grpo import GRPORunConfig as Config

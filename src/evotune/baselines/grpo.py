@@ -22,7 +22,8 @@ from typing import Any, Iterator, Literal, get_args
 
 import yaml
 
-from ..config import DtypeName, RunConfig, TrainConfig, absolutize_paths, read_config_values
+from ..config import DtypeName, RunConfig, TrainConfig
+from ..config_files import absolutize_paths, read_config_values
 from ..config_checks import check_rewards
 from ..config_fields import _opt, _same_as
 from ..errors import ConfigError

@@ -10,7 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from ..config import DtypeName, add_cli_options
+from ..config import DtypeName
+from ..eval_options import add_cli_options
 from ..errors import ConfigError, EvotuneError
 
 
@@ -73,7 +74,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from ..backends.base import resolve_device
-    from ..config import parse_overrides
+    from ..config_files import parse_overrides
     from ..evaluation import EvalOptions, check_options, evaluate_models, format_table
     from ..tasks import get_task
     from ..tracking import dumps_strict
@@ -244,7 +245,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..config import QUICKSTART, read_config_values
+    from ..config import QUICKSTART
+    from ..config_files import read_config_values
     from ..sweep import SweepFailed, format_table, sweep
     from ..sweep_grid import parse_grid
 

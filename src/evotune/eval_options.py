@@ -1,0 +1,51 @@
+"""`evotune eval`'s options: one dataclass holds their defaults and help, and the command's flags are built
+from it (add_cli_options), so the two cannot drift."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, get_args
+
+from .config import DtypeName, Quantization
+from .config_fields import _opt
+
+
+@dataclass
+class EvalOptions:
+    """How `evotune eval` scores models; the one source of its defaults and help (`cli_options` builds the
+    command's flags from these fields)."""
+
+    max_new_tokens: int = _opt(32, "new tokens per completion")
+    dtype: DtypeName = _opt("auto", "weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs "
+                                    "with AMX)")
+    device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
+    seed: int = _opt(0, "seeds the held-out split and sampling")
+    num_samples: int = _opt(0, "also sample K completions per prompt: avg@K and pass@K (0: greedy only)")
+    temperature: float = _opt(1.0, "sampling temperature for --num-samples")
+    top_p: float = _opt(1.0, "nucleus sampling for --num-samples")
+    kl_reference: str | None = _opt(None, "also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
+    quantization: Quantization | None = _opt(None, "base weights: none, int8 or int4 (bitsandbytes, cpu or cuda); "
+                                                   "default: a run's own (its config.yaml's `quantization` and int4 "
+                                                   "keys, for a run directory, its final/ or checkpoint/, or an sft "
+                                                   "adapter/), else none")
+    chunk_size: int = _opt(64, "prompts per generate call")
+    samples_path: str | None = _opt(None, "also append (model, prompt, completion, reward) rows to this JSONL")
+    plot_path: str | None = _opt(None, "reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
+
+
+# EvalOptions fields that `evotune eval` takes as flags of the same name (the paths have flags of their own).
+CLI_OPTIONS = ("max_new_tokens", "dtype", "device", "seed", "num_samples", "temperature", "top_p", "kl_reference",
+               "quantization")
+
+
+def add_cli_options(parser: Any) -> None:
+    """`--max-new-tokens`, `--dtype`, ... on an argparse parser, with EvalOptions' defaults and help."""
+    for spec in fields(EvalOptions):
+        if spec.name not in CLI_OPTIONS:
+            continue
+        flag = "--" + spec.name.replace("_", "-")
+        kind = {"int": int, "float": float}.get(spec.type)
+        choices = {"dtype": get_args(DtypeName), "quantization": get_args(Quantization)}.get(spec.name)
+        parser.add_argument(flag, type=kind, default=spec.default, choices=choices, help=spec.metadata["help"],
+                            **({"metavar": "K"} if spec.name == "num_samples" else {}),
+                            **({"metavar": "MODEL"} if spec.name == "kl_reference" else {}))
