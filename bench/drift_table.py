@@ -107,20 +107,10 @@ def spread(values: list[float]) -> dict:
 def summarize(runs: list[dict], num_eval: int, retention_num_eval: dict[str, int]) -> dict:
     finals = [run["final"] for run in runs]
     row = {"seeds": [run["seed"] for run in runs], "finished": all(run["finished"] for run in runs),
-           "training_s": spread([point["time_s"] for point in finals]),
-           "target_accuracy": proportion([point[TARGET] for point in finals], [num_eval] * len(runs))}
+           **evaluation_summary(finals, num_eval, retention_num_eval)}
     if all("truncated" in run for run in runs):
         row["target_accuracy_truncated"] = proportion([run["truncated"]["accuracy"] for run in runs],
                                                       [run["truncated"]["num_eval"] for run in runs])
-    for key in retention_keys(finals):
-        values = [point.get(key) for point in finals]
-        if any(value is None for value in values):
-            continue
-        task = key.split("/")[1]
-        # samples a metric could not score (e.g. an IFEval prompt needing data an offline machine lacks) are
-        # left out of its mean, so they are left out of its count too
-        counts = [retention_num_eval[task] - int(point.get(f"retain/{task}/skipped") or 0) for point in finals]
-        row[key] = spread(values) if key.endswith("/kl") else proportion(values, counts)
     drift = [point.get("drift/relative_l2") for point in finals]  # in the run, from the fp32 mean (ES spaces)
     if all(isinstance(value, (int, float)) for value in drift):
         row["drift/relative_l2"] = spread(drift)
@@ -128,6 +118,35 @@ def summarize(runs: list[dict], num_eval: int, retention_num_eval: dict[str, int
         for key in ("relative_l2", "changed_fraction"):
             row[f"distance/{key}"] = spread([run["distance"][key] for run in runs])
     return row
+
+
+def evaluation_summary(points: list[dict], num_eval: int, retention_num_eval: dict[str, int]) -> dict:
+    """Training time, target accuracy and retention over evaluation records (one per run)."""
+    row = {"training_s": spread([point["time_s"] for point in points]),
+           "target_accuracy": proportion([point[TARGET] for point in points], [num_eval] * len(points))}
+    for key in retention_keys(points):
+        values = [point.get(key) for point in points]
+        if any(value is None for value in values):
+            continue
+        task = key.split("/")[1]
+        # samples a metric could not score (e.g. an IFEval prompt needing data an offline machine lacks) are
+        # left out of its mean, so they are left out of its count too
+        counts = [retention_num_eval[task] - int(point.get(f"retain/{task}/skipped") or 0) for point in points]
+        row[key] = spread(values) if key.endswith("/kl") else proportion(values, counts)
+    return row
+
+
+def at_equal_target(methods: dict[str, list[dict]], num_eval: int, retention_num_eval: dict[str, int]) -> dict:
+    """The study's question, at equal target accuracy: retention at each run's first evaluation that reached
+    the lowest of the methods' mean final accuracies (a level every method reaches on average). Evaluations
+    are some minutes apart, so a run may pass the level by a margin: its accuracy there is in the row."""
+    level = float(min(np.mean([run["final"][TARGET] for run in runs]) for runs in methods.values()))
+    rows = {}
+    for method, runs in methods.items():
+        points = [point for run in runs if (point := next((p for p in run["curve"] if p[TARGET] >= level), None))]
+        rows[method] = {"runs_reaching": f"{len(points)} of {len(runs)}",
+                        **(evaluation_summary(points, num_eval, retention_num_eval) if points else {})}
+    return {"level": level, "methods": rows}
 
 
 def markdown(table: dict[str, dict], command: str) -> str:
@@ -147,7 +166,8 @@ def markdown(table: dict[str, dict], command: str) -> str:
             else:
                 low, high = cell["range"]
                 cells.append(f"{cell['mean']:.3g} ({low:.3g}-{high:.3g})")
-        seeds = ",".join(map(str, row["seeds"])) + ("" if row["finished"] else " (unfinished)")
+        seeds = (",".join(map(str, row["seeds"])) + ("" if row["finished"] else " (unfinished)") if "seeds" in row
+                 else f"{row['runs_reaching']} reached it")
         lines.append(f"| {method} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -199,10 +219,16 @@ def main() -> None:
     from evotune.run_groups import read_config_file
 
     config = read_config_file(Path(methods[next(iter(methods))][0]["run"]) / "config.yaml")
-    table = {method: summarize(runs, config["num_eval"], retention_counts(config)) for method, runs in methods.items()}
+    counts = retention_counts(config)
+    table = {method: summarize(runs, config["num_eval"], counts) for method, runs in methods.items()}
+    matched = at_equal_target(methods, config["num_eval"], counts)
     command = f"bash bench/drift_study.sh  (tables: python bench/drift_table.py {args.runs} --budget {args.budget:g})"
-    write_result(args.name, {"command": command, "budget_s": args.budget, "methods": table})
-    (RESULTS / f"{args.name}.md").write_text(markdown(table, command))
+    write_result(args.name, {"command": command, "budget_s": args.budget, "methods": table,
+                             "at_equal_target": matched})
+    text = markdown(table, command) + (f"\nAt equal target accuracy: each run's first evaluation at or above "
+                                       f"{matched['level']:.3f} (the lowest method's mean final accuracy)\n\n"
+                                       + markdown(matched["methods"], command).split("\n", 2)[2])
+    (RESULTS / f"{args.name}.md").write_text(text)
     plot(methods, RESULTS / f"{args.name}.png")
 
 
