@@ -221,6 +221,28 @@ def eval_budget_lines() -> list[str]:
     return lines
 
 
+# Study results whose JSON holds its own markdown table (`table`, a list of lines) or whose script writes a
+# markdown file beside it: copied as they are.
+STUDY_TABLES = {"essa_quantization.json": "ESSA on a quantized base (float32 / INT8 / INT4)",
+                "drift_arithmetic.md": "What fine-tuning costs: target accuracy, retention, KL and drift",
+                "stability_sources_arithmetic.md": "Where ES's run-to-run spread comes from"}
+
+
+def study_lines() -> list[str]:
+    lines = []
+    for name, title in STUDY_TABLES.items():
+        path = RESULTS / name
+        if not path.exists():
+            continue
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+            body = f"`{data['command']}`\n\n" + "\n".join(data["table"])
+        else:
+            body = path.read_text().strip()
+        lines += [f"## {title}", "", body, ""]
+    return lines
+
+
 def main() -> None:
     lines = ["# Benchmark results", "", "Written by `python bench/report.py` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
@@ -257,7 +279,7 @@ def main() -> None:
                   f", with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
     lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
-    lines += grpo_memory_lines() + eval_budget_lines()
+    lines += grpo_memory_lines() + eval_budget_lines() + study_lines()
     lines += compare_lines()
     (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
