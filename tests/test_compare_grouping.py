@@ -299,3 +299,15 @@ def test_a_run_whose_adapter_is_its_own_output_is_read_once(tmp_path):
     (tmp_path / "self" / "final").mkdir()
     (row,) = compare_runs([run], tmp_path / "out")["methods"]
     assert row["runs"] == 1
+
+
+def test_methods_with_several_seeds_get_a_panel_each_beside_all_runs(tmp_path):
+    import matplotlib.image
+
+    runs = [write_run(tmp_path / f"{sigma}-{seed}", es_config(sigma=sigma, seed=seed), [0.1, 0.2 + seed / 10])
+            for sigma in (0.001, 0.002) for seed in (0, 1)]
+    compare_runs(runs, tmp_path / "seeds")
+    compare_runs(runs[::2], tmp_path / "one_seed_each")  # one run per method: the single panel
+    several = matplotlib.image.imread(tmp_path / "seeds" / "accuracy_vs_time.png")
+    single = matplotlib.image.imread(tmp_path / "one_seed_each" / "accuracy_vs_time.png")
+    assert several.shape[0] == single.shape[0] and several.shape[1] == 3 * single.shape[1]  # all, and 2 methods

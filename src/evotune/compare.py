@@ -277,21 +277,29 @@ def _warm_start_row(method: str, group: list[dict], notes: list[str]) -> dict[st
 
 
 def _plot(runs: list[dict], axis_key: str, path: Path, label: str) -> None:
+    """Every run's curve, a color per method; when a method has several seeds, also a panel per method with
+    only its seeds (run-to-run stability at a glance), on the same y scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     methods = list(dict.fromkeys(run["method"] for run in runs))
-    figure, axis = plt.subplots(figsize=(6.5, 4))
-    for run in runs:
-        color = f"C{methods.index(run['method'])}"
-        xs = [point[axis_key] for point in run["curve"]]
-        axis.plot(xs, [point["value"] for point in run["curve"]], marker="o", color=color, alpha=0.8,
-                  label=f"{run['method']} (seed {run['seed']})")
-    axis.set(xlabel=label, ylabel=f"held-out {runs[0]['metric']}", title=f"{runs[0]['metric']} vs {label}")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    per_method = len(runs) > len(methods)  # some method has several seeds
+    panels = [None, *methods] if per_method else [None]
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4), sharey=True, squeeze=False)
+    for axis, method in zip(axes[0], panels):
+        for run in runs:
+            if method is not None and run["method"] != method:
+                continue
+            color = f"C{methods.index(run['method'])}"
+            xs = [point[axis_key] for point in run["curve"]]
+            axis.plot(xs, [point["value"] for point in run["curve"]], marker="o", color=color, alpha=0.8,
+                      label=f"{run['method']} (seed {run['seed']})")
+        title = f"{runs[0]['metric']} vs {label}" + (f": {method}" if method else "")
+        axis.set(xlabel=label, ylabel=f"held-out {runs[0]['metric']}", title=title)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
