@@ -40,7 +40,8 @@ train() {  # DIR CONFIG ARGS...: start, or resume an interrupted run; skip a fin
   if [ -d "$dir/checkpoint" ]; then evotune train --output-dir "$dir" --resume
   else rm -rf "$dir"; retained "$dir"; evotune train "$@" "${common[@]}" "${extra[@]}" --output-dir "$dir"; fi
 }
-# ES evaluates about every 9 x 70 s and GRPO every 30 x 22 s of training here: 4 points per curve
+# ES evaluates every 9 iterations (~30 s each on one thread: 7-8 points per curve), GRPO every 30 steps (~27 s
+# each: 3-4 points); evaluations are not training time, so their cadence does not change what a run reaches
 es_schedule=(--set eval_every=9 --set checkpoint_every=3)
 if [ "$TABLE" != only ]; then
   for seed in $SEEDS; do
