@@ -35,6 +35,25 @@ def test_parameter_groups_of_llama_names():
     assert parameter_group("score.bias") == "other"
 
 
+def test_drift_sums_do_not_depend_on_the_thread_count():
+    """A Ray worker runs with fewer threads than the driver; the same weights must give the same drift/ bits
+    (a sweep's parallel runs are compared with its sequential ones bit for bit)."""
+    from evotune.spaces.drift import weight_drift, weight_sums
+
+    generator = torch.Generator().manual_seed(0)
+    base = {f"model.layers.{i}.mlp.up_proj.weight": torch.randn(2048, 2048, generator=generator) for i in range(2)}
+    master = {name: value + 1e-3 * torch.randn(value.shape, generator=generator) for name, value in base.items()}
+    threads = torch.get_num_threads()
+    try:
+        records = []
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            records.append(weight_drift(weight_sums(master, base)))
+    finally:
+        torch.set_num_threads(threads)
+    assert records[0]["drift/l2"] > 0 and records[0] == records[1] == records[2]
+
+
 @pytest.mark.parametrize("space_class", [FullParameterSpace, LowRankSpace])
 def test_weight_drift_equals_a_direct_computation(tiny_model_dir, space_class):
     """From the model's bfloat16 weights and an untouched copy of the base: the changed share counts the

@@ -33,6 +33,7 @@ import math
 import re
 from typing import Iterable
 
+import numpy as np
 import torch
 
 from .noise import CHUNK_SIZE
@@ -67,10 +68,20 @@ def tensor_sums(master: torch.Tensor, base: torch.Tensor) -> tuple[float, float,
         mean_chunk = flat_master[start:start + CHUNK_SIZE]
         base_chunk = flat_base[start:start + CHUNK_SIZE].to(mean_chunk.device)
         difference = mean_chunk - base_chunk.to(torch.float32)  # (chunk,) fp32
-        difference_squares += float(torch.sum(difference.square(), dtype=torch.float64))
-        base_squares += float(torch.sum(base_chunk.to(torch.float32).square(), dtype=torch.float64))
+        difference_squares += sum_of_squares(difference)
+        base_squares += sum_of_squares(base_chunk)
         changed += int((mean_chunk.to(base_chunk.dtype) != base_chunk).sum())  # rounded as the live weights are
     return difference_squares, base_squares, changed, flat_master.numel()
+
+
+def sum_of_squares(values: torch.Tensor) -> float:
+    """sum(values^2) in float64, the same bits whatever the number of threads: torch's CPU sum splits its work
+    among its threads, so its rounding depends on how many there are (a Ray worker runs with fewer than the
+    driver); numpy's pairwise sum of the float64 squares runs on one. On a GPU, torch's own sum."""
+    if values.device.type != "cpu":
+        return float(torch.sum(values.to(torch.float32).square(), dtype=torch.float64))
+    squares = np.square(values.detach().to(torch.float64).numpy())  # (chunk,) float64, exact for fp32 inputs
+    return float(np.add.reduce(squares))
 
 
 def weight_sums(master: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
