@@ -66,7 +66,9 @@ def _load(model: str):
     return load_model(model, dtype="float32", device="cpu")[0]
 
 
-def load_runs(root: Path, seeds: list[int]) -> dict[str, list[dict]]:
+def load_runs(root: Path, seeds: list[int], unfinished: list[str] | None = None) -> dict[str, list[dict]]:
+    """Per method, its finished runs of `seeds`; a run still training is left out (a final value it has not
+    reached would be averaged in) and named in `unfinished`."""
     methods: dict[str, list[dict]] = defaultdict(list)
     for directory in sorted(root.glob("*-seed*")):
         match = re.fullmatch(r"(.+)-seed(\d+)", directory.name)
@@ -80,8 +82,11 @@ def load_runs(root: Path, seeds: list[int]) -> dict[str, list[dict]]:
         truncated = sorted(directory.glob("eval-tokens*.json"))
         if truncated:
             run["truncated"] = json.loads(truncated[0].read_text())[0]
-        if run["finished"]:
-            run["distance"] = update_distance(directory)
+        if not run["finished"]:
+            if unfinished is not None:
+                unfinished.append(f"{directory.name} (at {curve[-1]['time_s']:.0f} s of training)")
+            continue
+        run["distance"] = update_distance(directory)
         methods[match.group(1)].append(run)
     return dict(methods)
 
@@ -213,7 +218,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="the runs with retention records")
     parser.add_argument("--name", default="drift_arithmetic")
     args = parser.parse_args()
-    methods = load_runs(args.runs, args.seeds)
+    unfinished: list[str] = []
+    methods = load_runs(args.runs, args.seeds, unfinished)
     if not methods:
         raise SystemExit(f"no evaluated runs (<method>-seed<N>/metrics.jsonl) under {args.runs}")
     from evotune.run_groups import read_config_file
@@ -224,10 +230,12 @@ def main() -> None:
     matched = at_equal_target(methods, config["num_eval"], counts)
     command = f"bash bench/drift_study.sh  (tables: python bench/drift_table.py {args.runs} --budget {args.budget:g})"
     write_result(args.name, {"command": command, "budget_s": args.budget, "methods": table,
-                             "at_equal_target": matched})
+                             "at_equal_target": matched, "unfinished_left_out": unfinished})
     text = markdown(table, command) + (f"\nAt equal target accuracy: each run's first evaluation at or above "
                                        f"{matched['level']:.3f} (the lowest method's mean final accuracy)\n\n"
                                        + markdown(matched["methods"], command).split("\n", 2)[2])
+    if unfinished:
+        text += "\nLeft out, still training: " + ", ".join(unfinished) + "\n"
     (RESULTS / f"{args.name}.md").write_text(text)
     plot(methods, RESULTS / f"{args.name}.png")
 
