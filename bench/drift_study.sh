@@ -53,7 +53,7 @@ if [ "$TABLE" != only ]; then
                       --set anchor_decay=${method#es-anchor} ;;
         lowrank) [ "$seed" -le 1 ] && train "$dir" examples/lowrank_arithmetic.yaml --set seed=$seed \
                    "${es_schedule[@]}" ;;
-        grpo) finished "$dir" || if [ -d "$dir" ] && ls "$dir" | grep -q '^checkpoint-'; then
+        grpo) finished "$dir" || if ls "$dir/trl" 2>/dev/null | grep -q '^checkpoint-'; then  # TRL saves in trl/
                 evotune grpo --output-dir "$dir" --resume
               else rm -rf "$dir"; retained "$dir"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$dir" --set seed=$seed \
                 "${common[@]}" "${extra[@]}" --set eval_every=30 --set checkpoint_every=10; fi ;;
