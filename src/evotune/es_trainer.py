@@ -278,8 +278,8 @@ class ESTrainer:
     def _task(self, functions: list[Callable] | None) -> Task:
         config = self.config
         if self.train_rows is None:  # a built-in task, its rewards optionally replaced
-            task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
-                            eval_dataset=config.eval_dataset, **config.task_args)
+            task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval,
+                            dataset=config.dataset, eval_dataset=config.eval_dataset, **config.task_args)
             if functions:
                 task.reward_fns = functions
                 task.reward_weights = list(config.reward_weights) or [1.0] * len(functions)

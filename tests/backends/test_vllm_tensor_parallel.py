@@ -23,8 +23,8 @@ pytestmark = requires_vllm
 def run(model_dir: str, directory, tensor_parallel_size: int, engine_core: str) -> tuple[list[dict], dict, list[dict]]:
     config = TrainConfig(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True,
                          sigma=0.05, learning_rate=0.05, iterations=2, batch_size=3, max_new_tokens=6, num_eval=3,
-                         eval_every=2, checkpoint_every=1, anchor_decay=2.0, dtype="float32", noise="gaussian", report_to=[], seed=0,
-                         engine_core=engine_core, tensor_parallel_size=tensor_parallel_size)
+                         eval_every=2, checkpoint_every=1, anchor_decay=2.0, dtype="float32", noise="gaussian",
+                         report_to=[], seed=0, engine_core=engine_core, tensor_parallel_size=tensor_parallel_size)
     trainer = Trainer(config, directory)
     try:
         trainer.train()

@@ -104,7 +104,7 @@ def add_sums(parts: Iterable[dict[str, list[float]]]) -> dict[str, list[float]]:
 
 def _column_sums(rows: list) -> list[float]:
     """Column sums of [difference squares, base squares, changed, count] rows. math.fsum is exactly rounded, so
-    the result does not depend on the order the rows come in (a Ray worker may list parameters differently)."""
+    the totals do not depend on the order tensors, groups or tensor-parallel ranks are added in."""
     return [math.fsum(row[index] for row in rows) if index < 2 else sum(row[index] for row in rows)
             for index in range(4)]
 
