@@ -184,7 +184,11 @@ def plot(methods: dict[str, list[dict]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     all_runs = [run for runs in methods.values() for run in runs]
-    keys = [TARGET, *retention_keys([point for run in all_runs for point in run["curve"]])]
+    points = [point for run in all_runs for point in run["curve"]]
+    # the distance from the base over time, where runs log it (evotune train; TRL's GRPO runs have only the
+    # final distance, in the table)
+    keys = [TARGET, *retention_keys(points), *(["drift/relative_l2"] if any("drift/relative_l2" in p for p in points)
+                                               else [])]
     panels = len(keys) + 1
     figure, axes = plt.subplots(1, panels, figsize=(4 * panels, 3.6))
     for index, (method, runs) in enumerate(methods.items()):

@@ -6,8 +6,10 @@
 #   data-seed0    seed 0, data_seed 1   only the data: other prompts each iteration (and another train/held-out
 #                                       split), the same noise
 # Then every final model (these two, and the study's es-seed0 and es-seed1) is scored on both held-out splits,
-# data seed 0's and data seed 1's (n=512 each, the task's untruncated budget): a model's two scores differ only by
-# the evaluation set, so the table separates what the evaluation set adds to the spread from what training adds.
+# data seed 0's and data seed 1's (n=512 each, the task's untruncated budget), keeping each answer (--samples): a
+# model's two scores differ only by the evaluation set, so the table separates what the evaluation set adds to the
+# spread from what training adds. A data seed's training questions overlap the other seed's held-out ones, so the
+# table counts only the questions no compared run trained on (bench/stability_sources.py).
 # Chosen before any of these runs: seed 0 (the first), and seed 1 as "the other" value of each source.
 #   bash bench/stability_sources.sh          # runs only what is missing (re-run to resume); needs es-seed0/1
 # Smoke form: RUNS=runs/stability_sources_smoke STUDY=runs/drift_smoke BUDGET=20 NUM_EVAL=16 SPLITS=0 \
@@ -34,9 +36,11 @@ train "$RUNS/data-seed0" 0 1
 for run in "$STUDY/es-seed0" "$STUDY/es-seed1" "$RUNS/noise-seed0" "$RUNS/data-seed0"; do
   [ -f "$run/final/config.json" ] || continue
   for split in ${SPLITS:-0 1}; do
-    output="$RUNS/eval-$(basename "$run")-split$split.json"
-    [ -f "$output" ] || evotune eval --model "$run/final" --task arithmetic --num-eval "$NUM_EVAL" --dtype auto \
-      --device cpu --seed "$split" --output "$output"
+    output="$RUNS/eval-$(basename "$run")-split$split.json" samples="$RUNS/samples-$(basename "$run")-split$split.jsonl"
+    [ -f "$output" ] && continue
+    rm -f "$samples"  # an interrupted evaluation's partial answers (--samples appends)
+    evotune eval --model "$run/final" --task arithmetic --num-eval "$NUM_EVAL" --dtype auto --device cpu \
+      --seed "$split" --output "$output" --samples "$samples"
   done
 done
-python bench/stability_sources.py "$RUNS" --name "$NAME"
+python bench/stability_sources.py "$RUNS" --num-eval "$NUM_EVAL" --name "$NAME"

@@ -54,6 +54,29 @@ def test_drift_sums_do_not_depend_on_the_thread_count():
     assert records[0]["drift/l2"] > 0 and records[0] == records[1] == records[2]
 
 
+def test_adapter_drift_sums_do_not_depend_on_the_thread_count():
+    """The same for the adapter spaces' sums: ||B A||^2 from Gram matrices and the sums over long vectors (the
+    adapter's entries, the adapted modules' base weights)."""
+    from evotune.spaces.drift import factor_product_squares, sum_of_squares
+
+    generator = torch.Generator().manual_seed(0)
+    left, right = torch.randn(4096, 16, generator=generator), torch.randn(16, 8192, generator=generator)
+    vector = torch.randn(3_000_000, generator=generator)
+    threads = torch.get_num_threads()
+    try:
+        values = []
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            values.append((factor_product_squares(left, right), sum_of_squares(vector)))
+    finally:
+        torch.set_num_threads(threads)
+    assert values[0] == values[1] == values[2]
+    # and they are the sums they claim, to float64 rounding
+    direct = torch.linalg.matrix_norm(left.double() @ right.double()).item() ** 2
+    assert values[0][0] == pytest.approx(direct, rel=1e-12)
+    assert values[0][1] == pytest.approx(vector.double().square().sum().item(), rel=1e-12)
+
+
 @pytest.mark.parametrize("space_class", [FullParameterSpace, LowRankSpace])
 def test_weight_drift_equals_a_direct_computation(tiny_model_dir, space_class):
     """From the model's bfloat16 weights and an untouched copy of the base: the changed share counts the

@@ -16,14 +16,20 @@ from .evaluation import is_checkpoint_directory, load_for_eval, require_final
 
 
 def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = "float32",
-                 overwrite: bool = False) -> dict:
+                 overwrite: bool = False, average_last: int | None = None) -> dict:
     """Save `model` (alias, directory, .gguf, hub id, adapter, run directory or a run's checkpoint/) with
-    save_pretrained.
+    save_pretrained; with `average_last` K, an `evotune train` run's mean averaged over its last K iterates
+    (averaging.py).
 
     An `output_dir` that already holds files is refused unless `overwrite`: save_pretrained would
     silently replace a config.json or weights someone keeps there."""
     check_output_dir(Path(output_dir), Path(model), overwrite)
     torch_dtype(dtype)  # an unknown dtype fails now, not after loading and merging the model
+    if average_last is not None:
+        from .averaging import average_last_iterates
+
+        backend, summary = average_last_iterates(Path(model), average_last)
+        return {**_save_backend(backend, output_dir, merge, dtype), "model": model, "base": model, **summary}
     if is_checkpoint_directory(Path(model)):
         return _export_checkpoint(Path(model), output_dir, merge, dtype)
     require_final(Path(model))
@@ -46,18 +52,22 @@ def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = 
 def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: str) -> dict:
     """A run's checkpoint/ as a model directory: the mean rebuilt from the run's config.yaml and the checkpoint (as
     `evotune eval` does); an adapter run's mean is written as a PEFT adapter, or merged with --merge."""
-    from peft import PeftModel
-
     # fp32 and unquantized: every bit of the fp32 mean; a merge folds it into float weights (an INT8/INT4 run's
     # adapter too: the quantized base is a storage choice of the run, not part of the exported model)
     backend = load_for_eval(str(checkpoint), "float32", "cpu", quantization="none")
+    return {**_save_backend(backend, output_dir, merge, dtype), "model": str(checkpoint), "base": str(checkpoint.parent)}
+
+
+def _save_backend(backend, output_dir: str, merge: bool, dtype: str) -> dict:
+    """A rebuilt run's model: the whole model, its PEFT adapter, or (merge) the adapter folded into the base."""
+    from peft import PeftModel
+
     loaded, adapter = backend.model, isinstance(backend.model, PeftModel)
     if adapter and merge:
         loaded, adapter = loaded.merge_and_unload(), False
     loaded.to(torch_dtype(dtype)).save_pretrained(output_dir)
     backend.tokenizer.save_pretrained(output_dir)
-    return {"output_dir": output_dir, "model": str(checkpoint), "adapter": str(output_dir) if adapter else None,
-            "base": str(checkpoint.parent), "dtype": dtype}
+    return {"output_dir": output_dir, "adapter": str(output_dir) if adapter else None, "dtype": dtype}
 
 
 def check_output_dir(output: Path, model: Path, overwrite: bool) -> None:

@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dtype of the written weights (float32 keeps every bit of an fp32-trained mean; auto: "
                              "this machine's fast dtype)")
     export.add_argument("--overwrite", action="store_true", help="write into an --output-dir that already holds files")
+    export.add_argument("--average-last", type=int, metavar="K",
+                        help="an `evotune train` run's mean averaged over its last K iterates, replayed from its "
+                             "update log (tail averaging: smooths the last updates' noise)")
     export.set_defaults(run=_export)
 
     grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract",
@@ -212,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _export(args: argparse.Namespace) -> int:
     from ..export import export_model
 
-    print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype, args.overwrite), indent=2))
+    print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype, args.overwrite,
+                                  args.average_last), indent=2))
     return 0
 
 

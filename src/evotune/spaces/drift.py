@@ -80,7 +80,7 @@ def sum_of_squares(values: torch.Tensor) -> float:
     driver); numpy's pairwise sum of the float64 squares runs on one. On a GPU, torch's own sum."""
     if values.device.type != "cpu":
         return float(torch.sum(values.to(torch.float32).square(), dtype=torch.float64))
-    squares = np.square(values.detach().to(torch.float64).numpy())  # (chunk,) float64, exact for fp32 inputs
+    squares = np.square(values.detach().reshape(-1).to(torch.float64).numpy())  # (n,) float64, exact for fp32 inputs
     return float(np.add.reduce(squares))
 
 
@@ -110,9 +110,14 @@ def _column_sums(rows: list) -> list[float]:
 
 
 def factor_product_squares(left: torch.Tensor, right: torch.Tensor) -> float:
-    """||left @ right||_F^2 from Gram matrices, in float64: left (out, k), right (k, in), k small (LoRA rank)."""
-    left, right = left.detach().to("cpu", torch.float64), right.detach().to("cpu", torch.float64)
-    return float(torch.sum((left.T @ left) * (right @ right.T)))
+    """||left @ right||_F^2 from Gram matrices, in float64: left (out, k), right (k, in), k small (LoRA rank).
+    numpy's einsum loops on one thread (no BLAS), so, like sum_of_squares, the bits do not depend on the thread
+    count."""
+    left = left.detach().to("cpu", torch.float64).numpy()
+    right = right.detach().to("cpu", torch.float64).numpy()
+    left_gram = np.einsum("ok,ol->kl", left, left)  # (k, k)
+    right_gram = np.einsum("ki,li->kl", right, right)  # (k, k)
+    return float(np.add.reduce((left_gram * right_gram).reshape(-1)))
 
 
 def ratio(numerator: float, denominator: float) -> float | None:

@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace, ModelWriter
-from .drift import factor_product_squares, ratio
+from .drift import factor_product_squares, ratio, sum_of_squares
 from .noise import noise
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -210,17 +210,16 @@ class AdapterSpace(FactoredSpace):
             weights = [self.model.get_submodule(f.module).get_base_layer().weight for f in self.factors[::2]]
             if not all(weight.is_floating_point() for weight in weights):
                 return None  # bitsandbytes' packed INT8/INT4 storage: no plain W0 to measure against
-            self._base_squares = sum(float(torch.sum(w.detach().float().square(), dtype=torch.float64))
-                                     for w in weights)
+            self._base_squares = math.fsum(sum_of_squares(weight.detach()) for weight in weights)
         return self._base_squares
 
     @torch.no_grad()
     def drift_metrics(self) -> dict[str, float]:
         """drift/ metrics of the adapter against its start (spaces/drift.py)."""
-        record = {"drift/l2": float(torch.linalg.vector_norm((self.mean - self.start).to(torch.float64)))}
+        # every sum through sum_of_squares: the same bits whatever the thread count (a Ray worker has fewer)
+        record = {"drift/l2": math.sqrt(sum_of_squares(self.mean - self.start))}
         values, start_values = self.searched_values(self.mean), self.searched_values(self.start)
-        if (relative := ratio(float((values - start_values).square().sum()),
-                              float(start_values.square().sum()))) is not None:
+        if (relative := ratio(sum_of_squares(values - start_values), sum_of_squares(start_values))) is not None:
             record["drift/relative_l2"] = relative
         base_squares = self._base_weight_squares()
         if base_squares:
