@@ -27,7 +27,8 @@ class RecordMeans(ESCallback):
         self.means: list[dict[str, torch.Tensor]] = []
 
     def on_iteration_end(self, trainer, record):
-        self.means.append({name: tensor.detach().cpu().clone() for name, tensor in trainer.space.state_tensors().items()})
+        state = trainer.space.state_tensors()
+        self.means.append({name: tensor.detach().cpu().clone() for name, tensor in state.items()})
 
 
 CONFIGS = {  # Adam with an anchor: an update depends on the optimizer's state and on the base, not only its seeds

@@ -55,7 +55,8 @@ def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: st
     # fp32 and unquantized: every bit of the fp32 mean; a merge folds it into float weights (an INT8/INT4 run's
     # adapter too: the quantized base is a storage choice of the run, not part of the exported model)
     backend = load_for_eval(str(checkpoint), "float32", "cpu", quantization="none")
-    return {**_save_backend(backend, output_dir, merge, dtype), "model": str(checkpoint), "base": str(checkpoint.parent)}
+    return {**_save_backend(backend, output_dir, merge, dtype), "model": str(checkpoint),
+            "base": str(checkpoint.parent)}
 
 
 def _save_backend(backend, output_dir: str, merge: bool, dtype: str) -> dict:
