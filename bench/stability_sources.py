@@ -39,16 +39,17 @@ def question(prompt: list[dict]) -> str:
     return prompt[-1]["content"]
 
 
-def clean_questions(split: int, num_eval: int) -> dict[str, str]:
-    """question -> answer: split `split`'s held-out questions that no run of DATA_SEEDS trained on."""
-    trained = {question(row["prompt"]) for seed in DATA_SEEDS
-               for row in build_arithmetic(seed=seed, num_eval=num_eval).train_rows}
+def clean_questions(split: int, num_eval: int, trained: set[str]) -> dict[str, str]:
+    """question -> answer: split `split`'s held-out questions outside `trained`."""
     return {question(row["prompt"]): row["answer"] for row in build_arithmetic(seed=split, num_eval=num_eval).eval_rows
             if question(row["prompt"]) not in trained}
 
 
 def load(runs: Path, num_eval: int) -> dict[str, dict[int, dict]]:
     """model -> split -> {question: 1.0 or 0.0} on the split's clean questions, from samples-<model>-split<N>.jsonl."""
+    # every question a run of DATA_SEEDS trained on, built once for all splits
+    trained = {question(row["prompt"]) for seed in DATA_SEEDS
+               for row in build_arithmetic(seed=seed, num_eval=num_eval).train_rows}
     answers: dict[int, dict[str, str]] = {}
     correct: dict[str, dict[int, dict]] = {}
     for path in sorted(runs.glob("samples-*-split*.jsonl")):
@@ -56,7 +57,9 @@ def load(runs: Path, num_eval: int) -> dict[str, dict[int, dict]]:
         if not match:
             continue
         split = int(match.group(2))
-        expected = answers.setdefault(split, clean_questions(split, num_eval))
+        if split not in answers:
+            answers[split] = clean_questions(split, num_eval, trained)
+        expected = answers[split]
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if len(rows) != num_eval:
             raise SystemExit(f"{path}: {len(rows)} answers, expected {num_eval} (one evaluation of --num-eval "

@@ -32,6 +32,7 @@ def average_last_iterates(run: Path, count: int) -> tuple[Any, dict]:
     from .builders import build_space, load_backend, on_hf_backend
     from .checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
     from .config import load_config
+    from .spaces.base import differing_tensors
     from .types import update_from_dict
 
     if not (run / "config.yaml").is_file() or not (run / "checkpoint").exists():
@@ -67,13 +68,11 @@ def average_last_iterates(run: Path, count: int) -> tuple[Any, dict]:
         for name, tensor in space.state_tensors().items():
             if name in offsets:
                 offsets[name] += tensor.cpu().to(torch.float32) - final[name].to(torch.float32)
-    replayed = space.state_tensors()
-    differing = [name for name, tensor in replayed.items() if not torch.equal(tensor.cpu(), final[name])]
-    if differing or set(final) != set(replayed):
-        example = (differing or sorted(set(final) ^ set(replayed)))[0]
+    differing = differing_tensors(space.state_tensors(), final)
+    if differing:
         raise CheckpointError(f"replaying {run}'s {iteration} logged updates did not end on its checkpoint's mean "
-                              f"({len(differing)} tensors differ, e.g. {example}); averaging its iterates needs an "
-                              "exact replay (on the run's device, with the evotune version that trained it).")
+                              f"({len(differing)} tensors differ, e.g. {differing[0]}); averaging its iterates "
+                              "needs an exact replay (on the run's device, with the evotune version that trained it).")
     space.load_state_tensors({name: (final[name] + offsets[name] / count).to(final[name].dtype) if count > 1
                               else final[name] for name in final})
     return backend, {"average_last": count, "iterations": iteration, "first_averaged_iteration": iteration - count + 1,

@@ -20,6 +20,13 @@ from ..optimizers import Optimizer
 from ..types import MeanUpdate, Member, SeedUpdate, Update, update_from_dict
 
 
+
+def differing_tensors(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> list[str]:
+    """Names held by only one of two state dicts, then names whose tensors are not bit-identical: how a replay
+    of an update log is checked against the mean it must reach (`evotune doctor`, `export --average-last`)."""
+    return sorted(set(first) ^ set(second)) + [name for name in first if name in second
+                                                and not torch.equal(first[name].cpu(), second[name].cpu())]
+
 class ModelWriter(Protocol):
     """What `save_pretrained` needs of a backend (spaces sit above no backend: any object with these works)."""
 
