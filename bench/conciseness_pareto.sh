@@ -9,6 +9,7 @@
 #   SEEDS=0 EVALUATE=only bash bench/conciseness_pareto.sh   # evaluate seed 0's runs (and SEEDS=1 ...)
 # The stability study's small form (one ES setting, GRPO at beta 0, seeds 2-4 beside seeds 0-1 of the grid):
 #   SEEDS="2 3 4" LEARNING_RATES=4e-3 SIGMAS=2e-3 BETAS=0.0 PARETO=0 bash bench/conciseness_pareto.sh
+# METHODS="es" or "grpo" trains one method only (e.g. ES on one core beside GRPO on the other, EVALUATE=0 both).
 set -euo pipefail
 RUNS=${RUNS:-runs/conciseness_pareto}
 SEEDS=${SEEDS:-"0 1"}
@@ -25,10 +26,13 @@ BETAS=${BETAS:-0.0,0.04}
 # a GRPO step peaks at ~14 GB RSS here; 4 micro-batches give the same update (tests/test_grpo.py) with less
 GRPO_ACCUMULATION=${GRPO_ACCUMULATION:-1}
 EVALUATE=${EVALUATE:-1}
-if [ "$EVALUATE" != only ]; then
+METHODS=${METHODS:-"es grpo"}
+if [ "$EVALUATE" != only ] && [[ " $METHODS " == *" es "* ]]; then
 evotune sweep examples/conciseness.yaml --output "$RUNS/es" --seeds $SEEDS --set iterations=$ITERATIONS \
   --set batch_size=$BATCH --set eval_every=0 --set checkpoint_every=5 \
   --grid learning_rate=$LEARNING_RATES --grid sigma=$SIGMAS
+fi
+if [ "$EVALUATE" != only ] && [[ " $METHODS " == *" grpo "* ]]; then
 evotune sweep examples/grpo_conciseness.yaml --command grpo --output "$RUNS/grpo" --seeds $SEEDS \
   --set iterations=$GRPO_STEPS --set gradient_accumulation_steps=$GRPO_ACCUMULATION --set eval_every=0 --set checkpoint_every=10 --grid beta=$BETAS
 fi

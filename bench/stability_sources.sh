@@ -12,6 +12,7 @@
 # table counts only the questions no compared run trained on (bench/stability_sources.py).
 # Chosen before any of these runs: seed 0 (the first), and seed 1 as "the other" value of each source.
 #   bash bench/stability_sources.sh          # runs only what is missing (re-run to resume); needs es-seed0/1
+#   SOURCES=noise bash bench/stability_sources.sh & SOURCES=data bash bench/stability_sources.sh   # one per core
 # Smoke form: RUNS=runs/stability_sources_smoke STUDY=runs/drift_smoke BUDGET=20 NUM_EVAL=16 SPLITS=0 \
 #   NAME=stability_sources_smoke bash bench/stability_sources.sh
 set -euo pipefail
@@ -30,8 +31,9 @@ train() {  # DIR SEED DATA_SEED: start, resume, or skip a finished run
     --set max_training_seconds="$BUDGET" --set iterations=100000 --set num_eval="$NUM_EVAL" \
     --set eval_every=9 --set checkpoint_every=3 --output-dir "$dir"; fi
 }
-train "$RUNS/noise-seed0" 1 0
-train "$RUNS/data-seed0" 0 1
+SOURCES=${SOURCES:-"noise data"}
+[[ " $SOURCES " == *" noise "* ]] && train "$RUNS/noise-seed0" 1 0
+[[ " $SOURCES " == *" data "* ]] && train "$RUNS/data-seed0" 0 1
 # each final model on each held-out split, one file per (model, split), so a model that finishes later is added
 for run in "$STUDY/es-seed0" "$STUDY/es-seed1" "$RUNS/noise-seed0" "$RUNS/data-seed0"; do
   [ -f "$run/final/config.json" ] || continue
