@@ -127,10 +127,32 @@ def test_a_dataset_without_reward_funcs_or_given_as_a_path_is_refused(tiny_model
         ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset="data.jsonl", args=es_args(tmp_path))
 
 
-def test_evaluate_before_train_scores_the_retention_tasks_as_the_run_logs_them(tiny_model_dir, tmp_path):
+def test_a_built_in_task_scored_by_reward_funcs_that_are_not_importable(tiny_model_dir, tmp_path):
+    def local_reward(prompts, completions, **columns):  # a closure: no import path reaches it
+        return [float(len(prompts))] * len(prompts)
+
+    trainer = ESTrainer(model=tiny_model_dir, reward_funcs=[local_reward, short_reward],
+                        args=es_args(tmp_path, task="countdown", reward_weights=[2.0, 1.0]))
+    assert trainer.task.name == "countdown" and trainer.task.reward_fns == [local_reward, short_reward]
+    assert trainer.task.reward_weights == [2.0, 1.0]
+    with pytest.raises(ConfigError, match="reward_weights"):
+        ESTrainer(model=tiny_model_dir, reward_funcs=[local_reward],
+                  args=es_args(tmp_path / "bad", task="countdown", reward_weights=[2.0, 1.0]))
+
+
+def test_evaluate_before_train_scores_the_retention_tasks_as_the_run_logs_them(tiny_model_dir, tmp_path,
+                                                                              monkeypatch):
+    import evotune.retention
+
+    builds = []
+    build_retention = evotune.retention.build_retention
+    monkeypatch.setattr(evotune.retention, "build_retention", lambda *args: builds.append(args) or
+                        build_retention(*args))
     retention = dict(retention_tasks=["countdown"], retention_num_eval=3, iterations=1)
-    before = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),
-                       args=es_args(tmp_path / "before", **retention)).evaluate()
+    starting = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),
+                         args=es_args(tmp_path / "before", **retention))
+    before = starting.evaluate()
+    assert starting.evaluate() == before and len(builds) == 1  # the retention (a copy of the base) built once
     trainer = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),
                         args=es_args(tmp_path / "run", **retention))
     trainer.train()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -31,8 +34,38 @@ def test_export_refuses_a_directory_with_files_and_a_file_path(tiny_model_dir, t
     assert main(["export", tiny_model_dir, "--output-dir", str(a_file)]) == 2
     assert "is a file" in capsys.readouterr().err and a_file.read_text() == "x"
 
+    (target / "notes.txt").write_text("kept")
     assert main(["export", tiny_model_dir, "--output-dir", str(target), "--overwrite"]) == 0
     assert json.loads((target / "config.json").read_text())["model_type"] == "llama"
+    assert (target / "notes.txt").read_text() == "kept"  # --overwrite replaces what export writes, nothing else
+    assert not (tmp_path / ".mine.partial").exists()
+
+
+def test_an_export_killed_midway_leaves_no_model_directory_and_the_next_one_succeeds(tiny_model_dir, tmp_path):
+    output = tmp_path / "out"
+    # kill -9 after the weights are written and before the tokenizer: a torn export, as a crash would leave it
+    script = f"""
+import os, signal
+from transformers import PreTrainedModel
+from evotune.export import export_model
+
+save = PreTrainedModel.save_pretrained
+def save_then_die(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+PreTrainedModel.save_pretrained = save_then_die
+export_model({tiny_model_dir!r}, {str(output)!r})
+"""
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    staging = tmp_path / ".out.partial"
+    assert (staging / "config.json").exists() and not output.exists()  # written, never moved into place
+
+    assert main(["export", tiny_model_dir, "--output-dir", str(output)]) == 0  # no --overwrite needed
+    assert not staging.exists()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoModelForCausalLM.from_pretrained(output), AutoTokenizer.from_pretrained(output)
 
 
 

@@ -11,7 +11,7 @@ fresh one, and evolve only that adapter; the base weights are never written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .backends.base import Backend, resolve_device
 from .config import TrainConfig
@@ -24,10 +24,11 @@ from .tasks import Task, get_task
 ADAPTER_SPACES = ("lora", "svd_lora")
 
 
-def build_task(config: TrainConfig) -> Task:
-    """The run's task, its split seeded by the data seed (`data_seed`, else `seed`)."""
+def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None) -> Task:
+    """The run's task, its split seeded by the data seed (`data_seed`, else `seed`). reward_fns: callables that
+    stand for the config's import paths (ESTrainer's reward_funcs, which may not be importable by path)."""
     return get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
-                    eval_dataset=config.eval_dataset, reward_fns=config.reward_fns or None,
+                    eval_dataset=config.eval_dataset, reward_fns=reward_fns or config.reward_fns or None,
                     reward_weights=config.reward_weights or None, **config.task_args)
 
 

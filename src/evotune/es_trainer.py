@@ -30,7 +30,7 @@ from .callbacks import ESCallback
 from .config import TrainConfig
 from .config_fields import _opt
 from .errors import ConfigError, DataError
-from .tasks import Task, get_task
+from .tasks import Task
 from .tasks.base import function_name
 from .tasks.custom import custom_task, import_reward_fn
 from .tasks.data import validate_rows
@@ -234,6 +234,7 @@ class ESTrainer:
         self.config = TrainConfig.from_dict(values)
         self.task = self._task(functions)
         self.trainer: Any = None
+        self._starting_retention: Any = ...  # evaluate()'s before train(); ... until first built (None: no retention)
 
     @staticmethod
     def _backend(model: Any, processing_class: Any) -> Any:
@@ -277,13 +278,10 @@ class ESTrainer:
 
     def _task(self, functions: list[Callable] | None) -> Task:
         config = self.config
-        if self.train_rows is None:  # a built-in task, its rewards optionally replaced
-            task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval,
-                            dataset=config.dataset, eval_dataset=config.eval_dataset, **config.task_args)
-            if functions:
-                task.reward_fns = functions
-                task.reward_weights = list(config.reward_weights) or [1.0] * len(functions)
-            return task
+        if self.train_rows is None:  # a built-in task, its rewards optionally replaced by the callables
+            from .builders import build_task
+
+            return build_task(config, reward_fns=functions)
         # the same split as `task: custom` over the files written to data/, so the CLI resumes this run exactly
         return custom_task(self.train_rows, self.eval_rows, functions, list(config.reward_weights) or None,
                            seed=config.data_seed_or_seed, num_eval=config.num_eval, source="train_dataset")
@@ -371,6 +369,7 @@ class ESTrainer:
     def train(self, resume_from_checkpoint: bool | str | None = None) -> dict[str, float]:
         """Run ES; returns the last held-out metrics. resume_from_checkpoint: True (or the run's checkpoint
         path) continues the run in output_dir, as `evotune train --resume`."""
+        self._starting_retention = ...  # the run builds its own; the starting model's copy is freed
         self.trainer = self._build(self._resume(resume_from_checkpoint))
         self.backend = self.trainer.backend
         return self.trainer.train()
@@ -389,7 +388,9 @@ class ESTrainer:
             self.backend = load_backend(self.config, resolve_device(self.config.device))
         budget = eval_budget(self.task, self.config.max_new_tokens, self.config.eval_max_new_tokens)
         metrics, _ = evaluate_model(self.backend, self.task, self.task.eval_rows, budget)
-        retention = build_retention(self.config, self.backend)
+        if self._starting_retention is ...:  # built once: for a full-parameter space it holds a copy of the base
+            self._starting_retention = build_retention(self.config, self.backend)
+        retention = self._starting_retention
         return {**eval_record(metrics), **(retention.evaluate(self.backend) if retention else {})}
 
     def save_model(self, output_dir: str | None = None) -> None:

@@ -4,10 +4,16 @@ Adapter runs (space lora / svd_lora) end with a PEFT adapter in DIR/final; expor
 into the base weights (W + scale * B A, PEFT's merge_and_unload) so the result loads with
 AutoModelForCausalLM alone. Given a plain model, export converts it (e.g. the built-in GGUF
 model) into a save_pretrained directory, which is what bitsandbytes quantization loads.
+
+Every export is written into a hidden sibling (`.NAME.partial`) and moved into place only when whole,
+so a killed export never leaves a model directory with torn or missing weights.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from .backends.models import find_adapter, load_model, torch_dtype
@@ -25,6 +31,12 @@ def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = 
     silently replace a config.json or weights someone keeps there."""
     check_output_dir(Path(output_dir), Path(model), overwrite)
     torch_dtype(dtype)  # an unknown dtype fails now, not after loading and merging the model
+    with staged(Path(output_dir)) as staging:
+        record = _export(model, staging, merge, dtype, average_last)
+    return {key: output_dir if value == staging else value for key, value in record.items()}  # where it now lies
+
+
+def _export(model: str, output_dir: str, merge: bool, dtype: str, average_last: int | None) -> dict:
     if average_last is not None:
         from .averaging import average_last_iterates
 
@@ -69,6 +81,30 @@ def _save_backend(backend, output_dir: str, merge: bool, dtype: str) -> dict:
     loaded.to(torch_dtype(dtype)).save_pretrained(output_dir)
     backend.tokenizer.save_pretrained(output_dir)
     return {"output_dir": output_dir, "adapter": str(output_dir) if adapter else None, "dtype": dtype}
+
+
+@contextmanager
+def staged(output: Path):
+    """A fresh hidden sibling of `output` to write into; moved into `output` once the body returns (as one rename
+    when `output` is new or empty, else file by file with --overwrite, each file whole); removed on an error. A
+    kill leaves only the sibling, which the next export of the same directory clears."""
+    output = output.resolve()  # "." has no name to put beside it
+    staging = output.with_name(f".{output.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        yield str(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if output.is_dir() and not any(output.iterdir()):
+        output.rmdir()
+    if not output.exists():
+        os.rename(staging, output)
+        return
+    for entry in staging.iterdir():  # --overwrite: each file written replaces its namesake whole; others stay
+        os.replace(entry, output / entry.name)
+    staging.rmdir()
 
 
 def check_output_dir(output: Path, model: Path, overwrite: bool) -> None:

@@ -44,9 +44,9 @@ _COMMON_ARGS = ("seed", "num_eval")
 
 
 def get_task(name: str, *, seed: int = 0, num_eval: int | None = None, dataset: str | None = None,
-             eval_dataset: str | None = None, reward_fns: list[str] | None = None,
+             eval_dataset: str | None = None, reward_fns: list[str | Callable] | None = None,
              reward_weights: list[float] | None = None, **task_args) -> Task:
-    """Build task ``name``; ``reward_fns`` (import paths) replace a built-in task's reward functions."""
+    """Build task ``name``; ``reward_fns`` (import paths or callables) replace a built-in task's reward functions."""
     if name not in TASKS:
         known = ", ".join(repr(n) for n in TASKS)
         raise ConfigError(f"Unknown task {name!r}; set `task` to one of {known} or to `custom` with `dataset` and "
