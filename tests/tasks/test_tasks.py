@@ -12,6 +12,7 @@ from evotune.errors import ConfigError, DataError, RewardFunctionError
 from evotune.tasks import (TASKS, Task, arithmetic_reward, completion_text, conciseness_reward,
                            countdown_answer_reward, countdown_format_reward, countdown_reward, get_task, prompt_text,
                            solve)
+from evotune.tasks.arithmetic import last_number, numbers
 from evotune.tasks.conciseness import contains_solution, exact_match, questions
 from evotune.tasks.countdown import evaluate_expression
 
@@ -47,6 +48,12 @@ def test_completion_and_prompt_text():
 def test_arithmetic_reward(text, answer, expected):
     assert arithmetic_reward(completions=[text], answer=[answer]) == [expected]
     assert arithmetic_reward(completions=[[{"role": "assistant", "content": text}]], answer=[answer]) == [expected]
+
+
+def test_numbers_reads_every_number_in_order_and_the_reward_scores_the_last():
+    assert numbers("The answer is 1,234, not -12. or 3.5") == [1234.0, -12.0, 3.5]
+    assert numbers("no number") == [] and last_number("no number") is None
+    assert last_number("85, no wait, 86") == 86.0  # a right sum followed by another number scores as wrong
 
 
 @pytest.mark.parametrize("text, answer, expected", [

@@ -21,10 +21,15 @@ OPERATIONS = "+-*"
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 
 
+def numbers(text: str) -> list[float]:
+    """Every number written in text, in order (``"1,234"`` -> 1234.0, ``"-12."`` -> -12.0)."""
+    return [float(match.replace(",", "")) for match in _NUMBER.findall(text)]
+
+
 def last_number(text: str) -> float | None:
-    """The last number written in text (``"1,234"`` -> 1234.0, ``"-12."`` -> -12.0), or None."""
-    matches = _NUMBER.findall(text)
-    return float(matches[-1].replace(",", "")) if matches else None
+    """The last number written in text, or None."""
+    found = numbers(text)
+    return found[-1] if found else None
 
 
 def arithmetic_reward(completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:

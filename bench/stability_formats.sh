@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What the stability study's arithmetic runs ended up writing: each final model (runs/drift/<method>-seed<N>, ES and
+# GRPO, bench/drift_study.sh) scored again on its own held-out split (n=512, the task's untruncated budget) with
+# every answer kept (evotune eval --samples), then bench/stability_formats.py counts the forms of the answers
+# (a number, "a + b = c", "the answer is ...") and the right sums followed by another number, which the task's
+# last-number reward scores as wrong.
+#   bash bench/stability_formats.sh          # evaluates only what is missing (re-run to resume)
+set -euo pipefail
+RUNS=${RUNS:-runs/drift}
+SEEDS=${SEEDS:-"0 1 2 3 4"}
+NUM_EVAL=${NUM_EVAL:-512}
+NAME=${NAME:-stability_formats_arithmetic}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+for method in es grpo; do
+  for seed in $SEEDS; do
+    run="$RUNS/$method-seed$seed"
+    [ -f "$run/final/config.json" ] || [ -f "$run/final/adapter_config.json" ] || continue
+    [ -f "$run/eval-final.json" ] && continue
+    rm -f "$run/samples-final.jsonl"  # an interrupted evaluation's partial answers (--samples appends)
+    evotune eval --model "$run/final" --task arithmetic --num-eval "$NUM_EVAL" --dtype auto --device cpu \
+      --seed "$seed" --output "$run/eval-final.json" --samples "$run/samples-final.jsonl"
+  done
+done
+python bench/stability_formats.py "$RUNS" --seeds $SEEDS --num-eval "$NUM_EVAL" --name "$NAME"
