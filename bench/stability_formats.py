@@ -71,7 +71,7 @@ def main() -> None:
     if not table:
         raise SystemExit(f"no samples-final.jsonl under {args.runs}/<method>-seed<N>: run bench/stability_formats.sh")
     command = (f"bash bench/stability_formats.sh  (table: python bench/stability_formats.py {args.runs} --seeds "
-               f"{' '.join(map(str, args.seeds))} --num-eval {args.num_eval})")
+               f"{' '.join(map(str, args.seeds))} --methods {' '.join(args.methods)} --num-eval {args.num_eval})")
     names = [name for name, _ in FORMS] + ["other"]
     lines = [f"Command: `{command}`", "", "Shares of each run's held-out answers (n = "
              f"{args.num_eval}, the task's untruncated budget).", "",

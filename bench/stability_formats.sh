@@ -8,10 +8,11 @@
 set -euo pipefail
 RUNS=${RUNS:-runs/drift}
 SEEDS=${SEEDS:-"0 1 2 3 4"}
+METHODS=${METHODS:-"es grpo"}         # run names <method>-seed<N> (bench/stability_budget.sh: es-tokens24)
 NUM_EVAL=${NUM_EVAL:-512}
 NAME=${NAME:-stability_formats_arithmetic}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-for method in es grpo; do
+for method in $METHODS; do
   for seed in $SEEDS; do
     run="$RUNS/$method-seed$seed"
     [ -f "$run/final/config.json" ] || [ -f "$run/final/adapter_config.json" ] || continue
@@ -21,4 +22,4 @@ for method in es grpo; do
       --seed "$seed" --output "$run/eval-final.json" --samples "$run/samples-final.jsonl"
   done
 done
-python bench/stability_formats.py "$RUNS" --seeds $SEEDS --num-eval "$NUM_EVAL" --name "$NAME"
+python bench/stability_formats.py "$RUNS" --seeds $SEEDS --methods $METHODS --num-eval "$NUM_EVAL" --name "$NAME"
