@@ -38,11 +38,8 @@ SOURCES=${SOURCES:-"noise data"}
 for run in "$STUDY/es-seed0" "$STUDY/es-seed1" "$RUNS/noise-seed0" "$RUNS/data-seed0"; do
   [ -f "$run/final/config.json" ] || continue
   for split in ${SPLITS:-0 1}; do
-    output="$RUNS/eval-$(basename "$run")-split$split.json" samples="$RUNS/samples-$(basename "$run")-split$split.jsonl"
-    [ -f "$output" ] && continue
-    rm -f "$samples"  # an interrupted evaluation's partial answers (--samples appends)
-    evotune eval --model "$run/final" --task arithmetic --num-eval "$NUM_EVAL" --dtype auto --device cpu \
-      --seed "$split" --output "$output" --samples "$samples"
+    bash bench/eval_samples.sh "$run/final" "$split" "$RUNS/eval-$(basename "$run")-split$split.json" \
+      "$RUNS/samples-$(basename "$run")-split$split.jsonl" "$NUM_EVAL"
   done
 done
 python bench/stability_sources.py "$RUNS" --num-eval "$NUM_EVAL" --name "$NAME"

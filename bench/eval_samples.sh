@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# One arithmetic evaluation at the task's untruncated budget with every answer kept (evotune eval --samples), for
+# the stability scripts: skipped when OUTPUT exists; an interrupted one's partial answers are cleared first
+# (--samples appends).
+#   bash bench/eval_samples.sh MODEL SPLIT_SEED OUTPUT SAMPLES NUM_EVAL
+set -euo pipefail
+model=$1 seed=$2 output=$3 samples=$4 num_eval=$5
+[ -f "$output" ] && exit 0
+rm -f "$samples"
+evotune eval --model "$model" --task arithmetic --num-eval "$num_eval" --dtype auto --device cpu --seed "$seed" \
+  --output "$output" --samples "$samples"
