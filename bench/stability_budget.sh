@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Does training at the evaluation's token budget remove full-parameter ES's run-to-run spread on arithmetic?
 # The stability study's ES runs (bench/drift_study.sh, examples/arithmetic.yaml) train at max_new_tokens 10 and are
-# scored at the task's untruncated 24 (tasks/arithmetic.py). Some seeds drift to answers such as "The answer is
-# 132, but I will provide a more precise answer: 86 + 70", which the last-number reward scores right when cut at 10
-# tokens and wrong at 24 (bench/stability_formats.sh). Here the same five seeds train at max_new_tokens 24, so the
+# scored at the task's untruncated 24 (tasks/arithmetic.py), so nothing a run writes after its tenth token is
+# ever rewarded or penalized; the two low seeds answer "The answer is ..." at 51-66 characters on average
+# (bench/stability_formats.sh). Here the same five seeds train at max_new_tokens 24, so the
 # reward they climb is the one they are scored on; everything else as the study's ES runs (30 training minutes,
 # one CPU thread, eval every 9 iterations, n=512 held-out). Chosen before any of these runs: 24, the task's own
 # evaluation budget (no other value is tried).

@@ -16,10 +16,7 @@ for method in $METHODS; do
   for seed in $SEEDS; do
     run="$RUNS/$method-seed$seed"
     [ -f "$run/final/config.json" ] || [ -f "$run/final/adapter_config.json" ] || continue
-    [ -f "$run/eval-final.json" ] && continue
-    rm -f "$run/samples-final.jsonl"  # an interrupted evaluation's partial answers (--samples appends)
-    evotune eval --model "$run/final" --task arithmetic --num-eval "$NUM_EVAL" --dtype auto --device cpu \
-      --seed "$seed" --output "$run/eval-final.json" --samples "$run/samples-final.jsonl"
+    bash bench/eval_samples.sh "$run/final" "$seed" "$run/eval-final.json" "$run/samples-final.jsonl" "$NUM_EVAL"
   done
 done
 python bench/stability_formats.py "$RUNS" --seeds $SEEDS --methods $METHODS --num-eval "$NUM_EVAL" --name "$NAME"
