@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One arithmetic evaluation at the task's untruncated budget with every answer kept (evotune eval --samples), for
+# One arithmetic evaluation at evotune eval's default 32 new tokens with every answer kept (evotune eval --samples), for
 # the stability scripts: skipped when OUTPUT exists; an interrupted one's partial answers are cleared first
 # (--samples appends).
 #   bash bench/eval_samples.sh MODEL SPLIT_SEED OUTPUT SAMPLES NUM_EVAL

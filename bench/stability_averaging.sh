@@ -2,7 +2,7 @@
 # Does averaging the last iterates (evotune export --average-last K) make full-parameter ES's runs agree more, or
 # end higher? The stability study's ES runs (bench/drift_study.sh: runs/drift/es-seed<N>, 30 training minutes
 # each) are each replayed from their update log and averaged over their last K iterates, then scored on the run's
-# own held-out split (n=512, the task's untruncated budget), beside the run's final iterate on the same questions.
+# own held-out split (n=512, evotune eval's 32 tokens; the runs' own evaluations use 24), beside its final iterate.
 # K chosen before any averaged model was scored: 9 (the last evaluation interval, ~1/7 of a run's ~60 iterations)
 # and 18.
 #   bash bench/stability_averaging.sh        # runs only what is missing (re-run to resume)
