@@ -20,7 +20,9 @@ from common import RESULTS, write_result
 from evotune.compare import seed_spread
 
 METHODS = {"es (lr 4e-3, sigma 2e-3)": "es/learning_rate=0.004,sigma=0.002/", "grpo (beta 0)": "grpo/beta=0.0/"}
-METRICS = ("reward", "contains_solution", "kl_per_token")
+# reward_gain: the run's reward minus its base model's on the same questions; the held-out splits differ by seed,
+# and so do the bases' rewards on them, so the gain is the part of each run's reward that training made
+METRICS = ("reward", "reward_gain", "contains_solution", "kl_per_token")
 
 
 def load(seeds: list[int]) -> dict[str, list[dict]]:
@@ -34,7 +36,8 @@ def load(seeds: list[int]) -> dict[str, list[dict]]:
             if len(found) != 1:
                 raise SystemExit(f"seed {seed}: expected one {method} run ({marker}) in the evaluation, found "
                                  f"{len(found)}; run bench/conciseness_pareto.sh for this seed first")
-            runs[method].append({"seed": seed, "base": base, **found[0]})
+            runs[method].append({"seed": seed, "base": base, **found[0],
+                                 "reward_gain": found[0]["reward"] - base["reward"]})
     return runs
 
 

@@ -1,5 +1,5 @@
 """Final iterate vs the average of the last K iterates (bench/stability_averaging.sh), per ES seed: accuracy on the
-run's own held-out split, and across seeds the mean, standard deviation, range and a bootstrap 95% interval of
+run's own held-out split at 32 new tokens (both), and across seeds the mean, standard deviation, range and a bootstrap 95% interval of
 the standard deviation (evotune compare's seed_spread).
 
     python bench/stability_averaging.py runs/drift --seeds 0 1 2 3 4 --counts 9 18
@@ -14,13 +14,17 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, write_result
-from evotune.compare import evaluations, seed_spread
-from evotune.tracking import read_metrics
+from evotune.compare import seed_spread
 
 
 def final_accuracy(run: Path) -> float:
-    """The run's last evaluation (at its end, on its held-out split at the task's untruncated budget)."""
-    return evaluations(read_metrics(run / "metrics.jsonl"), "eval/accuracy")[-1]["eval/accuracy"]
+    """The final iterate on the run's held-out split at the averaged models' 32 tokens (eval-final.json, written by
+    bench/stability_formats.sh); not the run's own last evaluation, which generated 24 (the task's budget then)
+    and cut some of these runs' answers."""
+    path = run / "eval-final.json"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run bench/stability_formats.sh first")
+    return json.loads(path.read_text())[0]["accuracy"]
 
 
 def summary(values: list[float], seeds: list[int]) -> dict:

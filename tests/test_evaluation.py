@@ -89,6 +89,33 @@ def test_eval_cli_side_by_side_with_samples_pass_at_k_and_kl(trained_run, tiny_m
     assert "kl_per_token" in table.splitlines()[0] and str(trained_run) in table
 
 
+def test_eval_generates_at_the_tasks_own_budget_unless_told(tiny_model_dir, monkeypatch):
+    """No --max-new-tokens: the task's evaluation budget (the one checked not to cut its answers, which a run's
+    own evaluations use too), else the fallback for a task without one; the budget used is in the result."""
+    from dataclasses import replace
+
+    from evotune import evaluation
+    from evotune.evaluation import FALLBACK_MAX_NEW_TOKENS, EvalOptions, evaluate_models
+    from evotune.tasks import get_task
+
+    asked_for = []  # the budget of every generate call, which still runs on the real model
+
+    def recording(backend, rows, max_new_tokens, *args, **kwargs):
+        asked_for.append(max_new_tokens)
+        return generate_in_chunks(backend, rows, max_new_tokens, *args, **kwargs)
+
+    generate_in_chunks = evaluation.generate_in_chunks
+    monkeypatch.setattr(evaluation, "generate_in_chunks", recording)
+    task = get_task("arithmetic", num_eval=3)
+    for budget_task, asked, expected in ((task, None, task.eval_max_new_tokens),
+                                         (replace(task, eval_max_new_tokens=None), None, FALLBACK_MAX_NEW_TOKENS),
+                                         (task, 5, 5)):
+        asked_for.clear()
+        [result] = evaluate_models([tiny_model_dir], budget_task, EvalOptions(max_new_tokens=asked, dtype="float32"))
+        assert result["max_new_tokens"] == expected and asked_for == [expected]
+    assert task.eval_max_new_tokens not in (None, FALLBACK_MAX_NEW_TOKENS, 5)  # the three cases differ
+
+
 def test_kl_is_positive_and_grows_with_the_perturbation(tiny_model_dir):
     """KL from the base is 0 for the base itself and larger for a larger weight change."""
     from evotune.evaluation import EvalOptions, _kl

@@ -8,6 +8,10 @@ from typing import Any, get_args
 
 from .config import DtypeName, Quantization
 from .config_fields import _opt
+from .tasks.arithmetic import EVAL_MAX_NEW_TOKENS as ARITHMETIC_BUDGET
+
+# New tokens per completion for a task that names no evaluation budget of its own (Task.eval_max_new_tokens).
+FALLBACK_MAX_NEW_TOKENS = 32
 
 
 @dataclass
@@ -15,7 +19,9 @@ class EvalOptions:
     """How `evotune eval` scores models; the one source of its defaults and help (`cli_options` builds the
     command's flags from these fields)."""
 
-    max_new_tokens: int = _opt(32, "new tokens per completion")
+    max_new_tokens: int | None = _opt(None, "new tokens per completion (default: the task's own evaluation budget, "
+                                            "one checked not to cut its answers, e.g. arithmetic's "
+                                            f"{ARITHMETIC_BUDGET}; {FALLBACK_MAX_NEW_TOKENS} for a task without one)")
     dtype: DtypeName = _opt("auto", "weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs "
                                     "with AMX)")
     device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
@@ -44,7 +50,7 @@ def add_cli_options(parser: Any) -> None:
         if spec.name not in CLI_OPTIONS:
             continue
         flag = "--" + spec.name.replace("_", "-")
-        kind = {"int": int, "float": float}.get(spec.type)
+        kind = {"int": int, "int | None": int, "float": float}.get(spec.type)
         choices = {"dtype": get_args(DtypeName), "quantization": get_args(Quantization)}.get(spec.name)
         parser.add_argument(flag, type=kind, default=spec.default, choices=choices, help=spec.metadata["help"],
                             **({"metavar": "K"} if spec.name == "num_samples" else {}),

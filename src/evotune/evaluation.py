@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from .backends.base import Backend, resolve_device
-from .eval_options import EvalOptions
+from .eval_options import FALLBACK_MAX_NEW_TOKENS, EvalOptions
 from .errors import ConfigError
 from .generation import check_prompt_lengths, generate_in_chunks
 from .tasks.base import Task
@@ -198,11 +199,21 @@ def _kl(backend: HFBackend, reference: HFBackend, rows: list[dict], options: Eva
     return k3_kl(backend.completion_logprobs(pairs), reference.completion_logprobs(pairs))
 
 
+def with_budget(options: EvalOptions, task: Task) -> EvalOptions:
+    """`options` with its token budget settled: the one asked for, else the task's own (checked not to cut its
+    answers), else FALLBACK_MAX_NEW_TOKENS."""
+    if options.max_new_tokens is not None:
+        return options
+    return replace(options, max_new_tokens=task.eval_max_new_tokens or FALLBACK_MAX_NEW_TOKENS)
+
+
 def check_options(options: EvalOptions) -> None:
     """Refuse settings that cannot produce a result before any model is loaded."""
     for key, name, least in (("max_new_tokens", "--max-new-tokens", 1), ("num_samples", "--num-samples", 0),
                              ("chunk_size", "chunk_size", 1)):
         value = getattr(options, key)
+        if key == "max_new_tokens" and value is None:  # the task's own budget (with_budget)
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ConfigError(f"`{key}` ({name}) is {value!r}; it must be a whole number of at least {least}.")
     if options.num_samples and not (options.temperature > 0 and 0 < options.top_p <= 1):
@@ -213,6 +224,7 @@ def check_options(options: EvalOptions) -> None:
 def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list[dict]:
     """One result dict per model: task metrics, intervals, avg@k / pass@k, KL; samples and plot if asked."""
     check_options(options)
+    options = with_budget(options, task)
     rows = task.eval_rows
     if not rows:
         raise ConfigError(f"task {task.name!r} has no held-out rows; set `num_eval` or give `eval_dataset`.")
@@ -234,6 +246,7 @@ def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list
         if task.skipped_rows:
             metrics["skipped_rows"] = task.skipped_rows
         results.append({"model": model, "task": task.name, "num_eval": len(rows),
+                        "max_new_tokens": options.max_new_tokens,
                         "quantization": eval_quantization(model, options.quantization).method, **metrics,
                         "time_s": round(time.perf_counter() - started, 2)})
         if options.samples_path:
