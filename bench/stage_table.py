@@ -58,7 +58,7 @@ def main() -> None:
             row[method] = {"at_budget": cell(within[-1], n), "final": cell(points[-1][1], n),
                            "final_train_s": points[-1][0], "curve": points}
         rows.append(row)
-    lines = [f"| seed | base | after SFT | " + " | ".join(f"{m} at {args.budget_time:g} s | {m} final (s)"
+    lines = ["| seed | base | after SFT | " + " | ".join(f"{m} at {args.budget_time:g} s | {m} final (s)"
                                                           for m in args.methods) + " |",
              "|---" * (3 + 2 * len(args.methods)) + "|"]
     for row in rows:

@@ -16,7 +16,7 @@ import math
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
