@@ -18,7 +18,7 @@ budget then: arithmetic 24, conciseness 128), `eval 32` an arithmetic run's `evo
     python bench/stability_eval_budget.py --task conciseness --num-eval 64 --metrics reward contains_solution \\
         --template "es=$E" --template 'grpo=runs/conciseness_pareto/grpo/beta=0.0/seed{seed}' \\
         --template base=smollm2-135m-instruct --seeds 0 1 2 3 4 --budgets 32 64 128 256 --spread-budgets 32 128 256 \\
-        --name stability_eval_budget_conciseness
+        --gain-over base --name stability_eval_budget_conciseness
 
 Answers are kept beside each run (<run>/samples-tokens<MAX>.jsonl; the base's under runs/base-<task>-seed<N>/);
 re-run to resume: only missing ones generate.
@@ -83,27 +83,33 @@ def metrics_at(model: str, task, completions: list[str], budgets: list[int]) -> 
     return result
 
 
-def spread_lines(table: dict[str, dict], methods: list[str], budgets: list[int],
-                 metric: str) -> tuple[list[str], dict]:
+def spread_lines(table: dict[str, dict], methods: list[str], budgets: list[int], metric: str,
+                 baseline: str | None = None) -> tuple[list[str], dict]:
     """Per method (rows named <method>-seed<N>) and budget: each seed's value, mean, std with a bootstrap
-    interval, range (evotune compare's seed_spread, so its table and this one agree). Shares are in points."""
-    scale, unit = (100, "points") if metric in ("accuracy", "contains_solution") else (1, "")
-    lines = [f"| method | new tokens | {metric} per seed | mean | std [bootstrap 95%] | range |", "|---" * 6 + "|"]
+    interval, range (evotune compare's seed_spread, so its table and this one agree). Shares are in points.
+    baseline: a method whose value on the same seed's split is subtracted first (the gain over the base model:
+    the splits differ by seed, and so does the base's score on them)."""
+    scale, unit = (100, " points") if metric in ("accuracy", "contains_solution") else (1, "")
+    label = metric if baseline is None else f"{metric} gain over {baseline}"
+    lines = [f"| method | new tokens | {label} per seed | mean | std [bootstrap 95%] | range |", "|---" * 6 + "|"]
     summary: dict = {}
     for method in methods:
         runs = {name: row for name, row in table.items() if name.startswith(f"{method}-seed")}
-        if len(runs) < 2:
+        if len(runs) < 2 or method == baseline:
             continue
         for budget in budgets:
-            values = np.array([row["metrics"][budget][metric] for row in runs.values()]) * scale  # (seeds,)
+            offsets = [table[name.replace(method, baseline, 1)]["metrics"][budget][metric] if baseline else 0.0
+                       for name in runs]
+            values = (np.array([row["metrics"][budget][metric] for row in runs.values()])
+                      - np.array(offsets)) * scale  # (seeds,)
             spread = seed_spread([{"final": value, "seed": name} for name, value in zip(runs, values)])
             low, high = spread["final_std_ci95"]
             summary.setdefault(method, {})[budget] = {"per_seed": values.tolist(), "mean": float(values.mean()),
                                                       "std": float(values.std(ddof=1)), "std_ci95": [low, high],
                                                       "range": spread["final_range"]}
             lines.append(f"| {method} | {budget} | {', '.join(f'{v:.1f}' for v in values)} | {values.mean():.1f} "
-                         f"| {values.std(ddof=1):.1f} [{low:.1f}, {high:.1f}] {unit} | "
-                         f"{spread['final_range']:.1f} {unit} |")
+                         f"| {values.std(ddof=1):.1f} [{low:.1f}, {high:.1f}]{unit} | "
+                         f"{spread['final_range']:.1f}{unit} |")
     return lines, summary
 
 
@@ -124,6 +130,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--spread-budgets", type=int, nargs="*", default=[10, 24, 48],
                         help="budgets of the per-method spread table (arithmetic: training's, the old "
                              "evaluation's, the untruncated one)")
+    parser.add_argument("--gain-over", metavar="METHOD",
+                        help="also tabulate each method's gain over METHOD (the base model) on the same seed's split")
     parser.add_argument("--name", default="stability_eval_budget_arithmetic")
     args = parser.parse_args()
     templates = dict(item.split("=", 1) for item in args.template)
@@ -171,6 +179,7 @@ def main() -> None:
                + (f" --split-seeds {' '.join(map(str, args.split_seeds))}" if args.split_seeds is not None else "")
                + f" --task {args.task} --metrics {' '.join(args.metrics)} --budgets {' '.join(map(str, budgets))}"
                + f" --spread-budgets {' '.join(map(str, args.spread_budgets))} --num-eval {args.num_eval}"
+               + (f" --gain-over {args.gain_over}" if args.gain_over else "")
                + f" --name {args.name}")
     lines = [f"Command: `{command}`", "",
              f"Held-out {metric} ({args.task}, n = {args.num_eval} per split) of each final model with its answers "
@@ -184,11 +193,14 @@ def main() -> None:
         lines.append(f"| {name} | " + " | ".join(f"{row['metrics'][b][metric]:.3f}" for b in budgets)
                      + f" | {'-' if own is None else f'{own:.3f}'} | {'-' if logged is None else f'{logged:.3f}'} |")
     summaries = {}
+    spread_budgets = [b for b in args.spread_budgets if b in budgets]
     for spread_metric in args.metrics:
-        spread, summaries[spread_metric] = spread_lines(table, list(args.templates), [
-            b for b in args.spread_budgets if b in budgets], spread_metric)
-        if summaries[spread_metric]:
-            lines += ["", f"Spread of {spread_metric} over seeds at each budget:", "", *spread]
+        for baseline in [None, args.gain_over] if args.gain_over else [None]:
+            key = spread_metric if baseline is None else f"{spread_metric}_gain"
+            spread, summaries[key] = spread_lines(table, list(args.templates), spread_budgets, spread_metric, baseline)
+            if summaries[key]:
+                what = spread_metric if baseline is None else f"the {spread_metric} gain over {baseline}"
+                lines += ["", f"Spread of {what} over seeds at each budget:", "", *spread]
     write_result(args.name, {"command": command, "task": args.task, "budgets": budgets, "models": table,
                              "spread": summaries})
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")

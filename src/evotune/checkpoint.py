@@ -105,13 +105,13 @@ def _write_staging(staging: Path, state: dict[str, Any], space_tensors: dict[str
     files = sorted(path.name for path in staging.iterdir())
     for name in files:
         _step(f"fsync {name}")
-        _fsync_file(staging / name)
+        fsync_file(staging / name)
     manifest = {"format": MANIFEST_FORMAT,
                 "files": {name: {"size": (staging / name).stat().st_size, "sha256": _sha256(staging / name)}
                           for name in files}}
     _write_text(staging / MANIFEST_FILE, json.dumps(manifest, indent=2))
-    _fsync_file(staging / MANIFEST_FILE)
-    _fsync_directory(staging)
+    fsync_file(staging / MANIFEST_FILE)
+    fsync_directory(staging)
     return manifest["files"]
 
 
@@ -123,7 +123,7 @@ def _write_text(path: Path, text: str) -> None:
 def _rename(source: Path, target: Path) -> None:
     _step(f"rename {source.name} -> {target.name}")
     os.rename(source, target)
-    _fsync_directory(target.parent)  # the rename itself survives a power cut only once its directory is synced
+    fsync_directory(target.parent)  # the rename itself survives a power cut only once its directory is synced
 
 
 def _remove_tree(path: Path) -> None:
@@ -144,7 +144,7 @@ def _remove_tree(path: Path) -> None:
     path.rmdir()
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
@@ -152,8 +152,8 @@ def _fsync_file(path: Path) -> None:
         os.close(descriptor)
 
 
-def _fsync_directory(path: Path) -> None:
-    _fsync_file(path)  # a directory is fsynced through a read-only descriptor, as a file is
+def fsync_directory(path: Path) -> None:
+    fsync_file(path)  # a directory is fsynced through a read-only descriptor, as a file is
 
 
 def _sha256(path: Path) -> str:
