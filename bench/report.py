@@ -225,7 +225,12 @@ def eval_budget_lines() -> list[str]:
 # markdown file beside it: copied as they are.
 STUDY_TABLES = {"essa_quantization.json": "ESSA on a quantized base (float32 / INT8 / INT4)",
                 "drift_arithmetic.md": "What fine-tuning costs: target accuracy, retention, KL and drift",
-                "stability_sources_arithmetic.md": "Where ES's run-to-run spread comes from"}
+                "stability_eval_budget_arithmetic.md": "Run-to-run stability on arithmetic, at growing budgets",
+                "stability_eval_budget_conciseness.md": "Run-to-run stability on conciseness, at growing budgets",
+                "stability_sources_arithmetic.md": "Where ES's run-to-run spread comes from",
+                "stability_formats_arithmetic.md": "What each arithmetic run writes",
+                "stability_averaging_arithmetic.md": "Averaging ES's last iterates",
+                "stability_budget_arithmetic/compare.md": "Training ES at the evaluation's token budget"}
 
 
 def study_lines() -> list[str]:

@@ -2,12 +2,13 @@
 # Does training at the evaluation's token budget remove full-parameter ES's run-to-run spread on arithmetic?
 # The stability study's ES runs (bench/drift_study.sh, examples/arithmetic.yaml) train at max_new_tokens 10, so
 # nothing a run writes after its tenth token is ever rewarded or penalized. At 10 tokens its five seeds score
-# alike (25-43%), untruncated they spread from 31% to 55% (bench/stability_eval_budget.py): the two low seeds
-# answer "The answer is 169, but ..." and go on to write other numbers (bench/stability_formats.sh). Here the same
+# alike (25-43%), untruncated they spread from 31% to 55% (bench/stability_eval_budget.py): seeds that answer
+# "a + b = c", which 10 tokens cut, score higher than those that answer "The answer is N" (bench/stability_formats.sh),
+# and training never saw the difference. Here the same
 # seeds train at max_new_tokens 48, the task's untruncated evaluation budget (tasks/arithmetic.py), so the reward
 # they climb is the one they are scored on; everything else as the study's ES runs (30 training minutes, one CPU
 # thread, eval every 9 iterations, n=512 held-out). Chosen before any of these runs: the task's evaluation budget
-# (no other value is tried). Each final model is then scored at growing budgets beside the study's.
+# (no other value is tried).
 #   bash bench/stability_budget.sh                          # runs only what is missing (re-run to resume)
 #   SEEDS=3 TABLE=0 bash bench/stability_budget.sh & SEEDS=4 TABLE=0 bash bench/stability_budget.sh
 set -euo pipefail
@@ -28,9 +29,7 @@ for seed in $SEEDS; do
     --set checkpoint_every=3 --output-dir "$dir"; fi
 done
 [ "$TABLE" = 0 ] && exit 0
-# each final model at growing budgets, and the spread over seeds at 10, 24 and 48 tokens; the study's runs at the
-# same budgets: bench/results/stability_eval_budget_arithmetic.md
-python bench/stability_eval_budget.py "$RUNS" --methods es-tokens$TOKENS --seeds $SEEDS --num-eval "$NUM_EVAL" \
-  --name "$NAME"
+# each seed's final accuracy (the runs' own evaluations, at the untruncated 48 tokens), the spread, a bootstrap
+# interval of the std, the curves; the study's runs at 48: bench/results/stability_eval_budget_arithmetic.md
 evotune compare "$RUNS"/es-tokens$TOKENS-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output "bench/results/$NAME"  # curves (in-training evaluations, at 48 tokens)
+  --output "bench/results/$NAME"

@@ -74,7 +74,7 @@ def main() -> None:
                f"{' '.join(map(str, args.seeds))} --methods {' '.join(args.methods)} --num-eval {args.num_eval})")
     names = [name for name, _ in FORMS] + ["other"]
     lines = [f"Command: `{command}`", "", "Shares of each run's held-out answers (n = "
-             f"{args.num_eval}, evotune eval's default 32 new tokens).", "",
+             f"{args.num_eval}, 32 new tokens, bench/eval_samples.sh).", "",
              "| run | accuracy | logged in training | right sum, then another number | mean characters | "
              + " | ".join(names) + " |", "|---" * (5 + len(names)) + "|"]
     for run, row in table.items():

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the stability study's arithmetic runs ended up writing: each final model (runs/drift/<method>-seed<N>, ES and
-# GRPO, bench/drift_study.sh) scored again on its own held-out split (n=512, evotune eval's default 32 tokens) with
-# every answer kept (evotune eval --samples), then bench/stability_formats.py counts the forms of the answers
-# (a number, "a + b = c", "the answer is ...") and the right sums followed by another number, which the task's
-# last-number reward scores as wrong.
+# GRPO, bench/drift_study.sh) scored again on its own held-out split (n=512, at 32 new tokens:
+# bench/eval_samples.sh) with every answer kept (evotune eval --samples), then bench/stability_formats.py counts
+# the forms of the answers (a number, "a + b = c", "the answer is ...") and the right sums followed by another
+# number, which the task's last-number reward scores as wrong.
 #   bash bench/stability_formats.sh          # evaluates only what is missing (re-run to resume)
 set -euo pipefail
 RUNS=${RUNS:-runs/drift}

@@ -6,9 +6,9 @@
 #   data-seed0    seed 0, data_seed 1   only the data: other prompts each iteration (and another train/held-out
 #                                       split), the same noise
 # Then every final model (these two, and the study's es-seed0 and es-seed1) is scored on both held-out splits,
-# data seed 0's and data seed 1's (n=512 each, evotune eval's default 32 tokens), keeping each answer (--samples): a
-# model's two scores differ only by the evaluation set, so the table separates what the evaluation set adds to the
-# spread from what training adds. A data seed's training questions overlap the other seed's held-out ones, so the
+# data seed 0's and data seed 1's (n=512 each, at 32 new tokens: bench/eval_samples.sh), keeping each answer
+# (--samples): a model's two scores differ only by the evaluation set, so the table separates what the
+# evaluation set adds to the spread from what training adds. A data seed's training questions overlap the other seed's held-out ones, so the
 # table counts only the questions no compared run trained on (bench/stability_sources.py).
 # Chosen before any of these runs: seed 0 (the first), and seed 1 as "the other" value of each source.
 #   bash bench/stability_sources.sh          # runs only what is missing (re-run to resume); needs es-seed0/1
