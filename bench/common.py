@@ -40,6 +40,19 @@ def machine() -> dict:
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
+def seed_summary(values, seeds: list) -> dict:
+    """Each seed's value, their mean, standard deviation, range and a bootstrap 95% interval of the standard
+    deviation (evotune compare's seed_spread, so evotune compare's tables and the stability scripts' agree)."""
+    import numpy as np
+
+    from evotune.compare import seed_spread
+
+    array = np.asarray(values, dtype=float)  # (seeds,)
+    spread = seed_spread([{"final": value, "seed": seed} for value, seed in zip(array, seeds)])
+    return {"per_seed": array.tolist(), "mean": float(array.mean()), "std": float(array.std(ddof=1)),
+            "range": spread["final_range"], "std_ci95": spread["final_std_ci95"]}
+
+
 def write_result(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

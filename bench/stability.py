@@ -14,10 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 
-from common import RESULTS, write_result
-from evotune.compare import seed_spread
+from common import RESULTS, seed_summary, write_result
 
 METHODS = {"es (lr 4e-3, sigma 2e-3)": "es/learning_rate=0.004,sigma=0.002/", "grpo (beta 0)": "grpo/beta=0.0/"}
 # reward_gain: the run's reward minus its base model's on the same questions; the held-out splits differ by seed,
@@ -44,11 +42,7 @@ def load(seeds: list[int]) -> dict[str, list[dict]]:
 def summarize(records: list[dict]) -> dict:
     summary: dict = {"seeds": [record["seed"] for record in records]}
     for metric in METRICS:
-        values = np.array([record[metric] for record in records], dtype=float)  # (seeds,)
-        spread = seed_spread([{"final": value, "seed": record["seed"]} for value, record in zip(values, records)])
-        summary[metric] = {"per_seed": values.tolist(), "mean": float(values.mean()),
-                           "std": float(values.std(ddof=1)), "range": spread["final_range"],
-                           "std_ci95": spread["final_std_ci95"]}
+        summary[metric] = seed_summary([record[metric] for record in records], summary["seeds"])
     summary["base_reward_per_seed"] = [record["base"]["reward"] for record in records]
     return summary
 

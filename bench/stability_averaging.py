@@ -1,6 +1,6 @@
 """Final iterate vs the average of the last K iterates (bench/stability_averaging.sh), per ES seed: accuracy on the
-run's own held-out split at 32 new tokens (both), and across seeds the mean, standard deviation, range and a bootstrap 95% interval of
-the standard deviation (evotune compare's seed_spread).
+run's own held-out split at 32 new tokens (both), and across seeds the mean, standard deviation, range and a
+bootstrap 95% interval of the standard deviation (evotune compare's seed_spread).
 
     python bench/stability_averaging.py runs/drift --seeds 0 1 2 3 4 --counts 9 18
 """
@@ -11,10 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 
-from common import RESULTS, write_result
-from evotune.compare import seed_spread
+from common import RESULTS, seed_summary, write_result
 
 
 def final_accuracy(run: Path) -> float:
@@ -25,13 +23,6 @@ def final_accuracy(run: Path) -> float:
     if not path.exists():
         raise SystemExit(f"{path} is missing: run bench/stability_formats.sh first")
     return json.loads(path.read_text())[0]["accuracy"]
-
-
-def summary(values: list[float], seeds: list[int]) -> dict:
-    spread = seed_spread([{"final": value, "seed": seed} for value, seed in zip(values, seeds)])
-    array = np.array(values)  # (seeds,)
-    return {"per_seed": values, "mean": float(array.mean()), "std": float(array.std(ddof=1)),
-            "range": spread["final_range"], "std_ci95": spread["final_std_ci95"]}
 
 
 def main() -> None:
@@ -50,7 +41,7 @@ def main() -> None:
         rows[f"average of the last {count}"] = [
             json.loads((args.runs / f"es-seed{seed}" / f"eval-averaged-last{count}.json").read_text())[0]["accuracy"]
             for seed in seeds]
-    table = {name: summary(values, seeds) for name, values in rows.items()}
+    table = {name: seed_summary(values, seeds) for name, values in rows.items()}
     command = (f"bash bench/stability_averaging.sh  (table: python bench/stability_averaging.py {args.runs} --seeds "
                + " ".join(map(str, seeds)) + " --counts " + " ".join(map(str, args.counts)) + ")")
     write_result(args.name, {"command": command, "seeds": seeds, "models": table})

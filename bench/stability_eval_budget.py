@@ -32,9 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import RESULTS, write_result
+from common import RESULTS, seed_summary, write_result
 from evotune.backends.models import resolve_model
-from evotune.compare import seed_spread
 from evotune.evaluation import load_for_eval
 from evotune.generation import generate_in_chunks
 from evotune.tasks import get_task
@@ -102,14 +101,10 @@ def spread_lines(table: dict[str, dict], methods: list[str], budgets: list[int],
                        for name in runs]
             values = (np.array([row["metrics"][budget][metric] for row in runs.values()])
                       - np.array(offsets)) * scale  # (seeds,)
-            spread = seed_spread([{"final": value, "seed": name} for name, value in zip(runs, values)])
-            low, high = spread["final_std_ci95"]
-            summary.setdefault(method, {})[budget] = {"per_seed": values.tolist(), "mean": float(values.mean()),
-                                                      "std": float(values.std(ddof=1)), "std_ci95": [low, high],
-                                                      "range": spread["final_range"]}
-            lines.append(f"| {method} | {budget} | {', '.join(f'{v:.1f}' for v in values)} | {values.mean():.1f} "
-                         f"| {values.std(ddof=1):.1f} [{low:.1f}, {high:.1f}]{unit} | "
-                         f"{spread['final_range']:.1f}{unit} |")
+            row = summary.setdefault(method, {})[budget] = seed_summary(values, list(runs))
+            low, high = row["std_ci95"]
+            lines.append(f"| {method} | {budget} | {', '.join(f'{v:.1f}' for v in values)} | {row['mean']:.1f} "
+                         f"| {row['std']:.1f} [{low:.1f}, {high:.1f}]{unit} | {row['range']:.1f}{unit} |")
     return lines, summary
 
 

@@ -8,8 +8,9 @@
 # Then every final model (these two, and the study's es-seed0 and es-seed1) is scored on both held-out splits,
 # data seed 0's and data seed 1's (n=512 each, at 32 new tokens: bench/eval_samples.sh), keeping each answer
 # (--samples): a model's two scores differ only by the evaluation set, so the table separates what the
-# evaluation set adds to the spread from what training adds. A data seed's training questions overlap the other seed's held-out ones, so the
-# table counts only the questions no compared run trained on (bench/stability_sources.py).
+# evaluation set adds to the spread from what training adds. A data seed's training questions overlap the other
+# seed's held-out ones, so the table counts only the questions no compared run trained on
+# (bench/stability_sources.py).
 # Chosen before any of these runs: seed 0 (the first), and seed 1 as "the other" value of each source.
 #   bash bench/stability_sources.sh          # runs only what is missing (re-run to resume); needs es-seed0/1
 #   SOURCES=noise bash bench/stability_sources.sh & SOURCES=data bash bench/stability_sources.sh   # one per core

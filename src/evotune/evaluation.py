@@ -24,7 +24,7 @@ import torch
 from .backends.base import Backend, resolve_device
 from .eval_options import FALLBACK_MAX_NEW_TOKENS, EvalOptions
 from .errors import ConfigError
-from .generation import check_prompt_lengths, generate_in_chunks
+from .generation import check_prompt_lengths, eval_budget, generate_in_chunks
 from .tasks.base import Task
 
 if TYPE_CHECKING:
@@ -202,9 +202,8 @@ def _kl(backend: HFBackend, reference: HFBackend, rows: list[dict], options: Eva
 def with_budget(options: EvalOptions, task: Task) -> EvalOptions:
     """`options` with its token budget settled: the one asked for, else the task's own (checked not to cut its
     answers), else FALLBACK_MAX_NEW_TOKENS."""
-    if options.max_new_tokens is not None:
-        return options
-    return replace(options, max_new_tokens=task.eval_max_new_tokens or FALLBACK_MAX_NEW_TOKENS)
+    # eval_budget: the asked-for budget, else the task's (training's budget plays no part here, hence 0)
+    return replace(options, max_new_tokens=eval_budget(task, 0, options.max_new_tokens) or FALLBACK_MAX_NEW_TOKENS)
 
 
 def check_options(options: EvalOptions) -> None:
