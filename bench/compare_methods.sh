@@ -14,7 +14,7 @@ grpo() { local dir=$1; shift; done_run "$dir" || { rm -rf "$dir"; evotune grpo "
 sft() { local dir=$1; shift; [ -f "$dir/adapter/adapter_config.json" ] || { rm -rf "$dir"; evotune sft "$@" --output-dir "$dir"; }; }
 
 for seed in $SEEDS; do  # arithmetic: 5 ES iterations x 16 x 32 = 2,560
-  train "$RUNS/arithmetic/es-seed$seed" examples/arithmetic.yaml --set seed=$seed --set iterations=5 --set eval_every=1
+  train "$RUNS/arithmetic/es-seed$seed" bench/configs/arithmetic_10tok.yaml --set seed=$seed --set iterations=5 --set eval_every=1
   sft "$RUNS/arithmetic/sft-seed$seed" examples/sft_arithmetic.yaml --set seed=$seed
   train "$RUNS/arithmetic/essa-seed$seed" examples/essa_arithmetic.yaml --set seed=$seed \
     --set adapter="$RUNS/arithmetic/sft-seed$seed/adapter" --set population_size=16 --set iterations=5 --set eval_every=1
@@ -36,7 +36,7 @@ done
 # time axis shows what ES reaches in the wall-clock time GRPO needs for 2,560 samples.
 for seed in $SEEDS; do
   [ "$(tail -n 1 "$RUNS/arithmetic/es-seed$seed/metrics.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration"])')" = 20 ] ||
-    evotune train examples/arithmetic.yaml --output-dir "$RUNS/arithmetic/es-seed$seed" --resume --set seed=$seed \
+    evotune train bench/configs/arithmetic_10tok.yaml --output-dir "$RUNS/arithmetic/es-seed$seed" --resume --set seed=$seed \
       --set iterations=20 --set eval_every=1
   [ "$(tail -n 1 "$RUNS/conciseness/es-seed$seed/metrics.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration"])')" = 20 ] ||
     evotune train examples/conciseness.yaml --output-dir "$RUNS/conciseness/es-seed$seed" --resume --set seed=$seed \
@@ -48,11 +48,11 @@ grpo "$RUNS/arithmetic-lr/grpo-lr1e-5-seed0" examples/grpo_arithmetic.yaml --set
   --set method=grpo-lr1e-5
 
 evotune compare "$RUNS"/arithmetic/{es,essa,grpo}-seed* --metric eval/accuracy --target 0.15 --budget 2560 \
-  --output bench/results/compare_arithmetic
+  --output-dir bench/results/compare_arithmetic
 evotune compare "$RUNS"/conciseness/{es,essa,grpo}-seed* --metric eval/reward --target -45 --budget 2560 \
-  --output bench/results/compare_conciseness
+  --output-dir bench/results/compare_conciseness
 # conciseness rewards length only: is the answer still in the (shorter) completion?
 evotune compare "$RUNS"/conciseness/{es,essa,grpo}-seed* --metric eval/contains_solution --budget 2560 \
-  --output bench/results/compare_conciseness_correctness
+  --output-dir bench/results/compare_conciseness_correctness
 evotune compare "$RUNS"/arithmetic/grpo-seed0 "$RUNS"/arithmetic-lr/grpo-lr1e-5-seed0 --metric eval/accuracy \
-  --output bench/results/compare_grpo_learning_rate_arithmetic
+  --output-dir bench/results/compare_grpo_learning_rate_arithmetic

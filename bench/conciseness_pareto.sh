@@ -28,12 +28,12 @@ GRPO_ACCUMULATION=${GRPO_ACCUMULATION:-1}
 EVALUATE=${EVALUATE:-1}
 METHODS=${METHODS:-"es grpo"}
 if [ "$EVALUATE" != only ] && [[ " $METHODS " == *" es "* ]]; then
-evotune sweep examples/conciseness.yaml --output "$RUNS/es" --seeds $SEEDS --set iterations=$ITERATIONS \
+evotune sweep examples/conciseness.yaml --output-dir "$RUNS/es" --seeds $SEEDS --set iterations=$ITERATIONS \
   --set batch_size=$BATCH --set eval_every=0 --set checkpoint_every=5 \
   --grid learning_rate=$LEARNING_RATES --grid sigma=$SIGMAS
 fi
 if [ "$EVALUATE" != only ] && [[ " $METHODS " == *" grpo "* ]]; then
-evotune sweep examples/grpo_conciseness.yaml --command grpo --output "$RUNS/grpo" --seeds $SEEDS \
+evotune sweep examples/grpo_conciseness.yaml --command grpo --output-dir "$RUNS/grpo" --seeds $SEEDS \
   --set iterations=$GRPO_STEPS --set gradient_accumulation_steps=$GRPO_ACCUMULATION --set eval_every=0 --set checkpoint_every=10 --grid beta=$BETAS
 fi
 [ "$EVALUATE" = 0 ] && exit 0

@@ -7,7 +7,7 @@
 # 256 tokens): their correctness metrics and the per-token k3 KL to the base on their prompts. One such evaluation
 # takes ~5 minutes on one thread, so runs evaluate 4-5 times; seeds 2-4 (stability only) skip retention.
 # Methods (settings fixed before any run):
-#   es           examples/arithmetic.yaml (full-parameter OpenES)        seeds 0-4 (the stability study's five)
+#   es           bench/configs/arithmetic_10tok.yaml (full-parameter OpenES)        seeds 0-4 (the stability study's five)
 #   grpo         examples/grpo_arithmetic.yaml (TRL, LoRA)               seeds 0-4
 #   es-anchor1.25  es + anchor_decay 1.25: learning_rate 4e-3 x 1.25 = 0.5% of the distance to the base per update,
 #                the AWD paper's fraction (anchor_decay 10 at its learning rate 5e-4)         seeds 0-1
@@ -48,8 +48,8 @@ if [ "$TABLE" != only ]; then
     for method in $METHODS; do
       dir="$RUNS/$method-seed$seed"
       case $method in
-        es) train "$dir" examples/arithmetic.yaml --set seed=$seed "${es_schedule[@]}" ;;
-        es-anchor*) [ "$seed" -le 1 ] && train "$dir" examples/arithmetic.yaml --set seed=$seed "${es_schedule[@]}" \
+        es) train "$dir" bench/configs/arithmetic_10tok.yaml --set seed=$seed "${es_schedule[@]}" ;;
+        es-anchor*) [ "$seed" -le 1 ] && train "$dir" bench/configs/arithmetic_10tok.yaml --set seed=$seed "${es_schedule[@]}" \
                       --set anchor_decay=${method#es-anchor} ;;
         lowrank) [ "$seed" -le 1 ] && train "$dir" examples/lowrank_arithmetic.yaml --set seed=$seed \
                    "${es_schedule[@]}" ;;
@@ -71,4 +71,4 @@ fi
 python bench/drift_table.py "$RUNS" --budget "$BUDGET" --truncated-tokens "$TRUNCATED_TOKENS" --name "$NAME"
 # stability: every seed of ES and GRPO, each seed's final accuracy, spread and bootstrap interval of the std
 evotune compare "$RUNS"/es-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output "bench/results/stability_${NAME#drift_}"
+  --output-dir "bench/results/stability_${NAME#drift_}"

@@ -2,7 +2,7 @@
 # Full-parameter ES vs GRPO on 2-digit addition at equal wall-clock (SmolLM2-135M-Instruct, CPU):
 # BUDGET seconds of training per run (max_training_seconds; evaluation excluded), one CPU thread each,
 # seeds 0 and 1, held-out exact-match accuracy on 512 prompts; then `evotune compare --budget-time`.
-# ES uses examples/arithmetic.yaml (its settings come from the sweep in bench/results/sweep_arithmetic*),
+# ES uses bench/configs/arithmetic_10tok.yaml (its settings come from the sweep in bench/results/sweep_arithmetic*),
 # GRPO examples/grpo_arithmetic.yaml at its best measured learning rate (1e-4 vs 1e-5,
 # bench/results/compare_grpo_learning_rate_arithmetic).
 #   bash bench/es_vs_grpo_time.sh                       # runs only what is missing (re-run to resume)
@@ -21,11 +21,11 @@ for seed in $SEEDS; do
     finished "$dir" && continue
     case $method in
       es) if [ -d "$dir/checkpoint" ]; then evotune train --output-dir "$dir" --resume
-          else rm -rf "$dir"; evotune train examples/arithmetic.yaml --output-dir "$dir" --set seed=$seed "${common[@]}" \
+          else rm -rf "$dir"; evotune train bench/configs/arithmetic_10tok.yaml --output-dir "$dir" --set seed=$seed "${common[@]}" \
             --set eval_every=4 --set checkpoint_every=2; fi ;;
       grpo) rm -rf "$dir"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$dir" --set seed=$seed "${common[@]}" \
               --set eval_every=10 --set checkpoint_every=1000 ;;
     esac
   done
 done
-evotune compare "$RUNS"/*-seed* --metric eval/accuracy --budget-time "$BUDGET" --output bench/results/compare_es_vs_grpo_time
+evotune compare "$RUNS"/*-seed* --metric eval/accuracy --budget-time "$BUDGET" --output-dir bench/results/compare_es_vs_grpo_time

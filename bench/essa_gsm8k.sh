@@ -38,4 +38,4 @@ for seed in $SEEDS; do
 done
 python bench/stage_table.py --runs "$RUNS" --methods essa grpo --budget-time "$BUDGET" --num-eval 200 --name stages_essa_gsm8k
 evotune compare "$RUNS"/essa-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output bench/results/compare_essa_gsm8k
+  --output-dir bench/results/compare_essa_gsm8k

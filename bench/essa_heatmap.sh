@@ -25,7 +25,7 @@ for rank in $RANKS; do
     --set lora_rank=$rank --set lora_alpha=$((2 * rank)) --set "$validation" --set num_eval=256; }
   adapters+=("$sft/adapter")
 done
-evotune sweep examples/essa_arithmetic.yaml --output "$RUNS/sweep" --seeds $SEEDS --parallel "$PARALLEL" \
+evotune sweep examples/essa_arithmetic.yaml --output-dir "$RUNS/sweep" --seeds $SEEDS --parallel "$PARALLEL" \
   --grid population_size=$POPULATIONS --grid singular_value_fraction=$FRACTIONS \
   --grid "adapter=$(IFS=,; echo "${adapters[*]}")" \
   --set svd_offsets=relative --set sigma=$SIGMA --set batch_size=8 --set population_batch_size=64 \

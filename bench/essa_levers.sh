@@ -21,7 +21,7 @@ sft="$RUNS/sft-seed0"
 common=(--seeds $SEEDS --parallel "$PARALLEL" --set adapter="$sft/adapter" --set svd_offsets=relative
         --set population_size=48 --set batch_size=8 --set population_batch_size=48 --set max_training_seconds=$BUDGET
         --set iterations=1000 --set eval_every=0 --set checkpoint_every=1000 --set num_eval=256 --set "$validation")
-sweep() { local name=$1; shift; evotune sweep examples/essa_arithmetic.yaml --output "$RUNS/$name" "${common[@]}" "$@"
+sweep() { local name=$1; shift; evotune sweep examples/essa_arithmetic.yaml --output-dir "$RUNS/$name" "${common[@]}" "$@"
           mkdir -p bench/results/essa_levers; cp "$RUNS/$name/sweep.md" "bench/results/essa_levers/$name.md"
           cp "$RUNS/$name/sweep.json" "bench/results/essa_levers/$name.json"; }
 want() { [ "$PARTS" = all ] || [[ " $PARTS " == *" $1 "* ]]; }

@@ -3,7 +3,7 @@
 Each seed is a normal `evotune train` run (run directory under runs/bench/); this script
 collects their metrics.jsonl into one JSON summary and one PNG.
 
-    python bench/learning.py --config examples/arithmetic.yaml --seeds 0 1
+    python bench/learning.py --config bench/configs/arithmetic_10tok.yaml --seeds 0 1
     python bench/learning.py --config examples/conciseness.yaml --seeds 0 1 --metric eval/reward
 """
 

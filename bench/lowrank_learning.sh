@@ -17,8 +17,8 @@ run() {  # DIR CONFIG ARGS...: start, or resume an interrupted run; skip a finis
   else rm -rf "$dir"; evotune train "$@" --output-dir "$dir"; fi
 }
 for seed in $SEEDS; do
-  run "$RUNS/full-seed$seed" examples/arithmetic.yaml --set seed=$seed "${common[@]}" --set eval_every=4
+  run "$RUNS/full-seed$seed" bench/configs/arithmetic_10tok.yaml --set seed=$seed "${common[@]}" --set eval_every=4
   run "$RUNS/lowrank-seed$seed" examples/lowrank_arithmetic.yaml --set seed=$seed "${common[@]}" --set eval_every=4
 done
 evotune compare "$RUNS"/full-seed* "$RUNS"/lowrank-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output bench/results/compare_lowrank_vs_full_arithmetic
+  --output-dir bench/results/compare_lowrank_vs_full_arithmetic

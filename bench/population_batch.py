@@ -1,14 +1,18 @@
-"""One-at-a-time vs population-batched evaluation of SVD-LoRA candidates, side by side in one run.
+"""One-at-a-time vs population-batched evaluation of SVD-LoRA or full-rank candidates, side by side in one run.
 
 Adapter candidates differ only in small LoRA matrices, so a chunk of them can share one batched
 generate with one adapter per group of rows (ESSA's setting: Korotyshova, Shaposhnikov et al.,
 arXiv 2507.04453). Arms, on the same candidates and prompts:
   * one at a time: LocalEvaluator (apply candidate, generate the prompt batch, score) per member;
   * batched: BatchedEvaluator with population_batch_size P (P candidates per generate call).
-Reported: seconds per population (median over repeats), speedup over one-at-a-time, and whether
-the rewards (and completions) are identical to the one-at-a-time arm.
+`--space full` does the same for ES at Scale's full-parameter candidates (Qiu et al., arXiv 2509.24372):
+each chunk of P candidates runs through P stacked copies of the perturbed weights in one generate
+(backends/stacked_weights.py). Reported: seconds per population (median over repeats), speedup over
+one-at-a-time, and whether the rewards (and completions) are identical to the one-at-a-time arm.
 
     python bench/population_batch.py --repeats 3
+    python bench/population_batch.py --space full --dtype float32 --population-batch-sizes 2 4 8 \
+        --name population_batch_full
 
 Every completion is generated to exactly max_new_tokens (EOS suppressed until then, in all arms,
 as in bench/overhead.py), so perturbed candidates do not make the arms different workloads.
@@ -30,6 +34,7 @@ from common import write_result  # noqa: E402
 
 from evotune.backends import DEFAULT_MODEL, HFBackend  # noqa: E402
 from evotune.distributed import BatchedEvaluator, LocalEvaluator  # noqa: E402
+from evotune.spaces import FullParameterSpace  # noqa: E402
 from evotune.spaces.lora import init_lora_adapter, lora_factors  # noqa: E402
 from evotune.spaces.svd_lora import SVDLoRASpace  # noqa: E402
 from evotune.strategies import OpenES  # noqa: E402
@@ -49,8 +54,14 @@ class RecordingTask:
 
 
 def build(args):
-    """Backend with a rank-r PEFT-default adapter whose B is perturbed (seeded), its SVD space, candidates."""
+    """Backend with a rank-r PEFT-default adapter whose B is perturbed (seeded), its SVD space, candidates; or
+    with --space full the plain model, its full-parameter space and seed candidates at --sigma."""
     backend = HFBackend.load(args.model, args.dtype, "cpu")
+    if args.space == "full":
+        backend.model.generation_config.min_new_tokens = args.max_new_tokens  # fixed-length generation
+        space = FullParameterSpace(backend.model, noise_kind="rademacher")
+        strategy = OpenES(population_size=args.population_size, sigma=args.sigma, antithetic=True, seed=args.seed)
+        return backend, space, strategy.ask()
     backend.model = init_lora_adapter(backend.model, rank=args.rank, seed=args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     with torch.no_grad():  # PEFT's zero B would make the mean a no-op and its SVD bases arbitrary
@@ -73,6 +84,7 @@ def timed_evaluation(evaluator, candidates, rows) -> tuple[float, np.ndarray, li
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--space", default="svd_lora", choices=["svd_lora", "full"])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--population-size", type=int, default=24)
     parser.add_argument("--population-batch-sizes", type=int, nargs="+", default=[4, 8, 24])
@@ -80,11 +92,13 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=10)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--b-std", type=float, default=0.02)
-    parser.add_argument("--sigma", type=float, default=0.2)
+    parser.add_argument("--sigma", type=float, default=None, help="default: 0.2 (svd_lora), 2e-3 (full)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="population_batch")
     args = parser.parse_args()
+    if args.sigma is None:
+        args.sigma = 2e-3 if args.space == "full" else 0.2
 
     load_average = os.getloadavg()[0]
     backend, space, candidates = build(args)
@@ -109,8 +123,9 @@ def main() -> None:
     total_completions = sum(len(c) for c in reference_text)
     payload = {
         "command": "python bench/population_batch.py " + " ".join(sys.argv[1:]),
-        "model": args.model, "dtype": args.dtype, "space": "svd_lora", "lora_rank": args.rank,
-        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "b_std": args.b_std, "sigma": args.sigma,
+        "model": args.model, "dtype": args.dtype, "space": args.space, "sigma": args.sigma,
+        **({"lora_rank": args.rank, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "b_std": args.b_std}
+           if args.space == "svd_lora" else {}),
         "population_size": args.population_size, "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens, "fixed_length_generation": True, "repeats": args.repeats,
         "load_average_at_start": round(load_average, 2),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does training at the evaluation's token budget remove full-parameter ES's run-to-run spread on arithmetic?
-# The stability study's ES runs (bench/drift_study.sh, examples/arithmetic.yaml) train at max_new_tokens 10, so
+# The stability study's ES runs (bench/drift_study.sh, bench/configs/arithmetic_10tok.yaml) train at max_new_tokens 10, so
 # nothing a run writes after its tenth token is ever rewarded or penalized. At 10 tokens its five seeds score
 # alike (25-43%), untruncated they spread from 31% to 55% (bench/stability_eval_budget.py): seeds that answer
 # "a + b = c", which 10 tokens cut, score higher than those that answer "The answer is N" (bench/stability_formats.sh),
@@ -24,7 +24,7 @@ for seed in $SEEDS; do
   dir="$RUNS/es-tokens$TOKENS-seed$seed"
   [ -f "$dir/final/config.json" ] && continue
   if [ -d "$dir/checkpoint" ]; then evotune train --output-dir "$dir" --resume
-  else rm -rf "$dir"; evotune train examples/arithmetic.yaml --set seed=$seed --set max_new_tokens=$TOKENS \
+  else rm -rf "$dir"; evotune train bench/configs/arithmetic_10tok.yaml --set seed=$seed --set max_new_tokens=$TOKENS \
     --set max_training_seconds=$BUDGET --set iterations=100000 --set num_eval=$NUM_EVAL --set eval_every=9 \
     --set checkpoint_every=3 --output-dir "$dir"; fi
 done
@@ -32,4 +32,4 @@ done
 # each seed's final accuracy (the runs' own evaluations, at the untruncated 48 tokens), the spread, a bootstrap
 # interval of the std, the curves; the study's runs at 48: bench/results/stability_eval_budget_arithmetic.md
 evotune compare "$RUNS"/es-tokens$TOKENS-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output "bench/results/$NAME"
+  --output-dir "bench/results/$NAME"

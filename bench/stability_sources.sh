@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where full-parameter ES's run-to-run spread on arithmetic comes from: the drift study's seed-0 ES run
 # (runs/drift/es-seed0: seed 0, data_seed unset = 0) re-run with one source of randomness changed at a time, at
-# the same 30 training minutes, one CPU thread, examples/arithmetic.yaml, no retention:
+# the same 30 training minutes, one CPU thread, bench/configs/arithmetic_10tok.yaml, no retention:
 #   noise-seed0   seed 1, data_seed 0   only the noise: the same prompts each iteration, the same held-out split
 #   data-seed0    seed 0, data_seed 1   only the data: other prompts each iteration (and another train/held-out
 #                                       split), the same noise
@@ -28,7 +28,7 @@ train() {  # DIR SEED DATA_SEED: start, resume, or skip a finished run
   local dir=$1
   [ -f "$dir/final/config.json" ] && return
   if [ -d "$dir/checkpoint" ]; then evotune train --output-dir "$dir" --resume
-  else rm -rf "$dir"; evotune train examples/arithmetic.yaml --set seed="$2" --set data_seed="$3" \
+  else rm -rf "$dir"; evotune train bench/configs/arithmetic_10tok.yaml --set seed="$2" --set data_seed="$3" \
     --set max_training_seconds="$BUDGET" --set iterations=100000 --set num_eval="$NUM_EVAL" \
     --set eval_every=9 --set checkpoint_every=3 --output-dir "$dir"; fi
 }

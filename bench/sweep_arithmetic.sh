@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Which full-parameter ES settings learn 2-digit addition fastest per CPU-minute? `evotune sweep` from
-# examples/arithmetic.yaml, BUDGET seconds of training per point (one CPU thread), scored on the task's
+# bench/configs/arithmetic_10tok.yaml, BUDGET seconds of training per point (one CPU thread), scored on the task's
 # *validation* split (task_args eval_split: validation, n=256, disjoint from the test set and from train),
 # so the test set that bench/es_vs_grpo_time.sh reports on is never used to choose settings.
 #   bash bench/sweep_arithmetic.sh            # everything (re-run to resume; finished points are skipped)
@@ -14,7 +14,7 @@ PART=${PART:-all}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 common=(--seeds $SEEDS --set max_training_seconds=$BUDGET --set iterations=1000 --set num_eval=256
         --set eval_every=0 --set checkpoint_every=1000 --set "task_args={eval_split: validation}")
-sweep() { local name=$1; shift; evotune sweep examples/arithmetic.yaml --output "$RUNS/$name" "${common[@]}" "$@"
+sweep() { local name=$1; shift; evotune sweep bench/configs/arithmetic_10tok.yaml --output-dir "$RUNS/$name" "${common[@]}" "$@"
           mkdir -p bench/results/sweep_arithmetic
           cp "$RUNS/$name/sweep.md" "bench/results/sweep_arithmetic/$name.md"
           cp "$RUNS/$name/sweep.json" "bench/results/sweep_arithmetic/$name.json"

@@ -2,8 +2,15 @@
 
 - `<!-- evotune-keys train -->` (or `sft`, `grpo`) becomes a table of that command's config keys, made
   from the output of `evotune keys [COMMAND]` itself.
+- `<!-- evotune-keys-grouped train -->` becomes the same keys in one table per section of the config class (the
+  `# comment` above each group of fields), each key with an anchor `#train-KEY`.
+- `<!-- resumable-keys train -->` (or `grpo`) becomes the keys a `--resume` may change, from
+  `run_directory.RESUMABLE_KEYS` itself.
 - `<!-- import-graph -->` becomes the package-level import graph of `src/evotune` (a mermaid diagram and
   the same edges as a table), read from the source with `ast`.
+- `<!-- evotune-cli -->` becomes the `--help` of `evotune` and of each of its commands, from the parsers
+  themselves (a section per command).
+- `<!-- claim:NAME -->...<!-- /claim -->` spans are rendered anew from `bench/results/` (`bench/claims.py`).
 - `<!-- bench-results -->` becomes `bench/results/README.md`, the tables `python bench/report.py` writes
   from the result JSON files (headings moved one level down).
 """
@@ -23,6 +30,7 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 KEYS_MARKER = re.compile(r"<!-- evotune-keys (train|sft|grpo) -->")
+GROUPED_KEYS_MARKER = re.compile(r"<!-- evotune-keys-grouped (train|sft|grpo) -->")
 # one line of `evotune keys`: "key (default REPR[; [each ]one of: a, b]): help"
 KEY_LINE = re.compile(r"^(?P<key>\w+) \(default (?P<default>.*?)(?:; (?P<each>each )?one of: (?P<choices>[^)]*))?\): "
                       r"(?P<help>.*)$")
@@ -62,6 +70,65 @@ def keys_table(which: str) -> str:
             choices = "each of " + choices
         lines.append(f"| `{row['key']}` | {_cell(_code(row['default']))} | {_cell(choices)} | {_cell(row['help'])} |")
     return "\n".join(lines)
+
+
+def field_sections(which: str) -> dict[str, str]:
+    """{field: its section}: the `# comment` line above the field in its class's source (the classes group their
+    fields so), else "the run" for the keys every command shares (RunConfig)."""
+    import inspect
+
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config import TrainConfig
+    from evotune.sft import SFTConfig
+
+    config_class = {"train": TrainConfig, "sft": SFTConfig, "grpo": GRPORunConfig}[which]
+    sections: dict[str, str] = {}
+    for klass in reversed(config_class.__mro__):
+        if "__dataclass_fields__" not in vars(klass):
+            continue
+        section = "the model, its data and the run"
+        for line in inspect.getsource(klass).splitlines():
+            stripped = line.strip()
+            if line.startswith("    # ") and not line.startswith("     "):
+                section = stripped[2:]
+            elif match := re.match(r"^    (\w+): ", line):
+                sections.setdefault(match.group(1), section)
+    return sections
+
+
+def grouped_keys(which: str) -> str:
+    """The keys of `evotune keys WHICH` in one table per section, each key with its own anchor (#key-NAME)."""
+    sections = field_sections(which)
+    groups: dict[str, list[dict[str, str]]] = {}
+    for row in evotune_keys(which):
+        groups.setdefault(sections.get(row["key"], "other"), []).append(row)
+    out = []
+    for section, rows in groups.items():
+        out += [f"### {section[0].upper() + section[1:]}", "", "| key | default | choices | meaning |",
+                "|---|---|---|---|"]
+        for row in rows:
+            choices = ", ".join(_code(c.strip()) for c in row["choices"].split(",")) if row["choices"] else ""
+            if choices and row["each"]:
+                choices = "each of " + choices
+            anchor = f'<a id="{which}-{row["key"]}"></a>'
+            out.append(f"| {anchor}`{row['key']}` | {_cell(_code(row['default']))} | {_cell(choices)} "
+                       f"| {_cell(row['help'])} |")
+        out.append("")
+    return "\n".join(out)
+
+
+RESUMABLE_MARKER = re.compile(r"<!-- resumable-keys (train|grpo) -->")
+
+
+def resumable_keys(which: str) -> str:
+    """The keys a resume may change (run_directory.RESUMABLE_KEYS; for grpo those its config has), as code spans."""
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config import TrainConfig
+    from evotune.run_directory import RESUMABLE_KEYS
+
+    config_class = TrainConfig if which == "train" else GRPORunConfig
+    keys = [key for key in RESUMABLE_KEYS if key in config_class.__dataclass_fields__]
+    return ", ".join(f"[`{key}`](configs.md#{which}-{key})" for key in keys)
 
 
 def _unit(module: str) -> str:
@@ -132,6 +199,22 @@ def import_graph() -> str:
     return "\n".join(mermaid + [""] + table)
 
 
+def cli_reference() -> str:
+    """`evotune --help` and each command's `--help`, as the parsers print them at a fixed width."""
+    import argparse
+    import os
+
+    from evotune.cli.main import build_parser
+
+    os.environ["COLUMNS"] = "110"  # argparse wraps at the terminal's width: fix it so the page does not vary
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    sections = ["## evotune", "", "```text", parser.format_help().rstrip(), "```"]
+    for name, command in commands.choices.items():
+        sections += ["", f"## evotune {name}", "", "```text", command.format_help().rstrip(), "```"]
+    return "\n".join(sections)
+
+
 def bench_results() -> str:
     text = (ROOT / "bench" / "results" / "README.md").read_text()
     lines = text.splitlines()
@@ -140,10 +223,26 @@ def bench_results() -> str:
     return "\n".join("#" + line if line.startswith("#") else line for line in lines)
 
 
+def quoted_claims(markdown: str) -> str:
+    """Each `<!-- claim:NAME -->...<!-- /claim -->` span rendered from bench/results (bench/claims.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "bench" / "claims.py")
+    claims = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims)
+    return claims.substitute(markdown)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    if "<!-- claim:" in markdown:
+        markdown = quoted_claims(markdown)
     markdown = KEYS_MARKER.sub(lambda match: keys_table(match.group(1)), markdown)
+    markdown = GROUPED_KEYS_MARKER.sub(lambda match: grouped_keys(match.group(1)), markdown)
+    markdown = RESUMABLE_MARKER.sub(lambda match: resumable_keys(match.group(1)), markdown)
     if "<!-- import-graph -->" in markdown:
         markdown = markdown.replace("<!-- import-graph -->", import_graph())
+    if "<!-- evotune-cli -->" in markdown:
+        markdown = markdown.replace("<!-- evotune-cli -->", cli_reference())
     if "<!-- bench-results -->" in markdown:
         markdown = markdown.replace("<!-- bench-results -->", bench_results())
     return markdown

@@ -94,7 +94,8 @@ def test_eval_loads_a_run_directory_with_an_adapter(tiny_model_dir, tmp_path):
     ({"singular_value_fraction": 0.2, "lora_rank": 4}, "rounds down to 0"),
     ({"singular_value_fraction": 1.5}, "(0, 1]"),
     ({"lora_init": "zeros"}, "lora_init"),
-    ({"space": "full", "strategy": "openes", "population_batch_size": 4}, "adapter spaces"),
+    ({"space": "full", "strategy": "openes", "population_batch_size": 4, "prefetch_candidates": True},
+     "use one of the two"),
 ])
 def test_adapter_config_errors_name_the_fix(tiny_model_dir, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):

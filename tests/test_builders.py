@@ -85,6 +85,7 @@ def test_build_strategy_starts_cma_where_the_space_is(tiny_model_dir):
 
 @pytest.mark.parametrize("space, population_batch_size, expected, batch", [
     ("full", None, LocalEvaluator, None),
+    ("full", 3, BatchedEvaluator, 3),  # whole weight copies: batched only when asked
     ("lora", None, LocalEvaluator, None),  # adapter spaces batch candidates only when asked
     ("lora", 2, BatchedEvaluator, 2),
     ("lowrank", None, BatchedEvaluator, 4),  # lowrank: the whole population in one batch by default

@@ -78,7 +78,7 @@ def test_compare_real_runs_from_the_cli(tiny_model_dir, tmp_path, capsys):
                              max_new_tokens=4, num_eval=3, eval_every=1, dtype="float32", seed=seed, report_to=[])
         Trainer(config, tmp_path / f"{space}{seed}").train()
         runs.append(str(tmp_path / f"{space}{seed}"))
-    assert main(["compare", *runs, "--output", str(tmp_path / "cmp")]) == 0
+    assert main(["compare", *runs, "--output-dir", str(tmp_path / "cmp")]) == 0
     table = capsys.readouterr().out
     assert "es full/openes | 2 |" in table and "es lora/openes | 1 |" in table
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
@@ -98,7 +98,7 @@ def test_budget_time_reads_each_run_at_equal_training_time(tmp_path, capsys):
     runs = [synthetic(tmp_path / "es0", "es", 0, [0.1, 0.2, 0.3, 0.4]),  # evaluations at 0, 10, 20, 30 s
             synthetic(tmp_path / "es1", "es", 1, [0.1, 0.4, 0.4, 0.6]),
             synthetic(tmp_path / "grpo0", "grpo", 0, [0.1, 0.5, 0.7], seconds_per_step=30.0)]  # at 0, 30, 60 s
-    assert main(["compare", *runs, "--output", str(tmp_path / "out"), "--budget-time", "25"]) == 0
+    assert main(["compare", *runs, "--output-dir", str(tmp_path / "out"), "--budget-time", "25"]) == 0
     es, grpo = json.loads((tmp_path / "out" / "compare.json").read_text())["methods"]
     assert es["at_25s_per_seed"] == [0.3, 0.4] and es["at_25s"] == pytest.approx(0.35)
     assert es["at_25s_std"] == pytest.approx(0.0707, abs=1e-4)
@@ -115,7 +115,7 @@ def test_compare_skips_a_torn_last_line_and_writes_strict_json(tmp_path, capsys)
     runs = [fake_run(tmp_path / "a", [0.1, 0.2], tail='{"iteration": 2, "eval/acc'),
             fake_run(tmp_path / "b", [0.1, float("nan"), 0.3])]  # a NaN logged by an older evotune
     with pytest.warns(UserWarning, match="torn last record"):
-        assert main(["compare", *runs, "--output", str(tmp_path / "out")]) == 0
+        assert main(["compare", *runs, "--output-dir", str(tmp_path / "out")]) == 0
     result = strict_loads((tmp_path / "out" / "compare.json").read_text())
     assert [len(run["curve"]) for run in result["runs"]] == [2, 2]  # the torn line and the NaN point left out
 
@@ -124,21 +124,21 @@ def test_compare_output_that_is_a_file_is_refused_first(tmp_path, capsys):
     runs = [fake_run(tmp_path / "a", [0.1, 0.2])]
     target = tmp_path / "compare.txt"
     target.write_text("keep me")
-    assert main(["compare", *runs, "--output", str(target)]) == 2
+    assert main(["compare", *runs, "--output-dir", str(target)]) == 2
     err = capsys.readouterr().err
     assert "is a file" in err and str(target) in err and "Traceback" not in err
     assert target.read_text() == "keep me"
-    assert main(["compare", str(tmp_path / "a"), "--output", str(target / "sub")]) == 2
+    assert main(["compare", str(tmp_path / "a"), "--output-dir", str(target / "sub")]) == 2
     assert "is a file" in capsys.readouterr().err
 
 
 def test_compare_names_a_damaged_metrics_or_config_file(tmp_path, capsys):
     broken = fake_run(tmp_path / "a", [0.1], tail="{garbage\n")
-    assert main(["compare", broken, "--output", str(tmp_path / "out")]) == 2
+    assert main(["compare", broken, "--output-dir", str(tmp_path / "out")]) == 2
     assert "metrics.jsonl, line 2" in " ".join(capsys.readouterr().err.split())
     other = fake_run(tmp_path / "b", [0.1])
     (tmp_path / "b" / "config.yaml").write_bytes(b"method: \xff\xfe")
-    assert main(["compare", other, "--output", str(tmp_path / "out")]) == 2
+    assert main(["compare", other, "--output-dir", str(tmp_path / "out")]) == 2
     assert "config.yaml" in capsys.readouterr().err
 
 

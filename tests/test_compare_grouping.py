@@ -151,7 +151,7 @@ def test_label_pools_runs_of_different_configs_and_says_so(tmp_path, capsys):
     runs = [write_run(tmp_path / "sigma1", es_config(sigma=0.001), [0.1, 0.2]),
             write_run(tmp_path / "sigma2" / "sigma=0.002,seed=1", es_config(sigma=0.002, seed=1), [0.1, 0.4]),
             write_run(tmp_path / "grpo", grpo_config(), [0.1, 0.3])]
-    assert main(["compare", *runs, "--output", str(tmp_path / "out"), "--label", f"{runs[0]}=es",
+    assert main(["compare", *runs, "--output-dir", str(tmp_path / "out"), "--label", f"{runs[0]}=es",
                  "--label", f"{runs[1]}=es", "--label", f"{runs[2]}=grpo baseline"]) == 0
     captured = capsys.readouterr()
     assert "| es | 2 |" in captured.out and "| grpo baseline | 1 |" in captured.out
@@ -172,7 +172,7 @@ def test_a_bad_label_is_refused_before_anything_is_written(tmp_path, capsys, lab
     b = write_run(tmp_path / "b", es_config(), [0.1, 0.2])  # unlabelled: its row is "es full/openes"
     paths = {"a": a, "b": b, "elsewhere": str(tmp_path / "elsewhere")}
     labels = [part for text in label.format(**paths).split(" --label ") for part in ("--label", text)]
-    assert main(["compare", a, b, "--output", str(tmp_path / "out"), *labels]) == 2
+    assert main(["compare", a, b, "--output-dir", str(tmp_path / "out"), *labels]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert expected.format(**paths) in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
@@ -186,7 +186,7 @@ def test_budget_time_before_a_runs_first_evaluation_shows_a_dash(tmp_path, capsy
     runs = [write_run(tmp_path / "es", es_config(), [0.1, 0.2, 0.3]),
             write_run(tmp_path / "grpo0", grpo_config(), [0.4, 0.5], seconds_per_step=30.0, initial_evaluation=False),
             write_run(tmp_path / "grpo1", grpo_config(seed=1), [0.3, 0.4], initial_evaluation=False)]
-    assert main(["compare", *runs, "--output", str(tmp_path / "out"), "--budget-time", "25", "--budget", "50"]) == 0
+    assert main(["compare", *runs, "--output-dir", str(tmp_path / "out"), "--budget-time", "25", "--budget", "50"]) == 0
     captured = capsys.readouterr()
     es, grpo = json.loads((tmp_path / "out" / "compare.json").read_text())["methods"]
     assert es["at_25s"] == pytest.approx(0.3) and grpo["at_25s_per_seed"] == [None, 0.4]
@@ -211,7 +211,7 @@ def test_a_bad_budget_is_refused_before_anything_is_written(tmp_path, capsys, fl
     output = tmp_path / "out"
     output.mkdir()
     (output / "compare.md").write_text("an earlier comparison")
-    assert main(["compare", run, "--output", str(output), flag, value]) == 2
+    assert main(["compare", run, "--output-dir", str(output), flag, value]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert expected in err and "Traceback" not in err
     assert sorted(path.name for path in output.iterdir()) == ["compare.md"]  # no PNG, no JSON
@@ -286,7 +286,7 @@ def test_real_runs_of_two_sigmas_and_a_repeated_directory(tiny_model_dir, tmp_pa
         Trainer(config, tmp_path / name).train()
         runs.append(str(tmp_path / name))
     os.symlink(tmp_path / "sigma005", tmp_path / "again")
-    assert main(["compare", *runs, str(tmp_path / "again"), "--output", str(tmp_path / "cmp")]) == 0
+    assert main(["compare", *runs, str(tmp_path / "again"), "--output-dir", str(tmp_path / "cmp")]) == 0
     table = capsys.readouterr().out
     assert "| es full/openes sigma=0.05 | 1 |" in table and "| es full/openes sigma=0.1 | 1 |" in table
     assert "given 2 times" in " ".join(table.split())

@@ -143,7 +143,7 @@ def test_compare_shows_each_methods_final_retention_with_its_seeds(tmp_path, cap
             write_run("es1", "es", 1, [start, {"retain/ifeval/reward": 0.3, "retain/ifeval/kl": 0.04}]),
             write_run("grpo", "grpo", 0, [start, {"retain/ifeval/reward": 0.2, "retain/ifeval/kl": None}]),
             write_run("plain", "plain", 0, [{}, {}])]
-    assert main(["compare", *runs, "--output", str(tmp_path / "out")]) == 0
+    assert main(["compare", *runs, "--output-dir", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     result = json.loads((tmp_path / "out" / "compare.json").read_text())
     es, grpo = result["retention"]  # the run without retention records has no retention row

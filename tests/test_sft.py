@@ -149,7 +149,16 @@ def test_cli_smoke_run_writes_the_run_directory(tiny_model_dir, tmp_path, capsys
     assert main(["sft", str(config), "--output-dir", str(run)]) == 2
     assert main(["sft", str(config), "--output-dir", str(tmp_path / "other"), "--set", "epoch=2"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "already holds an adapter/" in err and "did you mean `epochs`?" in err and "Traceback" not in err
+    assert "already holds an earlier run's adapter" in err and "--overwrite" in err
+    assert "did you mean `epochs`?" in err and "Traceback" not in err
+    # --overwrite replaces the earlier run's files (a file of the user's stays) and trains again
+    (run / "adapter" / "stale.txt").write_text("from the first run")
+    (run / "notes.txt").write_text("the user's")
+    assert main(["sft", str(config), "--output-dir", str(run), "--overwrite", "--set", "max_steps=1"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 1
+    assert not (run / "adapter" / "stale.txt").exists() and (run / "adapter" / "adapter_model.safetensors").exists()
+    assert (run / "notes.txt").read_text() == "the user's"
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 1]
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ def test_bad_grids_name_the_fix(spec, message):
 
 def test_sweep_runs_every_point_skips_finished_ones_and_writes_the_table(tiny_model_dir, tmp_path, capsys):
     output = tmp_path / "sweep"
-    arguments = ["sweep", "--output", str(output), "--grid", "sigma=0.01,0.05", "--grid", "learning_rate=0.0,0.05",
+    arguments = ["sweep", "--output-dir", str(output), "--grid", "sigma=0.01,0.05", "--grid", "learning_rate=0.0,0.05",
                  "--seeds", "0", "1", "--set", f"model={tiny_model_dir}", "--set", "task=conciseness",
                  "--set", "population_size=2", "--set", "iterations=1", "--set", "batch_size=2",
                  "--set", "max_new_tokens=3", "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]"]
@@ -66,7 +66,7 @@ def test_sweep_runs_every_point_skips_finished_ones_and_writes_the_table(tiny_mo
 
 def test_a_run_stopped_by_its_time_budget_counts_as_finished(tiny_model_dir, tmp_path, capsys):
     output = tmp_path / "sweep"
-    arguments = ["sweep", "--output", str(output), "--grid", "sigma=0.01", "--set", f"model={tiny_model_dir}",
+    arguments = ["sweep", "--output-dir", str(output), "--grid", "sigma=0.01", "--set", f"model={tiny_model_dir}",
                  "--set", "task=conciseness", "--set", "population_size=2", "--set", "iterations=50",
                  "--set", "max_training_seconds=1e-6", "--set", "batch_size=2", "--set", "max_new_tokens=3",
                  "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]"]

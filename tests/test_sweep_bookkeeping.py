@@ -32,7 +32,7 @@ SETTINGS = ["task=conciseness", "population_size=2", "iterations=2", "batch_size
 
 def arguments(model_dir: str, output: Path, *extra: str) -> list[str]:
     settings = [item for setting in [f"model={model_dir}", *SETTINGS] for item in ("--set", setting)]
-    return ["sweep", "--output", str(output), *settings, *extra]
+    return ["sweep", "--output-dir", str(output), *settings, *extra]
 
 
 def base(model_dir: str) -> dict:

@@ -148,7 +148,7 @@ def load_backend(config: TrainConfig, device: str) -> Backend:
 
     return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size,
                           QuantizationSettings.from_config(config),
-                          shared_prefix=config.shared_prefix)
+                          shared_prefix=config.shared_prefix, compile_generation=bool(config.compile_generation))
 
 
 def adapter_rank(config: TrainConfig) -> int:
@@ -222,7 +222,7 @@ def reserve_driver_gpus(config: TrainConfig) -> tuple[Any, str | None]:
 
 def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
                     driver_reservation: Any = None) -> Evaluator:
-    """In process (one candidate at a time, or population-batched for the adapter spaces and lowrank), or a
+    """In process (one candidate at a time, or population-batched: adapter spaces, lowrank, full on hf), or a
     Ray actor pool (`distributed: ray`) whose new actors rebuild the driver's mean via state_fn();
     driver_reservation: reserve_driver_gpus' holder, released when the pool closes."""
     from .distributed import LocalEvaluator
@@ -236,9 +236,11 @@ def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
                             driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint)
 
     batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
+    if config.space == "full" and config.backend != "hf":  # stacked full-rank copies are the hf backend's
+        batch = None
     if config.space == "lowrank":  # the point of low-rank members: the whole population in one batch by default
         batch = config.population_batch_size or config.population_size
-    if config.space in (*ADAPTER_SPACES, "lowrank") and batch and batch > 1:
+    if config.space in (*ADAPTER_SPACES, "lowrank", "full") and batch and batch > 1:
         from .distributed import BatchedEvaluator
 
         return BatchedEvaluator.from_replica(replica, population_batch_size=batch)

@@ -1,4 +1,4 @@
-"""`evotune compare RUN_DIR... --output DIR`: several runs side by side, on the budgets that matter.
+"""`evotune compare RUN_DIR... --output-dir DIR`: several runs side by side, on the budgets that matter.
 
 Both founding papers judge ES against GRPO by held-out accuracy per sampled completion and per
 wall-clock minute. Any run directory that follows the run-directory contract (config.yaml +
@@ -342,7 +342,7 @@ def _check_output_dir(output: Path) -> None:
     for part in (output, *output.parents):
         if part.exists():
             if not part.is_dir():
-                raise ConfigError(f"--output {output}: {part} is a file; compare writes a directory (compare.json, "
+                raise ConfigError(f"--output-dir {output}: {part} is a file; compare writes a directory (compare.json, "
                                   "compare.md and plots). Choose a directory path.")
             return
 

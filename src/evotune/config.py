@@ -108,6 +108,10 @@ class RunConfig(ConfigMixin):
         if self.eval_max_new_tokens is not None and self.eval_max_new_tokens < 1:
             raise ConfigError(f"`eval_max_new_tokens` is {self.eval_max_new_tokens}; it must be at least 1, or null "
                               "for the task's own budget.")
+        if self.eval_max_new_tokens is not None and self.eval_max_new_tokens < self.max_new_tokens:
+            raise ConfigError(f"`eval_max_new_tokens` {self.eval_max_new_tokens} is below `max_new_tokens` "
+                              f"{self.max_new_tokens}: the evaluation would cut answers that training generates "
+                              "whole. Raise it to at least `max_new_tokens`, or leave it null (the task's budget).")
         if self.num_eval is not None and self.num_eval < 0:
             raise ConfigError(f"`num_eval` is {self.num_eval}; use a count of prompts, or null for the task's "
                               "default.")
@@ -180,14 +184,23 @@ class TrainConfig(RunConfig):
                                             "where greedy completions are identical to without; true: also in "
                                             "bfloat16/float16 (some completions change, as with another "
                                             "generation_batch_size); false: every row computes its whole prompt.")
+    compile_generation: bool | None = _opt(None, "hf: decode with a static KV cache and the decoding step "
+                                                 "compiled (torch.compile; CUDA graphs on CUDA), reused across "
+                                                 "candidates. None (auto): off, until a GPU measurement shows it "
+                                                 "exact and faster; true: on (plain one-at-a-time batches; the "
+                                                 "first generate of each batch shape pays the compile).")
     prefetch_candidates: bool = _opt(False, "space full, hf: write the next candidate's weights into a second copy "
                                             "of the weights on a worker thread while the current one generates, "
                                             "then swap them in (the same bits; one more copy of the weights in "
                                             "memory). Gains only with a free CPU core (bench/overhead.py).")
-    population_batch_size: int | None = _opt(None, "lora/svd_lora/lowrank: candidates generated together in one "
-                                                  "batched generate, one adapter per row (hf default: one at a "
-                                                  "time, lowrank: the whole population; vllm default: the whole "
-                                                  "population as LoRA requests of one engine batch).")
+    population_batch_size: int | None = _opt(None, "Candidates generated together in one batched generate: lora/"
+                                                  "svd_lora/lowrank, one adapter or low-rank delta per group of "
+                                                  "rows (hf default: one at a time, lowrank: the whole population; "
+                                                  "vllm default: the whole population as LoRA requests of one engine "
+                                                  "batch); full (hf only), one stacked copy of the perturbed weights "
+                                                  "per candidate, so memory grows by that many copies of the model "
+                                                  "(default: one at a time). Same completions and rewards as one at "
+                                                  "a time in float32.")
     eval_every: int = _opt(10, "Evaluate every this many iterations (0: only before and after training).")
     log_samples: int = _opt(4, "Held-out prompts whose completions and rewards go to samples.jsonl and the loggers "
                                "at each evaluation (0: none).")
@@ -280,7 +293,7 @@ class TrainConfig(RunConfig):
                               "fp32 adapter over the frozen quantized base, or `quantization: none`.")
         check_int4_keys(self)
         for key, default, spaces in (("adapter", None, adapter_spaces), ("quantization", "none", adapter_spaces),
-                                     ("population_batch_size", None, (*adapter_spaces, "lowrank"))):
+                                     ("population_batch_size", None, (*adapter_spaces, "lowrank", "full"))):
             if self.space not in spaces and getattr(self, key) != default:
                 raise ConfigError(f"`{key}` applies to the adapter spaces ({', '.join(spaces)}), not to `space: "
                                   f"{self.space}`; set `space: svd_lora` (or lora), or remove `{key}`.")
@@ -294,6 +307,27 @@ class TrainConfig(RunConfig):
             raise ConfigError(f"`singular_value_fraction` {self.singular_value_fraction} of rank {self.lora_rank} "
                               f"rounds down to 0 singular values per factor: nothing to search. Set it to at least "
                               f"{1 / self.lora_rank:g}, or raise `lora_rank`.")
+        if self.shared_prefix and self.backend != "hf":
+            raise ConfigError("`shared_prefix: true` is the hf backend's prefix pass; vLLM shares prefixes through its "
+                              "own prefix cache. Remove `shared_prefix`, or set `backend: hf`.")
+        if self.compile_generation:
+            blocked = [(self.backend != "hf", "`backend: vllm` (vLLM captures its own graphs)"),
+                       (self.quantization != "none", "an INT8/INT4 base (bitsandbytes layers do not compile)"),
+                       (bool(self.shared_prefix), "`shared_prefix: true` (its prefix cache is not a static cache)"),
+                       (self.population_batch_size is not None or self.space == "lowrank",
+                        "a population-batched forward (`population_batch_size`, `space: lowrank`)")]
+            for applies, what in blocked:
+                if applies:
+                    raise ConfigError(f"`compile_generation: true` compiles the hf backend's plain decoding loop, "
+                                      f"which {what} does not use. Remove `compile_generation` (or set it false).")
+        if self.space == "full" and self.population_batch_size is not None:
+            if self.backend != "hf":
+                raise ConfigError("`population_batch_size` with `space: full` stacks whole weight copies in the hf "
+                                  "backend's forward; vLLM evaluates full-rank candidates one at a time. Set "
+                                  "`backend: hf`, or remove `population_batch_size`.")
+            if self.prefetch_candidates:
+                raise ConfigError("`prefetch_candidates` writes the next candidate while one generates, and "
+                                  "`population_batch_size` generates several candidates at once: use one of the two.")
         for key in ("population_batch_size", "generation_batch_size"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; use a positive number or remove it (the "
@@ -339,11 +373,21 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None,
     return TrainConfig.from_dict(values, source=source)
 
 
-# `evotune train` with no config. From the sweep in bench/results/learning_sweep_*: the paper's
-# sigma=1e-3/lr=5e-4 barely moves a 135M model in a CPU budget; 2e-3/4e-3 does, and Rademacher
-# noise reached the same accuracy with ~25% shorter iterations than Gaussian.
+def defaults_unlike_quickstart(config: TrainConfig, given: dict[str, Any]) -> list[str]:
+    """`key=value (quickstart: value)` for every quickstart key that `given` (a config file's keys and --set's)
+    leaves to a TrainConfig default different from the quickstart's: a config file starts from the paper's
+    defaults, not from the tuned quickstart, and a user should see where the two part."""
+    return [f"{key}={getattr(config, key)!r} (quickstart: {value!r})" for key, value in QUICKSTART.items()
+            if key not in given and getattr(config, key) != value]
+
+
+# `evotune train` with no config, measured by bench/quickstart/run.sh (bench/results/quickstart_heldout.json).
+# The paper's sigma=1e-3/lr=5e-4 barely moves a 135M model in a CPU budget (bench/results/learning_sweep_*);
+# training at the evaluation's 48 new tokens, not 10, scores the answers whole (10 cut them, and a model
+# then learns forms the untruncated evaluation marks wrong: docs/benchmarks.md, stability); 16 prompts per
+# member instead of 32 buy twice the iterations in the same ten minutes.
 QUICKSTART = {
     "model": "smollm2-135m-instruct", "task": "arithmetic", "population_size": 16, "antithetic": True,
-    "sigma": 2e-3, "learning_rate": 4e-3, "noise": "rademacher", "iterations": 10, "batch_size": 32, "max_new_tokens": 10,
-    "num_eval": 128, "eval_every": 5, "checkpoint_every": 5,
+    "sigma": 2e-3, "learning_rate": 8e-3, "noise": "rademacher", "iterations": 10, "batch_size": 16,
+    "max_new_tokens": 48, "num_eval": 128, "eval_every": 5, "checkpoint_every": 5,
 }

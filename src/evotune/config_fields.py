@@ -32,7 +32,41 @@ def _same_as(config: type, key: str, default: Any = dataclasses.MISSING) -> Any:
     return _opt(default, declared.metadata["help"])
 
 
-class ConfigMixin:
+# TRL's names for the keys a GRPO user reaches for first, named in the error when they are not this config's.
+TRL_NAMES = {"max_steps": "iterations", "num_generations": "population_size",
+             "max_completion_length": "max_new_tokens", "per_device_train_batch_size": "batch_size",
+             "num_train_epochs": "iterations"}
+
+
+class UnknownKeyError(ConfigError, TypeError):
+    """An argument or config key the config does not have (a TypeError too, as Python's own for a bad argument)."""
+
+
+def unknown_key_message(config: type, key: str, source: str) -> str:
+    known = [f.name for f in dataclasses.fields(config)]
+    if key in TRL_NAMES and TRL_NAMES[key] in known:
+        hint = f"TRL's `{key}` is `{TRL_NAMES[key]}` here."
+    else:
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
+    kind = f"{config.KIND} " if getattr(config, "KIND", "") else ""
+    return f"{source}: unknown {kind}key `{key}`; {hint}"
+
+
+class _ConfigMeta(type):
+    """Calling a config class with an unknown keyword names the closest key (and TRL's mapping) as the CLI does,
+    instead of the dataclass's bare `unexpected keyword argument`."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if dataclasses.is_dataclass(cls):
+            known = {f.name for f in dataclasses.fields(cls)}
+            for key in kwargs:
+                if key not in known:
+                    raise UnknownKeyError(unknown_key_message(cls, key, f"{cls.__name__}(...)"))
+        return super().__call__(*args, **kwargs)
+
+
+class ConfigMixin(metaclass=_ConfigMeta):
     """What every typed config shares: type checks from the annotations, dict round trip, help text, choices."""
 
     KIND = ""  # e.g. "SFT": named in unknown-key errors
@@ -75,10 +109,7 @@ class ConfigMixin:
         known = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
-                kind = f"{cls.KIND} " if cls.KIND else ""
-                raise ConfigError(f"{source}: unknown {kind}key `{key}`; {hint}")
+                raise UnknownKeyError(unknown_key_message(cls, key, source))
         return cls(**values)
 
 

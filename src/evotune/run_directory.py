@@ -27,11 +27,12 @@ RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old",
 # The last section of the model card (model_card.py), the last file a finished run writes into final/ (PEFT
 # writes a template README.md of its own earlier, without it): its presence marks a whole final/.
 MODEL_CARD_MARK = "## Reproduce"
-# Keys a resumed run may change: none of them moves the mean differently.
+# Keys a resumed run may change: none of them moves the mean differently (prefetch_candidates writes the same
+# bits, only earlier).
 RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "eval_max_new_tokens", "checkpoint_every", "report_to", "log_samples", "distributed",
                   "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus",
                   "engine_core", "tensor_parallel_size", "gpu_memory_utilization", "retention_tasks",
-                  "retention_num_eval", "retention_kl")
+                  "retention_num_eval", "retention_kl", "prefetch_candidates")
 
 
 def read_run_config(output_dir: Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .tasks.base import Task
     from .tracking import MetricsLogger
 
+# What a run writes in its OUTPUT_DIR: an earlier run's are refused, or removed by --overwrite.
+SFT_RUN_FILES = ("adapter", "config.yaml", "metrics.jsonl", "samples.jsonl", "loss.png", "tensorboard")
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
 
 
@@ -242,8 +245,12 @@ def plot_loss(metrics_path: Path, output_png: Path, title: str) -> Path:
     return Path(output_png)
 
 
-def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None = None) -> dict[str, Any]:
+def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None = None,
+            overwrite: bool = False) -> dict[str, Any]:
     """Stage 1 end to end; returns the summary (also printed by `evotune sft`).
+
+    An OUTPUT_DIR that holds an earlier run's files is refused unless `overwrite`, which removes them
+    first (the directory's other files stay).
 
     `backend` (an HFBackend, for tests and notebooks) replaces loading `config.model`; afterwards
     its `.model` is the trained PeftModel, as `evotune train` does for adapter spaces.
@@ -256,8 +263,12 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     from .tracking import MetricsLogger
 
     output_dir = Path(output_dir)
-    if (output_dir / "adapter").exists():
-        raise ConfigError(f"{output_dir} already holds an adapter/ from an earlier run; choose a new --output-dir.")
+    earlier = [name for name in SFT_RUN_FILES if (output_dir / name).exists()]
+    if earlier and not overwrite:
+        raise ConfigError(f"{output_dir} already holds an earlier run's {', '.join(earlier)}; choose a new "
+                          "--output-dir, or add --overwrite to replace them.")
+    for name in earlier:
+        shutil.rmtree(output_dir / name) if (output_dir / name).is_dir() else (output_dir / name).unlink()
     started = time.perf_counter()
     rows, task = sft_rows(config)  # data errors surface before the model loads
     output_dir.mkdir(parents=True, exist_ok=True)

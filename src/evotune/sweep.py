@@ -1,7 +1,7 @@
 """`evotune sweep`: one run per grid point and seed, resumable, with a table and a heatmap.
 
     evotune sweep examples/arithmetic.yaml --grid sigma=1e-3,2e-3,4e-3 --grid learning_rate=2e-3,4e-3 \\
-        --seeds 0 1 --output runs/sweep
+        --seeds 0 1 --output-dir runs/sweep
 
 `--parallel N` runs N of them at once as Ray tasks (a local Ray instance, or a cluster), each with
 `--cpus-per-run` cores; a run that fails is reported by name once the others are done.
@@ -112,7 +112,7 @@ def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[i
     _check_arguments(grid, seeds, command, parallel, cpus_per_run)
     output = Path(output)
     if output.exists() and not output.is_dir():
-        raise ConfigError(f"--output {output} is a file; give a directory for the sweep's runs.")
+        raise ConfigError(f"--output-dir {output} is a file; give a directory for the sweep's runs.")
     points = grid_points(grid)
     configs = {(point, seed): {**base, **dict(point.values), "seed": seed} for point in points for seed in seeds}
     typed = _validate(command, configs)

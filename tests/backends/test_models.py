@@ -64,7 +64,7 @@ def test_lm_head_gets_contiguous_input_and_the_same_generations(tiny_model_dir):
     model.requires_grad_(False)  # as PEFT leaves the base (and a tied head)
     bare = HFBackend.__new__(HFBackend)  # the backend without its __init__, so without the hook
     bare.model, bare.tokenizer, bare.generation_batch_size, bare._encoded = model, tokenizer, None, {}
-    bare.shared_prefix = False  # the plain padded batch, as before the hook
+    bare.shared_prefix, bare.compile_generation = False, False  # the plain padded batch, eager, as before the hook
     expected = bare.generate(prompts, 6)
 
     contiguous_head_input(model)

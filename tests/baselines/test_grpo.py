@@ -37,7 +37,7 @@ def test_grpo_run_writes_the_same_contract_as_train(tiny_model_dir, tmp_path, ca
     assert lora_b and any(p.abs().sum() > 0 for p in lora_b)  # B starts at zero: GRPO moved it
     assert sum(p.numel() for p in base.parameters()) > 0
 
-    assert main(["compare", str(run), "--output", str(tmp_path / "cmp")]) == 0  # evotune's tools read it
+    assert main(["compare", str(run), "--output-dir", str(tmp_path / "cmp")]) == 0  # evotune's tools read it
     assert "grpo | 1 |" in capsys.readouterr().out
 
 

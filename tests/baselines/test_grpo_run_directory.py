@@ -230,7 +230,7 @@ def test_a_resume_after_the_time_budget_trains_nothing_and_says_so(tiny_model_di
 
 
 def test_a_finished_grpo_sweep_point_rerun_with_other_settings_is_refused(tiny_model_dir, tmp_path, capsys):
-    sweep = ["sweep", "--command", "grpo", "--output", str(tmp_path / "sweep"), "--grid", "learning_rate=0.05",
+    sweep = ["sweep", "--command", "grpo", "--output-dir", str(tmp_path / "sweep"), "--grid", "learning_rate=0.05",
              *[part for key in [f"model={tiny_model_dir}", "iterations=2", *TINY] if not key.startswith("learning")
                for part in ("--set", key)]]
     assert main(sweep) == 0

@@ -32,9 +32,15 @@ def test_train_smoke_run_with_overrides(tiny_model_dir, tmp_path, capsys):
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["iteration"] == 3
     assert (run / "final" / "config.json").exists()
-    assert "eval/reward" in json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert "eval/reward" in json.loads(captured.out)
+    # the config file leaves noise (and task, ...) to evotune's defaults: the note names where they part from the
+    # quickstart, and not the keys the file or --set gave
+    note = " ".join(line for line in captured.err.splitlines() if "evotune: note:" in line)
+    assert "noise='gaussian' (quickstart: 'rademacher')" in note and "sigma=" not in note and "iterations" not in note
     # a finished run can be extended with --resume
     assert main(["train", config, "--output-dir", str(run), "--set", "iterations=4", "--resume"]) == 0
+    assert "evotune: note:" not in capsys.readouterr().err  # a resume keeps the run's own config
     assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["iteration"] == 4
 
 

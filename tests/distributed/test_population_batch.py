@@ -156,8 +156,8 @@ def test_error_mid_population_restores_adapter_and_forwards(backend):
     assert_forwards_restored(backend.model)
 
 
-def test_refuses_spaces_without_adapters(backend):
-    from evotune.spaces import FullParameterSpace
+def test_refuses_spaces_it_cannot_batch(backend):
+    from evotune.spaces.vector import VectorSpace
 
     with pytest.raises(ConfigError, match="population_batch_size"):
-        BatchedEvaluator(FullParameterSpace(backend.model), backend, make_task(), MAX_NEW_TOKENS, 4)
+        BatchedEvaluator(VectorSpace(np.zeros(3)), backend, make_task(), MAX_NEW_TOKENS, 4)

@@ -51,24 +51,41 @@ class HFBackend:
     shared_prefix: compute the token prefix common to a generate call's prompts once and continue every
     row from its KV cache (backends/shared_prefix.py); False: the plain left-padded batch; None: on where
     that gives the same greedy completions, float32 weights (shared_prefix.exact_for).
+    compile_generation: decode with a static KV cache and the decoding step compiled by torch.compile
+    (transformers' generate: CUDA graphs on CUDA, inductor on a CPU), captured once per batch shape and
+    reused across candidates (a candidate's weights are written in place, so their storage, which the
+    compiled step reads, stays the same). Plain batches only: a shared prefix or a population-batched
+    forward generates eagerly.
     """
 
     def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None,
-                 shared_prefix: bool | None = None):
+                 shared_prefix: bool | None = None, compile_generation: bool = False):
         contiguous_head_input(model)
         self.model = model
         self.tokenizer = tokenizer
         self.generation_batch_size = generation_batch_size
         self.shared_prefix = shared_prefix
+        self.compile_generation = compile_generation
         self._encoded: dict[tuple[str, ...], dict[str, torch.Tensor]] = {}  # the same prompts recur for every candidate
         self._splits: dict[tuple[str, ...], PrefixSplit | None] = {}
 
     @classmethod
     def load(cls, model: str, dtype: str = "bfloat16", device: str = "cpu",
              generation_batch_size: int | None = None, quantization: str | QuantizationSettings = "none",
-             shared_prefix: bool | None = None) -> "HFBackend":
+             shared_prefix: bool | None = None, compile_generation: bool = False) -> "HFBackend":
         return cls(*load_model(model, dtype, device, quantization), generation_batch_size=generation_batch_size,
-                   shared_prefix=shared_prefix)
+                   shared_prefix=shared_prefix, compile_generation=compile_generation)
+
+    def _compiled(self) -> dict[str, Any]:
+        """generate() keywords for a static cache and a compiled decoding step, or none (eager)."""
+        if not self.compile_generation:
+            return {}
+        from transformers.generation.configuration_utils import CompileConfig
+
+        on_cuda = self.device.type == "cuda"
+        config = CompileConfig(mode="reduce-overhead" if on_cuda else "default", dynamic=False)
+        config._compile_all_devices = True  # transformers compiles only on accelerators unless told so
+        return {"cache_implementation": "static", "compile_config": config}
 
     @property
     def device(self) -> torch.device:
@@ -84,8 +101,9 @@ class HFBackend:
         return self._encoded[texts]
 
     def _prefix_split(self, texts: tuple[str, ...]) -> PrefixSplit | None:
-        """The batch split into its shared token prefix and remainders; None: generate the plain padded batch."""
-        if not (exact_for(self.model) if self.shared_prefix is None else self.shared_prefix):
+        """The batch split into its shared token prefix and remainders; None: generate the plain padded batch
+        (also with compile_generation, whose static cache holds the whole padded batch)."""
+        if self.compile_generation or not (exact_for(self.model) if self.shared_prefix is None else self.shared_prefix):
             return None
         if texts not in self._splits:
             if len(self._splits) > 8:
@@ -110,7 +128,7 @@ class HFBackend:
                                                    pad_token_id=self.tokenizer.pad_token_id, **sampling)
             else:
                 batch = self._encode(chunk)
-                output = self.model.generate(**batch, max_new_tokens=max_new_tokens,
+                output = self.model.generate(**batch, max_new_tokens=max_new_tokens, **self._compiled(),
                                              pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (batch, prompt + new)
                 new_tokens = output[:, batch["input_ids"].shape[1]:]
             completions.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
@@ -172,17 +190,22 @@ class HFBackend:
 
         factors: the adapter space's LoRAFactor list; stacked[i]: (P, *factors[i].weight.shape), e.g.
         AdapterSpace.candidate_factors(candidates); or LowRankSpace's factors (plain Linear modules,
-        stacked[i]: (P, *factors[i].shape)). Returns P lists, each like generate(prompts).
+        stacked[i]: (P, *factors[i].shape)); or FullParameterSpace's (whole parameters, stacked[i]: (P, *shape)
+        in the live dtype). Returns P lists, each like generate(prompts).
         Each prompt batch is encoded exactly as generate() does (left-padded, or split at its shared prefix,
         which then runs once per candidate: its KV cache depends on the candidate's weights), then tiled P
         times, candidate-major, so every candidate's rows see the same tokens and padding as on its own.
         """
+        from ..spaces.full import StackedWeight
         from ..spaces.lora import LoRAFactor
         from .multi_lora import population_adapters, population_linear_deltas
+        from .stacked_weights import population_weights
 
         # PEFT adapter factors carry their live LoRA weight; low-rank factors of a plain model (space
-        # lowrank, EGGROLL) name the Linear module they perturb instead.
-        patch = population_adapters if isinstance(factors[0], LoRAFactor) else population_linear_deltas
+        # lowrank, EGGROLL) name the Linear module they perturb; full-rank members (space full) are whole
+        # stacked copies of each perturbed parameter.
+        patch = (population_adapters if isinstance(factors[0], LoRAFactor) else
+                 population_weights if isinstance(factors[0], StackedWeight) else population_linear_deltas)
         population = int(stacked[0].shape[0])
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         step = self.generation_batch_size or len(texts)

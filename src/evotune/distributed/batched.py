@@ -6,7 +6,9 @@ ESSA-style searches (Korotyshova, Shaposhnikov et al., arXiv 2507.04453) can sco
 (backends/multi_lora.py), instead of one generate per candidate. Rewards equal LocalEvaluator's.
 The same holds for `space: lowrank` (EGGROLL, Sarkar et al., arXiv 2511.16652), whose members
 are rank-r perturbations of a plain model's Linear weights: each group of rows adds its member's
-low-rank delta to the shared base matmul.
+low-rank delta to the shared base matmul. And for `space: full` (ES at Scale, Qiu et al., arXiv
+2509.24372) each group of rows runs through its member's own stacked copy of the perturbed weights
+(backends/stacked_weights.py): no shared matmul, but one decoding loop for the whole chunk.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ class BatchedEvaluator(LocalEvaluator):
     """
 
     def __init__(self, space: Space, backend: Backend, task: Task, max_new_tokens: int, population_batch_size: int):
-        if not isinstance(space, FactoredSpace):  # adapter spaces, lowrank (hf or vLLM engine)
-            raise ConfigError("`population_batch_size` needs a low-rank space (`space: lora`, `svd_lora` or "
-                              "`lowrank`); remove `population_batch_size` to evaluate one candidate at a time.")
+        if not isinstance(space, FactoredSpace):  # adapter spaces, lowrank (hf or vLLM engine), full (hf)
+            raise ConfigError("`population_batch_size` needs a space whose members a backend can batch (`space: "
+                              "lora`, `svd_lora`, `lowrank` or `full`); remove `population_batch_size` to evaluate "
+                              "one candidate at a time.")
         if population_batch_size < 1:
             raise ConfigError(f"`population_batch_size` is {population_batch_size}; use a positive number.")
         super().__init__(space, backend, task, max_new_tokens)

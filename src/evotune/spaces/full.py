@@ -16,14 +16,15 @@ import math
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 
 from ..errors import ConfigError
 from ..optimizers import Optimizer
-from ..types import Candidate
-from .base import Space
+from ..types import Candidate, Member
+from .base import FactoredSpace
 from .drift import snapshot, weight_drift, weight_sums
 from .noise import CHUNK_SIZE, fill_noise_chunk
 from .prefetch import MEAN, WeightPrefetcher
@@ -53,8 +54,18 @@ def select_parameters(model: torch.nn.Module | None, include: list[str] | None, 
     return selected
 
 
-class FullParameterSpace(Space):
-    """All (or a regex-selected subset of) a model's parameters, perturbed in place."""
+@dataclass(frozen=True)
+class StackedWeight:
+    """One perturbed parameter of `space: full` as a batched forward sees it: a member's copy of the parameter is
+    a whole tensor of `shape` (backends/stacked_weights.py)."""
+
+    name: str  # parameter name, as model.named_parameters() gives it (a tied weight: its first name)
+    shape: tuple[int, ...]
+
+
+class FullParameterSpace(FactoredSpace):
+    """All (or a regex-selected subset of) a model's parameters, perturbed in place, or (candidate_factors) as
+    one stacked copy per member for a population-batched forward."""
 
     def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",
@@ -87,6 +98,7 @@ class FullParameterSpace(Space):
             raise ConfigError("`prefetch_candidates` swaps whole parameter tensors, so it needs a model's own "
                               "parameters (backend: hf), not an engine's views or shards; set it to false here.")
         self._prefetcher = WeightPrefetcher(self.parameters, self._write) if prefetch else None
+        self.factors: Sequence = [StackedWeight(name, tuple(param.shape)) for name, param in self.parameters]
 
     @property
     def num_parameters(self) -> int:
@@ -155,6 +167,23 @@ class FullParameterSpace(Space):
         if self._prefetcher is not None and self._prefetcher.take(candidate):
             return  # its weights were written while the previous member generated
         self._for_each(lambda name, param: self._write(candidate, name, param))
+
+    def candidate_factors(self, candidates: Sequence[Member]) -> list[torch.Tensor]:
+        """Per parameter (self.factors order), every candidate's weights stacked, (P, *shape) in the live dtype and
+        device: the same bits apply(candidates[c]) writes, without touching the live weights."""
+        if self.shards:
+            raise ConfigError("population-batched full-rank candidates need whole tensors, not tensor-parallel "
+                              "shards; leave `population_batch_size` unset.")
+        stacked = []
+        for name, param in self.parameters:
+            copies = torch.empty((len(candidates), *param.shape), dtype=param.dtype, device=param.device)
+            for index, candidate in enumerate(candidates):
+                if not isinstance(candidate, Candidate):
+                    raise ConfigError("`space: full` takes seed candidates (`strategy: openes`), not vectors.")
+                with torch.no_grad():
+                    self._write(candidate, name, copies[index])
+            stacked.append(copies)
+        return stacked
 
     def restore(self) -> None:
         if self._prefetcher is not None and self._prefetcher.take(MEAN):

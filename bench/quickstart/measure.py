@@ -1,0 +1,101 @@
+"""The quickstart's held-out gain: the base model and each seed's trained model on fresh arithmetic questions.
+
+`run.sh` trains `evotune train` with the shipped quickstart defaults (nothing overridden but the seed) and
+records each run's wall time; this script draws a fresh held-out set from another seed than any run's,
+drops every question any run could have trained on, and scores the base and each final model on the rest,
+greedy, at the task's untruncated evaluation budget (48 new tokens for arithmetic, never the training budget),
+and also at growing budgets to show that budget does not cut the answers it scores. Each run's gain over the
+base is paired (the same prompts), with a bootstrap 95% interval over prompts.
+
+    python bench/quickstart/measure.py runs/quickstart_study/seed0 runs/quickstart_study/seed1 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from common import seed_summary, write_result  # noqa: E402
+
+from evotune.backends import HFBackend  # noqa: E402
+from evotune.builders import build_task  # noqa: E402
+from evotune.config import load_config  # noqa: E402
+from evotune.generation import eval_budget, generate_in_chunks  # noqa: E402
+from evotune.tasks import get_task  # noqa: E402
+
+
+def scores_by_budget(model: str, dtype: str, task, rows: list[dict], budgets: list[int]) -> dict[int, np.ndarray]:
+    """Accuracy per prompt with the answer cut at each budget: one greedy generation at the largest budget,
+    re-decoded at each smaller one (greedy decoding's first K tokens do not depend on the budget)."""
+    backend = HFBackend.load(model, dtype)
+    completions = generate_in_chunks(backend, rows, max(budgets))
+    tokenizer = backend.tokenizer
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
+    result = {}
+    for budget in budgets:
+        cut = [tokenizer.decode(row[:budget], skip_special_tokens=True) for row in ids]
+        result[budget] = np.asarray(task.metric_values("accuracy", rows, cut), dtype=float)  # (prompts,)
+    return result
+
+
+def paired_gain(trained: np.ndarray, base: np.ndarray, draws: int = 10_000, seed: int = 0) -> dict:
+    """Mean gain in points and its bootstrap 95% interval, resampling prompts (the pairs stay together)."""
+    rng = np.random.default_rng(seed)
+    difference = trained - base  # (prompts,)
+    samples = difference[rng.integers(0, len(difference), size=(draws, len(difference)))].mean(axis=1)
+    low, high = np.percentile(samples, [2.5, 97.5])
+    return {"gain_points": round(100 * difference.mean(), 2), "gain_ci95": [round(100 * low, 2), round(100 * high, 2)]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="quickstart run directories (run.sh writes wall_time.json in each)")
+    parser.add_argument("--num-eval", type=int, default=2048,
+                        help="questions drawn; those in any run's training split are dropped (about 60%% here)")
+    parser.add_argument("--seed", type=int, default=20261126, help="held-out draw's seed (no run trains on it)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[16, 24, 32, 48, 64])
+    parser.add_argument("--name", default="quickstart_heldout")
+    args = parser.parse_args()
+    configs = [load_config(Path(run) / "config.yaml") for run in args.runs]
+    base = configs[0]
+    if any(config.seed == args.seed for config in configs):
+        raise SystemExit(f"--seed {args.seed} is a run's own seed; choose another for a fresh held-out draw")
+    task = get_task(base.task, seed=args.seed, num_eval=args.num_eval, **base.task_args)
+    seen = set()
+    for config in configs:  # every question any run could have trained on
+        seen |= {json.dumps(row["prompt"]) for row in build_task(config).train_rows}
+    rows = [row for row in task.eval_rows if json.dumps(row["prompt"]) not in seen]
+    budget = eval_budget(task, base.max_new_tokens)
+    budgets = sorted(set(args.budgets) | {budget, base.max_new_tokens})
+    started = time.perf_counter()
+    base_scores = scores_by_budget(base.model, base.dtype, task, rows, budgets)
+    result = {"command": "python bench/quickstart/measure.py " + " ".join(sys.argv[1:]), "task": base.task,
+              "training_max_new_tokens": base.max_new_tokens, "eval_max_new_tokens": budget,
+              "num_prompts": len(rows), "dropped_as_seen_in_training": args.num_eval - len(rows),
+              "quickstart": {key: getattr(base, key) for key in (
+                  "space", "population_size", "antithetic", "sigma", "learning_rate", "noise", "iterations",
+                  "batch_size", "max_new_tokens", "dtype")},
+              "base": {"accuracy": {k: round(float(v.mean()), 4) for k, v in base_scores.items()}}, "runs": []}
+    for run, config in zip(args.runs, configs):
+        trained = scores_by_budget(str(Path(run) / "final"), config.dtype, task, rows, budgets)
+        timing = json.loads((Path(run) / "wall_time.json").read_text())
+        result["runs"].append({
+            "run": run, "seed": config.seed, "wall_time_s": timing["wall_time_s"], "threads": timing["threads"],
+            "accuracy": {k: round(float(v.mean()), 4) for k, v in trained.items()},
+            **paired_gain(trained[budget], base_scores[budget], seed=config.seed),
+            "gain_points_by_budget": {k: round(100 * float((trained[k] - base_scores[k]).mean()), 2) for k in budgets}})
+    gains = [run["gain_points"] for run in result["runs"]]
+    result["gain_over_seeds"] = seed_summary(gains, [run["seed"] for run in result["runs"]])
+    result["wall_time_s_max"] = max(run["wall_time_s"] for run in result["runs"])
+    result["eval_wall_time_s"] = round(time.perf_counter() - started, 1)
+    write_result(args.name, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The quickstart as a new user runs it, measured: `evotune train` with the shipped defaults (only the seed set),
+# one run after another on all the machine's cores (2 here), each run's wall time from start to its final/ model
+# (model load and evaluations included), then the held-out gain of each seed on fresh questions at 48 tokens.
+# Feeds bench/results/quickstart_heldout.json, which README.md and docs/getting-started.md quote.
+#   bash bench/quickstart/run.sh                 # seeds 0 1 2; runs only what is missing
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUNS=${RUNS:-runs/quickstart_study}
+SEEDS=${SEEDS:-"0 1 2"}
+THREADS=${THREADS:-$(nproc)}
+export OMP_NUM_THREADS=$THREADS
+for seed in $SEEDS; do
+  dir="$RUNS/seed$seed"
+  [ -f "$dir/wall_time.json" ] && continue
+  rm -rf "$dir"
+  start=$(date +%s.%N)
+  evotune train --output-dir "$dir" --set seed="$seed"
+  end=$(date +%s.%N)
+  python3 -c "import json, sys; json.dump({'wall_time_s': round($end - $start, 1), 'threads': $THREADS}, sys.stdout)" \
+    > "$dir/wall_time.json"
+done
+runs=()
+for seed in $SEEDS; do runs+=("$RUNS/seed$seed"); done
+python3 bench/quickstart/measure.py "${runs[@]}"

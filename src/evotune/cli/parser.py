@@ -1,0 +1,176 @@
+"""The `evotune` command line's parsers: every command, option, default and example. `cli/main.py` runs them;
+docs/hooks.py renders them as the CLI reference page."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from typing import Any, get_args
+
+from .. import __version__
+from ..config import DtypeName
+from ..eval_options import add_cli_options
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Examples kept as written (epilogs), and every option's default shown unless it has none (None, a
+    store_true flag) or its help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return f"{text} (default: %(default)s)"
+        return text
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of an option, still accepted: stores into the new option's dest and says what to write."""
+
+    def __init__(self, option_strings: list[str], dest: str, replacement: str = "", **kwargs: Any) -> None:
+        self.replacement = replacement
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"evotune: {option_string} is deprecated here; write {self.replacement} (it names a directory).",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _add_command(commands: Any, name: str, help_text: str, examples: str) -> argparse.ArgumentParser:
+    """A subcommand with the shared formatter and an epilog of examples."""
+    return commands.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
+                               epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
+                               formatter_class=HelpFormatter)
+
+
+def _add_output_dir(command: argparse.ArgumentParser, help_text: str, required: bool = False) -> None:
+    """--output-dir, with the old --output accepted (deprecated) for the commands that once spelled it so."""
+    command.add_argument("--output-dir", required=False, help=help_text + (" (required)" if required else ""))
+    command.add_argument("--output", dest="output_dir", action=DeprecatedAlias, replacement="--output-dir")
+
+
+def _run_parser(commands: Any, name: str, help_text: str, examples: str, default_dir: str) -> argparse.ArgumentParser:
+    """A command that runs from a config: CONFIG, --output-dir and --set, as train, sft and grpo share."""
+    command = _add_command(commands, name, help_text, examples)
+    command.add_argument("config", nargs="?", help=f"YAML config (its keys: `evotune keys {name}`)")
+    command.add_argument("--output-dir", help=f"run directory (default runs/<config name>, or {default_dir})")
+    command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    return command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evotune", description="Fine-tune LLMs with evolution strategies.", formatter_class=HelpFormatter,
+        epilog="examples:\n  evotune train --output-dir runs/quickstart\n  evotune train --help")
+    parser.add_argument("--version", action="version", version=f"evotune {__version__}")
+    commands = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")  # sweep has a --command
+    train = _run_parser(commands, "train", "run ES training (no config: the quickstart on the built-in model)", """
+        evotune train --output-dir runs/quickstart
+        evotune train examples/arithmetic.yaml --output-dir runs/arith --set sigma=2e-3
+        evotune train --output-dir runs/arith --resume --set iterations=40""", "runs/quickstart")
+    _add_resume_flags(train, "config.yaml, metrics.jsonl, checkpoint/, final/, ...")
+
+    sft = _run_parser(commands, "sft", "LoRA supervised fine-tuning (ESSA stage 1): writes OUTPUT_DIR/adapter", """
+        evotune sft examples/sft_arithmetic.yaml --output-dir runs/sft_arithmetic
+        evotune sft examples/sft_arithmetic.yaml --output-dir runs/sft_arithmetic --overwrite""", "runs/sft")
+    sft.add_argument("--overwrite", action="store_true",
+                     help="replace the run files (config.yaml, metrics.jsonl, adapter/, loss.png) in OUTPUT_DIR")
+
+    evaluate = _add_command(commands, "eval", "evaluate one or more models on a task", """
+        evotune eval --model smollm2-135m-instruct --model runs/arith --task arithmetic --num-eval 512
+        evotune eval --model runs/conc --task conciseness --kl-reference smollm2-135m-instruct""")
+    evaluate.add_argument("--model", action="append", required=True,
+                          help="alias, model dir, .gguf, hub id, adapter, run dir or run checkpoint/ (repeatable)")
+    evaluate.add_argument("--task", required=True, help="built-in task name (arithmetic, gsm8k, ...) or custom")
+    evaluate.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE",
+                          help="a task argument, as the config's task_args (repeatable), e.g. digits=3")
+    evaluate.add_argument("--num-eval", type=int, default=None,
+                          help="held-out prompts to score (default: the task's own evaluation set size)")
+    add_cli_options(evaluate)  # --max-new-tokens, --dtype, --device, --seed, --num-samples, ...: EvalOptions'
+    evaluate.add_argument("--output", help="JSON file for the metrics (default evotune-eval-TASK.json)")
+    evaluate.add_argument("--samples", help="also append (model, prompt, completion, reward) rows to this JSONL file")
+    evaluate.add_argument("--dataset", help="gsm8k / math / ifeval / reward_model / custom: data file or hub name")
+    evaluate.add_argument("--eval-dataset", help="held-out data file (default: a seeded split of --dataset)")
+    evaluate.add_argument("--plot", help="reward-vs-KL PNG file (default: next to --output when --kl-reference is set)")
+
+    export = _add_command(commands, "export", "write a plain transformers model (merging a LoRA run's adapter)", """
+        evotune export runs/essa_arithmetic --merge --output-dir runs/essa_arithmetic_merged
+        evotune export runs/arith --average-last 5 --output-dir runs/arith_averaged""")
+    export.add_argument("model", help="run directory (its final/), a run's checkpoint/, an adapter (with --merge: "
+                                      "merged), or alias / directory / .gguf")
+    export.add_argument("--output-dir", required=True, help="directory for the written model (required)")
+    export.add_argument("--merge", action="store_true", help="fold the LoRA adapter into the base weights")
+    export.add_argument("--dtype", default="float32", choices=get_args(DtypeName),
+                        help="dtype of the written weights (float32 keeps every bit of an fp32-trained mean; auto: "
+                             "this machine's fast dtype)")
+    export.add_argument("--overwrite", action="store_true", help="write into an --output-dir that already holds files")
+    export.add_argument("--average-last", type=int, metavar="K",
+                        help="an `evotune train` run's mean averaged over its last K iterates, replayed from its "
+                             "update log (tail averaging: smooths the last updates' noise)")
+
+    grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract", """
+        evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_arithmetic
+        evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_lr --sweep-learning-rates 1e-5 1e-4""",
+                       "runs/grpo")
+    _add_resume_flags(grpo, "config.yaml, metrics.jsonl, trl/, final/, ...", "its last TRL checkpoint")
+    grpo.add_argument("--sweep-learning-rates", type=float, nargs="+", metavar="LR",
+                      help="one run per learning rate, in OUTPUT_DIR/lr_<value>")
+
+    compare = _add_command(commands, "compare", "runs side by side: table and curves vs samples and time", """
+        evotune compare runs/es-seed0 runs/es-seed1 runs/grpo-seed0 --output-dir runs/compare
+        evotune compare runs/* --metric eval/accuracy --budget-time 1800 --output-dir runs/compare""")
+    compare.add_argument("runs", nargs="+", help="run directories (their config.yaml and metrics.jsonl)")
+    _add_output_dir(compare, "directory for compare.json, compare.md and PNGs", required=True)
+    compare.add_argument("--metric", help="eval metric (default eval/accuracy, else eval/reward)")
+    compare.add_argument("--target", type=float, help="also report the time and samples to reach this value")
+    compare.add_argument("--budget", type=int, help="also report the metric at this many sampled completions "
+                                                    "(default: the smallest budget among the runs)")
+    compare.add_argument("--budget-time", type=float, metavar="SECONDS",
+                         help="also report the metric at this much cumulative training time (equal wall-clock)")
+    compare.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
+                         help="name run DIR's method NAME (repeatable): runs of one NAME share a row, whatever their "
+                              "configs (default: runs whose configs differ only in the seed share a row)")
+
+    sweep = _add_command(commands, "sweep", "one run per grid point and seed (resumable), a table and a heatmap", """
+        evotune sweep examples/arithmetic.yaml --grid sigma=1e-3,2e-3 --grid learning_rate=2e-3,4e-3 \\
+            --seeds 0 1 --output-dir runs/sweep --set max_training_seconds=300""")
+    sweep.add_argument("config", nargs="?",
+                       help="YAML config every run starts from (none: as `evotune train` / `grpo` without one)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...", required=True,
+                       help="a config key and its values (repeatable; the first two make the heatmap's axes)")
+    sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per grid point")
+    _add_output_dir(sweep, "directory of the runs, sweep.json, sweep.md, heatmap.png", required=True)
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (repeatable)")
+    sweep.add_argument("--command", default="train", choices=["train", "grpo"], help="what each run is")
+    sweep.add_argument("--metric", help="eval metric of the table (default eval/accuracy, else eval/reward)")
+    sweep.add_argument("--parallel", type=int, default=1, metavar="N",
+                       help="run N grid runs at once as Ray tasks (1: one after another, no Ray)")
+    sweep.add_argument("--cpus-per-run", type=float, default=1, metavar="C", help="with --parallel: cores per run")
+    sweep.add_argument("--ray-address", help="with --parallel: Ray cluster to use (default: $RAY_ADDRESS, else local)")
+
+    doctor = _add_command(commands, "doctor", "check every path (hf, vLLM shapes, LoRA, low-rank, TP, Ray) on a tiny "
+                                              "model on this machine: a table of pass/fail", """
+        evotune doctor
+        evotune doctor --engine-core in_process --engine-core separate_process --output doctor.json""")
+    doctor.add_argument("--engine-core", action="append", choices=["in_process", "separate_process"],
+                        help="vLLM engine shape to check (repeat for both; default: this machine's default)")
+    doctor.add_argument("--output", help="also write the results to this JSON file")
+    doctor.add_argument("--work-dir", help="keep the runs in this directory (default: a temporary one, removed)")
+
+    keys = _add_command(commands, "keys", "list the config keys with their defaults, choices and help", """
+        evotune keys
+        evotune keys sft""")
+    keys.add_argument("which", nargs="?", default="train", choices=["train", "sft", "grpo"], metavar="COMMAND",
+                      help="whose keys: train, sft or grpo")
+    return parser
+
+
+def _add_resume_flags(command: argparse.ArgumentParser, files: str, checkpoint: str = "its checkpoint") -> None:
+    command.add_argument("--resume", action="store_true",
+                         help=f"continue the run in OUTPUT_DIR from {checkpoint}, with its own config.yaml")
+    command.add_argument("--overwrite", action="store_true", help=f"replace the run files ({files}) in OUTPUT_DIR")

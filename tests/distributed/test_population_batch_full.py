@@ -1,0 +1,147 @@
+"""Population-batched full-rank candidates (`space: full`, `population_batch_size`): several whole perturbed
+models in one generate give, in float32, the completions, rewards and final weights of one candidate at a time,
+through a resume and against a Ray run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from evotune.backends import HFBackend
+from evotune.backends.stacked_weights import population_weights
+from evotune.config import TrainConfig
+from evotune.distributed import BatchedEvaluator, LocalEvaluator
+from evotune.errors import ConfigError
+from evotune.spaces import FullParameterSpace
+from evotune.strategies import OpenES
+from helpers import POPULATION_ROWS as ROWS
+from helpers import (assert_identical, completions_one_at_a_time, make_task, requires_ray, snapshot,
+                     train_until_killed)
+
+POPULATION = 7  # chunks of 3 leave a remainder of 1
+MAX_NEW_TOKENS = 6
+
+
+@pytest.fixture
+def backend(tiny_model_dir):
+    return HFBackend.load(tiny_model_dir, dtype="float32")
+
+
+def candidates():
+    return OpenES(population_size=POPULATION, sigma=0.05, seed=11).ask()  # Candidate(seed, scale)
+
+
+def test_stacked_copies_are_the_bits_apply_writes(backend):
+    space = FullParameterSpace(backend.model, noise_kind="rademacher")
+    members = candidates()[:3]
+    stacked = space.candidate_factors(members)
+    before = snapshot(backend.model)
+    assert_identical(backend.model, before)  # building the stack wrote nothing live
+    for index, member in enumerate(members):
+        space.apply(member)
+        for factor, copies in zip(space.factors, stacked):
+            assert torch.equal(copies[index], dict(backend.model.named_parameters())[factor.name]), factor.name
+    space.restore()
+    assert_identical(backend.model, before)
+    # the tied embedding is one parameter: stacked once, patched into the embedding and the LM head both
+    assert backend.model.lm_head.weight is backend.model.model.embed_tokens.weight
+    assert sum(f.name.endswith("embed_tokens.weight") for f in space.factors) == 1
+
+
+@pytest.mark.parametrize("batch", [1, 3, POPULATION])
+def test_batched_completions_and_rewards_equal_one_at_a_time(backend, batch):
+    space = FullParameterSpace(backend.model)
+    prompts = [row["prompt"] for row in ROWS]
+    reference = completions_one_at_a_time(space, backend, candidates(), prompts, MAX_NEW_TOKENS)
+    assert len({tuple(c) for c in reference}) > 1  # the candidates differ: the comparison can fail
+    before = snapshot(backend.model)
+    task = make_task()
+    batched = BatchedEvaluator(space, backend, task, MAX_NEW_TOKENS, batch)
+    assert [c for _, c in sorted(batched.completions(candidates(), prompts))] == reference
+    rewards = batched.evaluate(candidates(), ROWS)
+    np.testing.assert_array_equal(rewards, LocalEvaluator(space, backend, task, MAX_NEW_TOKENS).evaluate(
+        candidates(), ROWS))
+    assert_identical(backend.model, before)  # the live weights hold the mean throughout
+
+
+def test_forwards_restored_and_wrong_row_count_refused(backend):
+    space = FullParameterSpace(backend.model)
+    stacked = space.candidate_factors(candidates()[:2])
+    with pytest.raises(RuntimeError, match="population-batched"):  # 2 candidates x 2 rows, but 3 rows sent
+        with population_weights(backend.model, space.factors, stacked, group_size=2), torch.no_grad():
+            backend.model(input_ids=torch.tensor([[1, 2], [3, 4], [5, 6]]))
+    assert not any("forward" in module.__dict__ for module in backend.model.modules())
+
+
+# --- the run: config, trainer, resume, Ray ---------------------------------------------------------------------
+
+
+def run_config(model_dir: str, **overrides) -> TrainConfig:
+    values = dict(model=model_dir, task="conciseness", space="full", population_size=6, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, iterations=4, batch_size=3, max_new_tokens=5, num_eval=3, eval_every=0,
+                  checkpoint_every=2, dtype="float32", report_to=[])
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def masters(trainer) -> dict[str, torch.Tensor]:
+    return {name: tensor.clone() for name, tensor in trainer.space.state_tensors().items()}
+
+
+def test_config_refuses_what_cannot_batch(tiny_model_dir):
+    with pytest.raises(ConfigError, match="backend: hf"):
+        run_config(tiny_model_dir, population_batch_size=2, backend="vllm")
+    with pytest.raises(ConfigError, match="use one of the two"):
+        run_config(tiny_model_dir, population_batch_size=2, prefetch_candidates=True)
+    with pytest.raises(ConfigError, match="distributed: ray"):
+        run_config(tiny_model_dir, population_batch_size=2, distributed="ray", workers=2)
+
+
+def test_batched_run_equals_one_at_a_time_and_resumes_exactly(tiny_model_dir, tmp_path, monkeypatch):
+    from evotune.trainer import Trainer
+
+    one = Trainer(run_config(tiny_model_dir), tmp_path / "one")
+    assert type(one.evaluator) is LocalEvaluator
+    one.train()
+    expected = masters(one)
+    config = run_config(tiny_model_dir, population_batch_size=4)  # chunks of 4 and 2
+    killed = Trainer(config, tmp_path / "batched")
+    assert isinstance(killed.evaluator, BatchedEvaluator) and killed.evaluator.population_batch_size == 4
+    train_until_killed(monkeypatch, killed, 4)  # during iteration 4, after the checkpoint at iteration 2
+    resumed = Trainer(config, tmp_path / "batched", resume=True)
+    assert resumed.strategy.iteration == 2
+    resumed.train()
+    for name, tensor in expected.items():
+        assert torch.equal(tensor, resumed.space.master[name]), name
+    start = Trainer(run_config(tiny_model_dir), tmp_path / "start").space.master
+    assert any(not torch.equal(tensor, start[name]) for name, tensor in expected.items())  # training moved it
+    one_records = [line for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    batched_records = [line for line in (tmp_path / "batched" / "metrics.jsonl").read_text().splitlines()]
+    import json
+
+    def rewards(lines):
+        return [json.loads(line).get("reward_mean") for line in lines if "reward_mean" in json.loads(line)]
+    assert rewards(one_records) == rewards(batched_records)[-len(rewards(one_records)):]
+
+
+@requires_ray
+def test_ray_replicas_equal_a_batched_run(tiny_model_dir, tmp_path):
+    import ray
+
+    from evotune.trainer import Trainer
+
+    batched = Trainer(run_config(tiny_model_dir, population_batch_size=3), tmp_path / "batched")
+    batched_records = [batched.step() for _ in range(2)]
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    try:
+        pooled = Trainer(run_config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "ray")
+        pooled_records = [pooled.step() for _ in range(2)]
+        for a, b in zip(batched_records, pooled_records):
+            assert a["reward_mean"] == b["reward_mean"] and a["reward_max"] == b["reward_max"]
+        for name, tensor in masters(batched).items():
+            assert torch.equal(tensor, pooled.space.master[name]), name
+        pooled.evaluator.check_replicas()
+        pooled.evaluator.close()
+    finally:
+        ray.shutdown()

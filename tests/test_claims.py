@@ -1,0 +1,43 @@
+"""Every measured number quoted in README.md and docs/ equals what its result file says (bench/claims.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("claims", ROOT / "bench" / "claims.py")
+claims = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(claims)
+
+
+def quoted_spans() -> list[tuple[str, str, str]]:
+    return [(str(path.relative_to(ROOT)), match["name"], match["text"])
+            for path in claims.quoting_files() for match in claims.SPAN.finditer(path.read_text())]
+
+
+def test_readme_and_docs_quote_the_main_results():
+    names = {(path, name) for path, name, _ in quoted_spans()}
+    for name in ("quickstart", "stability-arithmetic", "gpu-h200"):
+        assert ("README.md", name) in names, name
+    assert ("docs/getting-started.md", "quickstart") in names
+
+
+@pytest.mark.parametrize("path,name,text", quoted_spans())
+def test_quoted_number_equals_its_result_file(path, name, text):
+    assert text == claims.render(name), (
+        f"{path} quotes claim {name!r} as {text!r}, but its result file says {claims.render(name)!r}; "
+        "run `python bench/claims.py --update` after re-running the study, or fix the quote")
+
+
+def test_an_edited_number_is_caught(tmp_path):
+    """The check itself can fail: a quote with one digit changed no longer matches."""
+    true = claims.render("stability-arithmetic")
+    edited = true.replace("64.3%", "66.3%")
+    assert edited != true
+    text = f"x <!-- claim:stability-arithmetic -->{edited}<!-- /claim --> y"
+    (match,) = claims.SPAN.finditer(text)
+    assert match["text"] != claims.render(match["name"])
+    assert claims.substitute(text) == f"x <!-- claim:stability-arithmetic -->{true}<!-- /claim --> y"
