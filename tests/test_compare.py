@@ -155,3 +155,22 @@ def test_methods_with_several_seeds_show_each_seed_and_the_spread(tmp_path):
     assert "final_per_seed" not in grpo and "final_range" not in grpo  # one run: no spread to show
     table = (tmp_path / "out" / "compare.md").read_text()
     assert "final_per_seed" in table and "[0.200, 0.500, 0.300]" in table and "| [0, 1, 2] |" in table
+
+
+def test_drift_and_retention_metrics_can_be_compared_and_small_values_keep_their_digits(tmp_path):
+    runs = []
+    for seed, (l2, kl) in enumerate([(0.05, 0.0018), (0.07, 0.0042)]):
+        records = [{"iteration": 0, "eval/accuracy": 0.2, "drift/l2": 0.0, "retain/ifeval/kl": 0.0}]
+        records.append({"iteration": 1, "reward_mean": 0.1, "samples_seen": 10, "time_s": 5.0, "eval/accuracy": 0.3,
+                        "drift/l2": l2, "retain/ifeval/kl": kl})
+        runs.append(write_run(tmp_path / f"es{seed}", {"method": "es", "seed": seed, "num_eval": 100}, records))
+    for metric, final in (("drift/l2", 0.06), ("retain/ifeval/kl", 0.003)):
+        output = tmp_path / metric.replace("/", "_")
+        result = compare_runs(runs, str(output), metric=metric)
+        assert result["methods"][0]["final_mean"] == pytest.approx(final)
+        assert (output / f"{metric.replace('/', '_')}_vs_samples.png").stat().st_size > 0
+    from evotune.compare import _cell
+
+    assert _cell([0.0018, 0.0042]) == "[0.0018, 0.0042]" and _cell([0.5, 0.25]) == "[0.500, 0.250]"
+    with pytest.raises(ConfigError, match="has no `drift/typo`"):
+        compare_runs(runs, str(tmp_path / "bad"), metric="drift/typo")

@@ -41,7 +41,8 @@ def load_run(directory: str | Path, metric: str | None, notes: list[str] | None 
                           "the --output-dir of an `evotune train` or `evotune grpo` run.")
     config = read_config_file(config_path)
     records = read_metrics(metrics_path)
-    keys = {key for record in records for key in record if key.startswith("eval/")}
+    # what an evaluation logs: the task's metrics, the distance from the base, the retention tasks' scores and KL
+    keys = {key for record in records for key in record if key.startswith(("eval/", "drift/", "retain/"))}
     metric = metric or ("eval/accuracy" if "eval/accuracy" in keys else "eval/reward")
     if metric not in keys:
         raise ConfigError(f"{directory} has no `{metric}` in metrics.jsonl (it has {sorted(keys)}); pick one with "
@@ -329,7 +330,7 @@ def compare_runs(run_dirs: Sequence[str | Path], output_dir: str | Path, metric:
               "notes": notes, "runs": runs}
     text, markdown = dumps_strict(result, indent=2), format_markdown(summary, runs[0]["metric"], notes, retention)
     output.mkdir(parents=True, exist_ok=True)  # every input checked and every output formed: now write
-    name = runs[0]["metric"].replace("eval/", "")
+    name = runs[0]["metric"].removeprefix("eval/").replace("/", "_")  # drift/l2 -> drift_l2_vs_samples.png
     _plot(runs, "samples", output / f"{name}_vs_samples.png", "sampled completions")
     _plot(runs, "time_s", output / f"{name}_vs_time.png", "training time (s)")
     (output / "compare.json").write_text(text)  # null, never NaN: strict JSON
@@ -354,9 +355,15 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):  # seeds are whole numbers, metric readings are not
-        return "[" + ", ".join("-" if v is None else str(v) if isinstance(v, (int, str)) else f"{v:.3f}"
-                           for v in value) + "]"
+        return "[" + ", ".join("-" if v is None else str(v) if isinstance(v, (int, str)) else _reading(v)
+                               for v in value) + "]"
     return str(value)
+
+
+def _reading(value: float) -> str:
+    """A metric reading: 3 decimals (accuracies, rewards), or 3 significant digits below 0.01 (a KL of 0.0018 is
+    not 0.000)."""
+    return f"{value:.3f}" if value == 0 or abs(value) >= 0.01 else f"{value:.3g}"
 
 
 def format_markdown(rows: list[dict], metric: str, notes: Sequence[str] = (), retention: Sequence[dict] = ()) -> str:

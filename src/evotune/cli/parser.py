@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         evotune compare runs/* --metric eval/accuracy --budget-time 1800 --output-dir runs/compare""")
     compare.add_argument("runs", nargs="+", help="run directories (their config.yaml and metrics.jsonl)")
     _add_output_dir(compare, "directory for compare.json, compare.md and PNGs", required=True)
-    compare.add_argument("--metric", help="eval metric (default eval/accuracy, else eval/reward)")
+    compare.add_argument("--metric", help="a metric the runs log at evaluations: eval/<name>, drift/<name> or "
+                                          "retain/<task>/<name> (default eval/accuracy, else eval/reward)")
     compare.add_argument("--target", type=float, help="also report the time and samples to reach this value")
     compare.add_argument("--budget", type=int, help="also report the metric at this many sampled completions "
                                                     "(default: the smallest budget among the runs)")
