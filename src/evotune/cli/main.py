@@ -24,7 +24,7 @@ def _output_dir(args: argparse.Namespace, without_config: str) -> str:
 
 def _train(args: argparse.Namespace) -> int:
     from ..checkpoint import find_checkpoint
-    from ..config import QUICKSTART, defaults_unlike_quickstart, load_config
+    from ..config import QUICKSTART, TrainConfig, defaults_unlike_quickstart
     from ..config_files import read_config_values
     from ..run_directory import read_run_config
     from ..trainer import Trainer
@@ -34,10 +34,12 @@ def _train(args: argparse.Namespace) -> int:
         base = read_run_config(Path(output_dir))
     else:
         base = None if args.config else QUICKSTART
-    config = load_config(args.config, args.set, base=base)
+    # the file and --set read once: the values they give, and on top of the base, the config
+    given, source = read_config_values(args.config, args.set,
+                                       missing_hint="pass a YAML file path or no config for the quickstart")
+    config = TrainConfig.from_dict({**(base or {}), **given}, source=source)
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
     if args.config and not args.resume:
-        given, _ = read_config_values(args.config, args.set)
         unlike = defaults_unlike_quickstart(config, given)
         if unlike:
             print("evotune: note: these keys are not in the config, so they take evotune's defaults, not the "

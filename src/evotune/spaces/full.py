@@ -174,13 +174,13 @@ class FullParameterSpace(FactoredSpace):
         if self.shards:
             raise ConfigError("population-batched full-rank candidates need whole tensors, not tensor-parallel "
                               "shards; leave `population_batch_size` unset.")
+        if not all(isinstance(candidate, Candidate) for candidate in candidates):
+            raise ConfigError("`space: full` takes seed candidates (`strategy: openes`), not vectors.")
         stacked = []
         for name, param in self.parameters:
             copies = torch.empty((len(candidates), *param.shape), dtype=param.dtype, device=param.device)
-            for index, candidate in enumerate(candidates):
-                if not isinstance(candidate, Candidate):
-                    raise ConfigError("`space: full` takes seed candidates (`strategy: openes`), not vectors.")
-                with torch.no_grad():
+            with torch.no_grad():
+                for index, candidate in enumerate(candidates):
                     self._write(candidate, name, copies[index])
             stacked.append(copies)
         return stacked
