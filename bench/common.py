@@ -45,7 +45,7 @@ def seed_summary(values, seeds: list) -> dict:
     deviation (evotune compare's seed_spread, so evotune compare's tables and the stability scripts' agree)."""
     import numpy as np
 
-    from evotune.compare import seed_spread
+    from evotune.runs.compare import seed_spread
 
     array = np.asarray(values, dtype=float)  # (seeds,)
     spread = seed_spread([{"final": value, "seed": seed} for value, seed in zip(array, seeds)])

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, write_result
-from evotune.compare import evaluations
-from evotune.evaluation import wilson_interval
-from evotune.tracking import read_metrics
+from evotune.runs.compare import evaluations
+from evotune.evaluation.evaluate import wilson_interval
+from evotune.tracking.tracker import read_metrics
 
 TARGET = "eval/accuracy"
 
@@ -43,7 +43,7 @@ def retention_keys(curve: list[dict]) -> list[str]:
 def update_distance(directory: Path) -> dict[str, float]:
     """||final - base|| / ||base|| over all parameters, and the share of weights that changed, from final/
     (an adapter's final/ loads on its base through the same loader, then merges)."""
-    from evotune.run_groups import read_config_file
+    from evotune.runs.groups import read_config_file
 
     base = _load(read_config_file(directory / "config.yaml")["model"])
     tuned = _load(str(directory / "final"))
@@ -226,7 +226,7 @@ def main() -> None:
     methods = load_runs(args.runs, args.seeds, unfinished)
     if not methods:
         raise SystemExit(f"no evaluated runs (<method>-seed<N>/metrics.jsonl) under {args.runs}")
-    from evotune.run_groups import read_config_file
+    from evotune.runs.groups import read_config_file
 
     config = read_config_file(Path(methods[next(iter(methods))][0]["run"]) / "config.yaml")
     counts = retention_counts(config)

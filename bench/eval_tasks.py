@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, write_result  # noqa: E402
 
-from evotune.evaluation import EvalOptions, evaluate_models, format_table  # noqa: E402
+from evotune.evaluation.evaluate import EvalOptions, evaluate_models, format_table  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_result  # noqa: E402
 
-from evotune.tracking import read_metrics  # noqa: E402
+from evotune.tracking.tracker import read_metrics  # noqa: E402
 
 
 def run(config: str, steps: int, accumulation: int, directory: Path) -> dict:

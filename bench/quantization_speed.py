@@ -37,7 +37,7 @@ MIB = 1024 * 1024
 def export_base(model_dir: Path) -> None:
     """The built-in GGUF as a float32 save_pretrained directory (bitsandbytes quantizes directories, not GGUF)."""
     if not (model_dir / "config.json").exists():
-        from evotune.export import export_model
+        from evotune.runs.export import export_model
 
         export_model("smollm2-135m-instruct", str(model_dir), dtype="float32")
 

@@ -34,10 +34,10 @@ import numpy as np
 
 from common import RESULTS, seed_summary, write_result
 from evotune.backends.models import resolve_model
-from evotune.evaluation import load_for_eval
-from evotune.generation import generate_in_chunks
+from evotune.evaluation.evaluate import load_for_eval
+from evotune.evaluation.generation import generate_in_chunks
 from evotune.tasks import get_task
-from evotune.tracking import read_metrics
+from evotune.tracking.tracker import read_metrics
 
 
 def model_path(run: str) -> str:

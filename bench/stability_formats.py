@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common import RESULTS, write_result
 from evotune.tasks.arithmetic import build_arithmetic, numbers
-from evotune.tracking import read_metrics
+from evotune.tracking.tracker import read_metrics
 
 FORMS = (("number", re.compile(r"^\s*-?[\d,]+\s*\.?\s*$")),
          ("equation", re.compile(r"^\s*-?\d+\s*\+\s*-?\d+\s*=\s*-?[\d,]+")),

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, write_result
-from evotune.evaluation import wilson_interval
+from evotune.evaluation.evaluate import wilson_interval
 from evotune.tasks.arithmetic import arithmetic_reward, build_arithmetic
 
 PAIRS = {"noise": ("noise-seed0", "es-seed0", 0), "data": ("data-seed0", "es-seed0", 0),

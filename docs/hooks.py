@@ -124,7 +124,7 @@ def resumable_keys(which: str) -> str:
     """The keys a resume may change (run_directory.RESUMABLE_KEYS; for grpo those its config has), as code spans."""
     from evotune.baselines.grpo import GRPORunConfig
     from evotune.config import TrainConfig
-    from evotune.run_directory import RESUMABLE_KEYS
+    from evotune.runs.directory import RESUMABLE_KEYS
 
     config_class = TrainConfig if which == "train" else GRPORunConfig
     keys = [key for key in RESUMABLE_KEYS if key in config_class.__dataclass_fields__]

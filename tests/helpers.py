@@ -201,8 +201,7 @@ def strict_loads(text: str):
 
 def save_checkpoint_at(directory: Path, iteration: int) -> None:
     """A small checkpoint whose every file says which iteration wrote it."""
-    from evotune import checkpoint
-
+    from evotune.runs import checkpoint
     checkpoint.save_checkpoint(directory, {"iteration": iteration, "strategy": {"iteration": iteration}},
                                {"w": torch.full((8,), float(iteration))}, {"m": torch.full((2,), float(iteration))},
                                [{"iteration": i, "seeds": [i], "coefficients": [0.5]} for i in range(iteration)])

@@ -51,8 +51,8 @@ GRAPH = {name: {target for target in imported_modules(path.read_text(), package_
 
 def test_the_graph_counts_type_checking_and_function_level_imports():
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .trainer import Trainer\n"
-              "def f():\n    from .sweep import run_sweep\n")
-    assert {"evotune.trainer", "evotune.sweep"} <= imported_modules(source, "evotune")
+              "def f():\n    from .runs.sweep import run_sweep\n")
+    assert {"evotune.trainer", "evotune.runs.sweep"} <= imported_modules(source, "evotune")
 
 
 def test_no_import_cycles_between_modules():
@@ -86,14 +86,51 @@ def imports_of(prefix: str) -> set[str]:
     return {target for name, targets in GRAPH.items() if name.startswith(prefix) for target in targets}
 
 
+# Modules that import nothing of evotune but errors, so any layer may use them: reading checkpoints, and
+# checking a PEFT adapter directory (the lora space and the model loader both do).
+LEAVES = {"evotune.runs.checkpoint", "evotune.backends.adapters"}
+
+
 def test_dependencies_point_down():
-    upper = ("evotune.trainer", "evotune.builders", "evotune.cli", "evotune.callbacks", "evotune.run_directory")
+    upper = ("evotune.trainer", "evotune.es_trainer", "evotune.sft", "evotune.builders", "evotune.cli",
+             "evotune.callbacks", "evotune.runs", "evotune.evaluation", "evotune.doctor")
     for layer in ("evotune.strategies", "evotune.spaces", "evotune.backends", "evotune.tasks",
-                  "evotune.distributed"):
-        assert not {t for t in imports_of(layer) if t.startswith(upper)}, layer
+                  "evotune.distributed", "evotune.config", "evotune.tracking"):
+        assert not {t for t in imports_of(layer) if t.startswith(upper) and t not in LEAVES}, layer
     assert not {t for t in imports_of("evotune.strategies") if t.startswith(("evotune.spaces", "evotune.backends"))}
-    assert not {t for t in imports_of("evotune.spaces") if t.startswith(("evotune.backends", "evotune.tasks"))}
+    assert not {t for t in imports_of("evotune.spaces") if t.startswith(("evotune.backends", "evotune.tasks"))
+                and t not in LEAVES}
     assert not {t for t in imports_of("evotune.tasks") if t.startswith(("evotune.spaces", "evotune.backends"))}
+
+
+# The grouped packages, bottom to top. A package may import those below it, never those above: config/
+# (typed settings) and tracking/ (metrics and loggers) know nothing of runs or evaluation; evaluation/
+# reads checkpoints (runs.checkpoint, a leaf that imports only errors) but nothing else of runs/;
+# runs/ (compare, sweep, export) builds on evaluation/ and tracking/; nothing below imports the loop.
+GROUP_ORDER = ("evotune.config", "evotune.tracking", "evotune.evaluation", "evotune.runs")
+
+
+# A sweep drives many training runs, as the CLI does: it sits above the loop, though it lives with the
+# other run bookkeeping in runs/.
+DRIVERS = {"evotune.runs.sweep"}
+
+
+def test_grouped_packages_import_only_downward():
+    for position, group in enumerate(GROUP_ORDER):
+        above = GROUP_ORDER[position + 1:] + ("evotune.trainer", "evotune.es_trainer", "evotune.sft",
+                                              "evotune.cli", "evotune.doctor")
+        upward = {f"{name} -> {target}" for name, targets in GRAPH.items()
+                  if name.startswith(group) and name not in DRIVERS
+                  for target in targets if target.startswith(above) and target not in LEAVES}
+        assert not upward, f"{group} imports from a layer above it: {sorted(upward)}"
+    for leaf in LEAVES:
+        assert GRAPH[leaf] <= {"evotune.errors"}, leaf
+
+
+def test_the_top_level_holds_only_the_loop_and_small_shared_modules():
+    top = {path.stem for path in PACKAGE.glob("*.py")}
+    assert top == {"__init__", "_legacy_paths", "trainer", "es_trainer", "sft", "builders", "callbacks",
+                   "doctor", "errors", "import_utils", "seeds", "types"}, sorted(top)
 
 
 def all_imports(path: Path) -> set[str]:
@@ -111,8 +148,8 @@ def test_heavy_optional_packages_stay_in_their_own_module():
     owners = {"vllm": {"evotune.backends.vllm", "evotune.backends.vllm_cpu", "evotune.backends.vllm_lora",
                        "evotune.backends.vllm_weights"},
               "ray": {"evotune.distributed.ray"}, "trl": {"evotune.baselines.grpo", "evotune.baselines.grpo_logging"},
-              "bitsandbytes": {"evotune.backends.quantized"}, "wandb": {"evotune.loggers"},
-              "trackio": {"evotune.loggers"}}
+              "bitsandbytes": {"evotune.backends.quantized"}, "wandb": {"evotune.tracking.loggers"},
+              "trackio": {"evotune.tracking.loggers"}}
     for package, allowed in owners.items():
         users = {name for name, path in MODULES.items() if package in all_imports(path)}
         assert users <= allowed, f"{package} imported by {sorted(users - allowed)}"

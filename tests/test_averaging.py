@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from evotune.callbacks import ESCallback
 from evotune.cli.main import main
 from evotune.errors import CheckpointError, ConfigError
-from evotune.export import export_model
+from evotune.runs.export import export_model
 from evotune.trainer import Trainer
 from helpers import essa_config, tiny_config
 

@@ -19,7 +19,7 @@ from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.distributed.base import Replica
 from evotune.errors import ConfigError
-from evotune.optimizers import SGD, Adam
+from evotune.strategies.optimizers import SGD, Adam
 from evotune.spaces import FullParameterSpace, LowRankSpace
 from evotune.spaces.lora import LoRASpace
 from evotune.spaces.svd_lora import SVDLoRASpace

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from evotune.callbacks import EarlyStopping, ESCallback, ESLoop
-from evotune.checkpoint import find_checkpoint, load_state
+from evotune.runs.checkpoint import find_checkpoint, load_state
 from evotune.trainer import Trainer
 from helpers import tiny_config
 

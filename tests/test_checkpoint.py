@@ -1,4 +1,4 @@
-"""evotune.checkpoint: a kill at any step of a save leaves a resumable checkpoint, and damage is detected.
+"""evotune.runs.checkpoint: a kill at any step of a save leaves a resumable checkpoint, and damage is detected.
 
 The kill loops cover every filesystem step of a save (found by recording them), in process, in pairs, and with
 real SIGKILLs; end to end, `evotune train` killed with SIGKILL and resumed ends on the uninterrupted run's
@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from evotune import checkpoint as ckpt
+from evotune.runs import checkpoint as ckpt
 from evotune.cli.main import main
 from evotune.errors import CheckpointError
 from helpers import flip_byte, run_config, save_checkpoint_at, strict_loads, truncate
@@ -91,7 +91,7 @@ def newest(directory: Path) -> int | None:
 
 
 # A kill never damages a checkpoint, so no fallback warning may appear in the kill tests.
-no_damage = pytest.mark.filterwarnings("error::evotune.checkpoint.CheckpointFallbackWarning")
+no_damage = pytest.mark.filterwarnings("error::evotune.runs.checkpoint.CheckpointFallbackWarning")
 
 
 @no_damage
@@ -215,7 +215,7 @@ def test_when_every_checkpoint_is_damaged_the_error_names_the_files(tmp_path):
 
 KILLER = """
 import os, signal, sys
-from evotune import checkpoint
+from evotune.runs import checkpoint
 step, count = sys.argv[1], int(sys.argv[2])
 seen = []
 def hook(name):

@@ -17,7 +17,7 @@ import yaml
 
 from evotune.baselines.grpo import GRPORunConfig
 from evotune.cli.main import main
-from evotune.compare import compare_runs
+from evotune.runs.compare import compare_runs
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.sft import SFTConfig

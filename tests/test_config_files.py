@@ -92,6 +92,6 @@ def test_combinations_that_cannot_mean_what_they_say_are_refused():
 
 
 def test_prefetch_candidates_may_change_on_resume():
-    from evotune.run_directory import RESUMABLE_KEYS
+    from evotune.runs.directory import RESUMABLE_KEYS
 
     assert "prefetch_candidates" in RESUMABLE_KEYS

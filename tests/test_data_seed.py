@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from evotune.compare import compare_runs
+from evotune.runs.compare import compare_runs
 from evotune.sft import SFTConfig, sft_rows
 from evotune.trainer import Trainer
 from helpers import tiny_config

@@ -142,11 +142,11 @@ def test_a_built_in_task_scored_by_reward_funcs_that_are_not_importable(tiny_mod
 
 def test_evaluate_before_train_scores_the_retention_tasks_as_the_run_logs_them(tiny_model_dir, tmp_path,
                                                                               monkeypatch):
-    import evotune.retention
+    import evotune.evaluation.retention
 
     builds = []
-    build_retention = evotune.retention.build_retention
-    monkeypatch.setattr(evotune.retention, "build_retention", lambda *args: builds.append(args) or
+    build_retention = evotune.evaluation.retention.build_retention
+    monkeypatch.setattr(evotune.evaluation.retention, "build_retention", lambda *args: builds.append(args) or
                         build_retention(*args))
     retention = dict(retention_tasks=["countdown"], retention_num_eval=3, iterations=1)
     starting = ESTrainer(model=tiny_model_dir, reward_funcs=short_reward, train_dataset=conversational_dataset(),

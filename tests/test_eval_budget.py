@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
-from evotune.generation import eval_budget
+from evotune.evaluation.generation import eval_budget
 from evotune.tasks import get_task
 from evotune.trainer import Trainer
 from helpers import tiny_config

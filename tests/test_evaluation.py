@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from evotune import checkpoint as ckpt
+from evotune.runs import checkpoint as ckpt
 from evotune.cli.main import main
-from evotune.evaluation import k3_kl, load_for_eval, pass_at_k, wilson_interval
+from evotune.evaluation.evaluate import k3_kl, load_for_eval, pass_at_k, wilson_interval
 from helpers import fake_run, strict_loads, truncate
 
 
@@ -94,8 +94,8 @@ def test_eval_generates_at_the_tasks_own_budget_unless_told(tiny_model_dir, monk
     own evaluations use too), else the fallback for a task without one; the budget used is in the result."""
     from dataclasses import replace
 
-    from evotune import evaluation
-    from evotune.evaluation import FALLBACK_MAX_NEW_TOKENS, EvalOptions, evaluate_models
+    from evotune.evaluation.evaluate import evaluate as evaluation
+    from evotune.evaluation.evaluate import FALLBACK_MAX_NEW_TOKENS, EvalOptions, evaluate_models
     from evotune.tasks import get_task
 
     asked_for = []  # the budget of every generate call, which still runs on the real model
@@ -118,7 +118,7 @@ def test_eval_generates_at_the_tasks_own_budget_unless_told(tiny_model_dir, monk
 
 def test_kl_is_positive_and_grows_with_the_perturbation(tiny_model_dir):
     """KL from the base is 0 for the base itself and larger for a larger weight change."""
-    from evotune.evaluation import EvalOptions, _kl
+    from evotune.evaluation.evaluate import EvalOptions, _kl
     from evotune.tasks import get_task
 
     task = get_task("arithmetic", num_eval=4)

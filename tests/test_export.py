@@ -1,4 +1,4 @@
-"""evotune.export (`evotune export`): a plain transformers model directory from a model, a run or an adapter
+"""evotune.runs.export (`evotune export`): a plain transformers model directory from a model, a run or an adapter
 (merged with --merge); nothing already in the output directory is replaced without --overwrite."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
-from evotune.export import check_output_dir, export_model
+from evotune.runs.export import check_output_dir, export_model
 from evotune.trainer import Trainer
 from helpers import essa_config
 
@@ -47,7 +47,7 @@ def test_an_export_killed_midway_leaves_no_model_directory_and_the_next_one_succ
     script = f"""
 import os, signal
 from transformers import PreTrainedModel
-from evotune.export import export_model
+from evotune.runs.export import export_model
 
 save = PreTrainedModel.save_pretrained
 def save_then_die(self, *args, **kwargs):

@@ -14,7 +14,7 @@ import yaml
 
 from evotune.callbacks import SamplesCallback
 from evotune.errors import ConfigError
-from evotune.loggers import build_loggers, read_logger_ids, samples_markdown
+from evotune.tracking.loggers import build_loggers, read_logger_ids, samples_markdown
 from evotune.trainer import Trainer
 from helpers import front_matter, requires_trackio, requires_wandb, tiny_config
 
@@ -236,6 +236,6 @@ def test_report_to_choices_are_the_loggers():
     from typing import get_args
 
     from evotune.config import Logger
-    from evotune.loggers import LOGGERS
+    from evotune.tracking.loggers import LOGGERS
 
     assert set(get_args(Logger)) == set(LOGGERS)

@@ -1,10 +1,10 @@
-"""evotune.model_card: final/README.md as a Hugging Face model card: the Hub's front matter, the method with its
+"""evotune.evaluation.model_card: final/README.md as a Hugging Face model card: the Hub's front matter, the method with its
 paper, the task and rewards, the hyperparameters, held-out metrics before and after, and how to reproduce."""
 
 from __future__ import annotations
 
 from evotune.config import TrainConfig
-from evotune.model_card import base_model_info, eval_before_after, model_card, write_model_card
+from evotune.evaluation.model_card import base_model_info, eval_before_after, model_card, write_model_card
 from helpers import front_matter, write_metrics
 
 

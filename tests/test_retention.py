@@ -11,9 +11,9 @@ import pytest
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
-from evotune.evaluation import k3_kl
-from evotune.generation import eval_budget, evaluate_model
-from evotune.retention import build_retention_tasks, token_pairs
+from evotune.evaluation.evaluate import k3_kl
+from evotune.evaluation.generation import eval_budget, evaluate_model
+from evotune.evaluation.retention import build_retention_tasks, token_pairs
 from evotune.tasks import get_task
 from helpers import tiny_config
 
@@ -75,7 +75,7 @@ def test_full_space_kl_equals_k3_of_the_final_model_against_the_base(tiny_model_
 def test_curves_have_a_panel_per_retention_task(tiny_model_dir, tmp_path):
     import matplotlib.image
 
-    from evotune.tracking import plot_curves
+    from evotune.tracking.tracker import plot_curves
 
     path = tmp_path / "metrics.jsonl"
     rows = [{"iteration": 0, "eval/reward": 0.1, "retain/ifeval/reward": 0.5, "retain/ifeval/kl": 0.0,

@@ -59,7 +59,7 @@ def test_a_relative_dataset_is_recorded_absolute_and_a_resume_naming_it_relative
 
 
 def test_hub_ids_and_aliases_are_left_as_written(tmp_path, monkeypatch):
-    from evotune.config_files import absolutize_paths
+    from evotune.config.files import absolutize_paths
 
     monkeypatch.chdir(tmp_path)
     config = TrainConfig(model="smollm2-135m-instruct", task="gsm8k", dataset="openai/gsm8k")

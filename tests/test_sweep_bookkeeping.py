@@ -20,9 +20,9 @@ import yaml
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
-from evotune.run_directory import final_is_complete
-from evotune.sweep import SweepFailed, sweep
-from evotune.sweep_grid import grid_points, parse_grid
+from evotune.runs.directory import final_is_complete
+from evotune.runs.sweep import SweepFailed, sweep
+from evotune.runs.sweep_grid import grid_points, parse_grid
 from helpers import requires_ray
 
 # The tiny model, 2 iterations of 2 members, evaluated every iteration; no config, so the quickstart's base.
@@ -38,7 +38,7 @@ def arguments(model_dir: str, output: Path, *extra: str) -> list[str]:
 def base(model_dir: str) -> dict:
     """The values `arguments` gives a sweep, for calling sweep() directly."""
     from evotune.config import QUICKSTART
-    from evotune.config_files import parse_overrides
+    from evotune.config.files import parse_overrides
 
     return {**QUICKSTART, **parse_overrides([f"model={model_dir}", *SETTINGS])}
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from evotune.errors import EvotuneError
-from evotune.sweep import sweep
-from evotune.sweep_grid import parse_grid
+from evotune.runs.sweep import sweep
+from evotune.runs.sweep_grid import parse_grid
 from helpers import requires_ray
 
 pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module

@@ -1,4 +1,4 @@
-"""evotune.tracking: metrics.jsonl is strict JSON (NaN and infinities written as null), a resume cuts it back to
+"""evotune.tracking.tracker: metrics.jsonl is strict JSON (NaN and infinities written as null), a resume cuts it back to
 the checkpoint and drops a torn last line, a damaged file is an error naming it; the curves plot, the time budget,
 and logger errors on close."""
 
@@ -14,8 +14,8 @@ import torch
 
 from evotune.cli.main import main
 from evotune.errors import DataError
-from evotune.loggers import RunLogger
-from evotune.tracking import (MetricsLogger, dumps_strict, out_of_time, peak_memory_mib, plot_curves, read_metrics,
+from evotune.tracking.loggers import RunLogger
+from evotune.tracking.tracker import (MetricsLogger, dumps_strict, out_of_time, peak_memory_mib, plot_curves, read_metrics,
                               strict_json)
 from helpers import run_config, strict_loads, write_metrics
 
@@ -41,7 +41,7 @@ def test_reward_none_everywhere_is_a_clear_error_and_metrics_stay_strict_json(ti
 
 
 def test_metrics_logger_writes_null_for_nan_and_infinity(tmp_path):
-    from evotune.tracking import MetricsLogger, read_metrics
+    from evotune.tracking.tracker import MetricsLogger, read_metrics
 
     logger = MetricsLogger(tmp_path, [])
     logger.log({"iteration": 1, "reward_mean": float("nan"), "reward_max": np.float32("inf"),
@@ -53,7 +53,7 @@ def test_metrics_logger_writes_null_for_nan_and_infinity(tmp_path):
 
 
 def test_resume_drops_a_torn_last_line_and_rewrites_legacy_nan(tmp_path):
-    from evotune.tracking import MetricsLogger
+    from evotune.tracking.tracker import MetricsLogger
 
     path = tmp_path / "metrics.jsonl"
     write_metrics(path, [{"iteration": 0, "eval/reward": float("nan")}, {"iteration": 1}, {"iteration": 2}],
@@ -74,7 +74,7 @@ BAD_METRICS = {
 
 @pytest.mark.parametrize("variant", list(BAD_METRICS))
 def test_a_damaged_metrics_file_on_resume_is_named(variant, tmp_path):
-    from evotune.tracking import MetricsLogger
+    from evotune.tracking.tracker import MetricsLogger
 
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(BAD_METRICS[variant].encode("latin-1"))

@@ -26,7 +26,7 @@ from common import seed_summary, write_result  # noqa: E402
 from evotune.backends import HFBackend  # noqa: E402
 from evotune.builders import build_task  # noqa: E402
 from evotune.config import load_config  # noqa: E402
-from evotune.generation import eval_budget, generate_in_chunks  # noqa: E402
+from evotune.evaluation.generation import eval_budget, generate_in_chunks  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
 
 

@@ -1,9 +1,12 @@
 """evotune: fine-tune and align LLMs with evolution strategies (forward passes only)."""
 
+from . import _legacy_paths
 from .config import TrainConfig, load_config
 from .errors import ConfigError, DataError, EvotuneError, ModelLoadError, RewardFunctionError
 
 __version__ = "0.1.0"
+
+_legacy_paths.install()  # old module paths (evotune.checkpoint, ...) keep importing
 
 __all__ = ["ConfigError", "DataError", "ESConfig", "ESTrainer", "EvotuneError", "ModelLoadError",
            "RewardFunctionError", "TrainConfig", "Trainer", "load_config"]

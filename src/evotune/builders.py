@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .backends.base import Backend, resolve_device
-from .config import TrainConfig
+from .config.train import TrainConfig
 from .distributed.base import Evaluator, Replica
 from .errors import ConfigError
 from .spaces import FullParameterSpace, Space
@@ -34,7 +34,7 @@ def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None) ->
 
 def read_adapter_config(adapter: str) -> dict[str, Any]:
     """The PEFT adapter_config.json of `adapter` (valid JSON with PEFT's keys), or an error naming the fix."""
-    from .adapters import read_adapter_config as read
+    from .backends.adapters import read_adapter_config as read
 
     return read(adapter)
 
@@ -48,7 +48,7 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
                                  config.lora_init, config.seed)
     from peft import PeftModel
 
-    from .adapters import check_adapter
+    from .backends.adapters import check_adapter
 
     check_adapter(config.adapter, model, config.model)  # a clear error before PEFT's own
     return PeftModel.from_pretrained(model, config.adapter, adapter_name="default").eval()
@@ -57,7 +57,7 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
 def build_space(config: TrainConfig, backend: Backend) -> Space:
     """The search space with the optimizer that moves its mean; for adapter spaces `backend.model`
     becomes the PEFT-wrapped model."""
-    from .optimizers import make_optimizer
+    from .strategies.optimizers import make_optimizer
 
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.anchor_decay)
     # the base weights (anchor_decay, log_drift) are snapshotted as the space is built: before any checkpoint loads

@@ -21,10 +21,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .config import TrainConfig
+from .config.train import TrainConfig
 from .strategies.base import Strategy
 from .tasks.base import Task, prompt_text
-from .tracking import MetricsLogger, dumps_strict, plot_curves
+from .tracking.tracker import MetricsLogger, dumps_strict, plot_curves
 
 
 @runtime_checkable

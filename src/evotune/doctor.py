@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from .config import TrainConfig
+from .config.train import TrainConfig
 
 # A run short enough for a CPU: 2 iterations of 4 antithetic members on 3 prompts.
 RUN = dict(task="conciseness", population_size=4, antithetic=True, sigma=0.05, learning_rate=0.05, iterations=2,

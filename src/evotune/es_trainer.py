@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks import ESCallback
-from .config import TrainConfig
-from .config_fields import _opt
+from .config.train import TrainConfig
+from .config.fields import _opt
 from .errors import ConfigError, DataError
 from .tasks import Task
 from .tasks.base import function_name
@@ -269,7 +269,7 @@ class ESTrainer:
                               "loads a saved one; pass only one of them.")
         targets = target_module_list(peft_config.target_modules, values["lora_target_modules"])
         if self.backend is not None:  # a loaded model: name missing modules now, before anything is written
-            from .adapters import check_target_modules
+            from .backends.adapters import check_target_modules
 
             check_target_modules(self.backend.model, [] if targets == ["all-linear"] else targets,
                                  "peft_config.target_modules")
@@ -300,8 +300,8 @@ class ESTrainer:
 
     def _check_new_run(self) -> None:
         """A new run may replace an earlier one only when asked (`overwrite`), as the CLI's --overwrite."""
-        from .checkpoint import find_checkpoint
-        from .run_directory import existing_artifacts
+        from .runs.checkpoint import find_checkpoint
+        from .runs.directory import existing_artifacts
 
         found = existing_artifacts(self.output_dir)
         if found and not self.overwrite:
@@ -319,7 +319,7 @@ class ESTrainer:
     def _remove_attempt(self) -> None:
         """What a failed start wrote (config.yaml, data/, ...), so that the next attempt starts cleanly;
         only names a run writes, never the user's other files."""
-        from .run_directory import existing_artifacts
+        from .runs.directory import existing_artifacts
 
         for name in existing_artifacts(self.output_dir):
             path = self.output_dir / name
@@ -331,7 +331,7 @@ class ESTrainer:
 
     def _resume(self, resume_from_checkpoint: Any) -> bool:
         """TRL's argument: None/False start a run, True (or the run's checkpoint path) continues it."""
-        from .checkpoint import find_checkpoint
+        from .runs.checkpoint import find_checkpoint
 
         if resume_from_checkpoint is None or resume_from_checkpoint is False:
             return False
@@ -381,8 +381,8 @@ class ESTrainer:
             return self.trainer.evaluate()
         from .backends.base import resolve_device
         from .builders import load_backend
-        from .generation import eval_budget, eval_record, evaluate_model
-        from .retention import build_retention
+        from .evaluation.generation import eval_budget, eval_record, evaluate_model
+        from .evaluation.retention import build_retention
 
         if self.backend is None:
             self.backend = load_backend(self.config, resolve_device(self.config.device))

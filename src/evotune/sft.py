@@ -25,18 +25,18 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
-from .config import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig
-from .config_checks import check_device, check_int4_keys
-from .config_fields import _opt, _same_as
-from .config_files import absolutize_paths, read_config_values
+from .config.train import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig
+from .config.checks import check_device, check_int4_keys
+from .config.fields import _opt, _same_as
+from .config.files import absolutize_paths, read_config_values
 from .errors import ConfigError, DataError
-from .generation import eval_budget, eval_record, evaluate_model
+from .evaluation.generation import eval_budget, eval_record, evaluate_model
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
-    from .retention import Retention
+    from .evaluation.retention import Retention
     from .tasks.base import Task
-    from .tracking import MetricsLogger
+    from .tracking.tracker import MetricsLogger
 
 # What a run writes in its OUTPUT_DIR: an earlier run's are refused, or removed by --overwrite.
 SFT_RUN_FILES = ("adapter", "config.yaml", "metrics.jsonl", "samples.jsonl", "loss.png", "tensorboard")
@@ -233,7 +233,7 @@ def plot_loss(metrics_path: Path, output_png: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .tracking import read_metrics
+    from .tracking.tracker import read_metrics
 
     records = [record for record in read_metrics(metrics_path) if "loss" in record]
     figure, axis = plt.subplots(figsize=(6, 3.6))
@@ -258,9 +258,9 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     from .backends import HFBackend
     from .backends.base import resolve_device
     from .backends.quantized import QuantizationSettings
-    from .retention import build_retention
+    from .evaluation.retention import build_retention
     from .spaces.lora import init_lora_adapter
-    from .tracking import MetricsLogger
+    from .tracking.tracker import MetricsLogger
 
     output_dir = Path(output_dir)
     earlier = [name for name in SFT_RUN_FILES if (output_dir / name).exists()]

@@ -8,21 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from . import run_directory
+from .runs import directory as run_directory
 from .backends.base import Backend, resolve_device
 from .builders import build_evaluator, build_space, build_strategy, build_task, load_backend, reserve_driver_gpus
 from .callbacks import ESCallback, default_callbacks
-from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
-from .config import TrainConfig
+from .runs.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from .config.train import TrainConfig
 from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError
-from .generation import check_prompt_lengths, eval_budget, eval_record, evaluate_model
-from .model_card import write_model_card
-from .retention import build_retention
+from .evaluation.generation import check_prompt_lengths, eval_budget, eval_record, evaluate_model
+from .evaluation.model_card import write_model_card
+from .evaluation.retention import build_retention
 from .seeds import derive_seed
 from .tasks import Task
 from .tasks.base import function_name, prompt_text
-from .tracking import MetricsLogger, out_of_time, peak_memory_mib
+from .tracking.tracker import MetricsLogger, out_of_time, peak_memory_mib
 from .types import append_update
 
 __all__ = ["Trainer"]

@@ -11,7 +11,7 @@ from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_eng
 from evotune.backends import HFBackend
 from evotune.builders import hf_linear_weight_names, hf_parameter_shapes
 from evotune.config import TrainConfig
-from evotune.optimizers import SGD
+from evotune.strategies.optimizers import SGD
 from evotune.spaces.lowrank import LowRankSpace
 from evotune.strategies import OpenES
 from evotune.trainer import Trainer

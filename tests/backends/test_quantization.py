@@ -219,7 +219,7 @@ def test_eval_uses_the_runs_quantized_base(essa_run, tmp_path):
 def test_export_writes_the_quantized_runs_adapter(essa_run, tmp_path):
     from safetensors.torch import load_file
 
-    from evotune.export import export_model
+    from evotune.runs.export import export_model
 
     run, _, _, _ = essa_run
     export_model(str(run / "checkpoint"), str(tmp_path / "adapter"))

@@ -17,7 +17,7 @@ from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_eng
 
 from evotune.backends import HFBackend
 from evotune.config import TrainConfig
-from evotune.optimizers import make_optimizer
+from evotune.strategies.optimizers import make_optimizer
 from evotune.spaces import FullParameterSpace
 from evotune.trainer import Trainer
 from evotune.types import Candidate, SeedUpdate

@@ -20,7 +20,7 @@ from evotune.errors import ConfigError
 from evotune.spaces import FullParameterSpace
 from evotune.strategies import Candidate, SeedUpdate
 from evotune.import_utils import is_vllm_available
-from evotune.optimizers import make_optimizer
+from evotune.strategies.optimizers import make_optimizer
 from helpers import requires_cuda, requires_vllm
 
 

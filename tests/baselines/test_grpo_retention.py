@@ -9,7 +9,7 @@ import math
 import pytest
 
 from evotune.cli.main import main
-from evotune.generation import eval_budget, evaluate_model
+from evotune.evaluation.generation import eval_budget, evaluate_model
 from evotune.tasks import get_task
 from helpers import requires_trl
 

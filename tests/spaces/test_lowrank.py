@@ -19,7 +19,7 @@ from evotune.backends.multi_lora import population_linear_deltas
 from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.errors import ConfigError, RewardFunctionError
-from evotune.optimizers import SGD
+from evotune.strategies.optimizers import SGD
 from evotune.spaces import SPACES, LowRankSpace
 from evotune.strategies import OpenES
 from evotune.tasks import Task
@@ -237,7 +237,7 @@ def test_update_is_the_same_with_any_thread_count(tiny_model_dir, tmp_path):
         "import sys, torch\n"
         "torch.set_num_threads(int(sys.argv[2]))\n"
         "from evotune.backends import HFBackend\n"
-        "from evotune.optimizers import Adam\n"
+        "from evotune.strategies.optimizers import Adam\n"
         "from evotune.spaces import LowRankSpace\n"
         "from evotune.types import SeedUpdate\n"
         "space = LowRankSpace(HFBackend.load(sys.argv[1], dtype='float32').model, rank=4, optimizer=Adam(1e-2))\n"

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from evotune.errors import DataError
-from evotune.generation import check_prompt_lengths
+from evotune.evaluation.generation import check_prompt_lengths
 from evotune.trainer import Trainer
 from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine, tiny_config
 

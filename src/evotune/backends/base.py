@@ -38,7 +38,7 @@ def resolve_device(device: str) -> str:
     """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""
     import torch
 
-    from ..config_checks import check_device
+    from ..config.checks import check_device
     from ..errors import ConfigError
 
     check_device(device)

@@ -140,7 +140,7 @@ def find_adapter(path: str) -> tuple[Path, str] | None:
     is one; None otherwise. The base is the run's config.yaml `model`, else PEFT's recorded base."""
     import yaml
 
-    from ..adapters import read_adapter_config
+    from .adapters import read_adapter_config
 
     directory = Path(os.path.expanduser(path))
     if (directory / "final" / "adapter_config.json").exists():
@@ -168,7 +168,7 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu",
     if adapter is not None:
         from peft import PeftModel
 
-        from ..adapters import check_adapter
+        from .adapters import check_adapter
 
         model, tokenizer = load_model(adapter[1], dtype, device, quantization)
         check_adapter(adapter[0], model, adapter[1])  # a clear error before PEFT's own

@@ -35,7 +35,7 @@ class EngineSpace(Space):
         """perturbation_rank, linear_names: the engine side's LowRankSpace (EngineLowRankSpace). anchor_decay,
         keep_base: the engine snapshots its own base weights in its process (spaces/drift.py); only the numbers
         of drift_metrics come back."""
-        from ..optimizers import make_optimizer
+        from ..strategies.optimizers import make_optimizer
 
         if master_device not in MASTER_DEVICES:
             raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")

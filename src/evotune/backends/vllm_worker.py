@@ -45,7 +45,7 @@ class EngineWeightsExtension:
 
         import torch
 
-        from ..optimizers import make_optimizer
+        from ..strategies.optimizers import make_optimizer
         from ..spaces import FullParameterSpace
         from .vllm_cpu import packed_weight_layers
         from .vllm_weights import engine_pieces

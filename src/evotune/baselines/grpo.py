@@ -22,13 +22,13 @@ from typing import Any, Iterator, Literal, get_args
 
 import yaml
 
-from ..config import DtypeName, RunConfig, TrainConfig
-from ..config_files import absolutize_paths, read_config_values
-from ..config_checks import check_rewards
-from ..config_fields import _opt, _same_as
+from ..config.train import DtypeName, RunConfig, TrainConfig
+from ..config.files import absolutize_paths, read_config_values
+from ..config.checks import check_rewards
+from ..config.fields import _opt, _same_as
 from ..errors import ConfigError
 from ..import_utils import is_trl_available
-from ..run_directory import RESUMABLE_KEYS, changed_keys, read_run_config
+from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
 LOSS_TYPES = get_args(LossType)
@@ -122,7 +122,7 @@ def _policy(config: GRPORunConfig) -> tuple[Any, Any]:
     if config.adapter is not None:  # continue this adapter (TRL trains a PeftModel it is given as is)
         from peft import PeftModel
 
-        from ..adapters import check_adapter
+        from ..backends.adapters import check_adapter
 
         check_adapter(config.adapter, model, config.model)  # a clear error before PEFT's own
         model = PeftModel.from_pretrained(model, config.adapter, adapter_name="default", is_trainable=True)
@@ -147,7 +147,7 @@ def _grpo_arguments(config: GRPORunConfig, output: Path, reward_weights: list[fl
         gradient_checkpointing=False)  # small models: recomputation costs more than the memory it saves
 
 
-# --- the run directory: the same contract as `evotune train` (evotune.run_directory) -------------------------
+# --- the run directory: the same contract as `evotune train` (evotune.runs.directory) -------------------------
 
 
 def check_grpo_resume(output_dir: str | Path, config: GRPORunConfig) -> None:
@@ -268,7 +268,7 @@ def _removed_if_start_fails(output: Path, new_run: bool) -> Iterator[None]:
 def _max_steps(config: GRPORunConfig, output: Path, done: int) -> tuple[int, float]:
     """(TRL's max_steps, training seconds already spent). A resumed run whose `max_training_seconds` is used
     up trains no further step (TRL would take one before the budget check) and says so."""
-    from ..tracking import out_of_time
+    from ..tracking.tracker import out_of_time
 
     spent = _training_seconds(output, done) if done else 0.0
     if done and out_of_time(spent, config.max_training_seconds):
@@ -286,7 +286,7 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False, overw
     its config.yaml only in RESUMABLE_KEYS); overwrite: replace the run files there."""
     if not is_trl_available():
         raise ConfigError("`evotune grpo` runs TRL's GRPOTrainer: pip install 'evotune[grpo]'.")
-    from ..tracking import plot_curves
+    from ..tracking.tracker import plot_curves
 
     output = Path(output_dir)
     checkpoint = prepare_grpo_run(output, config, resume, overwrite)
@@ -318,9 +318,9 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
 
     from ..backends import HFBackend
     from ..backends.hf import contiguous_head_input
-    from ..retention import build_retention
+    from ..evaluation.retention import build_retention
     from ..tasks import get_task
-    from ..tracking import MetricsLogger
+    from ..tracking.tracker import MetricsLogger
     from .grpo_logging import EvotuneMetricsCallback
 
     task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
@@ -354,14 +354,14 @@ def _cuda() -> bool:
 
 def _training_seconds(output: Path, last: int) -> float:
     """Training time already spent by a run being resumed: its steps' `time_s` up to TRL's last checkpoint."""
-    from ..tracking import read_metrics
+    from ..tracking.tracker import read_metrics
 
     return sum(record.get("time_s") or 0.0 for record in read_metrics(output / "metrics.jsonl")
                if isinstance(record.get("iteration"), int) and 0 < record["iteration"] <= last)
 
 
 def _last_eval(output: Path) -> dict[str, Any]:
-    from ..tracking import read_metrics
+    from ..tracking.tracker import read_metrics
 
     evaluated = [record for record in read_metrics(output / "metrics.jsonl") if any(k.startswith("eval/") for k in record)]
     return {key: value for key, value in evaluated[-1].items() if key.startswith("eval/")} if evaluated else {}

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from transformers import TrainerCallback
 
 from ..backends.base import Backend
-from ..generation import eval_budget, eval_record, evaluate_model
+from ..evaluation.generation import eval_budget, eval_record, evaluate_model
 from ..tasks.base import Task
-from ..tracking import MetricsLogger, out_of_time, peak_memory_mib
+from ..tracking.tracker import MetricsLogger, out_of_time, peak_memory_mib
 
 if TYPE_CHECKING:
-    from ..retention import Retention
+    from ..evaluation.retention import Retention
 
 
 class EvalSchedule(Protocol):

@@ -23,10 +23,10 @@ def _output_dir(args: argparse.Namespace, without_config: str) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ..checkpoint import find_checkpoint
-    from ..config import QUICKSTART, TrainConfig, defaults_unlike_quickstart
-    from ..config_files import read_config_values
-    from ..run_directory import read_run_config
+    from ..runs.checkpoint import find_checkpoint
+    from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
+    from ..config.files import read_config_values
+    from ..runs.directory import read_run_config
     from ..trainer import Trainer
 
     output_dir = _output_dir(args, "runs/quickstart")
@@ -73,10 +73,10 @@ def _sft(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from ..backends.base import resolve_device
-    from ..config_files import parse_overrides
-    from ..evaluation import EvalOptions, check_options, evaluate_models, format_table
+    from ..config.files import parse_overrides
+    from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models, format_table
     from ..tasks import get_task
-    from ..tracking import dumps_strict
+    from ..tracking.tracker import dumps_strict
 
     output = Path(args.output or f"evotune-eval-{args.task}.json")
     plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)
@@ -121,7 +121,7 @@ def _require_output_dir(args: argparse.Namespace) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ..export import export_model
+    from ..runs.export import export_model
 
     print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype, args.overwrite,
                                   args.average_last), indent=2))
@@ -147,7 +147,7 @@ def _grpo(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ..compare import compare_runs, format_markdown
+    from ..runs.compare import compare_runs, format_markdown
 
     output_dir = _require_output_dir(args)
     result = compare_runs(args.runs, output_dir, args.metric, args.target, args.budget, args.budget_time,
@@ -158,10 +158,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..config import QUICKSTART
-    from ..config_files import read_config_values
-    from ..sweep import SweepFailed, format_table, sweep
-    from ..sweep_grid import parse_grid
+    from ..config.train import QUICKSTART
+    from ..config.files import read_config_values
+    from ..runs.sweep import SweepFailed, format_table, sweep
+    from ..runs.sweep_grid import parse_grid
 
     output_dir = _require_output_dir(args)
     grid = parse_grid(args.grid)
@@ -209,7 +209,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from ..config import TrainConfig
+    from ..config.train import TrainConfig
 
     if args.which == "sft":
         from ..sft import SFTConfig as config_class

@@ -9,8 +9,8 @@ import textwrap
 from typing import Any, get_args
 
 from .. import __version__
-from ..config import DtypeName
-from ..eval_options import add_cli_options
+from ..config.train import DtypeName
+from ..config.eval_options import add_cli_options
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -71,7 +71,7 @@ class ReplicaWorker:
 
     def load(self, state: dict) -> None:
         """Rebuild the driver's mean: the checkpoint (mean and optimizer), then the updates logged after it."""
-        from ..checkpoint import load_checkpoint
+        from ..runs.checkpoint import load_checkpoint
 
         space = self.replica.space
         start = 0

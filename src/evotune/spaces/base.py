@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..optimizers import Optimizer
+from ..strategies.optimizers import Optimizer
 from ..types import MeanUpdate, Member, SeedUpdate, Update, update_from_dict
 
 
@@ -62,7 +62,7 @@ class Space(ABC):
         """The optimizer a seed update steps with (spaces built for CMA-ES alone may have none)."""
         if self.optimizer is None:
             raise ConfigError(f"{type(self).__name__} was built without an optimizer, so it cannot take a seed "
-                              "update; pass optimizer=SGD(learning_rate) (or evotune.optimizers.make_optimizer).")
+                              "update; pass optimizer=SGD(learning_rate) (or evotune.strategies.optimizers.make_optimizer).")
         return self.optimizer
 
     def set_mean(self, vector: np.ndarray) -> None:

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import ConfigError
-from ..optimizers import Optimizer
+from ..strategies.optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace
 from .drift import snapshot, weight_drift, weight_sums

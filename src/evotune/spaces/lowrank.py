@@ -40,7 +40,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ConfigError
-from ..optimizers import Optimizer
+from ..strategies.optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace
 from .full import FullParameterSpace, select_parameters

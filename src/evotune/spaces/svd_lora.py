@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
-from ..optimizers import Optimizer
+from ..strategies.optimizers import Optimizer
 from .lora import AdapterSpace
 
 

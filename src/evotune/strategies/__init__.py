@@ -4,7 +4,7 @@ from ..types import Candidate, MeanUpdate, SeedUpdate, Update
 from .base import Strategy
 from .cma import CMAES
 from .openes import OpenES
-from ..optimizers import OPTIMIZERS, SGD, Adam, make_optimizer
+from .optimizers import OPTIMIZERS, SGD, Adam, make_optimizer
 from .shaping import SHAPINGS, centered_rank, z_score
 
 STRATEGIES = {"openes": OpenES, "cma": CMAES}

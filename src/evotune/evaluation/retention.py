@@ -17,17 +17,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .backends.base import Backend
-from .config import RunConfig
-from .errors import ConfigError
-from .evaluation import k3_kl
+from ..backends.base import Backend
+from ..config.train import RunConfig
+from ..errors import ConfigError
+from .evaluate import k3_kl
 from .generation import check_prompt_lengths, eval_budget, evaluate_model
-from .tasks import Task, get_task
+from ..tasks import Task, get_task
 
 if TYPE_CHECKING:
     import torch
 
-    from .backends.hf import HFBackend
+    from ..backends.hf import HFBackend
 
 RETAIN_PREFIX = "retain/"
 Pairs = list[tuple[list[int], list[int]]]  # (prompt token ids, completion token ids) per row
@@ -58,7 +58,7 @@ class BaseModelCopy:
 
     def logprobs(self, backend: HFBackend, pairs: Pairs) -> list[torch.Tensor]:
         if self.backend is None:
-            from .backends import HFBackend
+            from ..backends import HFBackend
 
             dtype = str(backend.model.dtype).removeprefix("torch.")
             self.backend = HFBackend.load(self.model, dtype, str(backend.device))
@@ -112,7 +112,7 @@ class Retention:
 
 def token_pairs(tokenizer: Any, rows: list[dict], completions: list[str]) -> Pairs:
     """(prompt ids, completion ids) per row: the prompt rendered as generation renders it (chat template)."""
-    from .backends.hf import render_prompt
+    from ..backends.hf import render_prompt
 
     prompts = tokenizer([render_prompt(tokenizer, row["prompt"]) for row in rows], add_special_tokens=False)
     answers = tokenizer(list(completions), add_special_tokens=False)

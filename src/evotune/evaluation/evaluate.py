@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .backends.base import Backend, resolve_device
-from .eval_options import FALLBACK_MAX_NEW_TOKENS, EvalOptions
-from .errors import ConfigError
+from ..backends.base import Backend, resolve_device
+from ..config.eval_options import FALLBACK_MAX_NEW_TOKENS, EvalOptions
+from ..errors import ConfigError
 from .generation import check_prompt_lengths, eval_budget, generate_in_chunks
-from .tasks.base import Task
+from ..tasks.base import Task
 
 if TYPE_CHECKING:
-    from .backends.hf import HFBackend
+    from ..backends.hf import HFBackend
 
 
 def wilson_interval(successes: float, total: int, z: float = 1.96) -> tuple[float, float]:
@@ -74,7 +74,7 @@ def load_for_eval(model: str, dtype: str, device: str, quantization: str | None 
     """A backend for `model`; a run's checkpoint/ directory is rebuilt from the run's config and mean.
 
     quantization: the base's (none / int8 / int4); None: the run's own (eval_quantization)."""
-    from .backends import HFBackend
+    from ..backends import HFBackend
 
     path = Path(model)
     settings = eval_quantization(model, quantization)
@@ -92,7 +92,7 @@ def eval_quantization(model: str, requested: str | None) -> Any:
     default int4 choices. An adapter evolved on an INT4 base is evaluated on that base unless told otherwise."""
     import yaml
 
-    from .backends.quantized import QuantizationSettings
+    from ..backends.quantized import QuantizationSettings
 
     path = Path(model)
     recorded = QuantizationSettings()
@@ -136,11 +136,11 @@ def require_final(path: Path) -> None:
 
 
 def _load_checkpoint(directory: Path, dtype: str, device: str, quantization: Any) -> Any:
-    from .backends import HFBackend
-    from .builders import build_space, on_hf_backend
-    from .checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
-    from .config import load_config
-    from .errors import CheckpointError
+    from ..backends import HFBackend
+    from ..builders import build_space, on_hf_backend
+    from ..runs.checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
+    from ..config.train import load_config
+    from ..errors import CheckpointError
 
     run_config = directory.parent / "config.yaml"
     if not run_config.exists():

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 REQUIRED_KEYS = ("peft_type", "r")  # target_modules may be null: PEFT then picks per architecture
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")

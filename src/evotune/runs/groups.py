@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from .config_files import PATH_KEYS
-from .errors import ConfigError
-from .run_directory import RESUMABLE_KEYS
+from ..config.files import PATH_KEYS
+from ..errors import ConfigError
+from .directory import RESUMABLE_KEYS
 
 # Keys that cannot change what a run reaches, so runs that differ only in them are seeds of one method: the seed,
 # the `method` name (the row's name already), and what a resume may change except the run's length (logging,

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
-from .evaluation import wilson_interval
-from .run_groups import (group_runs, method_config, method_label, parse_labels, read_config_file, resolve_adapter,
+from ..errors import ConfigError
+from ..evaluation.evaluate import wilson_interval
+from .groups import (group_runs, method_config, method_label, parse_labels, read_config_file, resolve_adapter,
                          unique_directories)
-from .tracking import dumps_strict, read_metrics
+from ..tracking.tracker import dumps_strict, read_metrics
 
 
 def load_run(directory: str | Path, metric: str | None, notes: list[str] | None = None) -> dict[str, Any]:

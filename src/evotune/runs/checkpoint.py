@@ -29,7 +29,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 STATE_FILE = "state.json"
 MANIFEST_FILE = "manifest.json"

@@ -22,18 +22,18 @@ from typing import Any
 
 import torch
 
-from .errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError
 
 
 def average_last_iterates(run: Path, count: int) -> tuple[Any, dict]:
     """(backend whose model holds the mean of the run's last `count` iterates, summary). The run's checkpoint/
     must hold its last iteration (a finished run's does)."""
-    from .backends.base import resolve_device
-    from .builders import build_space, load_backend, on_hf_backend
+    from ..backends.base import resolve_device
+    from ..builders import build_space, load_backend, on_hf_backend
     from .checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
-    from .config import load_config
-    from .spaces.base import differing_tensors
-    from .types import update_from_dict
+    from ..config.train import load_config
+    from ..spaces.base import differing_tensors
+    from ..types import update_from_dict
 
     if not (run / "config.yaml").is_file() or not (run / "checkpoint").exists():
         raise ConfigError(f"--average-last needs an `evotune train` run directory (config.yaml and checkpoint/), "

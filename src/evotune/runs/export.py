@@ -16,10 +16,10 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from .backends.models import find_adapter, load_model, torch_dtype
+from ..backends.models import find_adapter, load_model, torch_dtype
 from .checkpoint import fsync_directory, fsync_file
-from .errors import ConfigError
-from .evaluation import is_checkpoint_directory, load_for_eval, require_final
+from ..errors import ConfigError
+from ..evaluation.evaluate import is_checkpoint_directory, load_for_eval, require_final
 
 
 def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = "float32",

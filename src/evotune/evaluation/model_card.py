@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from .config import TrainConfig
+from ..config.train import TrainConfig
 from .generation import eval_budget
-from .tasks.base import Task
-from .tracking import read_metrics
+from ..tasks.base import Task
+from ..tracking.tracker import read_metrics
 
 PAPERS = {
     "es": ("ES at Scale", "Qiu et al. 2025, *Evolution Strategies at Scale: LLM Fine-Tuning Beyond Reinforcement "
@@ -173,7 +173,7 @@ def _training_summary(records: list[dict[str, Any]]) -> list[str]:
 
 def _reward_lines(config: TrainConfig, task: Task | None) -> list[str]:
     if task is not None and task.reward_fns:
-        from .tasks.base import function_name
+        from ..tasks.base import function_name
 
         names = [function_name(fn) for fn in task.reward_fns]
         weights = list(task.reward_weights)

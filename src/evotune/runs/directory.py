@@ -17,14 +17,14 @@ from typing import Any, Iterator
 import yaml
 
 from .checkpoint import find_checkpoint, load_state
-from .config import TrainConfig
-from .config_files import absolutize_paths
-from .errors import ConfigError, OutputError
+from ..config.train import TrainConfig
+from ..config.files import absolutize_paths
+from ..errors import ConfigError, OutputError
 
 # What `evotune train` writes into a run directory (files and directories).
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
                  "tensorboard", "curves.png", "samples.jsonl", "loggers.json")
-# The last section of the model card (model_card.py), the last file a finished run writes into final/ (PEFT
+# The last section of the model card (evaluation/model_card.py), the last file a finished run writes into final/ (PEFT
 # writes a template README.md of its own earlier, without it): its presence marks a whole final/.
 MODEL_CARD_MARK = "## Reproduce"
 # Keys a resumed run may change: none of them moves the mean differently (prefetch_candidates writes the same
@@ -188,8 +188,8 @@ def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         checkpoint = None
     if config.dtype == "auto":  # config.yaml records the machine's choice, so a resume elsewhere keeps it
-        from .backends.base import resolve_device
-        from .backends.models import resolve_dtype
+        from ..backends.base import resolve_device
+        from ..backends.models import resolve_dtype
 
         config.dtype = resolve_dtype("auto", resolve_device(config.device))
     output_dir.mkdir(parents=True, exist_ok=True)

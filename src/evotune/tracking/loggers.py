@@ -28,7 +28,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 LOGGERS = ("tensorboard", "wandb", "trackio")  # config.Logger's choices
 LOGGER_IDS_FILE = "loggers.json"  # where a run's W&B id is kept for --resume

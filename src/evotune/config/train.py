@@ -3,7 +3,7 @@
 A YAML file gives any subset of the keys; `--set key=value` overrides them (values
 parsed as YAML, so `--set antithetic=true --set sigma=2e-3` work).
 
-Every value is checked against its field's annotation (config_fields.py holds those checks); the
+Every value is checked against its field's annotation (fields.py holds those checks); the
 choices of a key are a `Literal` type, the single source that both the check and `evotune keys` read. This module imports neither torch nor the registries that hold the
 same names (spaces.SPACES, strategies.STRATEGIES, ...): tests/test_config.py checks that each
 registry's names equal its Literal's, so they cannot drift.
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .config_checks import check_device, check_int4_keys, check_retention, check_rewards
-from .config_fields import ConfigMixin, _opt
-from .config_files import read_config_values
-from .errors import ConfigError
+from .checks import check_device, check_int4_keys, check_retention, check_rewards
+from .fields import ConfigMixin, _opt
+from .files import read_config_values
+from ..errors import ConfigError
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
 TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",
@@ -37,6 +37,13 @@ LoraInit = Literal["kaiming", "gaussian"]  # spaces.lora.LORA_INITS
 BackendName = Literal["hf", "vllm"]  # backends.BACKENDS, plus vllm (backends/vllm.py, imported only when chosen)
 DistributedName = Literal["local", "ray"]
 Logger = Literal["tensorboard", "wandb", "trackio"]  # loggers.LOGGERS
+
+__all__ = [
+    "RunConfig", "TrainConfig", "load_config", "defaults_unlike_quickstart", "searched_count", "QUICKSTART",
+    "MAX_SIGMA", "TaskName", "SpaceName", "StrategyName", "OptimizerName", "FitnessShaping", "NoiseKind",
+    "DtypeName", "Quantization", "Int4Type", "ComputeDtype", "LoraInit", "BackendName", "DistributedName",
+    "Logger",
+]
 
 # A sigma past this is a typo or a unit mistake (ES uses ~1e-3): full-space noise this large turns
 # fp32 weights into inf/nan, and no search space has values on this scale.

@@ -15,7 +15,7 @@ import typing
 from dataclasses import field
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def _opt(default: Any, help: str, **kwargs: Any) -> Any:
@@ -145,7 +145,7 @@ def _requirement(hint: Any, example: Any) -> str:
         return "it must be a list (YAML: [a, b]; [] for none)"
     if get_origin(hint) is dict:
         return "it must be a mapping (YAML: {name: value})"
-    raise TypeError(f"config annotation {hint!r} has no check; add one to evotune.config_fields")
+    raise TypeError(f"config annotation {hint!r} has no check; add one to evotune.config.fields")
 
 
 def check_value(key: str, value: Any, hint: Any, example: Any = None) -> Any:
@@ -186,7 +186,7 @@ def check_value(key: str, value: Any, hint: Any, example: Any = None) -> Any:
             if not isinstance(name, str):  # every config mapping is keyed by argument names
                 raise ConfigError(f"`{key}` has the name {name!r}; names must be text, e.g. {{digits: 3}}.")
         return {name: check_value(f"{key}.{name}", item, args[1]) for name, item in value.items()}
-    raise TypeError(f"config annotation {hint!r} of `{key}` has no check; add one to evotune.config_fields")
+    raise TypeError(f"config annotation {hint!r} of `{key}` has no check; add one to evotune.config.fields")
 
 
 def _check_float(key: str, value: Any, fail: ConfigError, example: Any) -> float:

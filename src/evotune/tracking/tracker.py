@@ -1,5 +1,5 @@
 """Run logging: metrics.jsonl (the CLI contract), the `report_to` loggers (TensorBoard, W&B, Trackio: see
-evotune.loggers), and learning-curve plots.
+evotune.tracking.loggers), and learning-curve plots.
 
 metrics.jsonl holds strict JSON, one object per line: a NaN or infinite value (e.g. a reward
 when every sample was skipped) is written as null, because `NaN` is not JSON and most readers
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 from .loggers import build_loggers
 
 
@@ -74,7 +74,7 @@ class MetricsLogger:
             self.path.write_text("".join(dumps_strict(record) + "\n" for record in kept))
         elif resume_iteration is None:
             self.path.write_text("")
-        # TensorBoard, W&B, Trackio (evotune.loggers): every record, the config, samples, the final curves
+        # TensorBoard, W&B, Trackio (evotune.tracking.loggers): every record, the config, samples, the final curves
         self.loggers = build_loggers(report_to, Path(output_dir), resume_iteration, step_key,
                                      strict_json(config) if config else None)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # Keys that may name a local file or directory (or a hub id / built-in name, left as written).
 PATH_KEYS = ("model", "adapter", "dataset", "eval_dataset")

@@ -24,8 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import ConfigError, EvotuneError
-from .run_directory import final_is_complete
+from ..errors import ConfigError, EvotuneError
+from .directory import final_is_complete
 from .sweep_grid import GridPoint, grid_points, point_directories
 
 STATES = {"done": "skipped (done)", "partial": "partial", "new": "new"}
@@ -48,7 +48,7 @@ def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.
     """done (a complete final/ written after the last iteration, or once `max_training_seconds` of training
     were spent), partial (a checkpoint: resumed, which also writes an incomplete final/ again), or new."""
     from .checkpoint import find_checkpoint
-    from .tracking import read_metrics
+    from ..tracking.tracker import read_metrics
 
     metrics = directory / "metrics.jsonl"
     if final_is_complete(directory / "final", command) and metrics.exists():
@@ -57,7 +57,7 @@ def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.
         trained = training_seconds(records)
         if steps and (max(steps) >= iterations or (max_training_seconds and trained >= max_training_seconds)):
             return "done"
-    from .baselines.grpo import complete_checkpoints  # a TRL checkpoint cut short by a kill does not count
+    from ..baselines.grpo import complete_checkpoints  # a TRL checkpoint cut short by a kill does not count
 
     if find_checkpoint(directory / "checkpoint") is not None or complete_checkpoints(directory):
         return "partial"
@@ -70,13 +70,13 @@ def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) 
     if state == "partial" and final.exists() and not final_is_complete(final, command):
         shutil.rmtree(final)  # torn by a kill while it was written: the resume writes all of it again
     if command == "grpo":
-        from .baselines.grpo import GRPORunConfig, run_grpo
+        from ..baselines.grpo import GRPORunConfig, run_grpo
 
         run_grpo(GRPORunConfig.from_dict(values, source="sweep"), str(directory), resume=state == "partial",
                  overwrite=state == "new")
         return
-    from .config import TrainConfig
-    from .trainer import Trainer
+    from ..config.train import TrainConfig
+    from ..trainer import Trainer
 
     # a run that died before its first checkpoint left files but nothing to resume: start it over
     Trainer(TrainConfig.from_dict(values, source="sweep"), directory, resume=state == "partial",
@@ -84,7 +84,7 @@ def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) 
 
 
 def summarize_run(directory: Path, metric: str) -> dict[str, Any]:
-    from .tracking import read_metrics
+    from ..tracking.tracker import read_metrics
 
     records = read_metrics(directory / "metrics.jsonl")
     evaluated = [r[metric] for r in records if r.get(metric) is not None]
@@ -150,12 +150,12 @@ def _check_arguments(grid: list[tuple[str, list[Any]]], seeds: list[int], comman
 def _validate(command: str, configs: dict) -> dict:
     """The typed config of every (point, seed), all checked before any run starts; the bad ones are named
     together, and two points that give the same config are refused."""
-    from .config_files import absolutize_paths
+    from ..config.files import absolutize_paths
 
     if command == "grpo":
-        from .baselines.grpo import GRPORunConfig as Config
+        from ..baselines.grpo import GRPORunConfig as Config
     else:
-        from .config import TrainConfig as Config
+        from ..config.train import TrainConfig as Config
     typed, problems = {}, []
     for (point, seed), values in configs.items():
         source = f"sweep point {point.name}, seed {seed}"
@@ -187,11 +187,11 @@ def _plan(command: str, configs: dict, typed: dict, directories: dict[GridPoint,
         config = typed[point, seed]
         state = run_state(directory, config.iterations, config.max_training_seconds, command)
         if state != "new" and command == "train":
-            from .run_directory import check_resume
+            from .directory import check_resume
 
             check_resume(directory, config)
         elif state != "new":  # a GRPO point run before with other settings is refused, never "skipped (done)"
-            from .baselines.grpo import check_grpo_resume
+            from ..baselines.grpo import check_grpo_resume
 
             check_grpo_resume(directory, config)
         torn = state == "partial" and (directory / "final").exists() and not final_is_complete(directory / "final",
@@ -207,7 +207,7 @@ def _run_all(runs: list[tuple[str, Callable[[], None]]], parallel: int, cpus_per
              ray_address: str | None) -> dict[str, BaseException]:
     """{name: error} of the runs that failed; a failure does not stop the others (Ctrl-C does)."""
     if parallel > 1 and runs:
-        from .distributed.ray import run_tasks
+        from ..distributed.ray import run_tasks
 
         return run_tasks(runs, parallel, cpus_per_run, ray_address)
     failures = {}
@@ -237,7 +237,7 @@ def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: l
                 directories: dict[GridPoint, Path] | None = None, failed: dict | None = None) -> dict[str, Any]:
     """sweep.json, sweep.md and heatmap.png of the finished runs; `failed` ({(point, seed): error}) are
     left out of the numbers and listed under the table."""
-    from .tracking import dumps_strict
+    from ..tracking.tracker import dumps_strict
 
     directories = directories or {point: output / point.directory_name for point in points}
     failed = failed or {}
@@ -267,7 +267,7 @@ def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: l
 
 def _resolve_metric(requested: str | None, runs: list[Path]) -> str:
     """--metric, checked against what the runs logged; by default eval/accuracy, else eval/reward."""
-    from .tracking import read_metrics
+    from ..tracking.tracker import read_metrics
 
     logged = sorted({key for run in runs for record in read_metrics(run / "metrics.jsonl") for key in record})
     if requested is None:

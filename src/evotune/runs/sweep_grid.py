@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # A point's directory is its `key=value,...` name when that text names it alone: lowercase plain values that
 # --grid reads back as themselves (so no two points share it, even on a case-insensitive disk) in a short name.

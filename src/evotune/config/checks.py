@@ -7,7 +7,7 @@ import re
 from dataclasses import fields
 from typing import Any, Protocol
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 class RetentionKeys(Protocol):
