@@ -17,7 +17,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SPAN = re.compile(r"<!-- claim:(?P<name>[\w-]+) -->(?P<text>.*?)<!-- /claim -->", re.S)
-QUOTING_FILES = ("README.md", "docs/*.md")
+QUOTING_FILES = ("README.md", "docs/**/*.md")
 
 
 def _load(name: str) -> dict:
@@ -64,14 +64,20 @@ def gpu_h200() -> str:
             f"{low['accuracy_after']}% in {low['after_seconds']} s)")
 
 
+def gpu_h200_grpo() -> str:
+    row = next(row for row in _load("gpu_h200_hf.json")["rows"] if row["method"].startswith("GRPO"))
+    return (f"GRPO went from {row['accuracy_before']}% to {row['accuracy_after']}% in {row['after_seconds']} s "
+            f"({row['seconds_per_iteration']} s per step)")
+
+
 def drift_arithmetic() -> str:
     data = _load("drift_arithmetic.json")
     final, equal = data["methods"], data["at_equal_target"]["methods"]
     names = {"es": "full ES", "lowrank": "low-rank ES", "grpo": "GRPO"}
     accuracy = ", ".join(f"{label} {100 * final[key]['target_accuracy']['mean']:.1f}%" for key, label in names.items())
     kl = ", ".join(f"{label} {equal[key]['retain/conciseness/kl']['mean']:.4f}" for key, label in names.items())
-    return (f"after 30 minutes at one CPU thread, {accuracy} (untruncated, 2 seeds each, n = 512); KL to the base "
-            f"on another task's prompts at equal accuracy ({100 * data['at_equal_target']['level']:.1f}%): {kl}")
+    return (f"after 30 minutes at one CPU thread, {accuracy} (at 24 new tokens, 2 seeds each, n = 512); KL to "
+            f"the base on another task's prompts at equal accuracy ({100 * data['at_equal_target']['level']:.1f}%): {kl}")
 
 
 def lowrank_throughput_cpu() -> str:
@@ -82,10 +88,419 @@ def lowrank_throughput_cpu() -> str:
             + f" ({data['dtype']}, {data['torch_threads']} thread)")
 
 
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _per_seed(values) -> str:
+    return " / ".join(_pct(value) for value in values)
+
+
+def _runs(compare: dict, prefix: str) -> list[dict]:
+    """The runs of an `evotune compare` directory whose directory name starts with PREFIX, by seed."""
+    return sorted((run for run in compare["runs"] if run["run"].rsplit("/", 1)[-1].startswith(prefix)),
+                  key=lambda run: run["seed"])
+
+
+def lowrank_throughput_table() -> str:
+    """Candidate evaluations per CPU second of `space: lowrank` over `space: full`, per prompts per member and
+    dtype (the wall-clock ratios are in the same files)."""
+    files = {"bfloat16 (`dtype: auto` here)": "lowrank_throughput.json", "float32": "lowrank_throughput_float32.json"}
+    ratios = {label: {key.split("_")[0]: value["cpu_speedup_over_full"]["lowrank_batched"]
+                      for key, value in _load(name)["results"].items()} for label, name in files.items()}
+    lines = ["", "", f"| prompts per member | {' | '.join(files)} |", "|---|---|---|"]
+    for prompts in next(iter(ratios.values())):
+        lines.append(f"| {prompts} | {' | '.join(f'{ratios[label][prompts]:.2f}x' for label in files)} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def eval_budget_arithmetic() -> str:
+    """The base model's held-out accuracy at each token budget; equal neighbours share one value."""
+    data = _load("eval_budget_arithmetic.json")
+    groups: list[tuple[str, list[int]]] = []
+    for row in data["rows"]:
+        value = _pct(row["accuracy"])
+        if groups and groups[-1][0] == value:
+            groups[-1][1].append(row["max_new_tokens"])
+        else:
+            groups.append((value, [row["max_new_tokens"]]))
+
+    def tokens(budgets: list[int]) -> str:
+        return str(budgets[0]) if len(budgets) == 1 else ", ".join(map(str, budgets[:-1])) + f" and {budgets[-1]}"
+
+    parts = [f"{value} at {tokens(budgets)}" for value, budgets in groups]
+    parts[0] += " new tokens"
+    return (f"{', '.join(parts[:-1])} and {parts[-1]} (base model, n = {data['num_eval']}, {data['dtype']}, "
+            f"greedy)")
+
+
+def es_vs_grpo_time_10tok() -> str:
+    data = _load("compare_es_vs_grpo_time/compare.json")
+    methods = {method["method"].split()[0]: method for method in data["methods"]}
+    es, grpo = methods["es"], methods["grpo"]
+    start = [run["curve"][0]["value"] for run in _runs(data, "es")]
+    rss = {name: max(run["peak_rss_mib"] for run in _runs(data, name)) for name in ("es", "grpo")}
+    return (f"full ES {_per_seed(start)} -> {_per_seed(es['at_1800s_per_seed'])} at 1,800 s (mean "
+            f"{_pct(es['at_1800s'])}), GRPO {_per_seed(grpo['at_1800s_per_seed'])} (mean {_pct(grpo['at_1800s'])}), "
+            f"seeds 0 / 1, n = {data['runs'][0]['num_eval']} scored at 10 tokens; ES sampled {es['samples_seen']:,} "
+            f"completions, GRPO {grpo['samples_seen']:,}; peak RSS {rss['es']:,.0f} MiB against {rss['grpo']:,.0f} MiB")
+
+
+def grpo_equal_samples() -> str:
+    data = _load("compare_arithmetic/compare.json")
+    runs = _runs(data, "grpo")
+    method = next(method for method in data["methods"] if method["method"] == "grpo")
+    return (", ".join(f"{_pct(run['curve'][0]['value'])} -> {_pct(run['final'])} (seed {run['seed']})" for run in runs)
+            + f" after {method['samples_seen']:,} sampled completions in {method['train_time_s']:.0f} s of training "
+              f"(mean of the seeds), n = {runs[0]['num_eval']} at 10 tokens, {method['peak_rss_mib']:,.0f} MiB peak RSS")
+
+
+def grpo_memory() -> str:
+    runs = sorted(_load("grpo_memory_grpo_conciseness.json")["runs"], key=lambda run: run["gradient_accumulation_steps"])
+    return " and ".join(f"{run['peak_rss_mib']:,.0f} MiB in {run['gradient_accumulation_steps']} micro-batch"
+                        f"{'es' if run['gradient_accumulation_steps'] > 1 else ''}" for run in runs)
+
+
+CONCISENESS_SETTINGS = (("base", "base", ""), ("ES alpha 4e-3 x sigma 1e-3", "es", "learning_rate=0.004,sigma=0.001"),
+                        ("ES 4e-3 x 2e-3", "es", "learning_rate=0.004,sigma=0.002"),
+                        ("ES 8e-3 x 1e-3", "es", "learning_rate=0.008,sigma=0.001"),
+                        ("ES 8e-3 x 2e-3", "es", "learning_rate=0.008,sigma=0.002"),
+                        ("GRPO beta 0", "grpo", "beta=0.0"), ("GRPO beta 0.04", "grpo", "beta=0.04"))
+
+
+def conciseness_pareto() -> str:
+    """The reward-vs-KL table, means over seeds 0 and 1 (each seed's own 64 held-out questions)."""
+    rows: dict[str, list[dict]] = {}
+    for seed in (0, 1):
+        for result in _load(f"eval_conciseness_pareto_seed{seed}.json")["results"]:
+            model = result["model"]
+            key = "base" if "/" not in model else "/".join(model.split("/")[-3:-1])
+            rows.setdefault(key, []).append(result)
+    lines = ["", "", "| run | reward | KL to base | correct |", "|---|---|---|---|"]
+    for label, method, setting in CONCISENESS_SETTINGS:
+        results = rows["base" if method == "base" else f"{method}/{setting}"]
+        assert len(results) == 2, (label, len(results))
+        mean = {key: sum(result[key] for result in results) / len(results)
+                for key in ("reward", "kl_per_token", "contains_solution")}
+        kl = "" if method == "base" else f"{mean['kl_per_token']:.3f}"
+        lines.append(f"| {label} | {mean['reward']:.1f} | {kl} | {_pct(mean['contains_solution'])} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _stage(row: dict, method: str) -> float:
+    return row[method]["at_budget"]["value"]
+
+
+def essa_vs_grpo_arithmetic() -> str:
+    data = _load("stages_essa_vs_grpo_arithmetic.json")
+    rows = sorted(data["rows"], key=lambda row: row["seed"])
+    budget = f"{data['budget_time_s']:,.0f} s"
+    return (f"SFT {_per_seed(row['sft']['value'] for row in rows)} -> ESSA "
+            f"{_per_seed(_stage(row, 'essa') for row in rows)} (seeds {' / '.join(str(r['seed']) for r in rows)}), "
+            f"GRPO from the same adapter {_per_seed(_stage(row, 'grpo') for row in rows)} at {budget}, "
+            f"n = {data['num_eval']}")
+
+
+def essa_gsm8k() -> str:
+    data = _load("stages_essa_gsm8k.json")
+    rows = sorted(data["rows"], key=lambda row: row["seed"])
+    return (f"base {_per_seed(row['base']['value'] for row in rows)}, after SFT "
+            f"{_per_seed(row['sft']['value'] for row in rows)}, ESSA {_per_seed(row['essa']['final']['value'] for row in rows)}, "
+            f"GRPO {_per_seed(row['grpo']['final']['value'] for row in rows)} (seeds 0 / 1, n = {data['num_eval']})")
+
+
+def countdown_small() -> str:
+    data = _load("stages_countdown_small.json")
+    rows = sorted(data["rows"], key=lambda row: row["seed"])
+    names = (("essa", "ESSA"), ("es", "full ES on the merged model"), ("grpo", "GRPO"))
+    methods = ", ".join(f"{label} {_per_seed(row[key]['final']['value'] for row in rows)}" for key, label in names)
+    return (f"SFT takes accuracy from {_per_seed(row['base']['value'] for row in rows)} to "
+            f"{_per_seed(row['sft']['value'] for row in rows)} (seeds 0 / 1); from there, {methods} "
+            f"(n = {data['num_eval']})")
+
+
+def lowrank_learning() -> str:
+    data = _load("compare_lowrank_vs_full_arithmetic/compare.json")
+    full, low = _runs(data, "full"), _runs(data, "lowrank")
+    return (f"`space: full` {_per_seed(run['curve'][0]['value'] for run in full)} -> "
+            f"{_per_seed(run['final'] for run in full)}, `space: lowrank` -> {_per_seed(run['final'] for run in low)} "
+            f"(seeds 0 / 1, "
+            f"n = {full[0]['num_eval']} at 10 tokens, 1,200 s of training each)")
+
+
+def essa_quantization() -> str:
+    means = _load("essa_quantization.json")["mean_over_seeds"]
+    order = ("float32", "int8", "int4")
+    gains = " / ".join(f"{100 * (means[p]['essa_end'] - means[p]['sft_alone']):+.1f}" for p in order)
+    return (f"the SFT adapter alone scores {' / '.join(_pct(means[p]['sft_alone']) for p in order)} on float32 / INT8 / "
+            f"INT4, and ESSA ends at {' / '.join(_pct(means[p]['essa_end']) for p in order)} ({gains} points; mean of "
+            f"2 seeds, n = 512 at 10 tokens)")
+
+
+def quantization_speed() -> str:
+    data = _load("quantization_speed_128prompts.json")
+    time, memory, equal = data["time"], data["memory"], data["completions_equal_to_float32"]
+    peaks = " / ".join(f"{memory[precision]['peak_rss_generating_mib']:.0f}" for precision in ("float32", "int8", "int4"))
+    return (f"float32 took {time['float32']['wall_s']:.1f} s, INT8 {time['int8']['wall_s_ratio_to_float32']:.2f}x and "
+            f"INT4 {time['int4']['wall_s_ratio_to_float32']:.2f}x that; peak RSS {peaks} MiB; "
+            f"{equal['int8']} and {equal['int4']} of {equal['float32']} completions equal to float32's")
+
+
+def shared_prefix() -> str:
+    results = {row["task"]: row for row in _load("shared_prefix_float32.json")["results"]}
+    arithmetic, countdown = results["arithmetic"], results["countdown"]
+    identical = all(row["completions_identical"] for row in results.values())
+    return (f"arithmetic ({arithmetic['prompts']} prompts x {arithmetic['max_new_tokens']} tokens) "
+            f"{arithmetic['speedup_median']:.2f}x faster, Countdown ({countdown['prompts']} prompts x "
+            f"{countdown['max_new_tokens']} tokens) {countdown['speedup_median']:.2f}x; the completions "
+            f"{'identical' if identical else 'not identical'} in every repeat")
+
+
+def peer_loop() -> str:
+    ratios = _load("peer_es_at_scale.json")["paper_loop_over_evotune_median"]
+    return (f"the paper's loop takes {ratios['evotune']:.2f}x evotune's iteration time (median of 3), "
+            f"{ratios['evotune_shared_prefix_off']:.2f}x with evotune's shared prefix off")
+
+
+def prefetch_idle_core() -> str:
+    data = _load("overhead_rademacher_arithmetic_10tok_float32_idle_second_core.json")
+    return (f"ES iteration / plain generation {data['overhead_ratio_median']:.3f} without and "
+            f"{data['overhead_ratio_prefetch_median']:.3f} with `prefetch_candidates` (medians of "
+            f"{len(data['es_iteration_s'])})")
+
+
+def vllm_cpu() -> str:
+    data = _load("vllm_cpu_vs_hf_arithmetic.json")
+    same = data["identical_rewards"] and data["final_weights_equal"]
+    return (f"held-out accuracy {_pct(data['accuracy_before']['vllm'])} -> {_pct(data['accuracy_after']['vllm'])} "
+            f"({data['held_out_prompts']} prompts, 10 new tokens), the hf backend's run "
+            f"{'identical (every reward, final weights equal)' if same else 'different'}; "
+            f"{data['es_iteration_s_mean']['vllm']} vs {data['es_iteration_s_mean']['hf']} s per ES iteration")
+
+
+def ray_vllm() -> str:
+    data = _load("ray_scaling_vllm.json")
+    (arm,) = data["arms"]
+    equal = data["equal_to_one_process"][str(arm["workers"])]
+    return (f"A Ray pool of {arm['workers']} vLLM engine actors {'equals' if equal else 'differs from'} one process "
+            f"and exchanges {arm['bytes_exchanged_per_iteration']:,} bytes per iteration")
+
+
+def stability_sources() -> str:
+    differences = _load("stability_sources_arithmetic.json")["differences"]
+
+    def points(key):
+        d = differences[key]
+        return f"{-100 * d['difference']:.1f} points [{-100 * d['ci95'][1]:.1f}, {-100 * d['ci95'][0]:.1f}]"
+
+    return (f"changing only the noise (same prompts) cost {points('noise')}; changing only the training prompts "
+            f"{points('data')}; both {-100 * differences['everything']['difference']:.1f}")
+
+
+def stability_averaging() -> str:
+    models = _load("stability_averaging_arithmetic.json")["models"]
+    names = ("final iterate", "average of the last 9", "average of the last 18")
+    means = ", ".join(f"{100 * models[name]['mean']:.1f}" for name in names[:-1])
+    return (f"std {100 * models[names[0]]['std']:.1f} points for the final iterates, "
+            f"{100 * models[names[1]]['std']:.1f} averaged over the last 9, {100 * models[names[2]]['std']:.1f} over "
+            f"the last 18; means {means} and "
+            f"{_pct(models[names[2]]['mean'])}")
+
+
+SWEEP_GRIDS = ("shape", "population", "sigma_lr", "antithetic", "shaping", "reward", "weights", "parameters", "optimizer")
+
+
+def sweep_arithmetic() -> str:
+    """Every point of bench/sweep_arithmetic/'s grids: its setting and final validation accuracy (seed 0)."""
+    lines = ["", "", "| grid | setting | final accuracy |", "|---|---|---|"]
+    start = None
+    for grid in SWEEP_GRIDS:
+        data = _load(f"sweep_arithmetic/{grid}.json")
+        for row in data["rows"]:
+            start = row["start_mean"] if start is None else start
+            assert row["start_mean"] == start, (grid, row)
+            setting = ", ".join(f"{key} {json.dumps(row[key]) if isinstance(row[key], (dict, list)) else row[key]}"
+                                for key in data["keys"])
+            lines.append(f"| {grid} | `{setting}` | {_pct(row['final_mean'])} |")
+    lines.append(f"| start (every point) | | {_pct(start)} |")
+    return "\n".join(lines) + "\n\n"
+
+
+PRECISIONS = {"float32": "float32", "int8": "INT8", "int4": "INT4 (nf4)"}
+
+
+def quantization_speed_table() -> str:
+    """One generate of 16 prompts per base precision: time, weights, peak RSS, completions equal to float32's."""
+    data = _load("quantization_speed.json")
+    time, memory, equal = data["time"], data["memory"], data["completions_equal_to_float32"]
+    lines = ["", "", "| base | generation (median) | / float32 | weights (`get_memory_footprint`) | peak RSS generating "
+             "| completions = float32's |", "|---|---|---|---|---|---|"]
+    for key, label in PRECISIONS.items():
+        lines.append(f"| {label} | {time[key]['wall_s']:.2f} s | {time[key]['wall_s_ratio_to_float32']:.2f} "
+                     f"| {memory[key]['base_memory_footprint_mib']:.0f} MiB | {memory[key]['peak_rss_generating_mib']:.0f} MiB "
+                     f"| {equal[key]} / {equal['float32']} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def essa_quantization_table() -> str:
+    """Per base precision and seed: the SFT adapter alone, ESSA's end, the gain, peak RSS, seconds per iteration."""
+    data = _load("essa_quantization.json")
+    rows = sorted(data["rows"], key=lambda row: (list(PRECISIONS).index(row["precision"]), row["seed"]))
+
+    def cell(entry: dict) -> str:
+        low, high = entry["ci95"]
+        return f"{_pct(entry['value'])} [{100 * low:.1f}, {100 * high:.1f}]"
+
+    iterations = {row["essa"]["iterations"] for row in rows}
+    lines = ["", "", f"| base | seed | SFT adapter alone | ESSA end ({'/'.join(map(str, sorted(iterations)))} iterations) "
+             "| ESSA gain | peak RSS | median s / iteration |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        essa = row["essa"]
+        gain = 100 * (essa["end"]["value"] - row["sft_alone"]["value"])
+        lines.append(f"| {PRECISIONS[row['precision']]} | {row['seed']} | {cell(row['sft_alone'])} | {cell(essa['end'])} "
+                     f"| {gain:+.1f} | {essa['peak_rss_mib']:.0f} MiB | {essa['seconds_per_iteration']} |")
+    return "\n".join(lines) + "\n\n"
+
+
+DRIFT_METHODS = {"es": "full ES", "es-anchor1.25": "ES + anchor 1.25", "es-anchor10": "ES + anchor 10",
+                 "lowrank": "low-rank ES", "grpo": "GRPO (LoRA)"}
+
+
+def _interval(entry: dict) -> str:
+    low, high = entry["ci95"]
+    return f"{_pct(entry['mean'])} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def drift_table() -> str:
+    """The drift study's rows at the end of the runs (appended to a table whose header and base row precede it)."""
+    methods = _load("drift_arithmetic.json")["methods"]
+    lines = []
+    for key, label in DRIFT_METHODS.items():
+        m = methods[key]
+        seeds = ", ".join(f"{100 * value:.1f}" for value in m["target_accuracy"]["per_seed"])
+        kl = m["retain/conciseness/kl"]
+        lines.append(f"| {label} | {_interval(m['target_accuracy'])} ({seeds}) "
+                     f"| {_pct(m['target_accuracy_truncated']['mean'])} "
+                     f"| {_interval(m['retain/conciseness/contains_solution'])} "
+                     f"| {_interval(m['retain/ifeval/prompt_strict'])} "
+                     f"| {kl['mean']:.3f} ({kl['range'][0]:.3f}-{kl['range'][1]:.3f}) "
+                     f"| {m['distance/relative_l2']['mean']:.4f}, {_pct(m['distance/changed_fraction']['mean'])} |")
+    return "\n" + "\n".join(lines)
+
+
+def drift_equal_target() -> str:
+    """The drift study at equal target accuracy: each run's first evaluation at or above the lowest method's mean."""
+    equal = _load("drift_arithmetic.json")["at_equal_target"]
+    reached = ", ".join(f"{label} {equal['methods'][key]['runs_reaching']}" for key, label in DRIFT_METHODS.items())
+    lines = ["", "", f"At equal target accuracy (each run's first evaluation at or above {_pct(equal['level'])}, the "
+             f"lowest method's mean final accuracy; runs that reached it: {reached}):", "",
+             "| method | target accuracy there | training s | conciseness correct | IFEval strict | KL, conciseness "
+             "| KL, IFEval |", "|---|---|---|---|---|---|---|"]
+    for key, label in DRIFT_METHODS.items():
+        m = equal["methods"][key]
+        lines.append(f"| {label} | {_pct(m['target_accuracy']['mean'])} | {m['training_s']['mean']:,.0f} "
+                     f"| {_pct(m['retain/conciseness/contains_solution']['mean'])} "
+                     f"| {_pct(m['retain/ifeval/prompt_strict']['mean'])} | {m['retain/conciseness/kl']['mean']:.3f} "
+                     f"| {m['retain/ifeval/kl']['mean']:.3f} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _spread_row(entry: dict, unit: str = "") -> list[str]:
+    low, high = entry["std_ci95"]
+    return [", ".join(f"{value:.1f}" for value in entry["per_seed"]) + unit, f"{entry['mean']:.1f}{unit}",
+            f"{entry['std']:.1f} [{low:.1f}, {high:.1f}]"]
+
+
+ARITHMETIC_BUDGETS = (("48", "48 (untruncated)", "48 (untruncated)"), ("24", "24 (the runs' own evaluations)", "24"),
+                      ("10", "10 (training's budget)", "10"))
+
+
+def stability_arithmetic_table() -> str:
+    """Each final model's accuracy at 48, 24 and 10 new tokens, five seeds per method, and their spread."""
+    spread = _load("stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
+    methods = {"es": "full ES (`bench/configs/arithmetic_10tok.yaml`)", "grpo": "GRPO (`examples/grpo_arithmetic.yaml`)"}
+    lines = ["", "", "| method | new tokens | accuracy per seed (0-4) | mean | std [bootstrap 95%] | range |",
+             "|---|---|---|---|---|---|"]
+    for key, label in methods.items():
+        for index, (budget, first, other) in enumerate(ARITHMETIC_BUDGETS):
+            entry = spread[key][budget]
+            per_seed, mean, std = _spread_row(entry)
+            name = label if index == 0 else ""
+            tokens = first if key == "es" else other
+            lines.append(f"| {name} | {tokens} | {per_seed}% | {mean}% | {std} points | {entry['range']:.1f} points |")
+    return "\n".join(lines) + "\n\n"
+
+
+CONCISENESS_BUDGETS = (("32", "32 (training's budget, as in the paper)", "32"),
+                       ("128", "128 (the task's evaluation budget)", "128"), ("256", "256", "256"))
+
+
+def stability_conciseness_table() -> str:
+    """Each final model's reward gain over its seed's base model at 32, 128 and 256 new tokens, five seeds each."""
+    spread = _load("stability_eval_budget_conciseness.json")["spread"]
+    lines = ["", "", "| method | new tokens | reward gain over the base, per seed (0-4) | mean | std [bootstrap 95%] "
+             "| contains_solution: mean, std |", "|---|---|---|---|---|---|"]
+    for key, label in (("es", "ES"), ("grpo", "GRPO")):
+        for index, (budget, first, other) in enumerate(CONCISENESS_BUDGETS):
+            per_seed, mean, std = _spread_row(spread["reward_gain"][key][budget])
+            correct = spread["contains_solution"][key][budget]
+            lines.append(f"| {label if index == 0 else ''} | {first if key == 'es' else other} | {per_seed} | {mean} "
+                         f"| {std} | {correct['mean']:.1f}%, {correct['std']:.1f} points |")
+    return "\n".join(lines) + "\n\n"
+
+
+def es_vs_grpo_memory() -> str:
+    runs = _load("compare_es_vs_grpo_time/compare.json")["runs"]
+    rss = {name: max(run["peak_rss_mib"] for run in runs if run["run"].rsplit("/", 1)[-1].startswith(name))
+           for name in ("es", "grpo")}
+    return f"ES at {rss['es']:,.0f} MiB peak RSS vs GRPO's {rss['grpo']:,.0f} MiB"
+
+
+def conciseness_pareto_summary() -> str:
+    """The best GRPO and the best ES setting by reward, with their KL, and the base (means over seeds 0 and 1)."""
+    groups: dict[str, list[dict]] = {}
+    for seed in (0, 1):
+        for result in _load(f"eval_conciseness_pareto_seed{seed}.json")["results"]:
+            model = result["model"]
+            groups.setdefault("base" if "/" not in model else "/".join(model.split("/")[-3:-1]), []).append(result)
+    means = {key: {metric: sum(r[metric] for r in results) / len(results) for metric in ("reward", "kl_per_token")}
+             for key, results in groups.items()}
+
+    def best(method: str) -> dict:
+        return max((value for key, value in means.items() if key.startswith(method + "/")), key=lambda v: v["reward"])
+
+    grpo, es = best("grpo"), best("es")
+    return (f"GRPO {grpo['reward']:.1f} at KL {grpo['kl_per_token']:.3f}, best ES {es['reward']:.1f} at KL "
+            f"{es['kl_per_token']:.3f} (base {means['base']['reward']:.1f})")
+
+
+def stability_conciseness() -> str:
+    gains = _load("stability_eval_budget_conciseness.json")["spread"]["reward_gain"]
+    return f"std {gains['es']['32']['std']:.1f} (ES) vs {gains['grpo']['32']['std']:.1f} (GRPO)"
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
-    "drift-arithmetic": drift_arithmetic, "lowrank-throughput-cpu": lowrank_throughput_cpu,
-    "quickstart": quickstart, "stability-arithmetic": stability_arithmetic, "stability-budget": stability_budget,
-    "gpu-h200": gpu_h200}
+    # README.md, getting-started, which-method and the quickstart page
+    "quickstart": quickstart, "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
+    # docs/benchmarks/, page by page
+    "eval-budget-arithmetic": eval_budget_arithmetic,
+    "es-vs-grpo-time-10tok": es_vs_grpo_time_10tok, "es-vs-grpo-memory": es_vs_grpo_memory,
+    "grpo-equal-samples": grpo_equal_samples, "grpo-memory": grpo_memory,
+    "stability-arithmetic": stability_arithmetic, "stability-arithmetic-table": stability_arithmetic_table,
+    "stability-conciseness": stability_conciseness, "stability-conciseness-table": stability_conciseness_table,
+    "stability-sources": stability_sources, "stability-averaging": stability_averaging,
+    "stability-budget": stability_budget,
+    "drift-arithmetic": drift_arithmetic, "drift-table": drift_table, "drift-equal-target": drift_equal_target,
+    "conciseness-pareto": conciseness_pareto, "conciseness-pareto-summary": conciseness_pareto_summary,
+    "sweep-arithmetic": sweep_arithmetic,
+    "lowrank-throughput-cpu": lowrank_throughput_cpu, "lowrank-throughput-table": lowrank_throughput_table,
+    "lowrank-learning": lowrank_learning,
+    "essa-vs-grpo-arithmetic": essa_vs_grpo_arithmetic,
+    "essa-quantization": essa_quantization, "essa-quantization-table": essa_quantization_table,
+    "quantization-speed": quantization_speed, "quantization-speed-table": quantization_speed_table,
+    "essa-gsm8k": essa_gsm8k, "countdown-small": countdown_small,
+    "shared-prefix": shared_prefix, "peer-loop": peer_loop, "prefetch-idle-core": prefetch_idle_core,
+    "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm}
 
 
 def render(name: str) -> str:

@@ -5,8 +5,12 @@ CI so the script cannot rot). Each arm is a real `evotune train` run through the
 
   * resume: a run stopped after half its iterations and resumed equals the uninterrupted run, tensor for tensor;
   * throughput and learning, one row per method on the same task (arithmetic at 48 new tokens, population 30 x
-    32 prompts on a GPU): full ES one candidate at a time, full ES population-batched (`population_batch_size`),
-    low-rank ES (the whole population in one generate), and GRPO where TRL is installed. Each row gives seconds
+    32 prompts on a GPU): full ES one candidate at a time (`full_one_at_a_time`: greedy decoding without a host
+    sync per token, backends/decoding.py), the same with transformers' own decoding loop, a host sync per token
+    (`full_own_loop`, the path before issue 43), with `compile_generation` (`full_compiled`: static cache, decoding
+    step captured, batch sizes padded to buckets), population-batched (`full_batched`: `population_batch_size`,
+    auto by default: sized from free GPU memory, the size used in the row), low-rank ES (the whole population in
+    one generate), and GRPO where TRL is installed. `--arms` picks some. Each row gives seconds
     per iteration, candidate evaluations per second, held-out accuracy before and after, and its distance to
     the device's compute and memory-bandwidth limits (FLOPs and weight bytes per decoded token, from the
     model's parameter count).
@@ -24,12 +28,22 @@ import platform
 import sys
 import time
 import traceback
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 # Dense bf16 peak and memory bandwidth of the cards we may be lent (vendor datasheets, SXM parts).
 DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
                  "H100": {"bf16_tflops": 989.0, "bandwidth_tb_s": 3.35}}
+
+
+# The ES rows: config overrides of each (full_own_loop also decodes with transformers' own loop, see es_row).
+ARMS = {"full_one_at_a_time": {}, "full_own_loop": {}, "full_compiled": {"compile_generation": True},
+        "full_batched": {"population_batch_size": "auto"}, "lowrank": {"space": "lowrank", "perturbation_rank": 1}}
+
+
+def population_batch_size(text: str) -> int | str:
+    return text if text == "auto" else int(text)
 
 
 def device_facts(device: str) -> dict[str, Any]:
@@ -60,20 +74,36 @@ def metrics(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def es_row(args: argparse.Namespace, name: str, work: Path, **overrides: Any) -> dict[str, Any]:
+@contextmanager
+def own_decoding_loop() -> Iterator[None]:
+    """Within the block the hf backend decodes with transformers' own greedy loop, which reads the device after every
+    token (its stop check, and the attention mask's padding check): the path before issue 43."""
+    from evotune.backends import decoding
+
+    original = decoding.supported
+    decoding.supported = lambda: False
+    try:
+        yield
+    finally:
+        decoding.supported = original
+
+
+def es_row(args: argparse.Namespace, name: str, work: Path, own_loop: bool = False, **overrides: Any) -> dict[str, Any]:
     from evotune.config import TrainConfig
     from evotune.trainer import Trainer
 
     config = TrainConfig(**base_config(args, **overrides))
     started = time.perf_counter()
     trainer = Trainer(config, work / name)
-    trainer.train()
+    with own_decoding_loop() if own_loop else nullcontext():
+        trainer.train()
     records = metrics(work / name)
     times = [r["time_s"] for r in records if "time_s" in r]
     evals = [r["eval/accuracy"] for r in records if "eval/accuracy" in r]
     per_iteration = sum(times) / len(times)
     rows = config.population_size * config.batch_size  # completions per iteration
     return {"method": name, "settings": overrides, "iterations": len(times),
+            "candidates_per_generate": getattr(trainer.evaluator, "population_batch_size", 1),
             "seconds_per_iteration": round(per_iteration, 3),
             "candidate_evals_per_second": round(config.population_size / per_iteration, 2),
             "completions_per_second": round(rows / per_iteration, 1),
@@ -142,8 +172,10 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--population-size", type=int, default=30)
-    parser.add_argument("--population-batch-size", type=int, default=None,
-                        help="full ES batched arm: candidates per generate (default: the whole population)")
+    parser.add_argument("--population-batch-size", type=population_batch_size, default="auto",
+                        help="full ES batched arm: candidates per generate (default auto: from free GPU memory)")
+    parser.add_argument("--arms", nargs="+", choices=[*ARMS, "grpo"], default=[*ARMS, "grpo"],
+                        help="the throughput rows to measure (default: all)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--iterations", type=int, default=4)
@@ -158,12 +190,13 @@ def main() -> None:
     facts = device_facts(args.device)
     results: dict[str, Any] = {"command": "python bench/gpu_check.py " + " ".join(sys.argv[1:]), "facts": facts}
     step(results, "resume", lambda: resume_check(args, work))
-    batch = args.population_batch_size or args.population_size
-    arms = {"full_one_at_a_time": {}, "full_batched": {"population_batch_size": batch},
-            "lowrank": {"space": "lowrank", "perturbation_rank": 1}}
+    arms = {name: dict(overrides) for name, overrides in ARMS.items() if name in args.arms}
+    if "full_batched" in arms:
+        arms["full_batched"]["population_batch_size"] = args.population_batch_size
     for name, overrides in arms.items():
-        step(results, name, lambda: es_row(args, name, work, **overrides))
-    if not args.skip_grpo:
+        step(results, name, lambda name=name, overrides=overrides: es_row(args, name, work,
+                                                                        own_loop=name == "full_own_loop", **overrides))
+    if not args.skip_grpo and "grpo" in args.arms:
         step(results, "grpo", lambda: grpo_row(args, work))
     bytes_per_parameter = 2 if args.dtype in ("auto", "bfloat16") and args.device.startswith("cuda") else 4
     for name in arms:

@@ -36,6 +36,12 @@ of the same iteration, and `generate_over_plain_median` that generate time over 
 that slows generation shows there): two per-repeat ratios that hold when the machine's load drifts between arms.
 
     OMP_NUM_THREADS=1 python bench/overhead.py --noise rademacher --dtype float32 --repeats 3 --prefetch-arm --threads 1
+
+`--own-loop-arm` (hf) adds plain generation with transformers' own greedy loop, which reads the device after every
+token, timed in the same repeats as the default path (backends/decoding.py: the same tokens, one read per
+STOP_CHECK_EVERY tokens): `own_loop_over_plain_median` is its time over the default path's, per repeat.
+
+    OMP_NUM_THREADS=1 python bench/overhead.py --repeats 3 --own-loop-arm
 """
 
 from __future__ import annotations
@@ -92,6 +98,19 @@ def legacy_loop(space):
         yield
     finally:
         del space.apply, space.mean_is_finite
+
+
+@contextmanager
+def own_decoding_loop():
+    """Within the block the hf backend decodes with transformers' own greedy loop (the path before issue 43)."""
+    from evotune.backends import decoding
+
+    original = decoding.supported
+    decoding.supported = lambda: False
+    try:
+        yield
+    finally:
+        decoding.supported = original
 
 
 @contextmanager
@@ -160,6 +179,8 @@ def parse_args() -> argparse.Namespace:
                         help="also time the ES iteration with the pre-issue-30 apply and finiteness check")
     parser.add_argument("--prefetch-arm", action="store_true",
                         help="also time the ES iteration with prefetch_candidates (a worker thread)")
+    parser.add_argument("--own-loop-arm", action="store_true",
+                        help="also time plain generation with transformers' own greedy loop (a host sync per token)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     return parser.parse_args()
 
@@ -217,10 +238,16 @@ def main() -> None:
         return elapsed
 
     plain_generation(trainer.batch_rows(0))  # warm-up: caches, allocator, threads
-    generation, apply_times = [], []
+    generation, apply_times, own_loop = [], [], []
     for repeat in range(args.repeats):
         rows = trainer.batch_rows(trainer.strategy.iteration)
+        if args.own_loop_arm and repeat % 2:  # alternate which goes first, so drifting load falls on both
+            with own_decoding_loop():
+                own_loop.append(plain_generation(rows))
         generation.append(plain_generation(rows))  # the same prompts the ES step will use
+        if args.own_loop_arm and not repeat % 2:
+            with own_decoding_loop():
+                own_loop.append(plain_generation(rows))
         for arm, times in arms.items():
             times.append(es_iteration(arm))
         candidate = trainer.strategy.ask()[0]
@@ -260,6 +287,9 @@ def main() -> None:
     if "prefetch" in arms:
         payload["es_iteration_prefetch_s"] = [round(x, 3) for x in arms["prefetch"]]
         payload["overhead_ratio_prefetch_median"] = round(median(i / g for i, g in zip(arms["prefetch"], generation)), 3)
+    if own_loop:
+        payload["plain_generation_own_loop_s"] = [round(x, 3) for x in own_loop]
+        payload["own_loop_over_plain_median"] = round(median(o / g for o, g in zip(own_loop, generation)), 3)
     if legacy:
         payload["es_iteration_legacy_s"] = [round(x, 3) for x in legacy]
         payload["overhead_ratio_legacy_median"] = round(median(i / g for i, g in zip(legacy, generation)), 3)

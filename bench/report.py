@@ -142,15 +142,16 @@ def stage_lines() -> list[str]:
     return lines
 
 
-# The script behind each `evotune compare` directory (compare_<name>/); others come from compare_methods.sh.
-COMPARE_SCRIPTS = {"lowrank_vs_full_arithmetic": "bash bench/lowrank_learning.sh",
-                   "essa_vs_grpo_arithmetic": "bash bench/essa_vs_grpo.sh",
-                   "essa_gsm8k": "bash bench/essa_gsm8k.sh",
-                   "essa_tuned_vs_grpo_arithmetic": "TUNED=... bash bench/essa_vs_grpo.sh",
-                   "countdown_small": "bash bench/countdown_small.sh",
-                   "es_vs_grpo_time": "bash bench/es_vs_grpo_time.sh"}
-SWEEP_SCRIPTS = {"sweep_arithmetic": "bash bench/sweep_arithmetic.sh", "essa_levers": "bash bench/essa_levers.sh",
-                 "essa_heatmap": "bash bench/essa_heatmap.sh"}
+# The script behind each `evotune compare` directory (compare_<name>/); others come from
+# bench/es_vs_grpo/compare_methods.sh.
+COMPARE_SCRIPTS = {"lowrank_vs_full_arithmetic": "bash bench/eggroll/lowrank_learning.sh",
+                   "essa_vs_grpo_arithmetic": "bash bench/essa/essa_vs_grpo.sh",
+                   "essa_gsm8k": "bash bench/essa_gsm8k/essa_gsm8k.sh",
+                   "essa_tuned_vs_grpo_arithmetic": "TUNED=... bash bench/essa/essa_vs_grpo.sh",
+                   "countdown_small": "bash bench/countdown_small/countdown_small.sh",
+                   "es_vs_grpo_time": "bash bench/es_vs_grpo/es_vs_grpo_time.sh"}
+SWEEP_SCRIPTS = {"sweep_arithmetic": "bash bench/sweep_arithmetic/sweep_arithmetic.sh",
+                 "essa_levers": "bash bench/essa/essa_levers.sh", "essa_heatmap": "bash bench/essa/essa_heatmap.sh"}
 
 
 def sweep_lines() -> list[str]:
@@ -188,12 +189,13 @@ def grpo_memory_lines() -> list[str]:
 
 
 def pareto_lines() -> list[str]:
-    """Reward against KL to the base model per run (bench/pareto.py's table), with its script."""
+    """Reward against KL to the base model per run (bench/conciseness_pareto/pareto.py's table), with its script."""
     table = RESULTS / "conciseness_pareto.md"
     if not table.exists():
         return []
     return ["## Conciseness: reward vs KL to the base model (ES grid vs GRPO beta 0 / 0.04)", "",
-            "`bash bench/conciseness_pareto.sh` (plot: `conciseness_pareto.png`)", "", table.read_text().strip(), ""]
+            "`bash bench/conciseness_pareto/conciseness_pareto.sh` (plot: `conciseness_pareto.png`)", "",
+            table.read_text().strip(), ""]
 
 
 def compare_lines() -> list[str]:
@@ -201,7 +203,7 @@ def compare_lines() -> list[str]:
     lines = []
     for directory in sorted(path for path in RESULTS.glob("compare_*") if (path / "compare.md").exists()):
         name = directory.name.removeprefix("compare_")
-        script = COMPARE_SCRIPTS.get(name, "bash bench/compare_methods.sh")
+        script = COMPARE_SCRIPTS.get(name, "bash bench/es_vs_grpo/compare_methods.sh")
         lines += [f"## Method comparison: {name}", "", f"`{script}` (tables and plots by `evotune compare`; PNGs in "
                   f"`{directory.name}/`)", "", (directory / "compare.md").read_text().strip(), ""]
     return lines

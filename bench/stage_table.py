@@ -3,7 +3,8 @@ each method continued from it, at its last evaluation within a training-time bud
 
     python bench/stage_table.py --runs runs/essa_vs_grpo --methods essa grpo --budget-time 600 \
         --name stages_essa_vs_grpo_arithmetic
-(run directories RUNS/sft-seedS and RUNS/METHOD-seedS, as bench/essa_vs_grpo.sh and countdown_small.sh write)
+(run directories RUNS/sft-seedS and RUNS/METHOD-seedS, as bench/essa/essa_vs_grpo.sh and
+bench/countdown_small/countdown_small.sh write)
 """
 
 from __future__ import annotations

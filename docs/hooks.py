@@ -13,6 +13,9 @@
 - `<!-- claim:NAME -->...<!-- /claim -->` spans are rendered anew from `bench/results/` (`bench/claims.py`).
 - `<!-- bench-results -->` becomes `bench/results/README.md`, the tables `python bench/report.py` writes
   from the result JSON files (headings moved one level down).
+- Every plot under `bench/results/` is served at `benchmarks/plots/<its path under bench/results>`, so a page in
+  `docs/benchmarks/` embeds `![...](plots/drift_arithmetic.png)` straight from the result files (no copies to
+  go stale; a plot that is gone fails `mkdocs build --strict` as a broken link).
 """
 
 from __future__ import annotations
@@ -231,6 +234,21 @@ def quoted_claims(markdown: str) -> str:
     claims = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(claims)
     return claims.substitute(markdown)
+
+
+RESULTS = ROOT / "bench" / "results"
+PLOTS_URI = "benchmarks/plots"
+
+
+def on_files(files, config):
+    """Add bench/results/**/*.png to the site as benchmarks/plots/..., read in place from bench/results."""
+    from mkdocs.structure.files import File
+
+    for path in sorted(RESULTS.rglob("*.png")):
+        uri = f"{PLOTS_URI}/{path.relative_to(RESULTS).as_posix()}"
+        if files.get_file_from_path(uri) is None:
+            files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

@@ -4,7 +4,20 @@ Shared functions and the `requires_*` marks are in helpers.py."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under `pytest -n 2` two workers share the cores: one torch/OpenMP thread each (set before torch is
+    # imported, and inherited by the CLI subprocesses the tests start), or each worker's thread pool
+    # fights the other's and both run slower than one worker alone.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# The tests load models from disk only. Without this, a hub id that is not on disk makes huggingface_hub
+# retry the network for ~45 s before the error the test waits for (it reads the flag once, at import);
+# tests/backends/test_models.py keeps one slow test of that online path.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +41,6 @@ def ray_instance():
     `pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]`."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield
     ray.shutdown()

@@ -25,6 +25,18 @@ def test_readme_and_docs_quote_the_main_results():
     assert ("docs/getting-started.md", "quickstart") in names
 
 
+def test_every_claim_is_quoted_and_every_benchmark_page_quotes_its_results():
+    """No claim renders for nobody, and each study page under docs/benchmarks/ quotes at least one."""
+    spans = quoted_spans()
+    assert set(claims.CLAIMS) <= {name for _, name, _ in spans}, set(claims.CLAIMS) - {name for _, name, _ in spans}
+    pages = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
+    assert len(pages) >= 10, "docs/benchmarks/ has lost its study pages"
+    quoting = {path for path, _, _ in spans}
+    for page in pages:
+        if page.name != "index.md":
+            assert f"docs/benchmarks/{page.name}" in quoting, f"docs/benchmarks/{page.name} quotes no claim"
+
+
 @pytest.mark.parametrize("path,name,text", quoted_spans())
 def test_quoted_number_equals_its_result_file(path, name, text):
     assert text == claims.render(name), (
@@ -41,3 +53,15 @@ def test_an_edited_number_is_caught(tmp_path):
     (match,) = claims.SPAN.finditer(text)
     assert match["text"] != claims.render(match["name"])
     assert claims.substitute(text) == f"x <!-- claim:stability-arithmetic -->{true}<!-- /claim --> y"
+
+
+def test_no_inline_claim_starts_a_continuation_line():
+    """Markdown reads a line that starts with `<!--` as a raw HTML block, which ends the paragraph there: an inline
+    claim must follow text on its line (a claim rendering a table starts with a blank line and may stand alone)."""
+    for path in claims.quoting_files():
+        lines = path.read_text().splitlines()
+        for number, (previous, line) in enumerate(zip(lines, lines[1:]), start=2):
+            match = claims.SPAN.match(line.lstrip())
+            if match and previous.strip() and not match["text"].startswith("\n"):
+                raise AssertionError(f"{path.relative_to(ROOT)}:{number}: the claim {match['name']!r} starts a line "
+                                     "inside a paragraph; join it to the line before")

@@ -174,3 +174,19 @@ def test_drift_and_retention_metrics_can_be_compared_and_small_values_keep_their
     assert _cell([0.0018, 0.0042]) == "[0.0018, 0.0042]" and _cell([0.5, 0.25]) == "[0.500, 0.250]"
     with pytest.raises(ConfigError, match="has no `drift/typo`"):
         compare_runs(runs, str(tmp_path / "bad"), metric="drift/typo")
+
+
+def test_a_row_pooling_a_run_stopped_early_with_a_finished_one_says_so(tmp_path):
+    """A seed killed at iteration 1 shares the row of a finished seed (same config): the row's final values come
+    from different points of training, and a note says which runs stopped where."""
+    finished = synthetic(tmp_path / "es0", "es", 0, [0.1, 0.2, 0.3, 0.4])
+    killed = synthetic(tmp_path / "es1", "es", 1, [0.1, 0.15])
+    alone = synthetic(tmp_path / "grpo0", "grpo", 0, [0.1, 0.2])
+    result = compare_runs([finished, killed, alone], str(tmp_path / "out"))
+    assert result["methods"][0]["runs"] == 2
+    pooled = [note for note in result["notes"] if "completed different numbers of iterations" in note]
+    assert len(pooled) == 1 and pooled[0].startswith("`es` pools")  # the grpo row has one run: no note
+    assert f"{finished}: 3" in pooled[0] and f"{killed}: 1" in pooled[0]
+    assert pooled[0] in (tmp_path / "out" / "compare.md").read_text()
+    equal = compare_runs([finished, synthetic(tmp_path / "es2", "es", 2, [0.1, 0.3, 0.2, 0.5])], str(tmp_path / "eq"))
+    assert not any("different numbers of iterations" in note for note in equal["notes"])

@@ -45,7 +45,8 @@ def site(tmp_path_factory) -> Path:
 
 def test_mkdocs_build_strict_succeeds(site):
     for page in ("index.html", "essa/index.html", "configs/index.html", "api/spaces/index.html",
-                 "architecture/index.html", "benchmark-tables/index.html"):
+                 "architecture/index.html", "benchmark-tables/index.html", "benchmarks/index.html",
+                 "benchmarks/drift/index.html", "benchmarks/plots/drift_arithmetic.png"):
         assert (site / page).is_file(), page
     api = (site / "api" / "strategies" / "index.html").read_text()
     assert "OpenES" in api and "CMAES" in api, "the API reference rendered no strategies"
@@ -61,7 +62,7 @@ def test_readme_is_short_and_has_the_ci_install_and_test_commands():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250, "README.md is over 250 lines: move the detail into docs/"
     commands = ci_commands()
-    assert "bash scripts/setup.sh" in commands and 'python3 -m pytest -m "not slow and not gpu" -q' in commands
+    assert "bash scripts/setup.sh" in commands and 'python3 -m pytest -m "not slow and not gpu" -q -n 2 --dist loadfile' in commands
     for command in commands:
         assert command in readme, f"README.md lacks CI's command {command!r}"
 
@@ -178,3 +179,46 @@ def test_test_files_named_in_the_docs_exist():
     for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
         for name in set(re.findall(r"\b(test_\w+\.py)\b", page.read_text())):
             assert name in existing, f"{page.relative_to(ROOT)} names {name}, which is not under tests/"
+
+
+def test_bench_scripts_named_in_the_docs_and_bench_exist():
+    """Every `bench/...py` or `bench/...sh` that README.md, docs/ or bench/ names (scripts, READMEs, the result
+    files' recorded commands) exists, so moving a script without updating its references fails here."""
+    named = re.compile(r"\bbench/[a-z0-9_/.-]*?[a-z0-9]\.(?:py|sh)\b")  # lowercase: placeholders are not paths
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md"), *DOCS.rglob("*.py")]
+    pages += [path for path in (ROOT / "bench").rglob("*")
+              if path.suffix in {".md", ".py", ".sh", ".yaml", ".json"} and path.is_file()]
+    missing = {(str(page.relative_to(ROOT)), name) for page in pages for name in named.findall(page.read_text())
+               if not (ROOT / name).is_file()}
+    assert not missing, f"bench scripts named but not there (page, path): {sorted(missing)}"
+
+
+def test_benchmark_pages_embed_plots_from_bench_results():
+    """docs/hooks.py serves bench/results/**/*.png at benchmarks/plots/; every plot a study page embeds is a result
+    file, and the study pages whose results include plots embed them."""
+    embedded = {}
+    for page in sorted((DOCS / "benchmarks").glob("*.md")):
+        embedded[page.name] = re.findall(r"!\[[^\]]*\]\(plots/([^)]+\.png)\)", page.read_text())
+        for plot in embedded[page.name]:
+            assert (ROOT / "bench" / "results" / plot).is_file(), f"docs/benchmarks/{page.name} embeds {plot}"
+    without_plots = {"index.md", "quantization.md", "speed.md", "evaluation-budget.md"}
+    for name, plots in embedded.items():
+        if name not in without_plots:
+            assert plots, f"docs/benchmarks/{name} embeds no plot"
+
+
+def test_estrainer_signature_names_the_types_it_takes():
+    """The API reference shows ESTrainer's real argument types (TRL's: a model id or PreTrainedModel, reward
+    callables or import paths, datasets, a LoraConfig), not `Any`."""
+    import inspect
+
+    from evotune.es_trainer import ESTrainer
+
+    annotations = {name: str(parameter.annotation)
+                   for name, parameter in inspect.signature(ESTrainer.__init__).parameters.items() if name != "self"}
+    assert all(annotation not in ("Any", "Any | None", inspect.Parameter.empty) for annotation in annotations.values())
+    assert "str" in annotations["model"] and "PreTrainedModel" in annotations["model"]
+    assert "Callable" in annotations["reward_funcs"] and "Sequence" in annotations["reward_funcs"]
+    assert "datasets.Dataset" in annotations["train_dataset"] == annotations["eval_dataset"]
+    assert "PreTrainedTokenizerBase" in annotations["processing_class"]
+    assert "LoraConfig" in annotations["peft_config"] and "ESCallback" in annotations["callbacks"]

@@ -108,6 +108,28 @@ def test_weight_drift_equals_a_direct_computation(tiny_model_dir, space_class):
     assert FullParameterSpace(load(tiny_model_dir), optimizer=SGD(1e-3)).drift_metrics() == {}  # no base kept
 
 
+@pytest.mark.parametrize("space_class", [FullParameterSpace, LowRankSpace])
+def test_base_squares_are_computed_once_per_parameter(tiny_model_dir, space_class, monkeypatch):
+    """The base never changes, so its sum of squares is read once per parameter however many drift evaluations
+    follow; and each evaluation's numbers equal those recomputed from scratch (a plain-dict base, no cache)."""
+    from evotune.spaces import drift
+
+    computed: list[int] = []  # id of every base tensor whose squares were summed
+    original = drift.base_tensor_squares
+    monkeypatch.setattr(drift, "base_tensor_squares",
+                        lambda base, device: computed.append(id(base)) or original(base, device))
+    space = space_class(load(tiny_model_dir), optimizer=SGD(1e-3), keep_base=True)
+    by_evaluation = []
+    for seed in range(3):
+        space.apply_update(SeedUpdate(0, [seed], [1.0]))
+        computed.clear()
+        cached = space.drift_metrics()
+        by_evaluation.append(sorted(computed))
+        assert cached["drift/l2"] > 0
+        assert cached == drift.weight_drift(drift.weight_sums(space.master, dict(space.base)))  # bit for bit
+    assert by_evaluation == [sorted(id(tensor) for tensor in space.base.values()), [], []]
+
+
 def merged_deltas(model) -> dict[str, torch.Tensor]:
     """scaling * B @ A per adapted module, dense, float64."""
     deltas = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -118,6 +119,26 @@ def test_resume_continues_the_run_and_refuses_other_data(tiny_model_dir, tmp_pat
     assert main(["train", "--output-dir", str(tmp_path / "es"), "--resume", "--set", "iterations=3"]) == 0
     last = json.loads((tmp_path / "es" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["iteration"] == 3
+
+
+@pytest.mark.parametrize("data_seed", [None, 7])
+def test_the_datasets_task_equals_the_one_the_cli_builds_from_the_written_files(tiny_model_dir, tmp_path,
+                                                                               data_seed):
+    """ESTrainer's task over in-memory rows and build_task over the data/ files it writes (what `evotune train
+    --resume` reads) hold the same split, rewards and weights: one code path, seeded by data_seed (else seed)."""
+    from evotune.builders import build_task
+
+    trainer = ESTrainer(model=tiny_model_dir, reward_funcs=[short_reward, short_reward],
+                        train_dataset=conversational_dataset(),
+                        args=es_args(tmp_path, data_seed=data_seed, reward_weights=[2.0, 1.0]))
+    trainer._write_data()
+    from_files = build_task(trainer.config)  # task custom, dataset = the written data/train.jsonl
+    for task in (trainer.task, from_files):
+        assert task.name == "custom" and task.reward_fns == [short_reward, short_reward]
+        assert task.reward_weights == [2.0, 1.0]
+    assert (trainer.task.train_rows, trainer.task.eval_rows) == (from_files.train_rows, from_files.eval_rows)
+    other_seed = build_task(dataclasses.replace(trainer.config, data_seed=(data_seed or 0) + 1))
+    assert other_seed.eval_rows != from_files.eval_rows  # the split does follow the seed
 
 
 def test_a_dataset_without_reward_funcs_or_given_as_a_path_is_refused(tiny_model_dir, tmp_path):

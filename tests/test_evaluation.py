@@ -94,7 +94,7 @@ def test_eval_generates_at_the_tasks_own_budget_unless_told(tiny_model_dir, monk
     own evaluations use too), else the fallback for a task without one; the budget used is in the result."""
     from dataclasses import replace
 
-    from evotune.evaluation.evaluate import evaluate as evaluation
+    from evotune.evaluation import evaluate as evaluation
     from evotune.evaluation.evaluate import FALLBACK_MAX_NEW_TOKENS, EvalOptions, evaluate_models
     from evotune.tasks import get_task
 

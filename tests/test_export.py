@@ -32,7 +32,8 @@ def test_export_refuses_a_directory_with_files_and_a_file_path(tiny_model_dir, t
     a_file = tmp_path / "model.bin"
     a_file.write_text("x")
     assert main(["export", tiny_model_dir, "--output-dir", str(a_file)]) == 2
-    assert "is a file" in capsys.readouterr().err and a_file.read_text() == "x"
+    # the message wraps at word boundaries, which move with the length of the temporary path
+    assert "is a file" in " ".join(capsys.readouterr().err.split()) and a_file.read_text() == "x"
 
     (target / "notes.txt").write_text("kept")
     assert main(["export", tiny_model_dir, "--output-dir", str(target), "--overwrite"]) == 0

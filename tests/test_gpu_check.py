@@ -22,9 +22,13 @@ def test_gpu_check_dry_run_on_cpu(tiny_model_dir, tmp_path):
     report = json.loads(output.read_text())
     assert report["facts"]["device"] == "cpu"
     assert report["resume"]["differing"] == 0 and report["resume"]["tensors"] > 0, report["resume"]
-    for arm in ("full_one_at_a_time", "full_batched", "lowrank"):
+    for arm in ("full_one_at_a_time", "full_own_loop", "full_compiled", "full_batched", "lowrank"):
         row = report[arm]
         assert "error" not in row, (arm, row)
         assert row["iterations"] == 2 and row["seconds_per_iteration"] > 0 and 0 <= row["accuracy_after"] <= 1
     assert report["full_batched"]["settings"] == {"population_batch_size": 2}
+    assert report["full_batched"]["candidates_per_generate"] == 2
+    assert report["full_compiled"]["settings"] == {"compile_generation": True}
+    # the same greedy tokens with and without the host syncs: the same learning
+    assert report["full_own_loop"]["accuracy_after"] == report["full_one_at_a_time"]["accuracy_after"]
     assert "error" not in report["grpo"], report["grpo"]

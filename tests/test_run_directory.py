@@ -61,14 +61,18 @@ def test_a_run_without_checkpoint_is_not_overwritten(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="--overwrite") as error:
         Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run)
     assert "config.yaml" in str(error.value) and "final" in str(error.value)
+    assert "pass --resume to continue it" in str(error.value)  # it has no checkpoint, but a config: resumable
     assert (run / "config.yaml").read_text() == "model: mine\n"
     Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run, overwrite=True).train()
     assert (run / "final" / "config.json").exists() and (run / "notes.txt").read_text() == "keep me\n"
 
 
-def test_resume_without_a_checkpoint_says_so(tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match="no checkpoint"):
+def test_resume_of_a_directory_that_holds_no_run_says_so(tiny_model_dir, tmp_path):
+    # a run stopped before its first checkpoint resumes from iteration 0 (test_resume_before_checkpoint.py); a
+    # directory without the run's config.yaml is no run at all
+    with pytest.raises(ConfigError, match="config.yaml does not exist.*start a new run without --resume"):
         Trainer(tiny_config(tiny_model_dir, report_to=[]), tmp_path / "empty", resume=True)
+    assert not (tmp_path / "empty").exists()
 
 
 def test_diverging_weights_stop_the_run_before_anything_is_saved(tiny_model_dir, tmp_path):

@@ -161,6 +161,58 @@ def test_cli_smoke_run_writes_the_run_directory(tiny_model_dir, tmp_path, capsys
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 1]
 
 
+def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """`evotune sft --resume` after a stop at step 5 (checkpoint at 4) ends with the adapter, losses and metrics of
+    the uninterrupted run, tensor for tensor; the refusals name their fix."""
+    from safetensors.torch import load_file
+
+    from evotune.cli.main import main
+    from evotune.tracking.tracker import MetricsLogger
+
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump(dict(model=tiny_model_dir, task="arithmetic", num_train=12, num_eval=2,
+                                          max_new_tokens=4, batch_size=4, max_steps=7, learning_rate=5e-2,
+                                          lora_rank=4, checkpoint_every=2, dtype="float32", device="cpu",
+                                          report_to=[])))
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert main(["sft", str(config), "--output-dir", str(whole)]) == 0
+    capsys.readouterr()
+
+    log = MetricsLogger.log
+
+    def stop_at_step_5(self, record):
+        if record.get("step") == 5 and "loss" in record:
+            raise KeyboardInterrupt
+        log(self, record)
+
+    monkeypatch.setattr(MetricsLogger, "log", stop_at_step_5)
+    assert main(["sft", str(config), "--output-dir", str(stopped)]) == 130  # as Ctrl-C
+    assert "evotune sft --output-dir" in capsys.readouterr().err and not (stopped / "adapter").exists()
+    monkeypatch.setattr(MetricsLogger, "log", log)
+    assert json.loads((stopped / "checkpoint" / "state.json").read_text())["iteration"] == 4
+
+    # a new run into it, a changed key, and --resume with --overwrite are refused, naming what to do
+    assert main(["sft", str(config), "--output-dir", str(stopped)]) == 2
+    assert main(["sft", "--output-dir", str(stopped), "--resume", "--set", "learning_rate=0.1"]) == 2
+    assert main(["sft", "--output-dir", str(stopped), "--resume", "--overwrite"]) == 2
+    assert main(["sft", "--output-dir", str(tmp_path / "empty"), "--resume"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "pass --resume to continue it" in err and "`learning_rate` 0.05 -> 0.1" in err
+    assert "pass only one of them" in err and "does not exist" in err and "Traceback" not in err
+
+    assert main(["sft", "--output-dir", str(stopped), "--resume", "--set", "checkpoint_every=3"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["resumed_from_step"] == 4 and summary["steps"] == 7 and "accuracy" in summary["eval_before"]
+    expected = load_file(str(whole / "adapter" / "adapter_model.safetensors"))
+    resumed = load_file(str(stopped / "adapter" / "adapter_model.safetensors"))
+    assert expected.keys() == resumed.keys() and all(torch.equal(expected[k], resumed[k]) for k in expected)
+    records = [[json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+               for run in (whole, stopped)]
+    assert [r["step"] for r in records[1]] == [0, 1, 2, 3, 4, 5, 6, 7, 7]  # steps 5-7 once, not twice
+    assert [r.get("loss") for r in records[0]] == [r.get("loss") for r in records[1]]
+    assert yaml.safe_load((stopped / "config.yaml").read_text())["checkpoint_every"] == 3
+
+
 @pytest.mark.slow
 def test_example_config_raises_arithmetic_accuracy_on_the_real_model(tmp_path):
     example = Path(__file__).parents[1] / "examples" / "sft_arithmetic.yaml"

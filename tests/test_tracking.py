@@ -35,9 +35,10 @@ def test_reward_none_everywhere_is_a_clear_error_and_metrics_stay_strict_json(ti
     assert code == 2 and "Traceback" not in err and "None" in err
     # item 7: no checkpoint was written, so the message must not promise a resume
     assert "resumable from its last checkpoint" not in err and "--resume" not in err
-    text = (run / "metrics.jsonl").read_text()
-    records = [strict_loads(line) for line in text.splitlines()]
-    assert "NaN" not in text and records[0]["eval/reward"] is None
+    # the run failed before its first iteration: what it wrote (metrics.jsonl with the null eval/reward
+    # included) is removed with the directory it created, so the same command starts it again; the null
+    # itself is checked on the logger below
+    assert not run.exists()
 
 
 def test_metrics_logger_writes_null_for_nan_and_infinity(tmp_path):

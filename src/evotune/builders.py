@@ -24,12 +24,21 @@ from .tasks import Task, get_task
 ADAPTER_SPACES = ("lora", "svd_lora")
 
 
-def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None) -> Task:
+def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None,
+               rows: tuple[list[dict], list[dict] | None] | None = None) -> Task:
     """The run's task, its split seeded by the data seed (`data_seed`, else `seed`). reward_fns: callables that
-    stand for the config's import paths (ESTrainer's reward_funcs, which may not be importable by path)."""
+    stand for the config's import paths (ESTrainer's reward_funcs, which may not be importable by path).
+    rows: task `custom`'s (train, eval or None) rows already in memory (ESTrainer's datasets, not yet written
+    to `config.dataset`); split as the files would be, so a run resumed from those files sees the same task."""
+    reward_fns = reward_fns or config.reward_fns or None
+    if rows is not None:
+        from .tasks.custom import custom_task
+
+        return custom_task(*rows, reward_fns, config.reward_weights or None, seed=config.data_seed_or_seed,
+                           num_eval=config.num_eval, source="train_dataset")
     return get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
-                    eval_dataset=config.eval_dataset, reward_fns=reward_fns or config.reward_fns or None,
-                    reward_weights=config.reward_weights or None, **config.task_args)
+                    eval_dataset=config.eval_dataset, reward_fns=reward_fns, reward_weights=config.reward_weights
+                    or None, **config.task_args)
 
 
 def read_adapter_config(adapter: str) -> dict[str, Any]:
@@ -233,13 +242,19 @@ def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
         return RayEvaluator(ReplicaFactory(config.to_dict()), config.workers, state_fn, address=config.ray_address,
                             checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
                             num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
-                            driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint)
+                            driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint,
+                            shards=config.prompt_shards, straggler_factor=config.straggler_factor)
 
     batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
     if config.space == "full" and config.backend != "hf":  # stacked full-rank copies are the hf backend's
         batch = None
     if config.space == "lowrank":  # the point of low-rank members: the whole population in one batch by default
         batch = config.population_batch_size or config.population_size
+    if batch == "auto":  # space full on hf: as many stacked copies as the device's free memory holds (CPU: 1)
+        from .backends.stacked_weights import auto_population_batch
+
+        batch = auto_population_batch(replica.backend.model, replica.space.parameters, config.population_size,
+                                      config.generation_batch_size or config.batch_size, config.max_new_tokens)
     if config.space in (*ADAPTER_SPACES, "lowrank", "full") and batch and batch > 1:
         from .distributed import BatchedEvaluator
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .callbacks import ESCallback
 from .config.train import TrainConfig
@@ -32,8 +32,13 @@ from .config.fields import _opt
 from .errors import ConfigError, DataError
 from .tasks import Task
 from .tasks.base import function_name
-from .tasks.custom import custom_task, import_reward_fn
+from .tasks.custom import import_reward_fn
 from .tasks.data import validate_rows
+
+if TYPE_CHECKING:  # only named in ESTrainer's signature (the API reference shows them)
+    import datasets
+    import peft
+    import transformers
 
 # ESConfig's keys that describe the run directory, not the run: config.yaml does not record them.
 TRAINER_KEYS = ("output_dir", "overwrite")
@@ -203,9 +208,17 @@ class ESTrainer:
     Every argument is checked here, before anything is written; a start that fails later (a model that does
     not load, an adapter PEFT refuses) removes what it wrote, so the same script can simply run again."""
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: ESConfig | None = None,
-                 train_dataset: Any = None, eval_dataset: Any = None, processing_class: Any = None,
-                 callbacks: list | None = None, peft_config: Any = None):
+    def __init__(self, model: str | os.PathLike[str] | transformers.PreTrainedModel,
+                 reward_funcs: (Callable[..., list[float | None]] | str
+                                | Sequence[Callable[..., list[float | None]] | str] | None) = None,
+                 args: ESConfig | None = None,
+                 train_dataset: (datasets.Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]]
+                                 | Sequence[str] | None) = None,
+                 eval_dataset: (datasets.Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]]
+                                | Sequence[str] | None) = None,
+                 processing_class: transformers.PreTrainedTokenizerBase | None = None,
+                 callbacks: ESCallback | type[ESCallback] | Sequence[ESCallback | type[ESCallback]] | None = None,
+                 peft_config: peft.LoraConfig | None = None):
         args = as_es_config(args)
         values = args.to_dict()
         self.output_dir = Path(values.pop("output_dir"))
@@ -277,14 +290,12 @@ class ESTrainer:
                 "lora_target_modules": targets}
 
     def _task(self, functions: list[Callable] | None) -> Task:
-        config = self.config
-        if self.train_rows is None:  # a built-in task, its rewards optionally replaced by the callables
-            from .builders import build_task
+        """build_task's: a built-in task (its rewards optionally replaced by the callables), or `custom` over the
+        datasets' rows, split as the CLI splits the files written to data/, so it resumes this run exactly."""
+        from .builders import build_task
 
-            return build_task(config, reward_fns=functions)
-        # the same split as `task: custom` over the files written to data/, so the CLI resumes this run exactly
-        return custom_task(self.train_rows, self.eval_rows, functions, list(config.reward_weights) or None,
-                           seed=config.data_seed_or_seed, num_eval=config.num_eval, source="train_dataset")
+        rows = None if self.train_rows is None else (self.train_rows, self.eval_rows)
+        return build_task(self.config, reward_fns=functions, rows=rows)
 
     def _data_files(self) -> list[tuple[list[dict] | None, Path]]:
         return [(rows, self.output_dir / "data" / f"{name}.jsonl")
@@ -372,7 +383,12 @@ class ESTrainer:
         self._starting_retention = ...  # the run builds its own; the starting model's copy is freed
         self.trainer = self._build(self._resume(resume_from_checkpoint))
         self.backend = self.trainer.backend
-        return self.trainer.train()
+        try:
+            return self.trainer.train()
+        except BaseException:
+            if not (self.output_dir / "config.yaml").exists():  # a run that did no iteration, removed by the trainer
+                self._remove_attempt()  # its data/ too
+            raise
 
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics (`eval/<metric>`) of the current model, and `retain/<task>/<metric>` for

@@ -9,8 +9,11 @@ should leave a model that is better than the base but not solved.
 Data is TRL's prompt-completion format: the prompt gets the chat template exactly as at
 generation time, the completion and EOS follow, and the loss covers only completion + EOS.
 The run directory follows `evotune train`: config.yaml, metrics.jsonl (one record per optimizer
-step, eval records at step 0 and the last step), TensorBoard, loss.png, and adapter/ (a standard
-PEFT adapter plus the tokenizer; `peft.PeftModel.from_pretrained(base, DIR/adapter)` reloads it).
+step, eval records at step 0 and the last step), TensorBoard, loss.png, adapter/ (a standard
+PEFT adapter plus the tokenizer; `peft.PeftModel.from_pretrained(base, DIR/adapter)` reloads it), and
+checkpoint/ every `checkpoint_every` steps (the adapter's weights, AdamW's moments, the learning-rate
+schedule, the losses so far and the RNG state, in train's checksummed checkpoint format), from which
+`evotune sft --resume` continues an interrupted run to the same adapter, tensor for tensor.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Callable, get_args
 
 import yaml
 
@@ -29,8 +32,9 @@ from .config.train import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantizat
 from .config.checks import check_device, check_int4_keys
 from .config.fields import _opt, _same_as
 from .config.files import absolutize_paths, read_config_values
-from .errors import ConfigError, DataError
+from .errors import CheckpointError, ConfigError, DataError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
+from .runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
@@ -38,8 +42,9 @@ if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .tasks.base import Task
     from .tracking.tracker import MetricsLogger
 
-# What a run writes in its OUTPUT_DIR: an earlier run's are refused, or removed by --overwrite.
-SFT_RUN_FILES = ("adapter", "config.yaml", "metrics.jsonl", "samples.jsonl", "loss.png", "tensorboard")
+# What a run writes in its OUTPUT_DIR: an earlier run's are refused, continued by --resume, or removed by --overwrite.
+SFT_RUN_FILES = ("adapter", "config.yaml", "metrics.jsonl", "samples.jsonl", "loss.png", "tensorboard", "checkpoint",
+                 "checkpoint.old", "checkpoint.tmp")
 IGNORE_INDEX = -100  # label of tokens without loss (prompt, padding), as in transformers
 
 
@@ -65,6 +70,8 @@ class SFTConfig(RunConfig):
     warmup_steps: int = _opt(0, "Steps of linear learning-rate warmup.")
     weight_decay: float = _same_as(TrainConfig, "weight_decay")
     max_grad_norm: float = _opt(1.0, "Clip the gradient norm to this (0: no clipping).")
+    checkpoint_every: int = _opt(20, "Write a resumable checkpoint every this many optimizer steps (0: none); "
+                                     "`evotune sft --resume` continues from the last one.")
     device: str = _same_as(TrainConfig, "device")
     # QLoRA-style: the LoRA adapter trains in fp32 over a frozen INT8/INT4 base (ESSA's stage 1 on that base)
     quantization: Quantization = _same_as(TrainConfig, "quantization")
@@ -90,15 +97,68 @@ class SFTConfig(RunConfig):
             if value is not None and value < 1:
                 raise ConfigError(f"`{key}` is {value!r}; it must be a whole number of at least 1"
                                   + (" (or null for no limit)." if key in ("max_steps", "num_train") else "."))
-        for key in ("warmup_steps", "weight_decay", "max_grad_norm"):
+        for key in ("warmup_steps", "weight_decay", "max_grad_norm", "checkpoint_every"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; it must be >= 0.")
 
 
-def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:
-    """YAML file (optional) <- --set overrides, then validated."""
-    values, source = read_config_values(path, overrides)
+# Keys a resumed run may change: train's (runs/directory.py) that SFT has; none changes the adapter's trajectory.
+SFT_RESUMABLE_KEYS = tuple(key for key in RESUMABLE_KEYS if key in SFTConfig.__dataclass_fields__)
+
+
+def load_sft_config(path: str | Path | None, overrides: list[str] | None = None,
+                    resume_dir: str | Path | None = None) -> SFTConfig:
+    """YAML file (optional) <- --set overrides, then validated; with `resume_dir`, on top of that run's own
+    config.yaml (what it was started with)."""
+    base = None
+    if resume_dir is not None:
+        base = read_run_config(Path(resume_dir))
+        foreign = sorted(set(base) - set(SFTConfig.__dataclass_fields__))
+        if foreign:
+            raise ConfigError(f"--resume: {Path(resume_dir) / 'config.yaml'} has keys SFT does not know "
+                              f"({', '.join(foreign[:4])}): it is not an `evotune sft` run (an `evotune train` run "
+                              f"resumes with `evotune train --output-dir {resume_dir} --resume`).")
+    values, source = read_config_values(path, overrides, base=base)
     return SFTConfig.from_dict(values, source=source)
+
+
+def check_sft_resume(output_dir: Path, config: SFTConfig) -> None:
+    """Refuse a resume whose config changes a key that would change the run (only SFT_RESUMABLE_KEYS may)."""
+    path = Path(output_dir) / "config.yaml"
+    run = SFTConfig.from_dict(read_run_config(Path(output_dir)), source=str(path))
+    absolutize_paths(run)
+    forbidden = [key for key in changed_keys(run, config) if key not in SFT_RESUMABLE_KEYS]
+    if forbidden:
+        details = "; ".join(f"`{key}` {getattr(run, key)!r} -> {getattr(config, key)!r}" for key in forbidden)
+        raise ConfigError(f"--resume keeps the run's own config ({path}), but this one changes {details}. Resume "
+                          f"with `evotune sft --output-dir {output_dir} --resume` (only "
+                          f"{', '.join(SFT_RESUMABLE_KEYS)} may be changed with --set), or start a new run in "
+                          "another --output-dir.")
+
+
+def prepare_sft_run(output_dir: Path, config: SFTConfig, resume: bool, overwrite: bool) -> Path | None:
+    """Check the directory against the request (nothing is written before every check passed) and return the
+    checkpoint to resume from (None for a new run)."""
+    from .runs.checkpoint import find_checkpoint
+
+    checkpoint = find_checkpoint(output_dir / "checkpoint")
+    earlier = [name for name in SFT_RUN_FILES if (output_dir / name).exists()]
+    if resume:
+        if overwrite:
+            raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
+        if checkpoint is None:
+            raise ConfigError(f"--resume: no complete checkpoint in {output_dir / 'checkpoint'} (the run stopped "
+                              "before its first one, or it has `checkpoint_every: 0`); start it again with "
+                              "--overwrite, or choose a new --output-dir.")
+        check_sft_resume(output_dir, config)
+        return checkpoint
+    if earlier and not overwrite:
+        resumable = " pass --resume to continue it from its checkpoint," if checkpoint else ""
+        raise ConfigError(f"{output_dir} already holds an earlier run's {', '.join(earlier)}:{resumable} choose a "
+                          "new --output-dir, or add --overwrite to replace them.")
+    for name in earlier:  # only what a run writes; other files in the directory are the user's
+        shutil.rmtree(output_dir / name) if (output_dir / name).is_dir() else (output_dir / name).unlink()
+    return None
 
 
 def dataset_completion(row: dict, number: int, source: str) -> str:
@@ -171,8 +231,14 @@ def collate(examples: list[dict[str, list[int]]], pad_token_id: int) -> dict[str
             "labels": torch.tensor([pad(e["labels"], IGNORE_INDEX) for e in examples])}
 
 
-def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: SFTConfig, logger: Any) -> list[float]:
-    """AdamW on the parameters that require grad (the LoRA factors); logs and returns each step's loss."""
+def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: SFTConfig, logger: Any,
+                  resume: dict[str, Any] | None = None,
+                  checkpoint: Callable[[Any, Any, list[float]], None] | None = None) -> list[float]:
+    """AdamW on the parameters that require grad (the LoRA factors); logs and returns each step's loss.
+
+    `resume` (read_sft_checkpoint's optimizer, schedule, losses and RNG state) continues after its last step: the
+    batches of the steps done are skipped in the same seeded order, so the run goes on as if never stopped.
+    `checkpoint(optimizer, schedule, losses)` is called every `checkpoint_every` steps before the last."""
     import torch
     from tqdm.auto import tqdm
 
@@ -186,14 +252,23 @@ def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: S
                                                  else max(0.0, (total - step) / max(1, total - warmup)))
     device = next(model.parameters()).device
     losses: list[float] = []
+    if resume is not None:
+        optimizer.load_state_dict(resume["optimizer"])
+        schedule.load_state_dict(resume["schedule"])
+        losses = list(resume["losses"])
+        torch.set_rng_state(resume["rng"])
+    done, position = len(losses), 0
     model.train()
-    with tqdm(total=total, desc="evotune sft", unit="step", dynamic_ncols=True) as bar:
+    with tqdm(total=total, initial=done, desc="evotune sft", unit="step", dynamic_ncols=True) as bar:
         for epoch in range(math.ceil(total / steps_per_epoch)):  # max_steps may need more than `epochs`
             order = list(range(len(examples)))
             random.Random(f"sft-{config.data_seed_or_seed}-{epoch}").shuffle(order)
             for start in range(0, len(order), config.batch_size):
                 if len(losses) == total:
                     break
+                position += 1
+                if position <= done:  # a resumed run: this batch's step is in the checkpoint already
+                    continue
                 started = time.perf_counter()
                 batch = collate([examples[index] for index in order[start:start + config.batch_size]], pad_token_id)
                 loss = model(**{key: value.to(device) for key, value in batch.items()}).loss  # completion-token mean
@@ -210,8 +285,61 @@ def train_adapter(model: Any, examples: list[dict], pad_token_id: int, config: S
                             "time_s": time.perf_counter() - started})
                 bar.update(1)
                 bar.set_postfix({"loss": f"{losses[-1]:.4f}"})
+                if checkpoint and config.checkpoint_every and len(losses) % config.checkpoint_every == 0 \
+                        and len(losses) < total:
+                    checkpoint(optimizer, schedule, losses)
     model.eval()
     return losses
+
+
+def _trainable(model: Any) -> dict[str, Any]:
+    return {name: parameter for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
+def write_sft_checkpoint(directory: Path, model: Any, optimizer: Any, schedule: Any, losses: list[float]) -> None:
+    """The state a resume needs, in train's checksummed checkpoint format (runs/checkpoint.py; its required
+    `strategy.iteration` is the step): the adapter's trainable tensors, AdamW's per-parameter state, the torch RNG
+    state, and as JSON the step, the losses, the optimizer's parameter groups and the schedule's state."""
+    import torch
+
+    from .runs.checkpoint import save_checkpoint
+
+    saved = optimizer.state_dict()
+    optimizer_tensors = {f"{index}.{key}": value for index, state in saved["state"].items()
+                         for key, value in state.items() if torch.is_tensor(value)}
+    optimizer_scalars = {f"{index}.{key}": value for index, state in saved["state"].items()
+                         for key, value in state.items() if not torch.is_tensor(value)}
+    optimizer_tensors["rng.torch"] = torch.get_rng_state()
+    state = {"iteration": len(losses), "strategy": {"iteration": len(losses)}, "command": "sft", "losses": losses,
+             "param_groups": saved["param_groups"], "optimizer_scalars": optimizer_scalars,
+             "schedule": schedule.state_dict()}
+    save_checkpoint(directory, state, _trainable(model), optimizer_tensors, update_log=[])
+
+
+def read_sft_checkpoint(directory: Path, model: Any) -> dict[str, Any]:
+    """Load a checkpoint's adapter tensors into `model` (the freshly initialized adapter) and return what
+    train_adapter's `resume` takes."""
+    from .runs.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(directory)
+    state, tensors = loaded["state"], loaded["space_tensors"]
+    if state.get("command") != "sft":
+        raise CheckpointError(f"{directory} is not an `evotune sft` checkpoint (it has no `command: sft`).")
+    trainable = _trainable(model)
+    if set(trainable) != set(tensors):
+        raise CheckpointError(f"{directory} holds the adapter tensors {sorted(set(tensors) - set(trainable))[:3]} "
+                              f"the model does not train, or lacks {sorted(set(trainable) - set(tensors))[:3]}; "
+                              "the run's config.yaml and its checkpoint disagree.")
+    for name, parameter in trainable.items():
+        parameter.data.copy_(tensors[name])
+    per_parameter: dict[int, dict[str, Any]] = {}
+    for key, value in [*loaded["optimizer_tensors"].items(), *state["optimizer_scalars"].items()]:
+        index, _, name = key.partition(".")
+        if index != "rng":
+            per_parameter.setdefault(int(index), {})[name] = value
+    return {"optimizer": {"state": per_parameter, "param_groups": state["param_groups"]},
+            "schedule": state["schedule"], "losses": state["losses"], "rng": loaded["optimizer_tensors"]["rng.torch"],
+            "step": state["iteration"]}
 
 
 def evaluate_and_log(backend: HFBackend, task: Task | None, config: SFTConfig, logger: MetricsLogger,
@@ -246,11 +374,13 @@ def plot_loss(metrics_path: Path, output_png: Path, title: str) -> Path:
 
 
 def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None = None,
-            overwrite: bool = False) -> dict[str, Any]:
+            overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
     """Stage 1 end to end; returns the summary (also printed by `evotune sft`).
 
     An OUTPUT_DIR that holds an earlier run's files is refused unless `overwrite`, which removes them
-    first (the directory's other files stay).
+    first (the directory's other files stay), or `resume`, which continues that run from its last checkpoint
+    (`config` must then be the run's own, as `load_sft_config(..., resume_dir=OUTPUT_DIR)` reads it: only
+    SFT_RESUMABLE_KEYS may differ) and ends with the adapter the uninterrupted run would have written.
 
     `backend` (an HFBackend, for tests and notebooks) replaces loading `config.model`; afterwards
     its `.model` is the trained PeftModel, as `evotune train` does for adapter spaces.
@@ -260,19 +390,14 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     from .backends.quantized import QuantizationSettings
     from .evaluation.retention import build_retention
     from .spaces.lora import init_lora_adapter
-    from .tracking.tracker import MetricsLogger
+    from .tracking.tracker import MetricsLogger, read_metrics
 
     output_dir = Path(output_dir)
-    earlier = [name for name in SFT_RUN_FILES if (output_dir / name).exists()]
-    if earlier and not overwrite:
-        raise ConfigError(f"{output_dir} already holds an earlier run's {', '.join(earlier)}; choose a new "
-                          "--output-dir, or add --overwrite to replace them.")
-    for name in earlier:
-        shutil.rmtree(output_dir / name) if (output_dir / name).is_dir() else (output_dir / name).unlink()
+    absolutize_paths(config)
+    checkpoint = prepare_sft_run(output_dir, config, resume, overwrite)
     started = time.perf_counter()
     rows, task = sft_rows(config)  # data errors surface before the model loads
     output_dir.mkdir(parents=True, exist_ok=True)
-    absolutize_paths(config)
     (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device),
                                         quantization=QuantizationSettings.from_config(config))
@@ -284,13 +409,26 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     backend.model = init_lora_adapter(backend.model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
                                       config.lora_init, config.seed)
     retention = build_retention(config, backend)  # the KL's base: this adapter switched off
-    logger = MetricsLogger(output_dir, config.report_to, step_key="step", config=config.to_dict())
+    state = read_sft_checkpoint(checkpoint, backend.model) if checkpoint else None
+    logger = MetricsLogger(output_dir, config.report_to, resume_iteration=state["step"] if state else None,
+                           step_key="step", config=config.to_dict())
     summary: dict[str, Any] = {"output_dir": str(output_dir), "examples": len(examples)}
+    if state:
+        summary["resumed_from_step"] = state["step"]
     has_eval = task is not None and len(task.eval_rows) > 0
+
+    def save(optimizer: Any, schedule: Any, losses: list[float]) -> None:
+        write_sft_checkpoint(output_dir / "checkpoint", backend.model, optimizer, schedule, losses)
+
     try:
-        if has_eval or retention:  # with lora_init kaiming the adapter starts as a no-op: this scores the base model
+        if state and (has_eval or retention):  # the run's first evaluation, logged before it stopped
+            first = next((record for record in read_metrics(logger.path) if record.get("step") == 0
+                          and "loss" not in record), {})
+            summary["eval_before"] = {key.removeprefix("eval/"): value for key, value in first.items()
+                                      if key.startswith("eval/")}
+        elif has_eval or retention:  # with lora_init kaiming the adapter starts as a no-op: this scores the base
             summary["eval_before"] = evaluate_and_log(backend, task, config, logger, 0, retention)
-        losses = train_adapter(backend.model, examples, backend.tokenizer.pad_token_id, config, logger)
+        losses = train_adapter(backend.model, examples, backend.tokenizer.pad_token_id, config, logger, state, save)
         if has_eval or retention:
             summary["eval_after"] = evaluate_and_log(backend, task, config, logger, len(losses), retention)
     finally:

@@ -41,10 +41,14 @@ class Trainer:
         self.config = config
         self.output_dir = Path(output_dir)
         self.checkpoint_dir = self.output_dir / "checkpoint"
+        self.created_output_dir = not self.output_dir.exists()  # removed again if the run never starts
         existing = run_directory.prepare(output_dir, config, resume, overwrite)
+        # a --resume with no checkpoint yet restarts from iteration 0 but stays a resume: a failure keeps its
+        # config.yaml, so the same --resume command runs it again
+        self.new_run = existing is None and not resume
         self.update_log: list[dict] = []
         self.training_seconds = 0.0  # summed over resumes, for max_training_seconds
-        with run_directory.removed_if_start_fails(self.output_dir, new_run=existing is None):
+        with run_directory.removed_if_start_fails(self.output_dir, self.new_run, self.created_output_dir):
             self._build(backend, task)
             if existing:
                 self._load(existing)
@@ -175,7 +179,8 @@ class Trainer:
     def train(self) -> dict[str, float]:
         """Run to `iterations`, `max_training_seconds` or a callback's should_stop; returns the last eval metrics."""
         self.should_stop = False
-        with run_directory.writes_reported(self.output_dir):
+        with run_directory.writes_reported(self.output_dir), run_directory.removed_if_no_iteration_done(
+                self.output_dir, self.new_run, lambda: self.strategy.iteration, self.created_output_dir):
             try:
                 self._notify("on_train_begin")
                 if self.strategy.iteration == 0:  # the baseline, so the gain is visible

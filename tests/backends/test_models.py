@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -33,6 +37,17 @@ def test_unreachable_hub_id_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelLoadError, match="could not load model"):
         load_model("evotune-test/not-a-real-model-id")
+
+
+@pytest.mark.slow
+def test_unreachable_hub_id_without_offline_mode_is_a_clear_error():
+    """As a user without HF_HUB_OFFLINE meets it: huggingface_hub retries the network first (~45 s here)."""
+    environment = {key: value for key, value in os.environ.items() if key != "HF_HUB_OFFLINE"}
+    script = ("from evotune.backends.models import load_model\n"
+              "load_model('evotune-test/not-a-real-model-id')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env=environment)
+    assert done.returncode != 0 and "could not load model" in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

@@ -143,3 +143,27 @@ def test_grpo_stops_at_its_time_budget_with_a_final_evaluation(tiny_model_dir, t
     steps = [r for r in records if "reward_mean" in r]
     assert [r["iteration"] for r in steps] == [1] and "eval/reward" in steps[0]
     assert (run / "final" / "adapter_config.json").exists()
+
+
+def prompt_order(model_dir: str, output, seed: int, data_seed: int | None) -> list[str]:
+    """The prompts TRL's dataloader hands GRPO's first steps, in order (no training step runs)."""
+    from evotune.baselines.grpo import GRPORunConfig, _build_trainer
+
+    output.mkdir()
+    config = GRPORunConfig(model=model_dir, task="conciseness", batch_size=2, num_generations=2, max_new_tokens=4,
+                           num_eval=2, report_to=[], seed=seed, data_seed=data_seed)
+    trainer, callback, _ = _build_trainer(config, output, None, max_steps=4, spent=0.0)
+    callback.logger.close()
+    return [str(row["prompt"]) for batch in trainer.get_train_dataloader() for row in batch]
+
+
+def test_data_seed_orders_the_prompts_and_seed_does_not(tiny_model_dir, tmp_path):
+    """TRL shuffles prompts with its `seed`; evotune hands that shuffle the data seed, so runs that differ only in
+    `seed` (the noise) see the same prompts in the same order, and another data_seed another order."""
+    orders = {name: prompt_order(tiny_model_dir, tmp_path / name, seed, data_seed)
+              for name, seed, data_seed in (("base", 0, 5), ("other_noise", 1, 5), ("other_data", 0, 6))}
+    assert len(orders["base"]) > 4  # the whole epoch, each prompt repeated num_generations times
+    assert orders["other_noise"] == orders["base"]
+    assert orders["other_data"] != orders["base"]
+    # unset, data_seed is seed: the order TRL itself gives with that seed, as before data_seed existed
+    assert prompt_order(tiny_model_dir, tmp_path / "unset", 5, None) == orders["base"]

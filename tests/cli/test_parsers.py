@@ -11,6 +11,8 @@ import pytest
 import evotune
 from evotune.cli.main import build_parser, main
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
@@ -80,3 +82,24 @@ def test_doctor_refuses_bad_output_and_work_dir_before_any_check(tmp_path, capsy
         err = " ".join(capsys.readouterr().err.split())
         assert expected in err and "Traceback" not in err and "evotune doctor:" not in err, err
     assert a_file.read_text() == "the user's" and list(busy.iterdir()) == [busy / "model"]
+
+
+def test_run_commands_say_how_long_they_run_with_their_own_defaults(capsys, tmp_path):
+    """train and grpo count `iterations` (different things, different defaults), sft `epochs` / `max_steps`: each
+    command's help says which, with the default its config really has, and sft refuses `iterations` by name."""
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config import TrainConfig
+    from evotune.sft import SFTConfig
+
+    help_texts = {name: " ".join(subcommands()[name].description.split()) for name in ("train", "grpo", "sft")}
+    assert f"`iterations` ES iterations (default {TrainConfig().iterations})" in help_texts["train"]
+    assert f"`iterations` GRPO optimizer steps (TRL's `max_steps`; default {GRPORunConfig().iterations}" \
+        in help_texts["grpo"]
+    assert TrainConfig().iterations != GRPORunConfig().iterations and "not by this count" in help_texts["grpo"]
+    assert f"`epochs` passes over the training examples (default {SFTConfig(task='arithmetic').epochs})" \
+        in help_texts["sft"] and "`max_steps`" in help_texts["sft"]
+    assert "iterations" not in SFTConfig.__dataclass_fields__ and "max_steps" not in TrainConfig.__dataclass_fields__
+    assert main(["sft", "--output-dir", str(tmp_path / "run"), "--set", "task=arithmetic", "--set",
+                 "iterations=5"]) == 2
+    assert "unknown SFT key `iterations`" in capsys.readouterr().err
+    assert "## How long a run is: `iterations` and `max_steps`" in (ROOT / "docs" / "cli.md").read_text()

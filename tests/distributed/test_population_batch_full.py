@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from evotune.backends import HFBackend
-from evotune.backends.stacked_weights import population_weights
+from evotune.backends.stacked_weights import candidate_bytes, candidates_per_generate, population_weights
 from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.errors import ConfigError
@@ -133,7 +133,7 @@ def test_ray_replicas_equal_a_batched_run(tiny_model_dir, tmp_path):
 
     batched = Trainer(run_config(tiny_model_dir, population_batch_size=3), tmp_path / "batched")
     batched_records = [batched.step() for _ in range(2)]
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         pooled = Trainer(run_config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "ray")
         pooled_records = [pooled.step() for _ in range(2)]
@@ -145,3 +145,60 @@ def test_ray_replicas_equal_a_batched_run(tiny_model_dir, tmp_path):
         pooled.evaluator.close()
     finally:
         ray.shutdown()
+
+
+# --- population_batch_size: auto ---------------------------------------------------------------------------------
+
+GIB = 2 ** 30
+
+
+@pytest.mark.parametrize("free, each, population, expected", [
+    (10 * GIB, GIB, 30, 8),  # 8 fit in 80% of 10 GiB: 4 generates of 8, 8, 8, 6 -> 8
+    (17 * GIB, GIB, 30, 10),  # 13 fit: 3 generates, spread evenly as 10 + 10 + 10, not 13 + 13 + 4
+    (100 * GIB, GIB, 30, 30),  # all fit: the whole population in one generate
+    (2 * GIB, GIB, 30, 1),  # one fits (1.6 GiB): one at a time, the unbatched path
+    (GIB // 2, GIB, 30, 1),  # none fits: still one at a time
+    (10 * GIB, GIB, 1, 1),
+])
+def test_auto_size_from_free_memory(free, each, population, expected):
+    assert candidates_per_generate(free, each, population) == expected
+
+
+def test_auto_size_refuses_sizes_that_are_not(backend):
+    with pytest.raises(ValueError, match="must be positive"):
+        candidates_per_generate(GIB, 0, 30)
+    space = FullParameterSpace(backend.model)
+    weights = sum(tensor.numel() * 4 for _, tensor in space.parameters)  # float32 copies
+    config = backend.model.config  # 2 layers, K/V heads of head_dim, float32 cache and logits
+    cache = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4
+    assert candidate_bytes(backend.model, space.parameters, rows=3, tokens=10) == (
+        weights + 3 * (10 * cache + config.vocab_size * 4))
+
+
+def test_auto_in_a_run_one_at_a_time_on_cpu_and_sized_from_free_memory(tiny_model_dir, monkeypatch):
+    from evotune.backends import stacked_weights
+    from evotune.builders import build_evaluator, build_space, build_task
+    from evotune.distributed.base import Replica
+
+    config = run_config(tiny_model_dir, population_batch_size="auto")
+    backend = HFBackend.load(tiny_model_dir, dtype="float32")
+    replica = Replica(build_task(config), backend, build_space(config, backend), config.max_new_tokens)
+    assert type(build_evaluator(config, replica)) is LocalEvaluator  # a CPU: one at a time
+    each = candidate_bytes(backend.model, replica.space.parameters, config.batch_size,
+                           stacked_weights.PROMPT_TOKENS + config.max_new_tokens)
+    monkeypatch.setattr(stacked_weights, "free_device_bytes", lambda device: 5 * each)  # as a GPU would say: 4 fit
+    evaluator = build_evaluator(config, replica)
+    assert isinstance(evaluator, BatchedEvaluator) and evaluator.population_batch_size == 3  # 6 as 3 + 3
+
+
+@pytest.mark.parametrize("value, overrides, message", [
+    ("auto", {"space": "lora"}, "space: full"),
+    ("four", {}, "whole number"),
+    (True, {}, "whole number"),
+    (0, {}, "positive number"),
+    ("auto", {"backend": "vllm"}, "backend: hf"),
+])
+def test_population_batch_size_values(tiny_model_dir, value, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        run_config(tiny_model_dir, population_batch_size=value, **overrides)
+    assert run_config(tiny_model_dir, population_batch_size="auto").population_batch_size == "auto"

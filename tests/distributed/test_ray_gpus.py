@@ -20,7 +20,7 @@ pytestmark = [*requires_vllm, *requires_ray]
 def ray_with_two_gpus():
     import ray
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR")
     yield
     ray.shutdown()
 

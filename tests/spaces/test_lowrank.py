@@ -326,7 +326,7 @@ def test_two_ray_actors_equal_one_process(tiny_model_dir, tmp_path):
 
     local = Trainer(run_config(tiny_model_dir), tmp_path / "local")
     local_records = [local.step() for _ in range(2)]
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         pooled = Trainer(run_config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1),
                          tmp_path / "ray")

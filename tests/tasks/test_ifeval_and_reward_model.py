@@ -56,6 +56,34 @@ def test_ifeval_scores_an_unclear_language_the_same_every_time(tmp_path):
 
 
 @requires_lm_eval
+def test_ifeval_counts_sentences_offline_with_the_shipped_punkt_tables(monkeypatch):
+    """nltk would download punkt_tab (no network here); evotune ships it, so the built-in sentence-count prompt and
+    the capital-word count are scored, not skipped, and counted as nltk's English Punkt model counts."""
+    import nltk
+
+    from evotune.tasks import ifeval
+
+    monkeypatch.setattr(nltk.data, "path", [])  # no nltk data but what evotune ships
+    ifeval.add_shipped_nltk_data()
+    found = nltk.data.find("tokenizers/punkt_tab/english/")
+    assert str(found) == str(ifeval.NLTK_DATA / "tokenizers" / "punkt_tab" / "english")
+
+    task = get_task("ifeval")
+    [row] = [row for row in task.train_rows if row["instruction_id_list"] == ["length_constraints:number_sentences"]]
+    assert row["kwargs"] == [{"num_sentences": 4, "relation": "at least"}]
+    # "Mr." and "p.m." are abbreviations in the English model: 4 sentences, not 6
+    four = "Arrive early. Greet Mr. Smith by name. Ask about the team at 3 p.m. on Monday. Thank them!"
+    three = "Arrive early. Greet Mr. Smith by name. Ask about the team at 3 p.m. on Monday."
+    assert list(task.rewards([row, row], [four, three])) == [1.0, 0.0]
+    metrics = task.evaluate([row, row], [four, three])
+    assert "skipped" not in metrics and metrics["prompt_strict"] == metrics["prompt_loose"] == 0.5
+    capitals = {"prompt": "Shout.", "instruction_id_list": ["change_case:capital_word_frequency"],
+                "kwargs": [{"capital_frequency": 2, "capital_relation": "at least"}]}
+    [capitals] = ifeval._validate([capitals], "test")
+    assert list(task.rewards([capitals, capitals], ["STOP and GO now", "Stop and GO now"])) == [1.0, 0.0]
+
+
+@requires_lm_eval
 def test_builtin_ifeval_set_loads_and_every_instruction_is_known():
     task = get_task("ifeval", num_eval=10)
     assert len(task.train_rows) == 24 and len(task.eval_rows) == 10

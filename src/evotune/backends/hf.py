@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 import torch
 
+from . import decoding
 from .models import load_model
 from .quantized import QuantizationSettings
 from .shared_prefix import PrefixSplit, exact_for, generate_after_prefix, split_prompts
@@ -45,6 +46,24 @@ def contiguous_head_input(model: Any) -> None:
         head._evotune_contiguous_input = True
 
 
+def bucket_rows(rows: int, limit: int | None = None) -> int:
+    """The batch size a compiled generate runs `rows` prompts at: the next power of two, at most `limit` (the
+    generation_batch_size, whose full chunks then share one size). A compiled decoding step is captured per batch
+    shape, so a call with 3 prompts, or the last, shorter chunk of a generation_batch_size, reuses the graph of a
+    few bucket sizes instead of capturing (and on CUDA holding) one graph per size."""
+    bucket = 1 << max(rows - 1, 0).bit_length()
+    return min(bucket, limit) if limit else bucket
+
+
+def pad_rows(batch: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
+    """`batch` ((n, width) ids and mask) with its first row repeated to `rows` rows: filler that generates as a
+    real row does (a row of padding alone would attend to nothing) and is dropped afterwards."""
+    missing = rows - batch["input_ids"].shape[0]
+    if missing <= 0:
+        return batch
+    return {key: torch.cat([value, value[:1].expand(missing, -1)]) for key, value in batch.items()}  # (rows, width)
+
+
 class HFBackend:
     """Holds one model replica and its tokenizer; generates completions for prompts.
 
@@ -54,8 +73,8 @@ class HFBackend:
     compile_generation: decode with a static KV cache and the decoding step compiled by torch.compile
     (transformers' generate: CUDA graphs on CUDA, inductor on a CPU), captured once per batch shape and
     reused across candidates (a candidate's weights are written in place, so their storage, which the
-    compiled step reads, stays the same). Plain batches only: a shared prefix or a population-batched
-    forward generates eagerly.
+    compiled step reads, stays the same), and across batch sizes: greedy rows are padded up to bucket_rows().
+    Plain batches only: a shared prefix or a population-batched forward generates eagerly.
     """
 
     def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None,
@@ -86,6 +105,12 @@ class HFBackend:
         config = CompileConfig(mode="reduce-overhead" if on_cuda else "default", dynamic=False)
         config._compile_all_devices = True  # transformers compiles only on accelerators unless told so
         return {"cache_implementation": "static", "compile_config": config}
+
+    def _greedy(self) -> dict[str, Any]:
+        """generate() keywords for greedy decoding: no sampling, and where this transformers allows it
+        decoding.greedy_decode, generate's own greedy loop without a host sync per new token (same tokens)."""
+        greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        return {**greedy, "custom_generate": decoding.greedy_decode} if decoding.supported() else greedy
 
     @property
     def device(self) -> torch.device:
@@ -119,8 +144,7 @@ class HFBackend:
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         step = self.generation_batch_size or len(texts)
         completions: list[str] = []
-        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {
-            "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else self._greedy()
         for start in range(0, len(texts), step):
             chunk = tuple(texts[start:start + step])
             if (split := self._prefix_split(chunk)) is not None:
@@ -128,9 +152,11 @@ class HFBackend:
                                                    pad_token_id=self.tokenizer.pad_token_id, **sampling)
             else:
                 batch = self._encode(chunk)
+                if self.compile_generation and not do_sample:  # greedy rows do not depend on each other
+                    batch = pad_rows(batch, bucket_rows(len(chunk), self.generation_batch_size))
                 output = self.model.generate(**batch, max_new_tokens=max_new_tokens, **self._compiled(),
-                                             pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (batch, prompt + new)
-                new_tokens = output[:, batch["input_ids"].shape[1]:]
+                                             pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (bucket, prompt + new)
+                new_tokens = output[:len(chunk), batch["input_ids"].shape[1]:]  # the real rows
             completions.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
         return completions
 
@@ -210,8 +236,7 @@ class HFBackend:
         texts = [render_prompt(self.tokenizer, prompt) for prompt in prompts]
         step = self.generation_batch_size or len(texts)
         completions: list[list[str]] = [[] for _ in range(population)]
-        greedy = {"max_new_tokens": max_new_tokens, "do_sample": False, "temperature": None, "top_p": None,
-                  "top_k": None, "pad_token_id": self.tokenizer.pad_token_id}
+        greedy = {"max_new_tokens": max_new_tokens, **self._greedy(), "pad_token_id": self.tokenizer.pad_token_id}
         for start in range(0, len(texts), step):
             chunk = tuple(texts[start:start + step])
             if (split := self._prefix_split(chunk)) is not None:

@@ -41,13 +41,10 @@ def exported_gguf(name: str, source: Any) -> str:
     vLLM loads HF directories. transformers dequantizes a GGUF file to fp32 on load (what the hf backend
     runs), and that fp32 model saved with save_pretrained is what the engine gets, so both backends start
     from the same weights. Cached under $XDG_CACHE_HOME/evotune/gguf-export (~/.cache by default), keyed by
-    the file's path, size and mtime; written to a temporary directory first, so a stopped export is redone.
+    the file's path, size and mtime.
     """
     import hashlib
-    import shutil
     from pathlib import Path
-
-    from .models import load_model
 
     gguf = Path(source.path) / source.gguf_file
     stat = gguf.stat()
@@ -55,16 +52,32 @@ def exported_gguf(name: str, source: Any) -> str:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evotune" / "gguf-export"
     target = cache / f"{gguf.stem}-{key}"
     if not (target / "config.json").exists():
-        print(f"evotune: vLLM loads HF directories; exporting {name} ({gguf.name}) to {target} once", file=sys.stderr)
-        partial = cache / f".{target.name}.partial-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        model, tokenizer = load_model(name, "float32", "cpu")
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        del model
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
+        _export_once(name, gguf.name, target)
     return str(target)
+
+
+def _export_once(name: str, file_name: str, target: Any) -> None:
+    """Write `target` as `evotune export` writes a model (runs.checkpoint.staged: beside it, moved into place
+    whole, so a kill leaves no torn directory and the next call redoes it), under a lock: engines started at
+    once (a sweep's parallel runs) export one at a time, and those that waited find the directory whole."""
+    import fcntl
+    import shutil
+
+    from ..runs.checkpoint import staged
+    from .models import load_model
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process dies
+        if (target / "config.json").exists():
+            return
+        print(f"evotune: vLLM loads HF directories; exporting {name} ({file_name}) to {target} once", file=sys.stderr)
+        shutil.rmtree(target, ignore_errors=True)  # without config.json it is no export (or an interrupted one)
+        with staged(target) as staging:
+            model, tokenizer = load_model(name, "float32", "cpu")
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            del model
 
 
 def engine_quantization_methods() -> list[str]:

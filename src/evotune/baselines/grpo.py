@@ -131,8 +131,26 @@ def _policy(config: GRPORunConfig) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _data_seeded_trainer_class() -> type:
+    """GRPOTrainer whose prompt order follows `data_seed`. TRL (1.16) shuffles the prompts in its RepeatSampler
+    with `args.seed` and ignores `args.data_seed`; without this, `data_seed` would seed only the train/held-out
+    split and the order would follow `seed` (noise: LoRA init, sampling). Reseeding the sampler's generator right
+    after it is made leaves it as TRL would build it with seed=data_seed (the same order when data_seed is unset)."""
+    from trl import GRPOTrainer
+
+    class DataSeededGRPOTrainer(GRPOTrainer):
+        def _get_train_sampler(self, dataset: Any = None) -> Any:
+            sampler = super()._get_train_sampler(dataset)
+            if getattr(sampler, "shuffle", False):
+                sampler.generator.manual_seed(self.args.data_seed)
+            return sampler
+
+    return DataSeededGRPOTrainer
+
+
 def _grpo_arguments(config: GRPORunConfig, output: Path, reward_weights: list[float], max_steps: int) -> Any:
-    """TRL's GRPOConfig for this run: one optimizer step per iteration, evotune's checkpoints and seed."""
+    """TRL's GRPOConfig for this run: one optimizer step per iteration, evotune's checkpoints and seeds (the
+    prompt order's is data_seed: _data_seeded_trainer_class)."""
     from trl import GRPOConfig
 
     return GRPOConfig(
@@ -141,7 +159,7 @@ def _grpo_arguments(config: GRPORunConfig, output: Path, reward_weights: list[fl
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         num_generations=config.num_generations, max_completion_length=config.max_new_tokens,
         temperature=config.temperature, beta=config.beta, loss_type=config.loss_type,
-        reward_weights=reward_weights, seed=config.seed, logging_steps=1,
+        reward_weights=reward_weights, seed=config.seed, data_seed=config.data_seed_or_seed, logging_steps=1,
         save_steps=config.checkpoint_every, report_to="none", use_cpu=not _cuda(), bf16=False,
         lr_scheduler_type="constant", disable_dropout=True,
         gradient_checkpointing=False)  # small models: recomputation costs more than the memory it saves
@@ -314,7 +332,6 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
                    spent: float) -> tuple[Any, Any, Any]:
     """(TRL's GRPOTrainer, the metrics callback, the tokenizer) of this run."""
     from peft import LoraConfig
-    from trl import GRPOTrainer
 
     from ..backends import HFBackend
     from ..backends.hf import contiguous_head_input
@@ -334,9 +351,9 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
     # on resume, metrics.jsonl keeps the records up to the checkpoint: the steps after it are trained again
     logger = MetricsLogger(output, config.report_to, resume_iteration=checkpoint_step(checkpoint) if checkpoint else None,
                            config=config.to_dict())
-    trainer = GRPOTrainer(model=model, reward_funcs=list(task.reward_fns), args=arguments,
-                          train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
-                          peft_config=peft_config)
+    trainer = _data_seeded_trainer_class()(model=model, reward_funcs=list(task.reward_fns), args=arguments,
+                                           train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
+                                           peft_config=peft_config)
     contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
     retention = build_retention(config, evaluator())  # LoRA: the adapter switched off is the KL's base

@@ -50,9 +50,12 @@ def _train(args: argparse.Namespace) -> int:
     except (EvotuneError, KeyboardInterrupt):
         checkpoint = find_checkpoint(Path(output_dir) / "checkpoint")
         where = f"stopped during iteration {trainer.strategy.iteration + 1}"
-        if checkpoint is None:
-            print(f"evotune: {where}, before its first checkpoint: nothing to resume. Start it again by adding "
-                  "--overwrite to the same command.", file=sys.stderr)
+        if checkpoint is None and not (Path(output_dir) / "config.yaml").exists():  # trainer.py removed it
+            print(f"evotune: {where}, before any iteration completed: the run's files were removed, so the same "
+                  "command starts it again once the cause is fixed.", file=sys.stderr)
+        elif checkpoint is None:
+            print(f"evotune: {where}, before its first checkpoint: nothing was saved, so resuming starts it again "
+                  f"from iteration 0: evotune train --output-dir {output_dir} --resume", file=sys.stderr)
         else:
             print(f"evotune: {where}. Continue from its last checkpoint with: evotune train --output-dir "
                   f"{output_dir} --resume", file=sys.stderr)
@@ -62,12 +65,21 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
+    from ..runs.checkpoint import find_checkpoint
     from ..sft import load_sft_config, run_sft
 
-    config = load_sft_config(args.config, args.set)
     output_dir = _output_dir(args, "runs/sft")
+    # --resume: the run's own config.yaml; CONFIG and --set may change only what a resume allows
+    config = load_sft_config(args.config, args.set, resume_dir=output_dir if args.resume else None)
     print(f"evotune: LoRA SFT of {config.model} on {config.dataset or config.task} -> {output_dir}", file=sys.stderr)
-    print(json.dumps(run_sft(config, output_dir, overwrite=args.overwrite), indent=2))
+    try:
+        summary = run_sft(config, output_dir, overwrite=args.overwrite, resume=args.resume)
+    except KeyboardInterrupt:
+        if find_checkpoint(Path(output_dir) / "checkpoint") is not None:
+            print(f"evotune: stopped. Continue from its last checkpoint with: evotune sft --output-dir {output_dir} "
+                  "--resume", file=sys.stderr)
+        raise
+    print(json.dumps(summary, indent=2))
     return 0
 
 

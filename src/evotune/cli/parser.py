@@ -40,11 +40,32 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _add_command(commands: Any, name: str, help_text: str, examples: str) -> argparse.ArgumentParser:
-    """A subcommand with the shared formatter and an epilog of examples."""
-    return commands.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
+def _add_command(commands: Any, name: str, help_text: str, examples: str, more: str = "") -> argparse.ArgumentParser:
+    """A subcommand with the shared formatter and an epilog of examples; `more`: a paragraph after the description."""
+    description = help_text[0].upper() + help_text[1:] + "."
+    if more:
+        description += "\n\n" + textwrap.fill(" ".join(more.split()), width=100)
+    return commands.add_parser(name, help=help_text, description=description,
                                epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
                                formatter_class=HelpFormatter)
+
+
+# How long each run command trains, and why the three do not share one key (docs/cli.md says the same): the
+# counts are of different things, so a number of one is no guide to the other; compare runs by `samples_seen` or
+# `max_training_seconds` (evotune compare --budget-time), not by these counts.
+RUN_LENGTH = {
+    "train": """How long: `iterations` ES iterations (default 100), each one population
+        evaluated (population_size members x batch_size prompts) and one update of the mean; or
+        `max_training_seconds`.""",
+    "grpo": """How long: `iterations` GRPO optimizer steps (TRL's `max_steps`; default 20, a short baseline run),
+        each batch_size prompts x num_generations sampled completions and one gradient step; or
+        `max_training_seconds`. It shares train's key so that --resume, `evotune compare` and sweeps treat both
+        alike, but an ES iteration and a GRPO step cost and sample different amounts: compare methods by
+        samples_seen or training time, not by this count.""",
+    "sft": """How long: `epochs` passes over the training examples (default 1), or exactly `max_steps` optimizer
+        steps when that is set. SFT's length is a number of passes over a fixed data set, so it keeps
+        TRL/transformers' names; `iterations` is train's and grpo's key, and sft refuses it.""",
+}
 
 
 def _add_output_dir(command: argparse.ArgumentParser, help_text: str, required: bool = False) -> None:
@@ -55,7 +76,7 @@ def _add_output_dir(command: argparse.ArgumentParser, help_text: str, required: 
 
 def _run_parser(commands: Any, name: str, help_text: str, examples: str, default_dir: str) -> argparse.ArgumentParser:
     """A command that runs from a config: CONFIG, --output-dir and --set, as train, sft and grpo share."""
-    command = _add_command(commands, name, help_text, examples)
+    command = _add_command(commands, name, help_text, examples, RUN_LENGTH[name])
     command.add_argument("config", nargs="?", help=f"YAML config (its keys: `evotune keys {name}`)")
     command.add_argument("--output-dir", help=f"run directory (default runs/<config name>, or {default_dir})")
     command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
@@ -76,9 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sft = _run_parser(commands, "sft", "LoRA supervised fine-tuning (ESSA stage 1): writes OUTPUT_DIR/adapter", """
         evotune sft examples/sft_arithmetic.yaml --output-dir runs/sft_arithmetic
-        evotune sft examples/sft_arithmetic.yaml --output-dir runs/sft_arithmetic --overwrite""", "runs/sft")
-    sft.add_argument("--overwrite", action="store_true",
-                     help="replace the run files (config.yaml, metrics.jsonl, adapter/, loss.png) in OUTPUT_DIR")
+        evotune sft examples/sft_arithmetic.yaml --output-dir runs/sft_arithmetic --overwrite
+        evotune sft --output-dir runs/sft_arithmetic --resume""", "runs/sft")
+    _add_resume_flags(sft, "config.yaml, metrics.jsonl, checkpoint/, adapter/, loss.png, ...")
 
     evaluate = _add_command(commands, "eval", "evaluate one or more models on a task", """
         evotune eval --model smollm2-135m-instruct --model runs/arith --task arithmetic --num-eval 512

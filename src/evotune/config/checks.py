@@ -99,3 +99,15 @@ def check_rewards(config: RewardKeys) -> None:
     for key in ("eval_every", "checkpoint_every"):
         if getattr(config, key) < 0:
             raise ConfigError(f"`{key}` is {getattr(config, key)}; use 0 to turn it off, or a positive number.")
+
+
+def check_population_batch_size(value: Any, space: str) -> None:
+    """`population_batch_size`: null, a whole number, or `auto` (space full: from the GPU's free memory)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return
+    if value != "auto":
+        raise ConfigError(f"`population_batch_size` is {value!r}; it must be a whole number, auto (space full) or "
+                          "null (the default).")
+    if space != "full":
+        raise ConfigError(f"`population_batch_size: auto` sizes batches of full-rank candidates from free GPU memory "
+                          f"(`space: full`); for `space: {space}` give a whole number, or remove it.")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .checks import check_device, check_int4_keys, check_retention, check_rewards
+from .checks import check_device, check_int4_keys, check_population_batch_size, check_retention, check_rewards
 from .fields import ConfigMixin, _opt
 from .files import read_config_values
 from ..errors import ConfigError
@@ -79,7 +79,7 @@ class RunConfig(ConfigMixin):
                         "the data.")
     data_seed: int | None = _opt(None, "Seeds the data alone: the task's train/held-out split (generated tasks' "
                                        "questions, seeded splits of a dataset) and which prompts each ES "
-                                       "iteration or SFT epoch samples (GRPO: TRL orders its prompts by `seed`) "
+                                       "iteration, SFT epoch or GRPO step samples "
                                        "(None: `seed`). Change `seed` with `data_seed` fixed for a run that "
                                        "differs only in its noise, or the other way round.")
     dtype: DtypeName = _opt("auto", "Model weights dtype. auto: bfloat16 where it runs faster than float32 (CUDA "
@@ -200,14 +200,16 @@ class TrainConfig(RunConfig):
                                             "of the weights on a worker thread while the current one generates, "
                                             "then swap them in (the same bits; one more copy of the weights in "
                                             "memory). Gains only with a free CPU core (bench/overhead.py).")
-    population_batch_size: int | None = _opt(None, "Candidates generated together in one batched generate: lora/"
-                                                  "svd_lora/lowrank, one adapter or low-rank delta per group of "
-                                                  "rows (hf default: one at a time, lowrank: the whole population; "
-                                                  "vllm default: the whole population as LoRA requests of one engine "
-                                                  "batch); full (hf only), one stacked copy of the perturbed weights "
-                                                  "per candidate, so memory grows by that many copies of the model "
-                                                  "(default: one at a time). Same completions and rewards as one at "
-                                                  "a time in float32.")
+    # Any: a whole number or "auto" (fields.py checks unions of one type with None); checks.py checks the value
+    population_batch_size: Any = _opt(None, "Candidates generated together in one batched generate: lora/"
+                                            "svd_lora/lowrank, one adapter or low-rank delta per group of "
+                                            "rows (hf default: one at a time, lowrank: the whole population; "
+                                            "vllm default: the whole population as LoRA requests of one engine "
+                                            "batch); full (hf only), one stacked copy of the perturbed weights "
+                                            "per candidate, so memory grows by that many copies of the model "
+                                            "(default: one at a time; auto: as many as 80% of the GPU's free "
+                                            "memory holds, one at a time on a CPU). Same completions and rewards "
+                                            "as one at a time in float32.")
     eval_every: int = _opt(10, "Evaluate every this many iterations (0: only before and after training).")
     log_samples: int = _opt(4, "Held-out prompts whose completions and rewards go to samples.jsonl and the loggers "
                                "at each evaluation (0: none).")
@@ -248,6 +250,10 @@ class TrainConfig(RunConfig):
                                    "iterations (0: never).")
     worker_num_cpus: float = _opt(1.0, "ray: CPU cores per replica (also its torch threads).")
     worker_num_gpus: float | None = _opt(None, "ray: GPUs per replica (None: 1 when CUDA is available, else 0).")
+    prompt_shards: int | None = _opt(None, "ray: split each candidate's prompts into this many work units (None: "
+                                           "enough for every worker to hold one); rewards are the same for any.")
+    straggler_factor: float = _opt(3.0, "ray: send a unit again to a free worker when it is not back after this "
+                                        "many median unit times; the first copy back wins (0: never).")
 
     def validate(self) -> None:
         super().validate()
@@ -335,8 +341,9 @@ class TrainConfig(RunConfig):
             if self.prefetch_candidates:
                 raise ConfigError("`prefetch_candidates` writes the next candidate while one generates, and "
                                   "`population_batch_size` generates several candidates at once: use one of the two.")
+        check_population_batch_size(self.population_batch_size, self.space)
         for key in ("population_batch_size", "generation_batch_size"):
-            if getattr(self, key) is not None and getattr(self, key) < 1:
+            if isinstance(getattr(self, key), int) and getattr(self, key) < 1:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; use a positive number or remove it (the "
                                   "default).")
 
@@ -370,6 +377,10 @@ class TrainConfig(RunConfig):
         if not self.worker_num_cpus > 0 or (self.worker_num_gpus is not None and self.worker_num_gpus < 0):
             raise ConfigError(f"`worker_num_cpus` is {self.worker_num_cpus} and `worker_num_gpus` "
                               f"{self.worker_num_gpus}; give a positive number of CPUs and a number of GPUs >= 0.")
+        if (self.prompt_shards is not None and self.prompt_shards < 1) or not (
+                self.straggler_factor == 0 or self.straggler_factor > 1):
+            raise ConfigError(f"`prompt_shards` is {self.prompt_shards} and `straggler_factor` {self.straggler_factor}"
+                              "; give shards >= 1 (or null: automatic) and a factor above 1 (or 0: no re-sends).")
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None,
@@ -391,7 +402,7 @@ def defaults_unlike_quickstart(config: TrainConfig, given: dict[str, Any]) -> li
 # `evotune train` with no config, measured by bench/quickstart/run.sh (bench/results/quickstart_heldout.json).
 # The paper's sigma=1e-3/lr=5e-4 barely moves a 135M model in a CPU budget (bench/results/learning_sweep_*);
 # training at the evaluation's 48 new tokens, not 10, scores the answers whole (10 cut them, and a model
-# then learns forms the untruncated evaluation marks wrong: docs/benchmarks.md, stability); 16 prompts per
+# then learns forms the untruncated evaluation marks wrong: docs/benchmarks/stability.md); 16 prompts per
 # member instead of 32 buy twice the iterations in the same ten minutes.
 QUICKSTART = {
     "model": "smollm2-135m-instruct", "task": "arithmetic", "population_size": 16, "antithetic": True,

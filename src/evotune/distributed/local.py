@@ -11,12 +11,13 @@ from ..spaces.base import Space
 from ..tasks.base import Task
 from ..types import Population
 from .base import Evaluator, Replica
+from .units import combine, unit_rewards
 
 
 def mean_reward(task: Task, rows: list[dict], completions: list[str]) -> float:
-    """One candidate's mean reward over `rows`; NaN where every sample was skipped (None)."""
-    per_sample = task.rewards(rows, completions)  # (batch,)
-    return float("nan") if np.isnan(per_sample).all() else float(np.nanmean(per_sample))
+    """One candidate's mean reward over `rows`; NaN where every sample was skipped (None). Summed exactly, as
+    a Ray pool combines shards of the prompts (units.py), so every evaluator and every sharding agree bit for bit."""
+    return combine([unit_rewards(task.rewards(rows, completions))])
 
 
 class LocalEvaluator(Evaluator):

@@ -3,12 +3,14 @@
 ES is embarrassingly parallel (Salimans et al. 2017; Qiu et al., arXiv 2509.24372; ESSA,
 arXiv 2507.04453, reports near-linear scaling from 8 to 128 GPUs). Each actor holds a replica
 (backend, space, task) built from the run's config; the driver holds the strategy. Per
-iteration the driver sends each candidate (a seed and scale, or a small vector) with the
-prompt-row indices, and gets one scalar reward back; then every actor applies the same update
+iteration the driver sends work units, each a candidate (a seed and scale, or a small vector) with
+the row indices of a shard of the prompts, and gets back the unit's per-prompt rewards, which the driver
+combines exactly (units.py: any sharding gives the same rewards); then every actor applies the same update
 from (seeds, coefficients), or adopts CMA-ES's small mean vector, so weights never cross the
-wire after start-up. Members are handed out as actors free up (a slow actor does not stall the
-iteration); an actor that dies has its member re-run elsewhere and is replaced by one rebuilt
-from the last checkpoint plus the update log, so the iteration's result does not change.
+wire after start-up. Units go to actors as they free up, spread over the cluster's nodes; a late
+unit is sent again (first copy back wins); an actor that dies (or its node) has its unit re-run
+elsewhere and is replaced by one rebuilt from the last checkpoint plus the update log, which starts
+when the cluster has room again (a node joins), so the iteration's result does not change.
 Every `checksum_every` iterations all replicas hash their mean and a mismatch stops the run.
 
 GPUs: each actor asks Ray for its replica's GPUs (a vLLM engine: `tensor_parallel_size` of them; one
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -33,7 +36,8 @@ import numpy as np
 from ..errors import ConfigError, EvotuneError
 from ..import_utils import is_ray_available
 from ..types import Member, Population, Update
-from .base import Evaluator, Replica
+from .base import Replica
+from .units import Event, UnitEvaluator, UnitRewards, unit_rewards
 
 
 def _ray():
@@ -46,11 +50,12 @@ def _ray():
 
 def _connect(address: str | None, local_cpus: float) -> Any:
     """Ray, initialized once: the cluster at `address` (or $RAY_ADDRESS), else a local instance with
-    `local_cpus` cores (rounded up)."""
+    `local_cpus` cores (rounded up). "local" is explicit because a bare ray.init() joins any cluster that
+    `ray start` left running on this machine, and then refuses the num_cpus a local instance needs."""
     ray = _ray()
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR",
+        ray.init(address=address or "local", include_dashboard=False, logging_level="ERROR",
                  **({} if address else {"num_cpus": max(int(np.ceil(local_cpus)), 1)}))
     return ray
 
@@ -85,6 +90,10 @@ class ReplicaWorker:
     def ready(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return _ray().get_runtime_context().get_node_id()
+
     def devices(self) -> dict[str, Any]:
         """The GPUs Ray gave this actor and what its engine sees (CUDA_VISIBLE_DEVICES)."""
         ray = _ray()
@@ -101,14 +110,13 @@ class ReplicaWorker:
         """The class of this actor's backend (HFBackend, VLLMBackend): what the config asked for."""
         return type(self.replica.backend).__name__
 
-    def evaluate(self, index: int, candidate: Member, row_indices: list[int]) -> tuple[int, float]:
-        from .local import mean_reward
-
+    def evaluate(self, candidate: Member, row_indices: list[int]) -> UnitRewards:
+        """One unit: `candidate` on the prompt rows at `row_indices`; its rewards, one per prompt."""
         replica = self.replica
         rows = [replica.task.train_rows[i] for i in row_indices]
         replica.space.apply(candidate)  # mean + perturbation, written from the exact mean: no restore needed between
         completions = replica.backend.generate([row["prompt"] for row in rows], replica.max_new_tokens)
-        return index, mean_reward(replica.task, rows, completions)
+        return unit_rewards(replica.task.rewards(rows, completions))
 
     def apply_update(self, update: Update) -> None:
         self.replica.space.apply_update(update)  # also writes the live weights back to the mean
@@ -147,8 +155,9 @@ def reserve_driver_gpus(num_gpus: float, address: str | None, local_cpus: float)
     return holder, ray.get(holder.gpu_ids.remote())
 
 
-class RayEvaluator(Evaluator):
-    """The evaluator contract over `num_workers` Ray actors; sync() sends each update to every actor.
+class RayEvaluator(UnitEvaluator):
+    """The evaluator contract over `num_workers` Ray actors, spread over the cluster's nodes: units (candidate,
+    shard of the prompts) go to whichever actor is free (units.py); sync() sends each update to every actor.
 
     replica_factory() builds one replica inside an actor (picklable: the builder's ReplicaFactory).
     state_fn() -> {"checkpoint": path | None, "log": [update dicts]} describes how a new actor
@@ -158,21 +167,28 @@ class RayEvaluator(Evaluator):
     def __init__(self, replica_factory: Callable[[], Replica], num_workers: int, state_fn: Callable[[], dict],
                  address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
                  driver_checksum: Callable[[], str] | None = None, driver_reservation: Any = None,
-                 driver_fingerprint: Callable[[], str] | None = None):
+                 driver_fingerprint: Callable[[], str] | None = None, shards: int | None = None,
+                 straggler_factor: float = 0.0):
         """driver_reservation: reserve_driver_gpus' holder, released by close(); driver_fingerprint: which noise
-        the driver's replica draws (Space.noise_fingerprint), checked against every actor's at start."""
+        the driver's replica draws (Space.noise_fingerprint), checked against every actor's at start; shards and
+        straggler_factor: see UnitEvaluator."""
+        super().__init__(num_workers, shards, straggler_factor)
         self.driver_fingerprint = driver_fingerprint
         self.ray = ray = _connect(address, num_cpus * num_workers)
         self.driver_reservation = driver_reservation
         self.num_gpus = num_gpus
         self.replica_factory = replica_factory
-        self.num_workers = num_workers
         self.state_fn = state_fn
         self.checksum_every = checksum_every
         self.driver_checksum = driver_checksum
-        self.actor_class = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(ReplicaWorker)
+        # SPREAD: one actor per node before two on any, so a lost node takes as few units as possible
+        self.actor_class = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(ReplicaWorker).options(
+            scheduling_strategy="SPREAD")
         self.num_threads = max(1, int(num_cpus))
         self.workers: list[Any] = []
+        self.starting: dict[Any, Any] = {}  # ready() reference -> a replacement actor not yet ready
+        self.owners: dict[Any, Any] = {}  # unit reference -> the actor computing it
+        self.unsynced: dict[Any, list] = {}  # actor -> its apply_update references not yet checked
         self.replaced = 0  # actors rebuilt after a failure, over the run
         self._iteration_metrics: dict[str, float] = {}
         self._bytes = 0
@@ -180,6 +196,9 @@ class RayEvaluator(Evaluator):
     @property
     def iteration_metrics(self) -> dict[str, float]:
         return self._iteration_metrics
+
+    def now(self) -> float:
+        return time.monotonic()
 
     def _spawn(self) -> Any:
         state = self.state_fn()
@@ -197,7 +216,13 @@ class RayEvaluator(Evaluator):
                     "`gpu_memory_utilization: 0.4`.")
             self.workers = [self._spawn() for _ in range(self.num_workers)]
             self.ray.get([worker.ready.remote() for worker in self.workers])
+            self.idle = deque(self.workers)
             self.check_noise()
+
+    def node_of(self) -> dict[Any, str]:
+        """Each ready actor's node id (where SPREAD placed it)."""
+        ready = [worker for worker in self.workers if worker not in self.starting.values()]
+        return dict(zip(ready, self.ray.get([worker.node.remote() for worker in ready])))
 
     def check_noise(self) -> None:
         """Every actor must draw the driver's noise for a seed, or the replicas would diverge at the first update."""
@@ -212,59 +237,71 @@ class RayEvaluator(Evaluator):
                 "driver with GPU workers, or GPUs of two models, cannot share a run. Set `noise: rademacher` "
                 "(the same numbers on every device, and as good for ES), or run every replica on one kind of device.")
 
-    def _replace(self, dead: Any) -> Any:
+    def _replace(self, dead: Any) -> None:
+        """A fresh actor in the dead one's place, rebuilt from the checkpoint and update log; it takes work once
+        ready (on a shrunken cluster that is when a node joins: Ray holds it until resources free up)."""
         self.ray.kill(dead, no_restart=True)
+        self.unsynced.pop(dead, None)
         fresh = self._spawn()
         self.workers[self.workers.index(dead)] = fresh
+        self.starting[fresh.ready.remote()] = fresh
         self.replaced += 1
-        return fresh
+
+    def submit(self, worker: Any, candidate: Member, row_indices: list[int]) -> Any:
+        reference = worker.evaluate.remote(candidate, row_indices)
+        self.owners[reference] = worker
+        self._bytes += _size(candidate, row_indices)
+        return reference
+
+    def poll(self, timeout: float | None) -> list[Event]:
+        references = [*self.owners, *self.starting]
+        if not references:
+            raise EvotuneError("no Ray actor is left to evaluate on, and none is starting: check the cluster "
+                               "(`ray status`) and resume from the last checkpoint.")
+        done, _ = self.ray.wait(references, num_returns=1, timeout=timeout)
+        if done:  # take everything already back in one pass
+            done, _ = self.ray.wait(references, num_returns=len(references), timeout=0)
+        return [event for reference in done if (event := self._event(reference)) is not None]
+
+    def _event(self, reference: Any) -> Event | None:
+        ray = self.ray
+        starting = reference in self.starting
+        worker = self.starting.pop(reference) if starting else self.owners.pop(reference)
+        try:
+            value = ray.get(reference)
+            for update in self.unsynced.pop(worker, []):  # ran before this unit (one caller's calls keep order)
+                ray.get(update)
+        except ray.exceptions.RayActorError:  # the actor (or its node) died: the scheduler re-sends its unit
+            self._replace(worker)
+            return None if starting else Event("lost", worker, reference)
+        except ray.exceptions.RayTaskError as error:  # a reward function raised: report it as itself
+            cause = getattr(error, "cause", None)
+            raise (cause if isinstance(cause, EvotuneError) else error) from None
+        if starting:
+            return Event("joined", worker)
+        self._bytes += _size(value)
+        return Event("finished", worker, reference, value)
 
     def evaluate(self, candidates: Population, rows: list[dict], row_indices: list[int] | None = None,
                  on_candidate: Callable[[int], None] | None = None) -> np.ndarray:
-        """(pop,) rewards; members go to whichever actor is free; a dead actor's member is re-run."""
-        if row_indices is None:
-            raise ConfigError("the Ray evaluator sends prompt-row indices, not rows: pass row_indices.")
-        self.start()
-        ray = self.ray
+        """(pop,) rewards; units go to whichever actor is free; a dead actor's unit is re-run on another."""
         self._bytes = 0
-        rewards = np.full(len(candidates), np.nan)
-        pending, idle, in_flight = deque(range(len(candidates))), list(self.workers), {}
-        while pending or in_flight:
-            while pending and idle:
-                worker, index = idle.pop(0), pending.popleft()
-                in_flight[worker.evaluate.remote(index, candidates[index], row_indices)] = (worker, index)
-                self._bytes += _size(index, candidates[index], row_indices)
-            [done], _ = ray.wait(list(in_flight), num_returns=1)
-            worker, index = in_flight.pop(done)
-            try:
-                _, reward = ray.get(done)
-            except ray.exceptions.RayActorError:  # the actor died: re-run its member on a rebuilt one
-                pending.appendleft(index)
-                fresh = self._replace(worker)
-                ray.get(fresh.ready.remote())
-                idle.append(fresh)
-                continue
-            except ray.exceptions.RayTaskError as error:  # a reward function raised: report it as itself
-                cause = getattr(error, "cause", None)
-                raise (cause if isinstance(cause, EvotuneError) else error) from None
-            self._bytes += _size(index, reward)
-            rewards[index] = reward
-            idle.append(worker)
-            if on_candidate is not None:
-                on_candidate(index)
-        return rewards
+        return super().evaluate(candidates, rows, row_indices, on_candidate)
 
     def sync(self, update: Update) -> None:
-        """Every actor applies the driver's update: seeds and coefficients, or CMA-ES's small mean."""
-        calls = [worker.apply_update.remote(update) for worker in self.workers]
+        """Every actor applies the driver's update (seeds and coefficients, or CMA-ES's small mean) before its next
+        unit; the driver does not wait for it, so an actor still busy with a straggler's copy holds nobody up."""
+        for worker in self.workers:
+            self.unsynced.setdefault(worker, []).append(worker.apply_update.remote(update))
         self._bytes += _size(update) * len(self.workers)
-        self.ray.get(calls)
         if self.checksum_every and (update.iteration + 1) % self.checksum_every == 0:
             self.check_replicas()
-        self._iteration_metrics = {"bytes_exchanged": float(self._bytes), "workers_replaced": float(self.replaced)}
+        self._iteration_metrics = {"bytes_exchanged": float(self._bytes), "workers_replaced": float(self.replaced),
+                                   "units_resent": float(self.resent)}
 
     def check_replicas(self) -> None:
-        sums = self.ray.get([worker.checksum.remote() for worker in self.workers])
+        ready = [worker for worker in self.workers if worker not in self.starting.values()]
+        sums = self.ray.get([worker.checksum.remote() for worker in ready])
         reference = self.driver_checksum() if self.driver_checksum else sums[0]
         if any(value != reference for value in sums):
             raise EvotuneError(f"worker weights diverged from the driver's (checksums {sums} vs {reference}): "
@@ -275,11 +312,11 @@ class RayEvaluator(Evaluator):
         """Stop the actors and give the driver's GPUs back to Ray (the run is over: no actor starts after)."""
         for worker in self.workers:
             self.ray.kill(worker, no_restart=True)
-        self.workers = []
+        self.workers, self.idle, self.starting, self.owners, self.unsynced = [], deque(), {}, {}, {}
+        self.running = {}
         if self.driver_reservation is not None:
             self.ray.kill(self.driver_reservation, no_restart=True)
             self.driver_reservation = None
-
 
 def shutdown() -> None:
     """Stop this process's Ray connection (a local instance stops with it)."""

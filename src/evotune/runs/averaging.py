@@ -17,6 +17,7 @@ refused, not averaged.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,37 +25,35 @@ import torch
 
 from ..errors import CheckpointError, ConfigError
 
+# A train running in the run renames a new checkpoint/ into place at every save: a read that overlaps one is
+# retried this many times, this far apart, before it is reported as a run being written.
+READ_ATTEMPTS = 5
+RETRY_SECONDS = 1.0
+
 
 def average_last_iterates(run: Path, count: int) -> tuple[Any, dict]:
     """(backend whose model holds the mean of the run's last `count` iterates, summary). The run's checkpoint/
     must hold its last iteration (a finished run's does)."""
     from ..backends.base import resolve_device
-    from ..builders import build_space, load_backend, on_hf_backend
-    from .checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
+    from ..builders import build_space, load_backend
     from ..config.train import load_config
     from ..spaces.base import differing_tensors
     from ..types import update_from_dict
 
-    if not (run / "config.yaml").is_file() or not (run / "checkpoint").exists():
-        raise ConfigError(f"--average-last needs an `evotune train` run directory (config.yaml and checkpoint/), "
-                          f"and {run} is not one; pass the run's directory, not its final/ or checkpoint/.")
-    checkpoint = find_checkpoint(run / "checkpoint")
-    if checkpoint is None:
-        raise CheckpointError(f"{run / 'checkpoint'} is damaged ({verify_checkpoint(run / 'checkpoint')}); the "
-                              "iterates cannot be rebuilt without its update log.")
-    saved = load_checkpoint(checkpoint)
+    require_run_directory(run)
+    saved = read_newest_checkpoint(run)
     updates, iteration = saved["update_log"], int(saved["state"]["iteration"])
     if any(entry.get("kind") == "mean" for entry in updates):
         raise ConfigError(f"{run} is a CMA-ES run (strategy: cma): its log keeps only the newest mean (a mean "
                           "update is absolute), so its earlier iterates cannot be rebuilt; --average-last works on "
                           "OpenES runs, whose log keeps every update.")
     if len(updates) != iteration:
-        raise CheckpointError(f"{checkpoint} logs {len(updates)} updates for {iteration} iterations; the run's "
-                              "iterates cannot be rebuilt from it.")
+        raise CheckpointError(f"{run / 'checkpoint'} logs {len(updates)} updates for {iteration} iterations; the "
+                              "run's iterates cannot be rebuilt from it.")
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= iteration:
         raise ConfigError(f"--average-last is {count!r}, but the run's checkpoint holds {iteration} iterations; "
                           f"choose a number of last iterates from 1 to {iteration}.")
-    config = on_hf_backend(load_config(run / "config.yaml"))  # a vLLM run's updates replay on the hf backend
+    config = replay_config(load_config(run / "config.yaml"))
     # the run's own device: gaussian noise comes from the device's generator (spaces/noise.py)
     backend = load_backend(config, resolve_device(config.device))
     space = build_space(config, backend)
@@ -75,5 +74,113 @@ def average_last_iterates(run: Path, count: int) -> tuple[Any, dict]:
                               "needs an exact replay (on the run's device, with the evotune version that trained it).")
     space.load_state_tensors({name: (final[name] + offsets[name] / count).to(final[name].dtype) if count > 1
                               else final[name] for name in final})
-    return backend, {"average_last": count, "iterations": iteration, "first_averaged_iteration": iteration - count + 1,
-                     "replay_matches_checkpoint": True}
+    return backend, summarize(count, iteration, config.iterations)
+
+
+def summarize(count: int, iteration: int, planned: int) -> dict:
+    """What was averaged, by iteration number; a run short of its planned iterations (still training, or stopped)
+    says so, since its last iterates are not the finished run's."""
+    first = iteration - count + 1
+    summary = {"average_last": count, "iterations": iteration, "first_averaged_iteration": first,
+               "replay_matches_checkpoint": True}
+    if iteration < planned:
+        summary["note"] = (f"the run's checkpoint holds {iteration} of its {planned} iterations (a run still "
+                           f"training, or stopped early): this is the average of iterations {first} to {iteration}.")
+    return summary
+
+
+def require_run_directory(run: Path) -> None:
+    # checkpoint.old or checkpoint.tmp alone: a train renaming its newest save into place at this instant
+    if not (run / "config.yaml").is_file() or not any(
+            (run / name).exists() for name in ("checkpoint", "checkpoint.old", "checkpoint.tmp")):
+        raise ConfigError(f"--average-last needs an `evotune train` run directory (config.yaml and checkpoint/), "
+                          f"and {run} is not one; pass the run's directory, not its final/ or checkpoint/.")
+
+
+def replay_config(config: Any) -> Any:
+    """The run's config as the replay loads it: the hf backend in this process (a vLLM run's updates replay there),
+    and an INT8/INT4 run's base unquantized: bitsandbytes' layers can be neither cast nor merged into a float model,
+    and such a run searches only its fp32 adapter, which the replay rebuilds the same over a float base (the check
+    against the checkpoint's mean confirms it bit for bit)."""
+    from ..builders import on_hf_backend
+    from ..config.train import TrainConfig
+
+    values = on_hf_backend(config).to_dict()
+    if values.get("quantization", "none") != "none":
+        values.update(quantization="none", int4_type="nf4", int4_double_quantization=False, int4_compute_dtype=None)
+    return TrainConfig.from_dict(values)
+
+
+def read_newest_checkpoint(run: Path) -> dict:
+    """checkpoint/ read whole and unchanged while it was read; never checkpoint.old, whose log ends at an earlier
+    iteration, so that its last K iterates are other iterations than the run's last K. A read that overlaps a
+    running train's save is retried; one that keeps failing while a save is under way is reported as such, not as
+    damage (the run is healthy)."""
+    directory, problem = run / "checkpoint", None
+    for attempt in range(READ_ATTEMPTS):
+        if attempt:
+            time.sleep(RETRY_SECONDS)
+        identity = _identity(directory)
+        problem, saved = _read_checked(directory)
+        stable = identity == _identity(directory)
+        if stable and problem is None:
+            return saved
+        if stable and not _save_under_way(run):
+            raise CheckpointError(damaged_message(run, problem))
+    if not any((run / name).exists() for name in ("checkpoint", "checkpoint.tmp")):  # longer than any save's renames
+        raise CheckpointError(damaged_message(run, "it is missing"))
+    raise CheckpointError(changing_message(run, problem))
+
+
+def _identity(directory: Path) -> tuple | None:
+    """Which checkpoint/ this is: a save renames a new directory into place, and none changes one in place."""
+    try:
+        stat = directory.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def _read_checked(directory: Path) -> tuple[str | None, dict | None]:
+    """(what is wrong, None) or (None, the checkpoint), its checksums checked."""
+    from .checkpoint import load_checkpoint, problem_of, verify_checkpoint
+
+    if not directory.exists():
+        return "it is missing", None
+    problem = verify_checkpoint(directory)
+    if problem:
+        return problem, None
+    try:
+        return None, load_checkpoint(directory, verify=False)
+    except CheckpointError as exc:
+        return problem_of(exc), None
+
+
+def _save_under_way(run: Path) -> bool:
+    return (run / "checkpoint.tmp").exists() or not (run / "checkpoint").exists()
+
+
+def damaged_message(run: Path, problem: str | None) -> str:
+    """A damaged newest checkpoint: what is wrong, why the older one is not used, and the fix."""
+    from .checkpoint import load_state, verify_checkpoint
+
+    old, final = run / "checkpoint.old", "" if (run / "final").is_dir() else " once it is finished"
+    lead = (f"{run / 'checkpoint'} cannot be used ({problem}). --average-last rebuilds the last iterates from the "
+            "update log of the run's newest checkpoint only: checkpoint.old logs fewer iterations, and averaging "
+            "it would average other iterations than the run's last ones.")
+    plain = f"export {run} without --average-last (its final/ model{final})"
+    if old.is_dir() and verify_checkpoint(old) is None:
+        return (f"{lead} Fix: resume the run, which rewrites checkpoint/ from checkpoint.old (iteration "
+                f"{load_state(old)['iteration']}) by repeating the same iterations exactly: `evotune train "
+                f"--output-dir {run} --resume`, then export again; or {plain}.")
+    return f"{lead} No intact checkpoint is left, so the iterates cannot be rebuilt: {plain}."
+
+
+def changing_message(run: Path, problem: str | None) -> str:
+    """checkpoint/ kept changing, or stayed incomplete beside a save under way: a train writing the run now."""
+    seen = f" ({problem})" if problem else ""
+    return (f"{run / 'checkpoint'} changed while export read it, or stayed incomplete while a checkpoint save was "
+            f"under way{seen}: an `evotune train` is most likely writing this run right now, and the run itself is "
+            "fine. Wait until it finishes (or retry in a moment) and export again. If no train is running (a save "
+            f"was killed), `evotune train --output-dir {run} --resume` completes the run from its newest intact "
+            "checkpoint.")

@@ -22,6 +22,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,36 @@ def fsync_directory(path: Path) -> None:
     fsync_file(path)  # a directory is fsynced through a read-only descriptor, as a file is
 
 
+@contextmanager
+def staged(output: Path):
+    """A fresh hidden sibling of `output` to write into; moved into `output` once the body returns (as one rename
+    when `output` is new or empty, else file by file with --overwrite, each file whole); removed on an error. A
+    kill leaves only the sibling, which the next write of the same directory clears. Every file is fsynced before
+    the move, and the move's directory after it, so a power cut leaves the old directory or the whole new one."""
+    output = output.resolve()  # "." has no name to put beside it
+    staging = output.with_name(f".{output.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        yield str(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts), reverse=True):  # files, then directories
+        fsync_file(path)
+    fsync_directory(staging)
+    if output.is_dir() and not any(output.iterdir()):
+        output.rmdir()
+    if not output.exists():
+        os.rename(staging, output)
+        fsync_directory(output.parent)
+        return
+    for entry in staging.iterdir():  # --overwrite: each file written replaces its namesake whole; others stay
+        os.replace(entry, output / entry.name)
+    staging.rmdir()
+    fsync_directory(output)
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -281,6 +312,12 @@ def load_checkpoint(directory: Path, verify: bool = True) -> dict[str, Any]:
 
 _FIX = ("resuming uses the previous checkpoint (checkpoint.old) when it is intact; otherwise start the run "
         "again with --overwrite")
+
+
+def problem_of(error: CheckpointError) -> str:
+    """A read error's own cause, without the resume advice appended to it (advice that is wrong for a reader that
+    is not resuming, e.g. export, whose run may be healthy and still being written)."""
+    return str(error).removesuffix(f"; {_FIX}")
 
 
 def _read(directory: Path) -> dict[str, Any]:

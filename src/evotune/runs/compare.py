@@ -59,8 +59,30 @@ def load_run(directory: str | Path, metric: str | None, notes: list[str] | None 
             "samples_seen": samples, "train_time_s": round(elapsed, 1),
             "peak_rss_mib": max((r["peak_rss_mib"] for r in records if r.get("peak_rss_mib") is not None),
                                 default=None),
-            "retain": final_retention(records),
+            "retain": final_retention(records), "iterations_done": iterations_done(records),
+            "iterations_planned": config.get("iterations"),
             **warm_start(config, directory, notes), "method_config": method_config(config, directory)}
+
+
+def iterations_done(records: list[dict[str, Any]]) -> int:
+    """The last iteration a run logged (0: only its starting evaluation, or none)."""
+    return max((record["iteration"] for record in records
+                if isinstance(record.get("iteration"), int) and not isinstance(record["iteration"], bool)), default=0)
+
+
+def note_unequal_progress(runs: list[dict], notes: list[str]) -> None:
+    """A row that pools runs stopped at different iterations (one killed early beside a finished one) says so: its
+    final_mean then averages evaluations made at different points of training."""
+    for method in dict.fromkeys(run["method"] for run in runs):
+        group = [run for run in runs if run["method"] == method]
+        if len({run["iterations_done"] for run in group}) < 2:
+            continue
+        progress = ", ".join(f"{run['run']}: {run['iterations_done']}" + (
+            f" of {run['iterations_planned']}" if isinstance(run["iterations_planned"], int) else "")
+            for run in group)
+        notes.append(f"`{method}` pools runs that completed different numbers of iterations ({progress}), so its "
+                     "final values were evaluated at different points of training; read its at_N_samples column "
+                     "(equal budget), or resume the unfinished runs (their command with --resume) or leave them out.")
 
 
 def seed_label(config: dict[str, Any]) -> int | str | None:
@@ -324,6 +346,7 @@ def compare_runs(run_dirs: Sequence[str | Path], output_dir: str | Path, metric:
     if len(metrics) > 1:
         raise ConfigError(f"the runs report different metrics ({sorted(metrics)}); choose one with --metric.")
     group_runs(runs, notes)
+    note_unequal_progress(runs, notes)
     summary = summarize(runs, target, budget, budget_time, notes)
     retention = summarize_retention(runs, notes)
     result = {"metric": runs[0]["metric"], "target": target, "methods": summary, "retention": retention,

@@ -3,20 +3,25 @@
 A run directory describes one run. Starting a run never overwrites another one's files unless
 asked (`overwrite`), and resuming reads the run's own config.yaml: only keys that cannot change
 the trajectory of the mean may differ (how long to run, how often to evaluate, checkpoint and log,
-and where the population is evaluated, which gives the same rewards bit for bit).
+and where the population is evaluated, which gives the same rewards bit for bit). A run stopped before
+its first checkpoint resumes from iteration 0 (nothing it computed was saved); a damaged checkpoint is
+never started over.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import yaml
 
-from .checkpoint import find_checkpoint, load_state
+from .checkpoint import find_checkpoint, fsync_file, load_state
 from ..config.train import TrainConfig
 from ..config.files import absolutize_paths
 from ..errors import ConfigError, OutputError
@@ -29,10 +34,11 @@ RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old",
 MODEL_CARD_MARK = "## Reproduce"
 # Keys a resumed run may change: none of them moves the mean differently (prefetch_candidates writes the same
 # bits, only earlier).
-RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "eval_max_new_tokens", "checkpoint_every", "report_to", "log_samples", "distributed",
-                  "workers", "ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus",
-                  "engine_core", "tensor_parallel_size", "gpu_memory_utilization", "retention_tasks",
-                  "retention_num_eval", "retention_kl", "prefetch_candidates")
+RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "eval_max_new_tokens", "checkpoint_every",
+                  "report_to", "log_samples", "distributed", "workers", "ray_address", "prompt_shards",
+                  "straggler_factor", "checksum_every", "worker_num_cpus", "worker_num_gpus", "engine_core",
+                  "tensor_parallel_size", "gpu_memory_utilization", "retention_tasks", "retention_num_eval",
+                  "retention_kl", "prefetch_candidates")
 
 
 def read_run_config(output_dir: Path) -> dict[str, Any]:
@@ -97,6 +103,47 @@ def check_progress(output_dir: Path, config: TrainConfig, state: dict[str, Any])
                           f"max_training_seconds={2 * budget:g} (or 0 for no limit).")
 
 
+def check_restartable(output_dir: Path) -> None:
+    """--resume of a directory without an intact checkpoint starts the run again from iteration 0, which loses
+    nothing only if no checkpoint was ever written (a damaged one may hold the only copy of its iterations) and
+    no finished final/ is there (a checkpoint moved away from a finished run)."""
+    if any((output_dir / name).exists() for name in ("checkpoint", "checkpoint.old")):
+        raise ConfigError(f"--resume: every checkpoint in {output_dir} is damaged (see the warning above); "
+                          "the run cannot be resumed. Start it again with --overwrite, or choose a new "
+                          "--output-dir.")
+    if final_is_complete(output_dir / "final"):
+        raise ConfigError(f"--resume: {output_dir} holds a finished final/ but no checkpoint/ (it was moved or "
+                          "deleted), so the run cannot continue from where it ended. Put checkpoint/ back, or start "
+                          "a new run in another --output-dir (--overwrite replaces this one).")
+
+
+def restart_unstarted(output_dir: Path) -> None:
+    """--resume of a run stopped before its first checkpoint: nothing it computed was saved, so it starts from
+    iteration 0 with its own config.yaml, as the uninterrupted run did, and ends on the same weights. The files
+    of the stopped attempt (metrics, samples, TensorBoard events, a half-written checkpoint.tmp) go first: the
+    restarted run writes each again, and would otherwise log its iterations twice."""
+    logged = _logged_iterations(output_dir / "metrics.jsonl")
+    for name in existing_artifacts(output_dir):
+        if name != "config.yaml":
+            path = output_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    again = f"; the {logged} iteration(s) it logged are run again" if logged else ""
+    print(f"evotune: note: {output_dir} has no checkpoint yet (the run stopped before its first one), so --resume "
+          f"starts it from iteration 0 with its config.yaml{again}.", file=sys.stderr, flush=True)
+
+
+def _logged_iterations(path: Path) -> int:
+    """How many training iterations a metrics.jsonl records (a line torn by a kill is not one)."""
+    if not path.is_file():
+        return 0
+    count = 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            count += isinstance(record, dict) and "samples_seen" in record
+    return count
+
+
 def existing_artifacts(output_dir: Path) -> list[str]:
     return [name for name in RUN_ARTIFACTS if (Path(output_dir) / name).exists()]
 
@@ -141,7 +188,7 @@ def check_writable(output_dir: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def removed_if_start_fails(output_dir: Path, new_run: bool) -> Iterator[None]:
+def removed_if_start_fails(output_dir: Path, new_run: bool, created: bool = False) -> Iterator[None]:
     """Around the start of a new run: if building it fails (bad data, a model that does not load, a prompt
     too long), remove what this attempt wrote (config.yaml, loggers' files), so the same command can simply
     be run again once the input is fixed, instead of being refused as "already holds a run". A resumed run's
@@ -149,11 +196,38 @@ def removed_if_start_fails(output_dir: Path, new_run: bool) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        if new_run and not find_checkpoint(Path(output_dir) / "checkpoint"):
-            for name in existing_artifacts(output_dir):
-                path = Path(output_dir) / name
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        if new_run:
+            remove_unstarted_run(output_dir, created)
         raise
+
+
+@contextlib.contextmanager
+def removed_if_no_iteration_done(output_dir: Path, new_run: bool, iterations_done: Callable[[], int],
+                                 created: bool = False) -> Iterator[None]:
+    """Around a new run's loop: a failure before its first iteration completed (a reward function that raises on
+    the starting evaluation or the first population) leaves a config.yaml and an empty log, a run in name only;
+    they are removed as a failed start's are, so the same command simply runs again once the cause is fixed. A
+    failure after that keeps the run's record (its metrics say how far it got)."""
+    try:
+        yield
+    except BaseException:
+        if new_run and iterations_done() == 0:
+            remove_unstarted_run(output_dir, created)
+        raise
+
+
+def remove_unstarted_run(output_dir: Path, created: bool = False) -> None:
+    """What a run writes (RUN_ARTIFACTS, never the user's other files), unless it holds a checkpoint to resume;
+    `created`: the run made output_dir, which goes too when nothing else is in it."""
+    if find_checkpoint(Path(output_dir) / "checkpoint"):
+        return
+    for name in existing_artifacts(output_dir):
+        path = Path(output_dir) / name
+        with contextlib.suppress(OSError):  # what cannot be removed stays; the original error is the one to see
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if created:
+        with contextlib.suppress(OSError):  # not empty: someone else's files are in it
+            Path(output_dir).rmdir()
 
 
 def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
@@ -167,20 +241,19 @@ def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite
         if overwrite:
             raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
         if checkpoint is None:
-            if any((output_dir / name).exists() for name in ("checkpoint", "checkpoint.old")):
-                raise ConfigError(f"--resume: every checkpoint in {output_dir} is damaged (see the warning above); "
-                                  "the run cannot be resumed. Start it again with --overwrite, or choose a new "
-                                  "--output-dir.")
-            raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoint'} (the run stopped before its "
-                              "first one); start it again with --overwrite, or choose a new --output-dir.")
+            check_restartable(output_dir)
         check_resume(output_dir, config)
-        check_progress(output_dir, config, load_state(checkpoint))
+        if checkpoint is None:
+            restart_unstarted(output_dir)
+        else:
+            check_progress(output_dir, config, load_state(checkpoint))
         # the dtype the run started with, not what `auto` would pick on this machine: resume stays exact
         config.dtype = read_run_config(output_dir).get("dtype", config.dtype)
     else:
         found = existing_artifacts(output_dir)
         if found and not overwrite:
-            resumable = " pass --resume to continue it," if checkpoint else ""
+            # a run stopped before its first checkpoint resumes too (from iteration 0, see restart_unstarted)
+            resumable = " pass --resume to continue it," if checkpoint or "config.yaml" in found else ""
             raise ConfigError(f"{output_dir} already holds a run ({', '.join(found)}):{resumable} pass --overwrite to "
                               "replace it, or choose a new --output-dir.")
         for name in found:  # only what a run writes; other files in the directory are the user's
@@ -193,5 +266,15 @@ def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite
 
         config.dtype = resolve_dtype("auto", resolve_device(config.device))
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    write_run_config(output_dir, config)
     return checkpoint
+
+
+def write_run_config(output_dir: Path, config: TrainConfig) -> None:
+    """config.yaml written beside, then renamed over the old one: every resume rewrites it, and a kill mid-write
+    must not leave a torn file, the only record of the run's settings (a mapping cut short would resume on
+    defaults for the keys it lost)."""
+    partial = output_dir / ".config.yaml.partial"
+    partial.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    fsync_file(partial)
+    os.replace(partial, output_dir / "config.yaml")

@@ -11,13 +11,10 @@ so a killed export never leaves a model directory with torn or missing weights.
 
 from __future__ import annotations
 
-import os
-import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..backends.models import find_adapter, load_model, torch_dtype
-from .checkpoint import fsync_directory, fsync_file
+from .checkpoint import staged  # the write-beside-then-rename, shared with the GGUF cache (backends/vllm.py)
 from ..errors import ConfigError
 from ..evaluation.evaluate import is_checkpoint_directory, load_for_eval, require_final
 
@@ -82,36 +79,6 @@ def _save_backend(backend, output_dir: str, merge: bool, dtype: str) -> dict:
     loaded.to(torch_dtype(dtype)).save_pretrained(output_dir)
     backend.tokenizer.save_pretrained(output_dir)
     return {"output_dir": output_dir, "adapter": str(output_dir) if adapter else None, "dtype": dtype}
-
-
-@contextmanager
-def staged(output: Path):
-    """A fresh hidden sibling of `output` to write into; moved into `output` once the body returns (as one rename
-    when `output` is new or empty, else file by file with --overwrite, each file whole); removed on an error. A
-    kill leaves only the sibling, which the next export of the same directory clears. Every file is fsynced before
-    the move, and the move's directory after it, so a power cut leaves the old directory or the whole new one."""
-    output = output.resolve()  # "." has no name to put beside it
-    staging = output.with_name(f".{output.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        yield str(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts), reverse=True):  # files, then directories
-        fsync_file(path)
-    fsync_directory(staging)
-    if output.is_dir() and not any(output.iterdir()):
-        output.rmdir()
-    if not output.exists():
-        os.rename(staging, output)
-        fsync_directory(output.parent)
-        return
-    for entry in staging.iterdir():  # --overwrite: each file written replaces its namesake whole; others stay
-        os.replace(entry, output / entry.name)
-    staging.rmdir()
-    fsync_directory(output)
 
 
 def check_output_dir(output: Path, model: Path, overwrite: bool) -> None:

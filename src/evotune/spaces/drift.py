@@ -12,7 +12,8 @@ weight (4 for float32), not the 4 of an fp32 copy. Metrics (float64 sums, so 1e9
                                 holds and generates with) differs from the base's: moved past the dtype's
                                 resolution. A bfloat16 weight flips after a relative change of 2^-9 to 2^-8.
 
-The sums are plain numbers, so tensor-parallel ranks (vLLM engines) add theirs up before the ratios.
+The sums are plain numbers, so tensor-parallel ranks (vLLM engines) add theirs up before the ratios. The base's
+sum of squares is computed once per parameter and kept with the snapshot (BaseWeights): the base never changes.
 
 Adapter spaces (lora, svd_lora) keep their starting vector (small) instead, and report
 
@@ -52,16 +53,39 @@ def parameter_group(name: str) -> str:
     return "other"
 
 
-def snapshot(parameters: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+class BaseWeights(dict):
+    """The base, name -> tensor, with each tensor's sum of squares kept once computed: the base never changes,
+    so every drift evaluation after the first reuses it instead of reading all the base weights again."""
+
+    def __init__(self, tensors: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor] = ()):
+        super().__init__(tensors)
+        self.squares: dict[str, float] = {}
+
+    def squares_of(self, name: str, device: torch.device) -> float:
+        """sum base[name]^2, computed on `device` (the mean's, as the difference is) the first time only."""
+        if name not in self.squares:
+            self.squares[name] = base_tensor_squares(self[name], device)
+        return self.squares[name]
+
+
+def snapshot(parameters: Iterable[tuple[str, torch.Tensor]]) -> BaseWeights:
     """The base: every parameter copied to the host in its own dtype (exact, see the module docstring)."""
-    return {name: param.detach().to("cpu", copy=True) for name, param in parameters}
+    return BaseWeights((name, param.detach().to("cpu", copy=True)) for name, param in parameters)
 
 
 @torch.no_grad()
-def tensor_sums(master: torch.Tensor, base: torch.Tensor) -> tuple[float, float, int, int]:
-    """(sum (mean - base)^2, sum base^2, weights that differ in base's dtype, weights) of one tensor, chunk by
-    chunk so no second full-size fp32 tensor is made. master: fp32, any device; base: the same shape."""
-    difference_squares = base_squares = 0.0
+def base_tensor_squares(base: torch.Tensor, device: torch.device) -> float:
+    """sum base^2 of one tensor, chunk by chunk on `device`."""
+    flat_base = base.reshape(-1)
+    return sum(sum_of_squares(flat_base[start:start + CHUNK_SIZE].to(device))
+               for start in range(0, flat_base.numel(), CHUNK_SIZE))
+
+
+@torch.no_grad()
+def tensor_sums(master: torch.Tensor, base: torch.Tensor) -> tuple[float, int, int]:
+    """(sum (mean - base)^2, weights that differ in base's dtype, weights) of one tensor, chunk by chunk so no
+    second full-size fp32 tensor is made. master: fp32, any device; base: the same shape."""
+    difference_squares = 0.0
     changed = 0
     flat_master, flat_base = master.reshape(-1), base.reshape(-1)
     for start in range(0, flat_master.numel(), CHUNK_SIZE):
@@ -69,9 +93,8 @@ def tensor_sums(master: torch.Tensor, base: torch.Tensor) -> tuple[float, float,
         base_chunk = flat_base[start:start + CHUNK_SIZE].to(mean_chunk.device)
         difference = mean_chunk - base_chunk.to(torch.float32)  # (chunk,) fp32
         difference_squares += sum_of_squares(difference)
-        base_squares += sum_of_squares(base_chunk)
         changed += int((mean_chunk.to(base_chunk.dtype) != base_chunk).sum())  # rounded as the live weights are
-    return difference_squares, base_squares, changed, flat_master.numel()
+    return difference_squares, changed, flat_master.numel()
 
 
 def sum_of_squares(values: torch.Tensor) -> float:
@@ -86,10 +109,14 @@ def sum_of_squares(values: torch.Tensor) -> float:
 
 def weight_sums(master: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
                 names: Iterable[str] | None = None) -> dict[str, list[float]]:
-    """Per group, [difference squares, base squares, changed weights, weights] over `names` (default: all)."""
+    """Per group, [difference squares, base squares, changed weights, weights] over `names` (default: all).
+    A BaseWeights base (snapshot's) computes its squares once; a plain dict, at every call."""
+    base = base if isinstance(base, BaseWeights) else BaseWeights(base)
     parts: dict[str, list[tuple]] = {}
     for name in (master if names is None else names):
-        parts.setdefault(parameter_group(name), []).append(tensor_sums(master[name], base[name]))
+        difference_squares, changed, count = tensor_sums(master[name], base[name])
+        base_squares = base.squares_of(name, master[name].device)
+        parts.setdefault(parameter_group(name), []).append((difference_squares, base_squares, changed, count))
     return {group: _column_sums(values) for group, values in parts.items()}
 
 
