@@ -27,7 +27,10 @@ def config(model_dir: str, **overrides) -> TrainConfig:
     return TrainConfig(**values)
 
 
-@pytest.mark.parametrize("engine_core", ENGINE_CORES)
+# CI runs the shape CUDA uses (the engine core in its own process); the in-process shape runs with the slow
+# tests (~40 s), its engine paths being in CI through tests/backends/test_vllm_engine*.py
+@pytest.mark.parametrize("engine_core", [pytest.param(core, marks=pytest.mark.slow) if core == "in_process"
+                                         else core for core in ENGINE_CORES])
 def test_two_engine_actors_equal_one_process_and_survive_a_killed_engine(model_dir, tmp_path, engine_core):
     import ray
 
