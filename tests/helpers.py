@@ -85,8 +85,12 @@ def run_config(tmp_path: Path, model_dir: str) -> str:
 
 
 def write_module(tmp_path, monkeypatch, name: str, source: str) -> None:
-    """A Python module `name` (e.g. reward functions named by import path), importable for this test."""
+    """A Python module `name` (e.g. reward functions named by import path), importable for this test: this
+    test's source, not a same-named module an earlier test imported (dropped from sys.modules first)."""
+    import sys
+
     (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.syspath_prepend(str(tmp_path))
 
 

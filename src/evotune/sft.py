@@ -31,7 +31,7 @@ from .config.sft import SFTConfig
 from .config.files import absolutize_paths, read_config_values
 from .errors import CheckpointError, ConfigError, DataError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
-from .runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
+from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
@@ -67,16 +67,7 @@ def load_sft_config(path: str | Path | None, overrides: list[str] | None = None,
 
 def check_sft_resume(output_dir: Path, config: SFTConfig) -> None:
     """Refuse a resume whose config changes a key that would change the run (only SFT_RESUMABLE_KEYS may)."""
-    path = Path(output_dir) / "config.yaml"
-    run = SFTConfig.from_dict(read_run_config(Path(output_dir)), source=str(path))
-    absolutize_paths(run)
-    forbidden = [key for key in changed_keys(run, config) if key not in SFT_RESUMABLE_KEYS]
-    if forbidden:
-        details = "; ".join(f"`{key}` {getattr(run, key)!r} -> {getattr(config, key)!r}" for key in forbidden)
-        raise ConfigError(f"--resume keeps the run's own config ({path}), but this one changes {details}. Resume "
-                          f"with `evotune sft --output-dir {output_dir} --resume` (only "
-                          f"{', '.join(SFT_RESUMABLE_KEYS)} may be changed with --set), or start a new run in "
-                          "another --output-dir.")
+    check_resume(Path(output_dir), config, SFT_RESUMABLE_KEYS, command="sft")
 
 
 def prepare_sft_run(output_dir: Path, config: SFTConfig, resume: bool, overwrite: bool) -> Path | None:

@@ -63,16 +63,19 @@ def changed_keys(run: TrainConfig, requested: TrainConfig) -> list[str]:
     return [key for key in now if now[key] != started.get(key) and not (key == "dtype" and now[key] == "auto")]
 
 
-def check_resume(output_dir: Path, config: TrainConfig) -> None:
-    """Refuse a resume whose config changes a key that would change the run."""
-    run = TrainConfig.from_dict(read_run_config(output_dir), source=str(Path(output_dir) / "config.yaml"))
+def check_resume(output_dir: Path, config: Any, resumable: tuple[str, ...] = RESUMABLE_KEYS,
+                 command: str = "train") -> None:
+    """Refuse a resume whose config changes a key that would change the run (only `resumable` keys may):
+    `evotune train`'s TrainConfig, or `evotune sft`'s config with its own keys and command."""
+    path = Path(output_dir) / "config.yaml"
+    run = type(config).from_dict(read_run_config(output_dir), source=str(path))
     absolutize_paths(run)  # a run recorded before paths were stored absolute: relative to this directory
-    forbidden = [key for key in changed_keys(run, config) if key not in RESUMABLE_KEYS]
+    forbidden = [key for key in changed_keys(run, config) if key not in resumable]
     if forbidden:
         details = "; ".join(f"`{key}` {getattr(run, key)!r} -> {getattr(config, key)!r}" for key in forbidden)
-        raise ConfigError(f"--resume keeps the run's own config ({output_dir}/config.yaml), but this one changes "
-                          f"{details}. Resume with `evotune train --output-dir {output_dir} --resume` (only "
-                          f"{', '.join(RESUMABLE_KEYS)} may be changed with --set), or start a new run in another "
+        raise ConfigError(f"--resume keeps the run's own config ({path}), but this one changes {details}. Resume "
+                          f"with `evotune {command} --output-dir {output_dir} --resume` (only "
+                          f"{', '.join(resumable)} may be changed with --set), or start a new run in another "
                           "--output-dir.")
 
 
