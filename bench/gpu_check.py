@@ -28,9 +28,9 @@ import platform
 import sys
 import time
 import traceback
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 # Dense bf16 peak and memory bandwidth of the cards we may be lent (vendor datasheets, SXM parts).
 DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
@@ -74,28 +74,15 @@ def metrics(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-@contextmanager
-def own_decoding_loop() -> Iterator[None]:
-    """Within the block the hf backend decodes with transformers' own greedy loop, which reads the device after every
-    token (its stop check, and the attention mask's padding check): the path before issue 43."""
-    from evotune.backends import decoding
-
-    original = decoding.supported
-    decoding.supported = lambda: False
-    try:
-        yield
-    finally:
-        decoding.supported = original
-
-
 def es_row(args: argparse.Namespace, name: str, work: Path, own_loop: bool = False, **overrides: Any) -> dict[str, Any]:
+    from evotune.backends.decoding import transformers_loop
     from evotune.config import TrainConfig
     from evotune.trainer import Trainer
 
     config = TrainConfig(**base_config(args, **overrides))
     started = time.perf_counter()
     trainer = Trainer(config, work / name)
-    with own_decoding_loop() if own_loop else nullcontext():
+    with transformers_loop() if own_loop else nullcontext():
         trainer.train()
     records = metrics(work / name)
     times = [r["time_s"] for r in records if "time_s" in r]

@@ -59,6 +59,7 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from common import write_result  # noqa: E402
 
 from evotune.backends import render_prompt  # noqa: E402
+from evotune.backends.decoding import transformers_loop  # noqa: E402
 from evotune.builders import hf_parameter_shapes  # noqa: E402
 from evotune.config import TrainConfig  # noqa: E402
 from evotune.trainer import Trainer  # noqa: E402
@@ -98,19 +99,6 @@ def legacy_loop(space):
         yield
     finally:
         del space.apply, space.mean_is_finite
-
-
-@contextmanager
-def own_decoding_loop():
-    """Within the block the hf backend decodes with transformers' own greedy loop (the path before issue 43)."""
-    from evotune.backends import decoding
-
-    original = decoding.supported
-    decoding.supported = lambda: False
-    try:
-        yield
-    finally:
-        decoding.supported = original
 
 
 @contextmanager
@@ -242,11 +230,11 @@ def main() -> None:
     for repeat in range(args.repeats):
         rows = trainer.batch_rows(trainer.strategy.iteration)
         if args.own_loop_arm and repeat % 2:  # alternate which goes first, so drifting load falls on both
-            with own_decoding_loop():
+            with transformers_loop():
                 own_loop.append(plain_generation(rows))
         generation.append(plain_generation(rows))  # the same prompts the ES step will use
         if args.own_loop_arm and not repeat % 2:
-            with own_decoding_loop():
+            with transformers_loop():
                 own_loop.append(plain_generation(rows))
         for arm, times in arms.items():
             times.append(es_iteration(arm))

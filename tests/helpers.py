@@ -94,6 +94,39 @@ def write_module(tmp_path, monkeypatch, name: str, source: str) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
+# Raises while the flag file exists: a reward function whose grader is down (touch the flag to break it, remove
+# it to fix it), so one module serves the failing run and the fixed one.
+FLAKY_REWARDS = """import os
+FLAG = {flag!r}
+def score(prompts, completions, **columns):
+    if os.path.exists(FLAG):
+        raise ValueError("the grader is down")
+    return [-float(len(completion)) for completion in completions]
+"""
+
+
+def flaky_reward_module(tmp_path, monkeypatch) -> Path:
+    """Module `flaky_rewards` (reward `flaky_rewards.score`), broken until the returned flag file is removed."""
+    flag = tmp_path / "grader_down"
+    flag.touch()
+    write_module(tmp_path, monkeypatch, "flaky_rewards", FLAKY_REWARDS.format(flag=str(flag)))
+    return flag
+
+
+# Prefix of a script run in its own process: kill -9 right after a model's weights are saved and before its
+# tokenizer, a torn write as a crash would leave it.
+KILL_AFTER_WEIGHTS = """
+import os, signal
+from transformers import PreTrainedModel
+
+save = PreTrainedModel.save_pretrained
+def save_then_die(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+PreTrainedModel.save_pretrained = save_then_die
+"""
+
+
 def train_until_killed(monkeypatch, trainer, at_step: int) -> None:
     """trainer.train(), killed (KeyboardInterrupt) as its `at_step`-th step of this process begins."""
     from evotune.trainer import Trainer

@@ -17,7 +17,7 @@ from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs.export import check_output_dir, export_model
 from evotune.trainer import Trainer
-from helpers import essa_config
+from helpers import KILL_AFTER_WEIGHTS, essa_config
 
 
 def test_export_refuses_a_directory_with_files_and_a_file_path(tiny_model_dir, tmp_path, capsys):
@@ -45,16 +45,8 @@ def test_export_refuses_a_directory_with_files_and_a_file_path(tiny_model_dir, t
 def test_an_export_killed_midway_leaves_no_model_directory_and_the_next_one_succeeds(tiny_model_dir, tmp_path):
     output = tmp_path / "out"
     # kill -9 after the weights are written and before the tokenizer: a torn export, as a crash would leave it
-    script = f"""
-import os, signal
-from transformers import PreTrainedModel
+    script = KILL_AFTER_WEIGHTS + f"""
 from evotune.runs.export import export_model
-
-save = PreTrainedModel.save_pretrained
-def save_then_die(self, *args, **kwargs):
-    save(self, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-PreTrainedModel.save_pretrained = save_then_die
 export_model({tiny_model_dir!r}, {str(output)!r})
 """
     killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

@@ -9,7 +9,6 @@ import contextlib
 import json
 import pathlib
 import shutil
-import sys
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs import directory as run_directory
 from evotune.trainer import Trainer
-from helpers import tiny_config, train_until_killed, write_module
+from helpers import flaky_reward_module, tiny_config, train_until_killed
 
 
 def config_for(model_dir: str, **overrides):
@@ -137,23 +136,13 @@ def test_a_kill_while_config_yaml_is_rewritten_leaves_the_old_one_whole(tiny_mod
     assert (run / "config.yaml").read_text() == before
 
 
-FLAKY = """import os
-FLAG = {flag!r}
-def score(prompts, completions, **columns):
-    if os.path.exists(FLAG):
-        raise ValueError("the grader is down")
-    return [-float(len(completion)) for completion in completions]
-"""
 
 
 def test_a_restarted_run_whose_reward_fails_keeps_its_config_so_the_same_resume_runs_again(
         tiny_model_dir, tmp_path, monkeypatch, capsys):
     """The two rules agree: a new run that fails before its first iteration is removed (the same command starts it
     again); a --resume that restarted from iteration 0 keeps config.yaml, so the same --resume starts it again."""
-    flag = tmp_path / "grader_down"
-    flag.touch()
-    monkeypatch.delitem(sys.modules, "flaky_rewards", raising=False)
-    write_module(tmp_path, monkeypatch, "flaky_rewards", FLAKY.format(flag=str(flag)))
+    flag = flaky_reward_module(tmp_path, monkeypatch)
     run = tmp_path / "run"
     run_directory.prepare(run, config_for(tiny_model_dir, reward_fns=["flaky_rewards.score"]), resume=False,
                           overwrite=False)

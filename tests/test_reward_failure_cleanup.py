@@ -5,7 +5,6 @@ iteration keeps the run's record."""
 
 from __future__ import annotations
 
-import sys
 
 import yaml
 
@@ -14,24 +13,10 @@ from evotune.callbacks import ESCallback
 from evotune.cli.main import main
 from evotune.errors import RewardFunctionError
 from evotune.trainer import Trainer
-from helpers import tiny_config, write_module
-
-# raises while the flag file named by FLAG exists, so one module serves the failing and the fixed run
-FLAKY = """import os
-FLAG = {flag!r}
-def score(prompts, completions, **columns):
-    if os.path.exists(FLAG):
-        raise ValueError("the grader is down")
-    return [-float(len(completion)) for completion in completions]
-"""
+from helpers import flaky_reward_module, tiny_config
 
 
-def flaky_module(tmp_path, monkeypatch):
-    flag = tmp_path / "grader_down"
-    flag.touch()
-    monkeypatch.delitem(sys.modules, "flaky_rewards", raising=False)  # another test's module holds its own FLAG
-    write_module(tmp_path, monkeypatch, "flaky_rewards", FLAKY.format(flag=str(flag)))
-    return flag
+
 
 
 def files_under(directory) -> list[str]:
@@ -40,7 +25,7 @@ def files_under(directory) -> list[str]:
 
 def test_the_cli_removes_a_run_whose_reward_fails_at_once_and_the_same_command_runs_again(
         tiny_model_dir, tmp_path, monkeypatch, capsys):
-    flag = flaky_module(tmp_path, monkeypatch)
+    flag = flaky_reward_module(tmp_path, monkeypatch)
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(dict(model=tiny_model_dir, task="conciseness", reward_fns=["flaky_rewards.score"],
                                           population_size=4, antithetic=True, iterations=1, batch_size=2,
@@ -57,7 +42,7 @@ def test_the_cli_removes_a_run_whose_reward_fails_at_once_and_the_same_command_r
 
 
 def test_the_users_files_stay_and_an_iteration_done_keeps_the_record(tiny_model_dir, tmp_path, monkeypatch):
-    flag = flaky_module(tmp_path, monkeypatch)
+    flag = flaky_reward_module(tmp_path, monkeypatch)
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("mine")
@@ -84,7 +69,7 @@ def test_the_users_files_stay_and_an_iteration_done_keeps_the_record(tiny_model_
 
 
 def test_estrainer_removes_its_data_and_run_files_when_the_reward_fails_at_once(tiny_model_dir, tmp_path, monkeypatch):
-    flag = flaky_module(tmp_path, monkeypatch)
+    flag = flaky_reward_module(tmp_path, monkeypatch)
     import flaky_rewards
 
     args = ESConfig(output_dir=str(tmp_path / "es"), population_size=4, antithetic=True, iterations=1, batch_size=2,

@@ -133,3 +133,11 @@ def test_host_syncs_do_not_grow_with_new_tokens(tiny_model_dir):
                 lambda tokens: backend.generate_population(PROMPTS, tokens, space.factors, stacked)):  # space full
         counts = [syncs(run, tokens) for tokens in (short, long)]
         assert counts[1] - counts[0] <= (long - short) // decoding.STOP_CHECK_EVERY  # one per STOP_CHECK_EVERY steps
+
+
+def test_transformers_loop_switches_the_backend_to_generates_own_loop_and_back(backend):
+    """The benches time the two loops side by side with this switch: inside it no custom_generate is passed."""
+    assert backend._greedy()["custom_generate"] is decoding.greedy_decode
+    with decoding.transformers_loop():
+        assert "custom_generate" not in backend._greedy()
+    assert backend._greedy()["custom_generate"] is decoding.greedy_decode

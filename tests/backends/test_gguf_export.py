@@ -18,6 +18,7 @@ import pytest
 
 from evotune.backends.models import ModelSource
 from evotune.backends.vllm import exported_gguf
+from helpers import KILL_AFTER_WEIGHTS
 
 
 def cache_of(home: Path) -> Path:
@@ -48,17 +49,9 @@ def test_a_failed_export_leaves_nothing_and_the_next_one_is_whole(tiny_model_dir
 def test_a_killed_export_leaves_only_its_staging_which_the_next_call_replaces(tiny_model_dir, tmp_path,
                                                                                    monkeypatch):
     # kill -9 after the weights are written and before the tokenizer: a torn export, as a crash would leave it
-    script = f"""
-import os, signal
-from transformers import PreTrainedModel
+    script = KILL_AFTER_WEIGHTS + f"""
 from evotune.backends.models import ModelSource
 from evotune.backends.vllm import exported_gguf
-
-save = PreTrainedModel.save_pretrained
-def save_then_die(self, *args, **kwargs):
-    save(self, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-PreTrainedModel.save_pretrained = save_then_die
 exported_gguf({tiny_model_dir!r}, ModelSource({tiny_model_dir!r}, "model.safetensors"))
 """
     environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}

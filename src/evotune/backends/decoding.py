@@ -60,6 +60,19 @@ def supported() -> bool:
 
 
 @contextmanager
+def transformers_loop() -> Iterator[None]:
+    """Within the block the hf backend decodes with transformers' own greedy loop, which reads the device after
+    every token (its stop check, and the attention mask's padding check): the path before greedy_decode, for
+    timing the two side by side (bench/overhead.py, bench/gpu_check.py)."""
+    original = globals()["supported"]
+    globals()["supported"] = lambda: False
+    try:
+        yield
+    finally:
+        globals()["supported"] = original
+
+
+@contextmanager
 def known_padding() -> Iterator[None]:
     """Within the block, a full-attention decoding step (one query) with a padding mask takes the mask without
     asking the device whether the padding mask is all ones: the caller knows the batch is padded, so it is not,
