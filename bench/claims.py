@@ -479,6 +479,19 @@ def stability_conciseness() -> str:
     return f"std {gains['es']['32']['std']:.1f} (ES) vs {gains['grpo']['32']['std']:.1f} (GRPO)"
 
 
+def ray_coordinator_table() -> str:
+    """The simulated coordinator at 10, 100 and 1,000 workers (bench/ray_cluster/simulate.py), with Ray's
+    per-message cost measured on a real cluster folded into the last column."""
+    lines = ["", "", "| workers | population x shards = units | driver CPU ms / iteration | share of 60 s | "
+             "bytes / iteration | messages | with Ray's per-message cost: share |", "|---|---|---|---|---|---|---|"]
+    for row in _load("ray_coordinator_simulated.json")["rows"]:
+        lines.append(f"| {row['workers']} | {row['population']} x {row['shards']} = {row['units_per_iteration']} | "
+                     f"{row['driver_cpu_s_per_iteration'] * 1000:.1f} | {row['share_of_iteration']:.3%} | "
+                     f"{row['bytes_per_iteration']:,} | {row['messages_per_iteration']} | "
+                     f"{row['estimated_share_with_ray']:.2%} |")
+    return "\n".join(lines) + "\n\n"
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
     # README.md, getting-started, which-method and the quickstart page
     "quickstart": quickstart, "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
@@ -494,6 +507,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "conciseness-pareto": conciseness_pareto, "conciseness-pareto-summary": conciseness_pareto_summary,
     "sweep-arithmetic": sweep_arithmetic,
     "lowrank-throughput-cpu": lowrank_throughput_cpu, "lowrank-throughput-table": lowrank_throughput_table,
+    "ray-coordinator-table": ray_coordinator_table,
     "lowrank-learning": lowrank_learning,
     "essa-vs-grpo-arithmetic": essa_vs_grpo_arithmetic,
     "essa-quantization": essa_quantization, "essa-quantization-table": essa_quantization_table,
