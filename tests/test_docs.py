@@ -52,6 +52,19 @@ def test_mkdocs_build_strict_succeeds(site):
     assert "OpenES" in api and "CMAES" in api, "the API reference rendered no strategies"
 
 
+def test_the_repository_link_comes_from_the_environment_and_is_absent_without_it(monkeypatch):
+    """No public address is written anywhere, so none is made up: the header's repository link is the one the
+    publisher gives (EVOTUNE_REPOSITORY_URL), and a build without it has no link at all."""
+    pytest.importorskip("mkdocs", reason="mkdocs comes with the dev extra")
+    from mkdocs.config import load_config
+
+    monkeypatch.delenv("EVOTUNE_REPOSITORY_URL", raising=False)
+    assert load_config(str(ROOT / "mkdocs.yml"))["repo_url"] is None
+    monkeypatch.setenv("EVOTUNE_REPOSITORY_URL", "https://git.example.org/evotune")
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    assert config["repo_url"] == "https://git.example.org/evotune" and config["repo_name"]  # the header shows both
+
+
 def ci_commands() -> list[str]:
     """The commands .ci/run runs (the lines after `cd`, without `set` and comments)."""
     lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]

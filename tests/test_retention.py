@@ -17,7 +17,7 @@ from evotune.evaluation.retention import build_retention_tasks, token_pairs
 from evotune.tasks import get_task
 from helpers import tiny_config
 
-RETENTION = dict(retention_tasks=["ifeval", "countdown"], retention_num_eval=24)
+RETENTION = dict(retention_tasks=["ifeval", "countdown"], retention_num_eval=12)
 SPACES = {"full": {}, "lowrank": {"space": "lowrank", "sigma": 0.2, "learning_rate": 0.2},
           "lora": {"space": "lora", "sigma": 0.5, "learning_rate": 0.5},
           "svd_lora": {"space": "svd_lora", "sigma": 0.5, "learning_rate": 0.5}}
@@ -44,7 +44,7 @@ def test_es_run_logs_retention_equal_to_a_direct_evaluation(space, tiny_model_di
 
     # the same numbers from evaluate_model on the trained weights, each task built as the user would
     for name in ("ifeval", "countdown"):
-        task = get_task(name, seed=config.seed, num_eval=24)
+        task = get_task(name, seed=config.seed, num_eval=RETENTION["retention_num_eval"])
         metrics, _ = evaluate_model(trainer.backend, task, task.eval_rows, eval_budget(task, config.max_new_tokens))
         for metric, value in metrics.items():
             assert math.isclose(records[-1][f"retain/{name}/{metric}"], value, rel_tol=1e-9), (name, metric)

@@ -34,6 +34,8 @@ RUN = dict(task="conciseness", population_size=4, antithetic=True, sigma=0.05, l
            noise="gaussian", report_to=[], seed=0)
 ESSA = dict(space="svd_lora", strategy="cma", sigma=0.5, lora_rank=4, singular_value_fraction=0.5)
 LOWRANK = dict(space="lowrank", perturbation_rank=2)
+# The groups of checks `--checks` picks from, in the order they run.
+CHECK_GROUPS = ("hf", "vllm", "tensor-parallel", "ray")
 
 
 @dataclass
@@ -141,9 +143,11 @@ def cpu_binding(ranks: int) -> str:
 class Doctor:
     """Runs the checks in order; the hf runs are the references the vLLM paths are compared with."""
 
-    def __init__(self, work_dir: Path, engine_cores: list[str], on_result: Callable[[Check], None] | None = None):
+    def __init__(self, work_dir: Path, engine_cores: list[str], on_result: Callable[[Check], None] | None = None,
+                 groups: tuple[str, ...] = CHECK_GROUPS):
         self.work_dir = work_dir
         self.engine_cores = engine_cores
+        self.groups = groups
         self.on_result = on_result
         self.model_dir = save_tiny_model(str(work_dir / "model"))
         self.references: dict[str, Outcome] = {}
@@ -175,22 +179,27 @@ class Doctor:
     def run(self) -> list[Check]:
         from .backends.vllm import is_vllm_available
 
-        self.check("hf: full ES", lambda: self.reference("full"))
-        self.check("hf: ESSA (svd_lora, population batched)", lambda: self.reference("essa", population_batch_size=4,
-                                                                                        **ESSA))
-        self.check("hf: low-rank", lambda: self.reference("lowrank", **LOWRANK))
+        if "hf" in self.groups:  # the references: without them a vLLM path is compared with the hf replay only
+            self.check("hf: full ES", lambda: self.reference("full"))
+            self.check("hf: ESSA (svd_lora, population batched)", lambda: self.reference(
+                "essa", population_batch_size=4, **ESSA))
+            self.check("hf: low-rank", lambda: self.reference("lowrank", **LOWRANK))
+        if not any(group in self.groups for group in ("vllm", "tensor-parallel", "ray")):
+            return self.results
         if not is_vllm_available():
             self.results.append(Check("vllm", "skip", "vLLM is not installed (bash scripts/setup.sh)", 0.0))
             return self.results
-        for core in self.engine_cores:
+        for core in self.engine_cores if "vllm" in self.groups else ():
             self.check(f"vllm {core}: full ES", lambda: self.run_path("full", f"vllm_{core}_full", backend="vllm",
                                                                       engine_core=core))
             self.check(f"vllm {core}: ESSA as LoRA requests", lambda: self.run_path(
                 "essa", f"vllm_{core}_essa", backend="vllm", engine_core=core, **ESSA))
             self.check(f"vllm {core}: low-rank as LoRA requests", lambda: self.run_path(
                 "lowrank", f"vllm_{core}_lowrank", backend="vllm", engine_core=core, **LOWRANK))
-        self.check("vllm: tensor parallel 2", self.tensor_parallel)
-        self.check("vllm + ray: 2 engine actors", self.ray_pool)
+        if "tensor-parallel" in self.groups:
+            self.check("vllm: tensor parallel 2", self.tensor_parallel)
+        if "ray" in self.groups:
+            self.check("vllm + ray: 2 engine actors", self.ray_pool)
         return self.results
 
     def tensor_parallel(self) -> tuple[str, str]:
@@ -198,10 +207,19 @@ class Doctor:
             return "skip", f"needs 2 GPUs, {torch.cuda.device_count()} visible"
         if not torch.cuda.is_available() and len(os.sched_getaffinity(0)) < 2:
             return "skip", "needs 2 CPU cores"
-        if not torch.cuda.is_available():
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(2))
-        return self.run_path("full", "vllm_tp2_full", backend="vllm", engine_core="separate_process",
-                             tensor_parallel_size=2)
+        saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+        if not torch.cuda.is_available() and saved != "nobind" and (saved or "").count("|") != 1:
+            # vllm-cpu wants one core list per rank: a list for one rank fails, and "auto" wants a NUMA node per
+            # rank, which a one-socket machine does not have
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(2)
+        try:
+            return self.run_path("full", "vllm_tp2_full", backend="vllm", engine_core="separate_process",
+                                 tensor_parallel_size=2)
+        finally:
+            if saved is None:
+                os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
+            else:
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
 
     def ray_pool(self) -> tuple[str, str]:
         from .distributed.ray import is_ray_available, shutdown
@@ -250,15 +268,18 @@ def format_table(env: dict[str, str], results: list[Check]) -> str:
 
 
 def run_doctor(engine_cores: list[str] | None = None, work_dir: str | None = None,
-               on_result: Callable[[Check], None] | None = None) -> dict[str, Any]:
-    """All checks; engine_cores: the vLLM engine shapes to check (default: this machine's default shape)."""
+               on_result: Callable[[Check], None] | None = None,
+               checks: list[str] | None = None) -> dict[str, Any]:
+    """The checks of `checks` (groups of CHECK_GROUPS; default all); engine_cores: the vLLM engine shapes to check
+    (default: this machine's default shape)."""
     from .backends.vllm import resolve_engine_core
 
     cores = engine_cores or [resolve_engine_core("auto", not torch.cuda.is_available())]
     scratch = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="evotune-doctor-"))
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        results = Doctor(scratch, cores, on_result).run()
+        groups = tuple(group for group in CHECK_GROUPS if group in (checks or CHECK_GROUPS))
+        results = Doctor(scratch, cores, on_result, groups).run()
     finally:
         if work_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)

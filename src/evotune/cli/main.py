@@ -211,7 +211,7 @@ def _doctor(args: argparse.Namespace) -> int:
         if work.is_dir() and any(work.iterdir()):
             raise ConfigError(f"--work-dir {work} is not empty; doctor writes its runs there and would mix them with "
                               "what it holds. Give a new or empty directory.")
-    report = run_doctor(args.engine_core, args.work_dir, progress)
+    report = run_doctor(args.engine_core, args.work_dir, progress, args.checks)
     from ..doctor import Check
 
     print(format_table(report["environment"], [Check(**check) for check in report["checks"]]))

@@ -178,7 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = _add_command(commands, "doctor", "check every path (hf, vLLM shapes, LoRA, low-rank, TP, Ray) on a tiny "
                                               "model on this machine: a table of pass/fail", """
         evotune doctor
-        evotune doctor --engine-core in_process --engine-core separate_process --output doctor.json""")
+        evotune doctor --engine-core in_process --engine-core separate_process --output doctor.json
+        evotune doctor --checks hf vllm""")
+    doctor.add_argument("--checks", nargs="+", choices=["hf", "vllm", "tensor-parallel", "ray"], metavar="GROUP",
+                        help="run only these groups of checks: hf, vllm (full ES, ESSA, low-rank on each engine shape), "
+                             "tensor-parallel, ray (default: all)")
     doctor.add_argument("--engine-core", action="append", choices=["in_process", "separate_process"],
                         help="vLLM engine shape to check (repeat for both; default: this machine's default)")
     doctor.add_argument("--output", help="also write the results to this JSON file")
