@@ -492,6 +492,50 @@ def ray_coordinator_table() -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def ray_two_nodes_table() -> str:
+    """The real 2-node runs of bench/ray_cluster/two_nodes.py against one process, one row per arm and file."""
+    lines = ["", "", "| run (examples/arithmetic.yaml, 2 iterations, SmolLM2-135M, float32) | s per iteration | "
+             "reward_mean per iteration | result file |", "|---|---|---|---|"]
+    names = {"single_process": "one process (torch on both cores)",
+             "two_nodes": "2 nodes x 1 CPU, 2 actors (`worker_num_cpus: 1`)"}
+    for file, again in (("ray_two_nodes_arithmetic.json", ""), ("ray_two_nodes_arithmetic_single_rerun.json", "again"),
+                        ("ray_two_nodes_arithmetic_two_nodes_rerun.json", "again")):
+        data = _load(file)
+        for arm in ("single_process", "two_nodes"):
+            if arm in data:
+                name = names[arm] if not again else names[arm].split(" (")[0].split(",")[0] + ", again"
+                lines.append(f"| {name} | {', '.join(f'{s:.1f}' for s in data[arm]['iteration_s'])} | "
+                             f"{', '.join(f'{r:.4f}' for r in data[arm]['reward_mean'])} | {file} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def ray_two_nodes_bytes() -> str:
+    exchanged = _load("ray_two_nodes_arithmetic.json")["two_nodes"]["bytes_exchanged"]
+    return " and ".join(f"{value / 1000:.1f} kB" for value in exchanged)
+
+
+def _speedups(data: dict) -> str:
+    ratios = data["speedup_over_one_at_a_time"]
+    same = set(data["identical_completions"].values())
+    return (" / ".join(f"{ratios[key]:.2f}x" for key in sorted(ratios, key=lambda key: int(key.split("_")[1])))
+            + f", {'all ' + same.pop() if len(same) == 1 else 'not all'} completions identical")
+
+
+def population_batch_cpu() -> str:
+    return _speedups(_load("population_batch_full_cpu.json"))
+
+
+def population_batch_cpu_decoding() -> str:
+    return _speedups(_load("population_batch_full_cpu_decoding.json"))
+
+
+def own_loop_cpu() -> str:
+    data = _load("overhead_gaussian_arithmetic_10tok_own_loop.json")
+    ratios = [own / plain for own, plain in zip(data["plain_generation_own_loop_s"], data["plain_generation_s"])]
+    return (f"{data['own_loop_over_plain_median']}x this path's time (median of {len(ratios)} alternating repeats, "
+            f"per repeat {min(ratios):.2f}-{max(ratios):.2f}x")
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
     # README.md, getting-started, which-method and the quickstart page
     "quickstart": quickstart, "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
@@ -507,7 +551,11 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "conciseness-pareto": conciseness_pareto, "conciseness-pareto-summary": conciseness_pareto_summary,
     "sweep-arithmetic": sweep_arithmetic,
     "lowrank-throughput-cpu": lowrank_throughput_cpu, "lowrank-throughput-table": lowrank_throughput_table,
-    "ray-coordinator-table": ray_coordinator_table,
+    "ray-coordinator-table": ray_coordinator_table, "ray-two-nodes-table": ray_two_nodes_table,
+    "ray-two-nodes-bytes": ray_two_nodes_bytes,
+    # docs/es-at-scale.md
+    "population-batch-cpu": population_batch_cpu, "population-batch-cpu-decoding": population_batch_cpu_decoding,
+    "own-loop-cpu": own_loop_cpu,
     "lowrank-learning": lowrank_learning,
     "essa-vs-grpo-arithmetic": essa_vs_grpo_arithmetic,
     "essa-quantization": essa_quantization, "essa-quantization-table": essa_quantization_table,

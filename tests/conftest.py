@@ -53,17 +53,20 @@ def ray_instance():
 
 
 # Files whose tests take the longest (seconds, measured with --durations on 2 cores): under `-n 2 --dist
-# loadfile` each file goes to one worker in collection order, so a long file collected last leaves the other
-# worker idle at the end. Starting these first lets the short files fill in around them.
-LONGEST_FILES = ("test_doctor.py", "test_ray_vllm.py", "test_ray_cluster.py", "test_vllm_tensor_parallel.py",
-                 "test_vllm_retention.py", "test_retention.py", "test_grpo_run_directory.py", "test_gpu_check.py",
-                 "test_vllm_engine_process.py", "test_ray.py", "test_lowrank_vllm.py", "test_vllm_engine.py",
-                 "test_vllm_engine_lora.py")
+# loadfile` each file goes to one worker in this order (the first file to one worker, the second to the other, and
+# each worker two ahead), so a long file collected last would leave the other worker idle at the end. Starting
+# these first lets the short files fill in around them; the files that start Ray clusters and engine actors
+# alternate with engine-only ones, so two of them do not fight for the cores at once.
+LONGEST_FILES = ("test_ray_vllm.py", "test_vllm_engine.py", "test_ray_cluster.py", "test_sweep_bookkeeping.py",
+                 "test_ray.py", "test_retention.py", "test_grpo_run_directory.py", "test_vllm_engine_lora.py",
+                 "test_doctor.py", "test_lowrank_vllm.py", "test_vllm_engine_process.py", "test_vllm_tensor_parallel.py",
+                 "test_vllm_retention.py", "test_lowrank.py", "test_anchor_decay_training.py", "test_ray_gpus.py",
+                 "test_checkpoint.py", "test_gpu_check.py")
 
 
 def pytest_configure(config):
     # pytest-xdist (3.6+) reorders --dist loadfile's files by their number of tests, most first, which undoes the
-    # order below: a one-test file such as test_doctor.py then starts last and runs alone at the end.
+    # order of LONGEST_FILES: a one-test file such as test_ray_vllm.py then starts last and runs alone at the end.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 

@@ -15,7 +15,10 @@ from evotune.trainer import Trainer
 pytestmark = requires_vllm
 
 
-@pytest.mark.parametrize("engine_core", ENGINE_CORES)  # in process, and in its own process as on CUDA
+# CI: the engine core in its own process, as on CUDA; the in-process shape with the slow tests (its engine paths
+# are in CI through test_vllm_engine*.py, and retention's own code does not depend on the shape)
+@pytest.mark.parametrize("engine_core", [pytest.param(core, marks=pytest.mark.slow) if core == "in_process"
+                                         else core for core in ENGINE_CORES])
 def test_vllm_run_logs_the_hf_runs_retention_metrics(engine_core, tiny_model_dir, tmp_path):
     model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
     values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,

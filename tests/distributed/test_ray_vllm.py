@@ -27,22 +27,20 @@ def config(model_dir: str, **overrides) -> TrainConfig:
     return TrainConfig(**values)
 
 
-# CI runs the shape CUDA uses (the engine core in its own process); the in-process shape runs with the slow
-# tests (~40 s), its engine paths being in CI through tests/backends/test_vllm_engine*.py
-@pytest.mark.parametrize("engine_core", [pytest.param(core, marks=pytest.mark.slow) if core == "in_process"
-                                         else core for core in ENGINE_CORES])
-def test_two_engine_actors_equal_one_process_and_survive_a_killed_engine(model_dir, tmp_path, engine_core):
+def pooled_run(model_dir: str, directory, engine_core: str):
+    """The reference run (one in-process engine) for 3 iterations, and a pool of 2 engine actors after 2 of them
+    whose rewards equal the reference's and whose actors hold the driver's mean."""
     import ray
 
-    local = Trainer(config(model_dir), tmp_path / "local")  # the reference: one in-process engine (test_vllm_engine
+    local = Trainer(config(model_dir), directory / "local")  # the reference: one in-process engine (test_vllm_engine
     # shows both shapes give the same run)
     base = state(local)
     local_records = [local.step() for _ in range(3)]
-    local_states = [state(local)]
+    local_state = state(local)
     local.backend.close()  # one in-process engine at a time in this process
 
     pooled = Trainer(config(model_dir, distributed="ray", workers=2, checksum_every=1, engine_core=engine_core),
-                     tmp_path / "ray")
+                     directory / "ray")
     pooled_records = [pooled.step() for _ in range(2)]
     assert ray.get([worker.backend_name.remote() for worker in pooled.evaluator.workers]) == ["VLLMBackend"] * 2
     for a, b in zip(local_records, pooled_records):
@@ -50,7 +48,33 @@ def test_two_engine_actors_equal_one_process_and_survive_a_killed_engine(model_d
     pooled.evaluator.check_replicas()  # each engine actor holds the driver's mean, bit for bit
     # seeds, coefficients and rewards only: a few hundred bytes, not the model's 13 MB of fp32 weights
     assert 0 < pooled_records[-1]["bytes_exchanged"] < 10_000
+    assert any(not torch.equal(base[name], tensor) for name, tensor in local_state.items())  # it moved
+    return pooled, local_records, local_state
 
+
+def close(pooled) -> None:
+    pooled.evaluator.close()
+    pooled.backend.close()
+
+
+# CI runs the shape CUDA uses (the engine core in its own process); the in-process shape runs with the slow
+# tests, its engine paths being in CI through tests/backends/test_vllm_engine*.py
+def test_two_engine_actors_equal_one_process(model_dir, tmp_path):
+    pooled, local_records, local_state = pooled_run(model_dir, tmp_path, "separate_process")
+    pooled.step()
+    assert_same(local_state, state(pooled))
+    close(pooled)
+
+
+# An engine actor killed and rebuilt costs another engine start (~30 s on 2 cores), so it runs with the slow tests;
+# the rebuild itself (a replacement from the checkpoint plus the update log, changing nothing) is in CI through
+# test_ray.py::test_a_killed_actor_changes_nothing, on hf actors.
+@pytest.mark.slow
+@pytest.mark.parametrize("engine_core", ENGINE_CORES)
+def test_a_killed_engine_actor_is_rebuilt_and_changes_nothing(model_dir, tmp_path, engine_core):
+    import ray
+
+    pooled, local_records, local_state = pooled_run(model_dir, tmp_path, engine_core)
     pooled.save_checkpoint()  # the replacement engine rebuilds from this checkpoint plus the update log after it
     evaluate = pooled.evaluator.evaluate
     killed = []
@@ -67,9 +91,6 @@ def test_two_engine_actors_equal_one_process_and_survive_a_killed_engine(model_d
     record = pooled.step()
     assert killed and pooled.evaluator.replaced >= 1 and killed[0] not in pooled.evaluator.workers
     assert record["reward_mean"] == local_records[2]["reward_mean"]
-    assert any(not torch.equal(base[name], tensor) for name, tensor in local_states[0].items())  # it moved
-    assert_same(local_states[0], state(pooled))
+    assert_same(local_state, state(pooled))
     pooled.evaluator.check_replicas()  # the rebuilt engine actor holds the same weights
-    pooled.evaluator.close()
-    pooled.backend.close()
-
+    close(pooled)
