@@ -41,15 +41,31 @@ def tiny_backend(tiny_model_dir):
     return HFBackend.load(tiny_model_dir, dtype="bfloat16", device="cpu")
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    """A local Ray with 2 CPUs for one test module; modules that use Ray take it with
-    `pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]`."""
+@pytest.fixture(scope="session")
+def _ray_for_this_worker():
+    """Ends the local Ray that ray_instance keeps between modules, when this process's tests are done."""
+    yield
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_instance(_ray_for_this_worker):
+    """A local Ray with 2 CPUs for one test module; modules that use Ray take it with
+    `pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]` (or the fixture, for one test).
+
+    Starting Ray costs ~5 s, so one module's Ray is kept for the next that asks for it, but only while all its
+    CPUs are free: an actor a failed test left behind would hold a CPU the next module's pool waits for, so then
+    Ray is restarted. A module that needs another Ray (test_ray_cluster.py, test_ray_gpus.py) ends this one."""
+    import ray
+
+    if ray.is_initialized() and ray.available_resources().get("CPU", 0) < 2:
+        ray.shutdown()
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield
-    ray.shutdown()
 
 
 # Files whose tests take the longest (seconds, measured with --durations on 2 cores): under `-n 2 --dist

@@ -6,7 +6,6 @@ each must come back equal, so only plain values may cross."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 

@@ -126,25 +126,21 @@ def test_batched_run_equals_one_at_a_time_and_resumes_exactly(tiny_model_dir, tm
 
 
 @requires_ray
-def test_ray_replicas_equal_a_batched_run(tiny_model_dir, tmp_path):
-    import ray
-
+def test_ray_replicas_equal_a_batched_run(tiny_model_dir, tmp_path, ray_instance):
     from evotune.trainer import Trainer
 
     batched = Trainer(run_config(tiny_model_dir, population_batch_size=3), tmp_path / "batched")
     batched_records = [batched.step() for _ in range(2)]
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    pooled = Trainer(run_config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "ray")
     try:
-        pooled = Trainer(run_config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "ray")
         pooled_records = [pooled.step() for _ in range(2)]
         for a, b in zip(batched_records, pooled_records):
             assert a["reward_mean"] == b["reward_mean"] and a["reward_max"] == b["reward_max"]
         for name, tensor in masters(batched).items():
             assert torch.equal(tensor, pooled.space.master[name]), name
         pooled.evaluator.check_replicas()
-        pooled.evaluator.close()
     finally:
-        ray.shutdown()
+        pooled.evaluator.close()
 
 
 # --- population_batch_size: auto ---------------------------------------------------------------------------------

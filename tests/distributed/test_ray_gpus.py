@@ -20,6 +20,8 @@ pytestmark = [*requires_vllm, *requires_ray]
 def ray_with_two_gpus():
     import ray
 
+    if ray.is_initialized():  # another module's local Ray (conftest's ray_instance): this module declares GPUs
+        ray.shutdown()
     ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR")
     yield
     ray.shutdown()

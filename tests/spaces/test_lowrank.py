@@ -319,23 +319,18 @@ def test_resume_is_exact(tiny_model_dir, tmp_path, monkeypatch):
 
 
 @requires_ray
-def test_two_ray_actors_equal_one_process(tiny_model_dir, tmp_path):
-    import ray
-
+def test_two_ray_actors_equal_one_process(tiny_model_dir, tmp_path, ray_instance):
     from evotune.trainer import Trainer
 
     local = Trainer(run_config(tiny_model_dir), tmp_path / "local")
     local_records = [local.step() for _ in range(2)]
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    pooled = Trainer(run_config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1), tmp_path / "ray")
     try:
-        pooled = Trainer(run_config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1),
-                         tmp_path / "ray")
         pooled_records = [pooled.step() for _ in range(2)]
         for a, b in zip(local_records, pooled_records):
             assert a["reward_mean"] == b["reward_mean"] and a["reward_max"] == b["reward_max"]
         for name, tensor in masters(local).items():
             assert torch.equal(tensor, pooled.space.master[name]), name
         pooled.evaluator.check_replicas()  # every actor holds the driver's mean, bit for bit
-        pooled.evaluator.close()
     finally:
-        ray.shutdown()
+        pooled.evaluator.close()
