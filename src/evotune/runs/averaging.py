@@ -122,14 +122,24 @@ def read_newest_checkpoint(run: Path) -> dict:
             time.sleep(RETRY_SECONDS)
         identity = _identity(directory)
         problem, saved = _read_checked(directory)
-        stable = identity == _identity(directory)
+        # a missing checkpoint/ is never stable: a save may be between its two renames, and the look at
+        # _save_under_way below comes later than the read (the save may have finished by then)
+        stable = identity is not None and identity == _identity(directory)
         if stable and problem is None:
             return saved
         if stable and not _save_under_way(run):
             raise CheckpointError(damaged_message(run, problem))
-    if not any((run / name).exists() for name in ("checkpoint", "checkpoint.tmp")):  # longer than any save's renames
-        raise CheckpointError(damaged_message(run, "it is missing"))
+    if _checkpoint_gone(run):  # after all the attempts: longer than any save's renames
+        time.sleep(RETRY_SECONDS)
+        if _checkpoint_gone(run):
+            raise CheckpointError(damaged_message(run, "it is missing"))
     raise CheckpointError(changing_message(run, problem))
+
+
+def _checkpoint_gone(run: Path) -> bool:
+    """Neither checkpoint/ nor a save's checkpoint.tmp. checkpoint.tmp is looked at first: a save renames it to
+    checkpoint/, so looked at the other way round a rename between the two looks would show neither."""
+    return not (run / "checkpoint.tmp").exists() and not (run / "checkpoint").exists()
 
 
 def _identity(directory: Path) -> tuple | None:
@@ -157,7 +167,7 @@ def _read_checked(directory: Path) -> tuple[str | None, dict | None]:
 
 
 def _save_under_way(run: Path) -> bool:
-    return (run / "checkpoint.tmp").exists() or not (run / "checkpoint").exists()
+    return (run / "checkpoint.tmp").exists() or not (run / "checkpoint").exists()  # .tmp first: see _checkpoint_gone
 
 
 def damaged_message(run: Path, problem: str | None) -> str:
