@@ -94,22 +94,12 @@ def write_module(tmp_path, monkeypatch, name: str, source: str) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
-# Raises while the flag file exists: a reward function whose grader is down (touch the flag to break it, remove
-# it to fix it), so one module serves the failing run and the fixed one.
-FLAKY_REWARDS = """import os
-FLAG = {flag!r}
-def score(prompts, completions, **columns):
-    if os.path.exists(FLAG):
-        raise ValueError("the grader is down")
-    return [-float(len(completion)) for completion in completions]
-"""
-
-
 def flaky_reward_module(tmp_path, monkeypatch) -> Path:
-    """Module `flaky_rewards` (reward `flaky_rewards.score`), broken until the returned flag file is removed."""
-    flag = tmp_path / "grader_down"
+    """Module `flaky_rewards` (reward `flaky_rewards.score`, tests/data/flaky_rewards.py), broken until the returned
+    flag file is removed."""
+    flag = tmp_path / "grader_down"  # beside the module, where it looks
     flag.touch()
-    write_module(tmp_path, monkeypatch, "flaky_rewards", FLAKY_REWARDS.format(flag=str(flag)))
+    write_module(tmp_path, monkeypatch, "flaky_rewards", (Path(__file__).parent / "data" / "flaky_rewards.py").read_text())
     return flag
 
 

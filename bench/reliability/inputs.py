@@ -25,22 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
 from common import write_result  # noqa: E402
 
 CLI = [sys.executable, "-m", "evotune.cli.main"]
 TIMEOUT_S = 120  # a refusal is immediate; a command still running after this did the work it should have refused
 # warnings are left on: a raw Python warning in place of an error is one of the failures looked for
 ENVIRONMENT = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-# Raises while the flag file exists: a reward function whose grader is down.
-FLAKY_REWARDS = """import os
-FLAG = {flag!r}
-def score(prompts, completions, **columns):
-    if os.path.exists(FLAG):
-        raise ValueError("the grader is down")
-    return [-float(len(completion)) for completion in completions]
-"""
 
 # Runs a Python API snippet; an exception is reported as JSON (its class, whether evotune's, its message).
 API_RUNNER = """import json, sys
@@ -442,9 +434,9 @@ def python_api_cases(runs: dict) -> list[Case]:
 def reward_cases(runs: dict, work: Path) -> list[Case]:
     modules = work / "modules"
     modules.mkdir()
-    flag = work / "grader_down"
-    flag.touch()
-    (modules / "flaky_rewards.py").write_text(FLAKY_REWARDS.format(flag=str(flag)))
+    # the reward module the tests use: its grader is down while grader_down lies beside it
+    (modules / "flaky_rewards.py").write_text((ROOT / "tests" / "data" / "flaky_rewards.py").read_text())
+    (modules / "grader_down").touch()
     # every later command can import the module (it is found by import path, as a user's would be)
     ENVIRONMENT["PYTHONPATH"] = os.pathsep.join(filter(None, [str(modules), os.environ.get("PYTHONPATH")]))
     config = write_yaml(work / "flaky.yaml", base_values(str(runs["model"]), reward_fns=["flaky_rewards.score"]))
