@@ -496,14 +496,14 @@ def ray_two_nodes_table() -> str:
     """The real 2-node runs of bench/ray_cluster/two_nodes.py against one process, one row per arm and file."""
     lines = ["", "", "| run (examples/arithmetic.yaml, 2 iterations, SmolLM2-135M, float32) | s per iteration | "
              "reward_mean per iteration | result file |", "|---|---|---|---|"]
-    names = {"single_process": "one process (torch on both cores)",
+    first = {"single_process": "one process (torch on both cores)",
              "two_nodes": "2 nodes x 1 CPU, 2 actors (`worker_num_cpus: 1`)"}
-    for file, again in (("ray_two_nodes_arithmetic.json", ""), ("ray_two_nodes_arithmetic_single_rerun.json", "again"),
-                        ("ray_two_nodes_arithmetic_two_nodes_rerun.json", "again")):
+    again = {"single_process": "one process, again", "two_nodes": "2 nodes x 1 CPU, again"}
+    for file, names in (("ray_two_nodes_arithmetic.json", first), ("ray_two_nodes_arithmetic_single_rerun.json", again),
+                        ("ray_two_nodes_arithmetic_two_nodes_rerun.json", again)):
         data = _load(file)
-        for arm in ("single_process", "two_nodes"):
+        for arm, name in names.items():
             if arm in data:
-                name = names[arm] if not again else names[arm].split(" (")[0].split(",")[0] + ", again"
                 lines.append(f"| {name} | {', '.join(f'{s:.1f}' for s in data[arm]['iteration_s'])} | "
                              f"{', '.join(f'{r:.4f}' for r in data[arm]['reward_mean'])} | {file} |")
     return "\n".join(lines) + "\n\n"

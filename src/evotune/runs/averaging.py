@@ -130,9 +130,7 @@ def read_newest_checkpoint(run: Path) -> dict:
         if stable and not _save_under_way(run):
             raise CheckpointError(damaged_message(run, problem))
     if _checkpoint_gone(run):  # after all the attempts: longer than any save's renames
-        time.sleep(RETRY_SECONDS)
-        if _checkpoint_gone(run):
-            raise CheckpointError(damaged_message(run, "it is missing"))
+        raise CheckpointError(damaged_message(run, "it is missing"))
     raise CheckpointError(changing_message(run, problem))
 
 
