@@ -271,6 +271,12 @@ def front_matter(card: str) -> dict:
 
 # The two places vLLM's engine core can run; engine tests are parametrized over both.
 ENGINE_CORES = ["in_process", "separate_process"]
+# The same two, for engine tests in CI: there the shape CUDA runs (the engine core in its own process, msgpack
+# between the processes), while the in-process shape (a CPU's default) runs with the slow tests. The in-process
+# engine stays in CI through test_doctor.py (full ES, ESSA and low-rank as LoRA requests, each equal to its hf
+# run), test_vllm_engine_process.py (threads, GC and process group), test_vllm_prefix_cache.py and the references
+# of test_ray_vllm.py and test_vllm_tensor_parallel.py.
+ENGINE_CORES_IN_PROCESS_SLOW = [pytest.param("in_process", marks=pytest.mark.slow), "separate_process"]
 
 
 def save_vllm_tiny_model(directory: str, tokenizer_dir: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import ENGINE_CORES_IN_PROCESS_SLOW, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.builders import hf_linear_weight_names, hf_parameter_shapes
@@ -29,7 +29,7 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny-lowrank")), tiny_model_dir)
 
 
-@pytest.fixture(scope="module", params=ENGINE_CORES)
+@pytest.fixture(scope="module", params=ENGINE_CORES_IN_PROCESS_SLOW)
 def engine(model_dir, request):
     backend = start_engine(model_dir, engine_core=request.param, lora_rank=RANK, max_loras=POPULATION,
                            host_model=False)

