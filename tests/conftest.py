@@ -4,6 +4,7 @@ Shared functions and the `requires_*` marks are in helpers.py."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -93,3 +94,21 @@ def pytest_collection_modifyitems(config, items):
     rank = {name: position for position, name in enumerate(LONGEST_FILES)}
     # a stable sort on the file alone keeps each file's tests together and in their own order
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_collection_finish(session):
+    # Every test module is imported by now, with torch, transformers, vLLM and Ray: ~450,000 objects that live as
+    # long as the process. Frozen, the collector's full passes skip them; unfrozen, those passes took about half the
+    # time of allocation-heavy code (a tokenizer load: 0.19 s against 0.09 s), a tenth of the suite's CPU time.
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    # An in-process vLLM engine's start unfreezes the heap (evotune undoes vLLM's own gc.freeze() so that the
+    # process's garbage cycles are freed again). Frozen again once the module's fixtures are gone, engine included.
+    if gc.get_freeze_count() == 0 and (nextitem is None or nextitem.module is not item.module):
+        gc.collect()
+        gc.freeze()

@@ -7,6 +7,7 @@ Full and read-only disks are real: a small tmpfs mounted for the test (root only
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from safetensors.torch import load_file
 
 from evotune.callbacks import ESCallback
+from evotune.cli.main import main
 from evotune.errors import ConfigError, OutputError
 from evotune.trainer import Trainer
 from helpers import tiny_config
@@ -76,10 +78,31 @@ def test_an_output_directory_that_cannot_be_written_is_refused_first(where, tiny
     assert (tmp_path / "file").read_text() == "a user's file"
 
 
-def test_cli_refuses_an_empty_output_dir_instead_of_writing_the_default(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "evotune.cli.main", "train", "--output-dir", ""], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "--output-dir is empty" in done.stderr
+def test_a_parent_another_runs_check_removes_meanwhile_is_not_taken_for_a_file(tmp_path, monkeypatch):
+    """`sweep --parallel` runs check their directories at once, each removing the parents it made: the sweep's
+    directory can vanish right after this check saw it (here: at its first look). It was then called "a file, not a
+    directory" and the run failed; the check must make it again and leave nothing behind."""
+    from evotune.runs.directory import check_writable
+
+    shared = tmp_path / "sweep"
+    shared.mkdir()
+    stat = Path.stat
+
+    def seen_then_removed(self, *args, **kwargs):
+        result = stat(self, *args, **kwargs)
+        if self == shared and os.path.isdir(shared):  # the other run's cleanup, right after this look
+            os.rmdir(shared)
+        return result
+
+    monkeypatch.setattr(Path, "stat", seen_then_removed)
+    check_writable(shared / "sigma=0.05" / "seed0")
+    monkeypatch.undo()
+    assert not shared.exists()  # every directory the check made is removed again
+
+
+def test_cli_refuses_an_empty_output_dir_instead_of_writing_the_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--output-dir", ""]) == 2 and "--output-dir is empty" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import yaml
 
+from evotune.cli.main import main
 from evotune.config import TrainConfig
 from evotune.sft import SFTConfig, run_sft
 from evotune.trainer import Trainer
@@ -35,10 +34,8 @@ def test_an_essa_run_from_a_relative_adapter_resumes_and_evaluates_from_elsewher
     monkeypatch.chdir(elsewhere)  # the same run, from another directory: resume, then evaluate
     resumed = TrainConfig.from_dict({**recorded, "iterations": 3})
     Trainer(resumed, work / "run", resume=True).train()
-    done = subprocess.run([sys.executable, "-m", "evotune.cli.main", "eval", "--model", str(work / "run"),
-                           "--task", "conciseness", "--num-eval", "2", "--max-new-tokens", "4", "--dtype", "float32",
-                           "--output", "eval.json"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert main(["eval", "--model", str(work / "run"), "--task", "conciseness", "--num-eval", "2",
+                 "--max-new-tokens", "4", "--dtype", "float32", "--output", "eval.json"]) == 0
     assert json.loads((elsewhere / "eval.json").read_text())[0]["num_eval"] == 2
 
 

@@ -29,11 +29,13 @@ def evaluations(path) -> list[dict]:
 
 def test_parallel_runs_equal_sequential_runs(tiny_model_dir, tmp_path):
     grid = parse_grid(["sigma=0.01,0.05"])
-    one_by_one = sweep(base(tiny_model_dir), grid, [0, 1], tmp_path / "sequential")
-    at_once = sweep(base(tiny_model_dir), grid, [0, 1], tmp_path / "parallel", parallel=2)
-    assert at_once["rows"] == [{**row, "time_s_mean": new["time_s_mean"]}
+    one_by_one = sweep(base(tiny_model_dir), grid, [0], tmp_path / "sequential")
+    at_once = sweep(base(tiny_model_dir), grid, [0], tmp_path / "parallel", parallel=2)  # both points at once
+    assert len(at_once["rows"]) == 2 and at_once["rows"] == [{**row, "time_s_mean": new["time_s_mean"]}
                                for row, new in zip(one_by_one["rows"], at_once["rows"])]
-    for metrics in (tmp_path / "sequential").glob("*/*/metrics.jsonl"):
+    runs = sorted((tmp_path / "sequential").glob("*/*/metrics.jsonl"))
+    assert len(runs) == 2
+    for metrics in runs:
         twin = tmp_path / "parallel" / metrics.relative_to(tmp_path / "sequential")
         assert evaluations(twin) == evaluations(metrics) and len(evaluations(metrics)) == 3
 

@@ -1,7 +1,8 @@
 """A real multi-node Ray cluster on one machine (ray.cluster_utils.Cluster: a head and 2 worker nodes of 1 CPU each,
-every node its own raylet): `evotune train` pointed at its address ends on the in-process run's weights, actors spread
-over the nodes, a node removed mid-iteration and one joined later change nothing, any sharding of the prompts gives
-the same rewards, a deliberately slow actor's units are re-sent and change nothing, and a killed driver resumes.
+every node its own raylet): actors spread over the nodes, a node removed mid-iteration and one joined later change
+nothing, any sharding of the prompts gives the same rewards, a deliberately slow actor's units are re-sent and change
+nothing, and a killed driver resumed by `evotune train --resume` (joining the cluster from the run's record) ends on
+the in-process run's weights.
 
 One cluster for the module (it takes seconds to start); the node-removal test runs last and leaves 3 nodes behind."""
 
@@ -16,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
@@ -63,28 +63,6 @@ def local_run(tiny_model_dir, tmp_path_factory):
     trainer = Trainer(TrainConfig(**settings(tiny_model_dir)), tmp_path_factory.mktemp("local"))
     records = [trainer.step() for _ in range(2)]
     return trainer, records
-
-
-def test_evotune_train_on_the_cluster_ends_on_the_in_process_weights(cluster, tiny_model_dir, local_run, tmp_path):
-    """The CLI in its own process, as a user runs it: `--set ray_address=...` joins the running cluster."""
-    from safetensors.torch import load_file
-
-    local, _ = local_run
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(settings(tiny_model_dir)))
-    local.finish()  # writes final/ of the in-process run
-    command = [sys.executable, "-c", "from evotune.cli.main import main; raise SystemExit(main())", "train",
-               str(config), "--output-dir", str(tmp_path / "cluster"), "--set", "distributed=ray", "--set",
-               "workers=3", "--set", f"ray_address={cluster.address}", "--set", "checksum_every=1"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    expected = load_file(str(local.output_dir / "final" / "model.safetensors"))
-    got = load_file(str(tmp_path / "cluster" / "final" / "model.safetensors"))
-    assert_same(expected, got)
-    initial = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
-    assert any(not torch.equal(initial[name], got[name]) for name in initial)  # the reward moved the weights
-    metrics = [json.loads(line) for line in (tmp_path / "cluster" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["bytes_exchanged"] > 0 for m in metrics if "bytes_exchanged" in m] == [True, True]
 
 
 def test_actors_spread_over_the_nodes_and_any_sharding_gives_the_same_rewards(cluster, tiny_model_dir, local_run,
@@ -155,20 +133,32 @@ def test_a_slow_actor_has_its_units_sent_again_and_changes_nothing(cluster, tiny
         evaluator.close()
 
 
-def test_the_driver_killed_on_the_cluster_resumes_to_the_same_weights(cluster, tiny_model_dir, local_run, tmp_path,
-                                                                      monkeypatch):
-    """The driver dies after iteration 1 (its actors go with it, as Ray ends a dead driver's actors); `--resume`
-    on the same cluster starts new actors from the checkpoint and ends on the in-process mean."""
+def test_the_driver_killed_on_the_cluster_resumes_from_the_cli_to_the_in_process_weights(cluster, tiny_model_dir,
+                                                                                       local_run, tmp_path,
+                                                                                       monkeypatch):
+    """The driver dies in iteration 2 (its actors go with it, as Ray ends a dead driver's actors); `evotune train
+    --resume`, in its own process as a user runs it, joins the same cluster from the run's recorded `ray_address`,
+    starts new actors from the checkpoint and writes the in-process run's final weights."""
+    from safetensors.torch import load_file
+
     local, _ = local_run
-    trainer = pooled(tiny_model_dir, tmp_path / "run", cluster.address, prompt_shards=2)
+    run = tmp_path / "run"
+    trainer = pooled(tiny_model_dir, run, cluster.address, prompt_shards=2)
     train_until_killed(monkeypatch, trainer, at_step=2)
     trainer.evaluator.close()
-    resumed = Trainer(TrainConfig(**settings(tiny_model_dir, distributed="ray", workers=3, checksum_every=1,
-                                             ray_address=cluster.address, prompt_shards=2)),
-                      tmp_path / "run", resume=True)
-    assert resumed.strategy.iteration == 1
-    resumed.train()
-    assert_same(state(local), state(resumed))
+    command = [sys.executable, "-c", "from evotune.cli.main import main; raise SystemExit(main())", "train",
+               "--output-dir", str(run), "--resume"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    local.finish()  # writes final/ of the in-process run
+    expected = load_file(str(local.output_dir / "final" / "model.safetensors"))
+    got = load_file(str(run / "final" / "model.safetensors"))
+    assert_same(expected, got)
+    initial = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    assert any(not torch.equal(initial[name], got[name]) for name in initial)  # the reward moved the weights
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics if "bytes_exchanged" in m] == [1, 2]  # one before the kill, one after
+    assert all(m["bytes_exchanged"] > 0 for m in metrics if "bytes_exchanged" in m)
 
 
 def test_a_node_removed_mid_iteration_and_one_joined_later_change_nothing(cluster, tiny_model_dir, local_run,

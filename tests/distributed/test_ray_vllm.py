@@ -28,8 +28,10 @@ def config(model_dir: str, **overrides) -> TrainConfig:
 
 
 def pooled_run(model_dir: str, directory, engine_core: str):
-    """The reference run (one in-process engine) for 3 iterations, and a pool of 2 engine actors after 2 of them
-    whose rewards equal the reference's and whose actors hold the driver's mean."""
+    """The reference run (one in-process engine) for 3 iterations, and a pool of 2 engine actors (in the shape
+    `engine_core` names) after 2 of them whose rewards equal the reference's and whose actors hold the driver's
+    mean. The driver's own replica is the reference's engine, back at the base weights: the engines under test are
+    the actors' (the driver's engine in its own process is test_vllm_engine's), and a third engine start is spared."""
     import ray
 
     local = Trainer(config(model_dir), directory / "local")  # the reference: one in-process engine (test_vllm_engine
@@ -37,10 +39,10 @@ def pooled_run(model_dir: str, directory, engine_core: str):
     base = state(local)
     local_records = [local.step() for _ in range(3)]
     local_state = state(local)
-    local.backend.close()  # one in-process engine at a time in this process
+    local.space.load_state_tensors(base)
 
     pooled = Trainer(config(model_dir, distributed="ray", workers=2, checksum_every=1, engine_core=engine_core),
-                     directory / "ray")
+                     directory / "ray", backend=local.backend)
     pooled_records = [pooled.step() for _ in range(2)]
     assert ray.get([worker.backend_name.remote() for worker in pooled.evaluator.workers]) == ["VLLMBackend"] * 2
     for a, b in zip(local_records, pooled_records):

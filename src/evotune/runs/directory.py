@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -172,10 +173,18 @@ def check_writable(output_dir: str | Path) -> None:
     if not str(output_dir).strip():
         raise ConfigError("the output directory is empty; name the run directory, e.g. --output-dir runs/my_run.")
     output_dir = Path(output_dir)
-    existing = next(parent for parent in (output_dir, *output_dir.parents) if parent.exists())
-    if not existing.is_dir():
-        raise OutputError(f"output directory {output_dir}: {existing} is a file, not a directory; choose another "
-                          "path.")
+    for parent in (output_dir, *output_dir.parents):
+        # one stat per path, not exists() then is_dir(): `sweep --parallel` runs check at once, each removing the
+        # parents it made, so a shared parent (the sweep's directory) can vanish between two looks, and a
+        # directory seen existing and then gone is not a file (mkdir below makes it again)
+        try:
+            is_directory = stat.S_ISDIR(parent.stat().st_mode)
+        except (FileNotFoundError, NotADirectoryError):  # missing, or under a file (found further up)
+            continue
+        if not is_directory:
+            raise OutputError(f"output directory {output_dir}: {parent} is a file, not a directory; choose another "
+                              "path.")
+        break
     made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
