@@ -66,11 +66,14 @@ class ReplicaWorker:
 
     def __init__(self, replica_factory: Callable[[], Replica], state: dict | None = None,
                  num_threads: int | None = None):
-        import torch
+        from ..import_utils import startup_imports
 
-        if num_threads:
-            torch.set_num_threads(num_threads)
-        self.replica = replica_factory()
+        with startup_imports():  # the actor's own process: its replica lives as long as it does
+            import torch
+
+            if num_threads:
+                torch.set_num_threads(num_threads)
+            self.replica = replica_factory()
         if state:
             self.load(state)
 

@@ -1,0 +1,59 @@
+"""The `evotune` command's start: its command's heavy imports without the garbage collector, then frozen
+(import_utils.startup_imports), in its own process only; main() leaves a caller's collector as it is."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STARTUP = """
+import gc, weakref
+from evotune.import_utils import startup_imports
+
+class Node:
+    pass
+
+with startup_imports():
+    assert not gc.isenabled()
+    kept = Node(); kept.self = kept  # lives on: frozen
+    garbage = Node(); garbage.self = garbage  # a cycle that died inside: collected before the freeze
+    dead = weakref.ref(garbage)
+    del garbage
+assert gc.isenabled() and dead() is None and gc.get_freeze_count() > 0
+assert not any(item is kept for item in gc.get_objects())  # frozen objects are in no generation the collector scans
+print("ok")
+"""
+
+COMMAND = """
+import gc, sys
+from evotune.cli.main import console_main, main
+
+assert main(["keys"]) == 0 and gc.get_freeze_count() == 0  # main() alone: the collector untouched
+code = console_main(["train", "--output-dir", sys.argv[1], "--set", "device=banana"])
+print(code, gc.isenabled(), gc.get_freeze_count() > 0, "evotune.trainer" in sys.modules)
+"""
+
+
+def run(script: str, *arguments: str) -> str:
+    done = subprocess.run([sys.executable, "-c", script, *arguments], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_startup_imports_collects_the_garbage_made_inside_and_freezes_the_rest():
+    assert run(STARTUP) == "ok"
+
+
+def test_the_evotune_command_imports_first_then_runs_main(tmp_path):
+    """A bad config still ends as main()'s error (exit 2), after the command's modules were imported and frozen."""
+    assert run(COMMAND, str(tmp_path / "run")) == "2 True True True"
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_installed_command_is_console_main():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["evotune"] == "evotune.cli.main:console_main"
