@@ -224,8 +224,8 @@ def hook(name):
         if len(seen) == count:
             os.kill(os.getpid(), signal.SIGKILL)
 checkpoint.FAULT_HOOKS.append(hook)
-from evotune.cli.main import main
-sys.exit(main(sys.argv[3:]))
+from evotune.cli.main import console_main
+sys.exit(console_main(sys.argv[3:]))
 """
 
 

@@ -244,8 +244,8 @@ elif point == "tokenizer":
 elif point == "slow-card":
     import evotune.trainer
     evotune.trainer.write_model_card = lambda *args, **kwargs: time.sleep(600)
-from evotune.cli.main import main
-sys.exit(main(sys.argv[2:]))
+from evotune.cli.main import console_main
+sys.exit(console_main(sys.argv[2:]))
 """
 
 

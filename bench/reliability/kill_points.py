@@ -77,8 +77,8 @@ if call:
         hit()
         return real(*args, **kwargs)
     setattr(owner, name, wrapped)
-from evotune.cli.main import main
-sys.exit(main(sys.argv[1:]))
+from evotune.cli.main import console_main
+sys.exit(console_main(sys.argv[1:]))
 """
 
 

@@ -166,8 +166,8 @@ if point == "final":  # final/ half written: the adapter saved, the tokenizer no
         if Path(directory).name == "final":
             os.kill(os.getpid(), signal.SIGKILL)
     PeftModel.save_pretrained = dying_save
-from evotune.cli.main import main
-sys.exit(main(sys.argv[2:]))
+from evotune.cli.main import console_main
+sys.exit(console_main(sys.argv[2:]))
 """
 
 

@@ -146,7 +146,7 @@ def test_the_driver_killed_on_the_cluster_resumes_from_the_cli_to_the_in_process
     trainer = pooled(tiny_model_dir, run, cluster.address, prompt_shards=2)
     train_until_killed(monkeypatch, trainer, at_step=2)
     trainer.evaluator.close()
-    command = [sys.executable, "-c", "from evotune.cli.main import main; raise SystemExit(main())", "train",
+    command = [sys.executable, "-c", "from evotune.cli.main import console_main; raise SystemExit(console_main())", "train",
                "--output-dir", str(run), "--resume"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
