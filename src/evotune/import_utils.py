@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import importlib.util
 from typing import Iterator
 
@@ -82,9 +81,3 @@ def startup_imports() -> Iterator[None]:
             gc.enable()
         gc.collect()
         gc.freeze()
-
-
-def import_modules(names: tuple[str, ...]) -> None:
-    """Import each module of `names` (inside startup_imports: before the work that needs them)."""
-    for name in names:
-        importlib.import_module(name)

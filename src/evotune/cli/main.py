@@ -265,13 +265,16 @@ def console_main(argv: list[str] | None = None) -> int:
     garbage collector and then frozen (import_utils.startup_imports: 1.5 s less for a short `evotune train`).
     main() itself changes nothing of the collector, so code that calls it in its own process (tests, notebooks) keeps
     its own."""
-    from ..import_utils import import_modules, startup_imports
+    import importlib
+
+    from ..import_utils import startup_imports
 
     argv = sys.argv[1:] if argv is None else argv
     modules = HEAVY_MODULES.get(next((word for word in argv if not word.startswith("-")), ""), ())
     if modules:
         with startup_imports():
-            import_modules(("torch", "transformers.modeling_utils", "transformers.generation.utils", *modules))
+            for name in ("torch", "transformers.modeling_utils", "transformers.generation.utils", *modules):
+                importlib.import_module(name)
     return main(argv)
 
 
