@@ -52,13 +52,19 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 # --- training configs and reward modules ---------------------------------------------------------------
 
 
+# Held-out completions of the tiny model's runs get 16 new tokens: the random model never stops early, so a task's own
+# evaluation budget (conciseness: 128) would make evaluation most of a short run's time. tests/test_eval_budget.py
+# covers the tasks' own budgets.
+TINY_EVAL_BUDGET = 16
+
+
 def tiny_config(model_dir: str, **overrides):
     """A TrainConfig for the tiny model: 4 iterations of 4 members, evaluation and checkpoints every 2."""
     from evotune.config import TrainConfig
 
     values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=4, batch_size=4, max_new_tokens=6, num_eval=4, eval_every=2,
-                  checkpoint_every=2, dtype="float32", report_to=["tensorboard"])
+                  checkpoint_every=2, dtype="float32", report_to=["tensorboard"], eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -69,7 +75,8 @@ def essa_config(model_dir: str, **overrides):
 
     values = dict(model=model_dir, task="conciseness", space="svd_lora", strategy="cma", population_size=4,
                   sigma=0.5, lora_rank=4, lora_init="gaussian", iterations=4, batch_size=4, max_new_tokens=6,
-                  num_eval=4, eval_every=2, checkpoint_every=2, dtype="float32", report_to=[])
+                  num_eval=4, eval_every=2, checkpoint_every=2, dtype="float32", report_to=[],
+                  eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -78,7 +85,7 @@ def run_config(tmp_path: Path, model_dir: str) -> str:
     """config.yaml of a 6-iteration tiny run checkpointed every iteration; its path."""
     values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=6, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=3,
-                  checkpoint_every=1, dtype="float32", report_to=[], seed=3)
+                  checkpoint_every=1, dtype="float32", report_to=[], seed=3, eval_max_new_tokens=TINY_EVAL_BUDGET)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(values))
     return str(path)

@@ -14,7 +14,7 @@ from evotune.runs.compare import compare_runs, time_to_target
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
-from helpers import fake_run, strict_loads
+from helpers import TINY_EVAL_BUDGET, fake_run, strict_loads
 
 
 def write_run(directory, config: dict, records: list[dict]):
@@ -75,7 +75,8 @@ def test_compare_real_runs_from_the_cli(tiny_model_dir, tmp_path, capsys):
     for seed, space in ((0, "full"), (1, "full"), (0, "lora")):
         config = TrainConfig(model=tiny_model_dir, task="conciseness", space=space, population_size=4,
                              antithetic=True, sigma=0.05, learning_rate=0.05, iterations=2, batch_size=2,
-                             max_new_tokens=4, num_eval=3, eval_every=1, dtype="float32", seed=seed, report_to=[])
+                             max_new_tokens=4, num_eval=3, eval_every=1, dtype="float32", seed=seed, report_to=[],
+                             eval_max_new_tokens=TINY_EVAL_BUDGET)
         Trainer(config, tmp_path / f"{space}{seed}").train()
         runs.append(str(tmp_path / f"{space}{seed}"))
     assert main(["compare", *runs, "--output-dir", str(tmp_path / "cmp")]) == 0

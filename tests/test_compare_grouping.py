@@ -22,6 +22,7 @@ from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.sft import SFTConfig
 from evotune.trainer import Trainer
+from helpers import TINY_EVAL_BUDGET
 
 
 def write_run(directory, config: dict, accuracies: list[float], seconds_per_step: float = 10.0,
@@ -282,7 +283,8 @@ def test_real_runs_of_two_sigmas_and_a_repeated_directory(tiny_model_dir, tmp_pa
     for name, sigma in (("sigma005", 0.05), ("sigma01", 0.1)):
         config = TrainConfig(model=tiny_model_dir, task="conciseness", population_size=4, antithetic=True,
                              sigma=sigma, learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=4,
-                             num_eval=3, eval_every=1, dtype="float32", seed=0, report_to=[])
+                             num_eval=3, eval_every=1, dtype="float32", seed=0, report_to=[],
+                             eval_max_new_tokens=TINY_EVAL_BUDGET)
         Trainer(config, tmp_path / name).train()
         runs.append(str(tmp_path / name))
     os.symlink(tmp_path / "sigma005", tmp_path / "again")

@@ -12,7 +12,7 @@ import yaml
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.es_trainer import ESConfig, ESTrainer
-from helpers import requires_trl
+from helpers import TINY_EVAL_BUDGET, requires_trl
 
 PROMPTS = ["Say hi.", "Name a color.", "Count to two.", "Pick a fruit.", "Say bye.", "Name a pet."]
 
@@ -33,7 +33,7 @@ def conversational_dataset():
 def es_args(tmp_path, **overrides) -> ESConfig:
     values = dict(output_dir=str(tmp_path / "es"), population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=1,
-                  dtype="float32", report_to=[])
+                  dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return ESConfig(**values)
 

@@ -46,7 +46,7 @@ def test_a_run_evaluates_with_its_eval_budget_and_trains_with_its_own(tiny_model
 
 def test_eval_budget_may_change_on_resume_but_not_below_one(tiny_model_dir, tmp_path):
     run = tmp_path / "run"
-    Trainer(tiny_config(tiny_model_dir, iterations=2, report_to=[]), run).train()
+    Trainer(tiny_config(tiny_model_dir, iterations=2, eval_max_new_tokens=None, report_to=[]), run).train()
     Trainer(tiny_config(tiny_model_dir, iterations=3, eval_max_new_tokens=12, report_to=[]), run, resume=True)
     with pytest.raises(ConfigError, match="`eval_max_new_tokens` is 0"):
         TrainConfig(eval_max_new_tokens=0)

@@ -20,13 +20,25 @@ def finished_run(tiny_model_dir, tmp_path):
     return run
 
 
+@pytest.fixture(scope="module")
+def refused_run(tiny_model_dir, tmp_path_factory):
+    """One finished run for every refused resume: each must leave all of it as it was."""
+    run = tmp_path_factory.mktemp("refused") / "run"
+    Trainer(tiny_config(tiny_model_dir, iterations=2, report_to=[]), run).train()
+    return run
+
+
+def contents(run) -> dict:
+    return {path.relative_to(run): path.read_bytes() for path in sorted(run.rglob("*")) if path.is_file()}
+
+
 @pytest.mark.parametrize("key, value", [("seed", 5), ("sigma", 0.01), ("population_size", 6), ("noise", "rademacher"),
                                         ("learning_rate", 0.1), ("model", "smollm2-135m-instruct")])
-def test_resume_refuses_a_key_that_changes_the_run_and_writes_nothing(tiny_model_dir, finished_run, key, value):
-    before = (finished_run / "config.yaml").read_text()
+def test_resume_refuses_a_key_that_changes_the_run_and_writes_nothing(tiny_model_dir, refused_run, key, value):
+    before = contents(refused_run)
     with pytest.raises(ConfigError, match=f"`{key}`"):
-        Trainer(tiny_config(tiny_model_dir, iterations=4, report_to=[], **{key: value}), finished_run, resume=True)
-    assert (finished_run / "config.yaml").read_text() == before
+        Trainer(tiny_config(tiny_model_dir, iterations=4, report_to=[], **{key: value}), refused_run, resume=True)
+    assert contents(refused_run) == before
 
 
 def test_resume_may_extend_the_run_and_config_yaml_says_so(tiny_model_dir, finished_run):

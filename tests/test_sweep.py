@@ -9,6 +9,7 @@ import pytest
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs.sweep_grid import grid_points, parse_grid
+from helpers import TINY_EVAL_BUDGET
 
 
 def test_grid_parsing_reads_yaml_values_and_keeps_lists_whole():
@@ -33,7 +34,8 @@ def test_sweep_runs_every_point_skips_finished_ones_and_writes_the_table(tiny_mo
     arguments = ["sweep", "--output-dir", str(output), "--grid", "sigma=0.01,0.05", "--grid", "learning_rate=0.0,0.05",
                  "--seeds", "0", "1", "--set", f"model={tiny_model_dir}", "--set", "task=conciseness",
                  "--set", "population_size=2", "--set", "iterations=1", "--set", "batch_size=2",
-                 "--set", "max_new_tokens=3", "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]"]
+                 "--set", "max_new_tokens=3", "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]",
+                 "--set", f"eval_max_new_tokens={TINY_EVAL_BUDGET}"]
     assert main(arguments) == 0
     runs = sorted(path.parent.parent.name + "/" + path.parent.name for path in output.glob("*/*/final"))
     assert len(runs) == 8 and "sigma=0.01,learning_rate=0.0/seed1" in runs
@@ -69,7 +71,8 @@ def test_a_run_stopped_by_its_time_budget_counts_as_finished(tiny_model_dir, tmp
     arguments = ["sweep", "--output-dir", str(output), "--grid", "sigma=0.01", "--set", f"model={tiny_model_dir}",
                  "--set", "task=conciseness", "--set", "population_size=2", "--set", "iterations=50",
                  "--set", "max_training_seconds=1e-6", "--set", "batch_size=2", "--set", "max_new_tokens=3",
-                 "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]"]
+                 "--set", "num_eval=2", "--set", "dtype=float32", "--set", "report_to=[]",
+                 "--set", f"eval_max_new_tokens={TINY_EVAL_BUDGET}"]
     assert main(arguments) == 0
     metrics = (output / "sigma=0.01" / "seed0" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(metrics[-1])["iteration"] == 1  # the budget ran out after the first iteration

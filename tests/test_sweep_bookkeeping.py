@@ -23,11 +23,11 @@ from evotune.errors import ConfigError
 from evotune.runs.directory import final_is_complete
 from evotune.runs.sweep import SweepFailed, sweep
 from evotune.runs.sweep_grid import grid_points, parse_grid
-from helpers import requires_ray
+from helpers import TINY_EVAL_BUDGET, requires_ray
 
 # The tiny model, 2 iterations of 2 members, evaluated every iteration; no config, so the quickstart's base.
 SETTINGS = ["task=conciseness", "population_size=2", "iterations=2", "batch_size=2", "max_new_tokens=3",
-            "num_eval=2", "eval_every=1", "dtype=float32", "report_to=[]"]
+            "num_eval=2", "eval_every=1", "dtype=float32", "report_to=[]", f"eval_max_new_tokens={TINY_EVAL_BUDGET}"]
 
 
 def arguments(model_dir: str, output: Path, *extra: str) -> list[str]:

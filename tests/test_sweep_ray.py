@@ -10,14 +10,15 @@ import pytest
 from evotune.errors import EvotuneError
 from evotune.runs.sweep import sweep
 from evotune.runs.sweep_grid import parse_grid
-from helpers import requires_ray
+from helpers import TINY_EVAL_BUDGET, requires_ray
 
 pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
 
 
 def base(model_dir: str) -> dict:
     return dict(model=model_dir, task="conciseness", population_size=2, iterations=2, batch_size=2, max_new_tokens=3,
-                num_eval=2, eval_every=1, learning_rate=0.05, dtype="float32", report_to=[])
+                num_eval=2, eval_every=1, learning_rate=0.05, dtype="float32", report_to=[],
+                eval_max_new_tokens=TINY_EVAL_BUDGET)
 
 
 def evaluations(path) -> list[dict]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import ENGINE_CORES_IN_PROCESS_SLOW, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import (ENGINE_CORES_IN_PROCESS_SLOW, TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model, start_engine,
+                     stop_engine)
 
 from evotune.backends import HFBackend
 from evotune.builders import hf_linear_weight_names, hf_parameter_shapes
@@ -74,7 +75,7 @@ def test_a_run_on_the_engine_equals_the_hf_run(engine, model_dir, tmp_path):
     values = dict(model=model_dir, task="conciseness", space="lowrank", perturbation_rank=RANK,
                   population_size=POPULATION, antithetic=True, sigma=0.3, learning_rate=0.3, iterations=2,
                   batch_size=3, max_new_tokens=6, num_eval=4, eval_every=0, checkpoint_every=1, dtype="float32",
-                  report_to=[], seed=0)
+                  report_to=[], seed=0, eval_max_new_tokens=TINY_EVAL_BUDGET)
     engine_space(engine).load_state_tensors(  # the base weights back: the test above moved the mean
         {name: param.detach().float() for name, param in
          AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).named_parameters()})

@@ -13,7 +13,8 @@ import json
 
 import pytest
 import torch
-from helpers import ENGINE_CORES_IN_PROCESS_SLOW, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import (ENGINE_CORES_IN_PROCESS_SLOW, TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model, start_engine,
+                    stop_engine)
 
 from evotune.backends import HFBackend
 from evotune.config import TrainConfig
@@ -172,7 +173,8 @@ def test_anchor_decay_and_drift_equal_the_hf_space(engine, model_dir):
 def config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=3, batch_size=4, max_new_tokens=6, num_eval=4, eval_every=0,
-                  checkpoint_every=1, dtype="float32", noise="rademacher", report_to=[], seed=0)
+                  checkpoint_every=1, dtype="float32", noise="rademacher", report_to=[], seed=0,
+                  eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -212,9 +214,10 @@ def test_retention_on_the_engine_logs_the_hf_runs_metrics(engine, model_dir, tmp
     """`retention_tasks` on the engine's own weights: at every evaluation the same retain/ metrics as the same run
     on the hf backend (fp32: the same greedy completions), without the KL (`retention_kl: false`)."""
     values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
-                  learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=6, num_eval=2, eval_every=1,
+                  learning_rate=0.05, iterations=1, batch_size=2, max_new_tokens=6, num_eval=2, eval_every=1,
                   checkpoint_every=2, dtype="float32", noise="rademacher", report_to=[], seed=0,
-                  retention_tasks=["ifeval", "countdown"], retention_num_eval=6, retention_kl=False)
+                  retention_tasks=["ifeval", "countdown"], retention_num_eval=6, retention_kl=False,
+                  eval_max_new_tokens=TINY_EVAL_BUDGET)
     Trainer(TrainConfig(**values, backend="vllm"), tmp_path / "vllm", backend=engine).train()
     Trainer(TrainConfig(**values), tmp_path / "hf").train()
     runs = {}
@@ -222,7 +225,7 @@ def test_retention_on_the_engine_logs_the_hf_runs_metrics(engine, model_dir, tmp
         records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         runs[name] = [{key: value for key, value in record.items() if key.startswith("retain/")}
                       for record in records if "eval/reward" in record]
-    assert len(runs["vllm"]) == 3 and "retain/ifeval/reward" in runs["vllm"][-1]
+    assert len(runs["vllm"]) == 2 and "retain/ifeval/reward" in runs["vllm"][-1]
     assert not any(key.endswith("/kl") for record in runs["vllm"] for key in record)
     assert runs["vllm"] == runs["hf"]
 

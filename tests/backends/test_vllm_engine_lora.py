@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import ENGINE_CORES_IN_PROCESS_SLOW, requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
+from helpers import (ENGINE_CORES_IN_PROCESS_SLOW, TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model, start_engine,
+                     stop_engine)
 
 from evotune.backends import HFBackend, load_model
 from evotune.config import TrainConfig
@@ -70,7 +71,7 @@ def essa_config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, backend="vllm", task="conciseness", space="svd_lora", strategy="cma",
                   population_size=POPULATION, sigma=0.5, lora_rank=4, singular_value_fraction=0.5, iterations=2,
                   batch_size=3, max_new_tokens=6, num_eval=4, eval_every=0, checkpoint_every=1, dtype="float32",
-                  report_to=[], seed=0)
+                  report_to=[], seed=0, eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 

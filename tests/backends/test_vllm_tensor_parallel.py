@@ -11,7 +11,7 @@ import json
 
 import pytest
 from safetensors.torch import load_file
-from helpers import requires_vllm, save_vllm_tiny_model
+from helpers import TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
@@ -23,7 +23,8 @@ def run(model_dir: str, directory, tensor_parallel_size: int, engine_core: str) 
     config = TrainConfig(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True,
                          sigma=0.05, learning_rate=0.05, iterations=2, batch_size=3, max_new_tokens=6, num_eval=3,
                          eval_every=2, checkpoint_every=1, anchor_decay=2.0, dtype="float32", noise="gaussian",
-                         report_to=[], seed=0, engine_core=engine_core, tensor_parallel_size=tensor_parallel_size)
+                         report_to=[], seed=0, engine_core=engine_core, tensor_parallel_size=tensor_parallel_size,
+                         eval_max_new_tokens=TINY_EVAL_BUDGET)
     trainer = Trainer(config, directory)
     try:
         trainer.train()

@@ -9,7 +9,7 @@ import torch
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
-from helpers import requires_trl
+from helpers import TINY_EVAL_BUDGET, requires_trl
 
 pytestmark = requires_trl
 
@@ -22,7 +22,8 @@ def test_grpo_run_writes_the_same_contract_as_train(tiny_model_dir, tmp_path, ca
     code = main(["grpo", "--output-dir", str(run), "--set", f"model={tiny_model_dir}", "--set", "task=conciseness",
                  "--set", "iterations=2", "--set", "batch_size=2", "--set", "num_generations=2",
                  "--set", "max_new_tokens=4", "--set", "num_eval=3", "--set", "eval_every=1",
-                 "--set", "learning_rate=0.05", "--set", "report_to=[]"])
+                 "--set", "learning_rate=0.05", "--set", "report_to=[]",
+                 "--set", f"eval_max_new_tokens={TINY_EVAL_BUDGET}"])
     assert code == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["iteration"] == 0 and "eval/reward" in records[0]

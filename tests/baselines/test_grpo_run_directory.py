@@ -24,13 +24,13 @@ import torch
 from safetensors.torch import load_file
 
 from evotune.cli.main import main
-from helpers import requires_trl
+from helpers import TINY_EVAL_BUDGET, requires_trl
 
 pytestmark = requires_trl
 
 # 2 prompts x 2 completions a step, a checkpoint and an evaluation every step: kills land between them too.
 TINY = ["task=conciseness", "batch_size=2", "num_generations=2", "max_new_tokens=4", "num_eval=2", "eval_every=1",
-        "checkpoint_every=1", "learning_rate=0.05", "report_to=[]"]
+        "checkpoint_every=1", "learning_rate=0.05", "report_to=[]", f"eval_max_new_tokens={TINY_EVAL_BUDGET}"]
 
 
 def grpo_args(run: Path, model: str, iterations: int, *extra: str) -> list[str]:

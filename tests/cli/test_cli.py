@@ -10,12 +10,13 @@ import pytest
 import yaml
 
 from evotune.cli.main import main
+from helpers import TINY_EVAL_BUDGET
 
 
 def write_config(tmp_path, model_dir: str, **overrides) -> str:
     values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=1,
-                  checkpoint_every=1, dtype="float32", report_to=[])
+                  checkpoint_every=1, dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(values))

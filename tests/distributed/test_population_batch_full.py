@@ -15,7 +15,7 @@ from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.errors import ConfigError
 from evotune.spaces import FullParameterSpace
 from evotune.strategies import OpenES
-from helpers import POPULATION_ROWS as ROWS
+from helpers import POPULATION_ROWS as ROWS, TINY_EVAL_BUDGET
 from helpers import (assert_identical, completions_one_at_a_time, make_task, requires_ray, snapshot,
                      train_until_killed)
 
@@ -80,7 +80,7 @@ def test_forwards_restored_and_wrong_row_count_refused(backend):
 def run_config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, task="conciseness", space="full", population_size=6, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=4, batch_size=3, max_new_tokens=5, num_eval=3, eval_every=0,
-                  checkpoint_every=2, dtype="float32", report_to=[])
+                  checkpoint_every=2, dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 

@@ -10,7 +10,7 @@ from evotune.config import TrainConfig
 from evotune.errors import ConfigError, EvotuneError
 from evotune.types import SeedUpdate
 from evotune.trainer import Trainer
-from helpers import assert_same, requires_ray, state
+from helpers import TINY_EVAL_BUDGET, assert_same, requires_ray, state
 
 pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
 
@@ -18,7 +18,7 @@ pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray
 def config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, task="conciseness", population_size=6, antithetic=True, sigma=0.05,
                   learning_rate=0.05, optimizer="adam", iterations=2, batch_size=3, max_new_tokens=5, num_eval=3,
-                  eval_every=0, checkpoint_every=1, dtype="float32", report_to=[])
+                  eval_every=0, checkpoint_every=1, dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 

@@ -11,7 +11,7 @@ import pytest
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
-from helpers import requires_ray, requires_vllm, save_vllm_tiny_model
+from helpers import TINY_EVAL_BUDGET, requires_ray, requires_vllm, save_vllm_tiny_model
 
 pytestmark = [*requires_vllm, *requires_ray]
 
@@ -31,7 +31,7 @@ def config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True, sigma=0.3,
                   learning_rate=0.3, iterations=1, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=0,
                   checkpoint_every=1, dtype="float32", report_to=[], distributed="ray", worker_num_gpus=1.0,
-                  checksum_every=0)
+                  checksum_every=0, eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -57,12 +57,21 @@ def test_the_driver_and_each_actor_engine_get_their_own_gpu(tiny_model_dir, tmp_
 
 
 def test_a_pool_larger_than_the_gpus_left_is_a_clear_error(tiny_model_dir, tmp_path, monkeypatch):
+    """The count is the backend's business only through the driver's share: an hf driver books its GPU as an
+    engine does, and needs no engine start to show the error."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
-    trainer = Trainer(config(model_dir, workers=2), tmp_path / "run")  # the driver holds 1 of the 2
+    trainer = Trainer(config(tiny_model_dir, backend="hf", workers=2), tmp_path / "run")  # the driver holds 1 of 2
     try:
+        assert ray_free_gpus() == 1
         with pytest.raises(ConfigError, match="Set `workers` to 1"):
             trainer.evaluator.start()
+        assert not trainer.evaluator.workers  # nothing started
     finally:
         trainer.evaluator.close()
         trainer.backend.close()
+
+
+def ray_free_gpus() -> float:
+    import ray
+
+    return ray.available_resources().get("GPU", 0.0)

@@ -9,7 +9,8 @@ import torch
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
-from helpers import ENGINE_CORES, assert_same, requires_ray, requires_vllm, save_vllm_tiny_model, state
+from helpers import (ENGINE_CORES, TINY_EVAL_BUDGET, assert_same, requires_ray, requires_vllm, save_vllm_tiny_model,
+                     state)
 
 pytestmark = [*requires_vllm, *requires_ray, pytest.mark.usefixtures("ray_instance")]
 
@@ -22,7 +23,7 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
 def config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, backend="vllm", task="conciseness", population_size=4, antithetic=True, sigma=0.3,
                   learning_rate=0.3, optimizer="sgd", iterations=3, batch_size=3, max_new_tokens=6, num_eval=3,
-                  eval_every=0, checkpoint_every=1, dtype="float32", report_to=[])
+                  eval_every=0, checkpoint_every=1, dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 

@@ -261,11 +261,14 @@ def fresh_process_report(model_dir: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def fresh_process_digests(tiny_model_dir) -> dict[str, str]:
     """fresh_process_report run once, in another interpreter that loads this file by path."""
-    code = ("import importlib.util, json, sys\n"
+    # without the collector, and frozen before the exit: its passes over torch's objects would be most of the time
+    code = ("import gc, importlib.util, json, sys\n"
+            "gc.disable()\n"
             "spec = importlib.util.spec_from_file_location('space_cases', sys.argv[1])\n"
             "module = sys.modules['space_cases'] = importlib.util.module_from_spec(spec)\n"
             "spec.loader.exec_module(module)\n"
-            "print(json.dumps(module.fresh_process_report(sys.argv[2])))\n")
+            "print(json.dumps(module.fresh_process_report(sys.argv[2])))\n"
+            "gc.freeze()\n")
     result = subprocess.run([sys.executable, "-c", code, __file__, tiny_model_dir], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

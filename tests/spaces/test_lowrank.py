@@ -22,8 +22,8 @@ from evotune.spaces import SPACES, LowRankSpace
 from evotune.strategies import OpenES
 from evotune.tasks import Task
 from evotune.types import Candidate, SeedUpdate
-from helpers import (assert_identical, broken_reward, completions_one_at_a_time, fingerprint_reward, requires_ray,
-                     snapshot, train_until_killed)
+from helpers import (TINY_EVAL_BUDGET, assert_identical, broken_reward, completions_one_at_a_time, fingerprint_reward,
+                     requires_ray, snapshot, train_until_killed)
 from helpers import make_task as make_population_task
 
 POPULATION = 6  # antithetic: 3 seeds; chunks of 4 leave a remainder of 2
@@ -257,7 +257,7 @@ def test_refuses_vector_members(backend):
 def run_config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, task="conciseness", space="lowrank", perturbation_rank=2, population_size=6,
                   antithetic=True, sigma=0.05, learning_rate=0.05, iterations=4, batch_size=3, max_new_tokens=5,
-                  num_eval=3, eval_every=0, checkpoint_every=2, dtype="float32", report_to=[])
+                  num_eval=3, eval_every=0, checkpoint_every=2, dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 
