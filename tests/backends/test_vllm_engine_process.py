@@ -35,6 +35,20 @@ def test_an_engine_leaves_threads_gc_and_process_groups_as_it_found_them(tiny_mo
             assert not torch.distributed.is_initialized()
 
 
+def test_only_vllms_own_engine_processes_freeze_their_heap_at_exit():
+    """vLLM unfreezes its engine processes' heap at shutdown, so evotune's worker extension freezes it again at
+    their exit (their last collections would walk all of torch and vLLM: bench/engine_close.py). Only in the
+    processes vLLM started (multiprocessing names them): never in the user's own, which an in-process engine
+    or a Ray actor's engine runs in."""
+    from evotune.backends.vllm_worker import freeze_heap_at_exit, is_vllm_engine_process
+
+    assert is_vllm_engine_process("VllmWorker-1", has_parent=True)  # a worker (a tensor-parallel rank)
+    assert is_vllm_engine_process("EngineCore", True) and is_vllm_engine_process("EngineCore_DP0", True)
+    assert not is_vllm_engine_process("MainProcess", has_parent=False)  # a script, a pytest worker, a Ray actor
+    assert not is_vllm_engine_process("VllmWorker-0", has_parent=False)  # a name alone is not vLLM's child
+    assert not freeze_heap_at_exit()  # this test's process registers nothing
+
+
 SCRIPT = """
 import sys, time
 from evotune.backends.vllm import VLLMBackend

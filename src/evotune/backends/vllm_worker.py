@@ -9,6 +9,9 @@ lives here and not in vllm.py, which a user's script (re-imported by a spawned e
 
 from __future__ import annotations
 
+import atexit
+import gc
+import multiprocessing
 from typing import Any
 
 from ..errors import ConfigError
@@ -17,7 +20,33 @@ from .vllm_cpu import keep_engine_weights
 # `master_device: auto` keeps the fp32 master on the GPU only if this much stays free besides it.
 MASTER_HEADROOM_BYTES = 2 * 2**30
 
+# The names multiprocessing gives the processes vLLM starts for an engine: its engine core, and a worker per rank.
+VLLM_ENGINE_PROCESSES = ("EngineCore", "VllmWorker")
+
+
+def is_vllm_engine_process(name: str, has_parent: bool) -> bool:
+    """True in a process vLLM started for an engine; False in the user's own (an in-process engine, a Ray actor)."""
+    return has_parent and name.startswith(VLLM_ENGINE_PROCESSES)
+
+
+def freeze_heap_at_exit() -> bool:
+    """In a process vLLM started for an engine: freeze the heap when the process exits (True), else nothing.
+
+    vLLM freezes the heap once its engine has started and unfreezes it at shutdown, so that an in-process
+    engine's memory can be freed. Its own engine processes then exit with every object of torch and vLLM back
+    under the collector, and the interpreter's last collections walk them all: ~1.5 s of CPU per process (an
+    engine's close on 2 CPU cores, one worker: 5.0 s -> 3.5 s, bench/engine_close.py). Frozen at exit, the
+    process ends at once and the OS takes its memory back. The user's own process is never touched."""
+    process = multiprocessing.current_process()
+    if not is_vllm_engine_process(process.name, multiprocessing.parent_process() is not None):
+        return False
+    atexit.unregister(gc.freeze)  # once, however often this runs
+    atexit.register(gc.freeze)  # atexit runs before the interpreter's last collections
+    return True
+
+
 keep_engine_weights()  # before this process's engine loads its model
+freeze_heap_at_exit()
 
 
 class EngineWeightsExtension:
