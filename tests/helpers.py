@@ -311,3 +311,21 @@ def start_engine(model_dir: str, engine_core: str = "in_process", **kwargs):
 def stop_engine(backend) -> None:
     backend.close()
     gc.collect()
+
+
+# `evotune COMMAND ...` in a script that SIGKILLs itself (as `kill -9`) at the COUNT-th time a checkpoint save
+# (runs/checkpoint.py, train's and sft's) reaches STEP: python -c CHECKPOINT_KILLER STEP COUNT COMMAND ...
+CHECKPOINT_KILLER = """
+import os, signal, sys
+from evotune.runs import checkpoint
+step, count = sys.argv[1], int(sys.argv[2])
+seen = []
+def hook(name):
+    if name == step:
+        seen.append(name)
+        if len(seen) == count:
+            os.kill(os.getpid(), signal.SIGKILL)
+checkpoint.FAULT_HOOKS.append(hook)
+from evotune.cli.main import console_main
+sys.exit(console_main(sys.argv[3:]))
+"""

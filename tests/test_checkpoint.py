@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from evotune.runs import checkpoint as ckpt
 from evotune.cli.main import main
 from evotune.errors import CheckpointError
-from helpers import flip_byte, run_config, save_checkpoint_at, strict_loads, truncate
+from helpers import CHECKPOINT_KILLER, flip_byte, run_config, save_checkpoint_at, strict_loads, truncate
 
 
 class SimulatedKill(BaseException):
@@ -213,22 +213,6 @@ def test_when_every_checkpoint_is_damaged_the_error_names_the_files(tmp_path):
     assert "space.safetensors" in message and "updates.json" in message
 
 
-KILLER = """
-import os, signal, sys
-from evotune.runs import checkpoint
-step, count = sys.argv[1], int(sys.argv[2])
-seen = []
-def hook(name):
-    if name == step:
-        seen.append(name)
-        if len(seen) == count:
-            os.kill(os.getpid(), signal.SIGKILL)
-checkpoint.FAULT_HOOKS.append(hook)
-from evotune.cli.main import console_main
-sys.exit(console_main(sys.argv[3:]))
-"""
-
-
 def final_weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / "final" / "model.safetensors"))
 
@@ -267,8 +251,8 @@ def test_kill_9_during_training_then_resume_gives_the_uninterrupted_weights(refe
     resume = ["train", "--output-dir", str(run), "--resume"]
     codes = [kill_after_random_delay(cli(*train), run, rng)]
     # the issue's kill: between the two renames of a save (checkpoint missing, checkpoint.old intact)
-    targeted = subprocess.run([sys.executable, "-c", KILLER, "rename checkpoint.tmp -> checkpoint", "1", *resume],
-                              capture_output=True, text=True, timeout=300)
+    targeted = subprocess.run([sys.executable, "-c", CHECKPOINT_KILLER, "rename checkpoint.tmp -> checkpoint", "1",
+                               *resume], capture_output=True, text=True, timeout=300)
     codes.append(targeted.returncode)
     codes.append(kill_after_random_delay(cli(*resume), run, rng))
     assert codes.count(-signal.SIGKILL) >= 2, codes  # the targeted kill always lands; random ones usually do
@@ -288,8 +272,9 @@ def test_kill_9_with_retention_anchor_and_prefetch_on_resumes_to_the_uninterrupt
     config = run_config(tmp_path, tiny_model_dir)
     assert main(["train", config, "--output-dir", str(tmp_path / "reference"), *keys]) == 0
     run = tmp_path / "killed"
-    killed = subprocess.run([sys.executable, "-c", KILLER, "rename checkpoint.tmp -> checkpoint", "4", "train", config,
-                             "--output-dir", str(run), *keys], capture_output=True, text=True, timeout=300)
+    killed = subprocess.run([sys.executable, "-c", CHECKPOINT_KILLER, "rename checkpoint.tmp -> checkpoint", "4",
+                             "train", config, "--output-dir", str(run), *keys], capture_output=True, text=True,
+                            timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert main(["train", "--output-dir", str(run), "--resume"]) == 0
     expected, got = final_weights(tmp_path / "reference"), final_weights(run)

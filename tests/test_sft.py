@@ -161,6 +161,16 @@ def test_cli_smoke_run_writes_the_run_directory(tiny_model_dir, tmp_path, capsys
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 1]
 
 
+def resumable_config(tmp_path: Path, model_dir: str) -> Path:
+    """sft.yaml of a 7-step run on the tiny model, checkpointed every 2 steps."""
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump(dict(model=model_dir, task="arithmetic", num_train=12, num_eval=2,
+                                          max_new_tokens=4, batch_size=4, max_steps=7, learning_rate=5e-2,
+                                          lora_rank=4, checkpoint_every=2, dtype="float32", device="cpu",
+                                          report_to=[])))
+    return config
+
+
 def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """`evotune sft --resume` after a stop at step 5 (checkpoint at 4) ends with the adapter, losses and metrics of
     the uninterrupted run, tensor for tensor; the refusals name their fix."""
@@ -169,11 +179,7 @@ def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_dir, tmp_path, m
     from evotune.cli.main import main
     from evotune.tracking.tracker import MetricsLogger
 
-    config = tmp_path / "sft.yaml"
-    config.write_text(yaml.safe_dump(dict(model=tiny_model_dir, task="arithmetic", num_train=12, num_eval=2,
-                                          max_new_tokens=4, batch_size=4, max_steps=7, learning_rate=5e-2,
-                                          lora_rank=4, checkpoint_every=2, dtype="float32", device="cpu",
-                                          report_to=[])))
+    config = resumable_config(tmp_path, tiny_model_dir)
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     assert main(["sft", str(config), "--output-dir", str(whole)]) == 0
     capsys.readouterr()
@@ -211,6 +217,40 @@ def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_dir, tmp_path, m
     assert [r["step"] for r in records[1]] == [0, 1, 2, 3, 4, 5, 6, 7, 7]  # steps 5-7 once, not twice
     assert [r.get("loss") for r in records[0]] == [r.get("loss") for r in records[1]]
     assert yaml.safe_load((stopped / "config.yaml").read_text())["checkpoint_every"] == 3
+
+
+def test_kill_9_mid_checkpoint_then_resume_gives_the_uninterrupted_adapter(tiny_model_dir, tmp_path, capsys):
+    """`evotune sft` SIGKILLed in its own process between the two renames of its step-4 checkpoint save (the
+    new checkpoint not yet in place), then `--resume`: the adapter, losses and logged steps of the uninterrupted
+    run, each step logged once."""
+    import signal
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from evotune.cli.main import main
+    from helpers import CHECKPOINT_KILLER
+
+    config = resumable_config(tmp_path, tiny_model_dir)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert main(["sft", str(config), "--output-dir", str(whole)]) == 0
+    done = subprocess.run([sys.executable, "-c", CHECKPOINT_KILLER, "rename checkpoint.tmp -> checkpoint", "2", "sft",
+                           str(config), "--output-dir", str(killed)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    assert not (killed / "adapter").exists()
+    capsys.readouterr()
+    assert main(["sft", "--output-dir", str(killed), "--resume"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 7  # checkpoint.old: the save before
+    expected = load_file(str(whole / "adapter" / "adapter_model.safetensors"))
+    got = load_file(str(killed / "adapter" / "adapter_model.safetensors"))
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+    records = [[json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+               for run in (whole, killed)]
+    assert [r["step"] for r in records[1]] == [r["step"] for r in records[0]]  # no step twice, none lost
+    assert [r.get("loss") for r in records[0]] == [r.get("loss") for r in records[1]]
+
 
 
 @pytest.mark.slow
