@@ -30,11 +30,11 @@ def start_and_close(model: str, extension: str | None) -> tuple[float, float]:
     from evotune.backends.vllm_cpu import cpu_engine_options, engine_environment
 
     on_cpu = not torch.cuda.is_available()
+    # the engine options VLLMBackend gives an engine in its own process
     options = cpu_engine_options(None, in_process=False) if on_cpu else {"gpu_memory_utilization": 0.3}
     started = time.perf_counter()
     with engine_environment(in_process=False, on_cpu=on_cpu):
-        llm = LLM(model=model, dtype="float32", enforce_eager=True, worker_extension_cls=extension or "",
-                  **{key: value for key, value in options.items() if key != "enforce_eager"})
+        llm = LLM(model=model, dtype="float32", worker_extension_cls=extension or "", **options)
     ready = time.perf_counter()
     llm.llm_engine.engine_core.shutdown()
     return ready - started, time.perf_counter() - ready

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import yaml
 
 from evotune.errors import ConfigError, DataError
 from evotune.sft import IGNORE_INDEX, SFTConfig, collate, encode_example, load_sft_config, run_sft, sft_rows
+from helpers import CHECKPOINT_KILLER
 
 QUESTION = [{"role": "user", "content": "What is 12 + 30? Reply with only the number."}]
 
@@ -223,14 +227,9 @@ def test_kill_9_mid_checkpoint_then_resume_gives_the_uninterrupted_adapter(tiny_
     """`evotune sft` SIGKILLed in its own process between the two renames of its step-4 checkpoint save (the
     new checkpoint not yet in place), then `--resume`: the adapter, losses and logged steps of the uninterrupted
     run, each step logged once."""
-    import signal
-    import subprocess
-    import sys
-
     from safetensors.torch import load_file
 
     from evotune.cli.main import main
-    from helpers import CHECKPOINT_KILLER
 
     config = resumable_config(tmp_path, tiny_model_dir)
     whole, killed = tmp_path / "whole", tmp_path / "killed"

@@ -23,16 +23,39 @@ def config(model_dir: str, **overrides) -> TrainConfig:
     return TrainConfig(**values)
 
 
+# The pools of the tests below: 2 actors, and no re-sent units (a unit sent again to a free worker when a loaded
+# machine slows the first copy, as straggler_factor does, adds its bytes, which would make the count depend on timing,
+# not on the model).
+POOLED = dict(distributed="ray", workers=2, checksum_every=1, straggler_factor=0)
+
+
+@pytest.fixture(scope="module")
+def pooled_runs(ray_instance, tiny_model_dir, tmp_path_factory):
+    """run(space, strategy) -> (local trainer, its 2 records, pooled trainer, its 2 records), each made once per
+    module: the bytes test reads the tiny full-ES pool's records instead of starting 2 more actors."""
+    made = {}
+
+    def run(space: str, strategy: str):
+        if (space, strategy) not in made:
+            extra = {"space": space, "strategy": strategy}
+            if space != "full":
+                extra.update(lora_init="gaussian", sigma=0.2, optimizer="sgd")
+            directory = tmp_path_factory.mktemp(f"{space}-{strategy}")
+            local = Trainer(config(tiny_model_dir, **extra), directory / "local")
+            local_records = [local.step() for _ in range(2)]
+            pooled = Trainer(config(tiny_model_dir, **POOLED, **extra), directory / "ray")
+            made[space, strategy] = local, local_records, pooled, [pooled.step() for _ in range(2)]
+        return made[space, strategy]
+
+    yield run
+    for _, _, pooled, _ in made.values():
+        pooled.evaluator.close()
+
+
 @pytest.mark.parametrize("space, strategy", [("full", "openes"), ("svd_lora", "cma"),
                                              pytest.param("lora", "openes", marks=pytest.mark.slow)])
-def test_two_actors_give_the_single_process_result(tiny_model_dir, tmp_path, space, strategy):
-    extra = {"space": space, "strategy": strategy}
-    if space != "full":
-        extra.update(lora_init="gaussian", sigma=0.2, optimizer="sgd")
-    local = Trainer(config(tiny_model_dir, **extra), tmp_path / "local")
-    local_records = [local.step() for _ in range(2)]
-    pooled = Trainer(config(tiny_model_dir, **POOLED, **extra), tmp_path / "ray")
-    pooled_records = [pooled.step() for _ in range(2)]
+def test_two_actors_give_the_single_process_result(pooled_runs, space, strategy):
+    local, local_records, pooled, pooled_records = pooled_runs(space, strategy)
     for a, b in zip(local_records, pooled_records):
         assert a["reward_mean"] == b["reward_mean"] and a["reward_max"] == b["reward_max"]
     assert_same(state(local), state(pooled))
@@ -45,24 +68,16 @@ def test_two_actors_give_the_single_process_result(tiny_model_dir, tmp_path, spa
         with pytest.raises(EvotuneError, match="diverged"):
             pooled.evaluator.check_replicas()
     pooled.evaluator.close()
-    if space == "full":  # this pool's bytes are the tiny model's side of the next test's comparison
-        BYTES_OF_TINY_POOL.append(pooled_records[-1]["bytes_exchanged"])
 
 
-# The pools of the tests above and below: 2 actors, and no re-sent units (a unit sent again to a free worker when a
-# loaded machine slows the first copy, as straggler_factor does, adds its bytes, which would make the count depend
-# on timing, not on the model).
-POOLED = dict(distributed="ray", workers=2, checksum_every=1, straggler_factor=0)
-BYTES_OF_TINY_POOL: list[int] = []
-
-
-def test_bytes_exchanged_do_not_grow_with_the_model(tiny_model_dir, tmp_path):
+def test_bytes_exchanged_do_not_grow_with_the_model(pooled_runs, tiny_model_dir, tmp_path):
     """Seeds and rewards only: a model with 4x the weights sends the same bytes per iteration as the tiny model's
-    pool of the test above (the same settings; a second tiny pool here would cost two more actor starts)."""
+    pool with the same settings."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    if not BYTES_OF_TINY_POOL:  # the test above did not run in this session (-k, or it failed)
-        test_two_actors_give_the_single_process_result(tiny_model_dir, tmp_path / "tiny", "full", "openes")
+    *_, tiny_pool, tiny_records = pooled_runs("full", "openes")
+    # its actors would hold the CPUs the wider pool needs (the test above closes it too, when it ran first)
+    tiny_pool.evaluator.close()
     wider = tmp_path / "wider"
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     torch.manual_seed(0)
@@ -74,7 +89,7 @@ def test_bytes_exchanged_do_not_grow_with_the_model(tiny_model_dir, tmp_path):
     trainer.step()
     sent = trainer.step()["bytes_exchanged"]
     trainer.evaluator.close()
-    assert sent == BYTES_OF_TINY_POOL[-1]
+    assert sent == tiny_records[-1]["bytes_exchanged"]
 
 
 def test_a_killed_actor_changes_nothing(tiny_model_dir, tmp_path):

@@ -59,19 +59,15 @@ def test_the_driver_and_each_actor_engine_get_their_own_gpu(tiny_model_dir, tmp_
 def test_a_pool_larger_than_the_gpus_left_is_a_clear_error(tiny_model_dir, tmp_path, monkeypatch):
     """The count is the backend's business only through the driver's share: an hf driver books its GPU as an
     engine does, and needs no engine start to show the error."""
+    import ray
+
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     trainer = Trainer(config(tiny_model_dir, backend="hf", workers=2), tmp_path / "run")  # the driver holds 1 of 2
     try:
-        assert ray_free_gpus() == 1
+        assert ray.available_resources().get("GPU") == 1
         with pytest.raises(ConfigError, match="Set `workers` to 1"):
             trainer.evaluator.start()
         assert not trainer.evaluator.workers  # nothing started
     finally:
         trainer.evaluator.close()
         trainer.backend.close()
-
-
-def ray_free_gpus() -> float:
-    import ray
-
-    return ray.available_resources().get("GPU", 0.0)
