@@ -1,0 +1,348 @@
+"""The GPU check: exactness, throughput and learning of the hf backend on whatever device this machine has.
+
+Run by `bench/gpu_check/gpu_check.sh run` on a lent GPU machine (and, with DEVICE=cpu and a tiny model, as a dry
+run in CI, from the installed wheel as on the GPU machine, so the script cannot rot). Every row is a real
+`evotune train` (or `evotune grpo`) run through the Python API, in this order, each while time is left
+(`--budget-seconds`; a step that would not fit is recorded as skipped, and the report is rewritten after every
+step so a killed run still leaves what it measured):
+
+  * resume: a run stopped after half its iterations and resumed equals the uninterrupted run, tensor for tensor;
+  * throughput, one row per arm on the same task (arithmetic, 48 new tokens, population 30 x 32 prompts on a GPU):
+    full ES one candidate at a time (`full_one_at_a_time`: greedy decoding without a host sync per token), the
+    same with transformers' own loop (`full_own_loop`, a host sync per token), population-batched
+    (`full_batched`: `population_batch_size`, auto by default: sized from free GPU memory), low-rank ES
+    (`lowrank`: the whole population in one generate), `compile_generation` (`full_compiled`), and GRPO where
+    TRL is installed. Each row: seconds per iteration (median after the first), candidate evaluations per
+    second, generated token slots per second (rows x new tokens), peak GPU memory, and
+  * the fraction of pure-inference throughput (EGGROLL's measure): the row's token slots per second over those of
+    plain generation with the same model, the same prompts, rows per generate and new tokens, timed in this run;
+  * its distance to the device's limits: FLOPs per iteration over bf16 peak, weight bytes read per decoding step
+    over memory bandwidth;
+  * learning at a fixed wall time (`--learn-seconds`, 60 on a GPU): held-out accuracy before and after, for
+    low-rank ES, batched full ES and GRPO, seeds 0..2 where time allows.
+
+    python -m bench.gpu_check.check --device cuda --output bench/results/gpu_check.json
+    python -m bench.gpu_check.check --device cpu --model TINY_DIR --population-size 4 --batch-size 2 \
+        --max-new-tokens 4 --iterations 2 --num-eval 4 --learn-seconds 2 --output /tmp/gpu_check.json   # dry run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+import traceback
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+# Dense bf16 peak and memory bandwidth of the cards we may be lent (vendor datasheets, SXM parts).
+DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
+                 "H100": {"bf16_tflops": 989.0, "bandwidth_tb_s": 3.35}}
+
+# The ES throughput rows: config overrides of each (full_own_loop also decodes with transformers' own loop).
+ARMS = {"full_one_at_a_time": {}, "full_batched": {"population_batch_size": "auto"},
+        "lowrank": {"space": "lowrank", "perturbation_rank": 1}, "full_own_loop": {},
+        "full_compiled": {"compile_generation": True}}
+# Learning at a fixed wall time: (name, overrides, seeds); GRPO is added where TRL is installed.
+LEARN = [("lowrank", ARMS["lowrank"], (0, 1, 2)), ("full_batched", ARMS["full_batched"], (0,))]
+LEARN_GRPO_SEEDS = (0, 1, 2)
+
+
+def population_batch_size(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+def device_facts(device: str) -> dict[str, Any]:
+    import torch
+
+    import evotune
+
+    facts = {"device": device, "torch": torch.__version__, "python": platform.python_version(),
+             "cuda_available": torch.cuda.is_available(), "evotune": evotune.__file__}
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(0)
+        facts.update(name=name, memory_gib=round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1))
+        facts["limits"] = next((limits for key, limits in DEVICE_LIMITS.items() if key in name), None)
+    else:
+        facts.update(name=platform.processor() or platform.machine(), limits=None)
+    return facts
+
+
+def base_config(args: argparse.Namespace, **overrides: Any) -> dict[str, Any]:
+    values = dict(model=args.model, task="arithmetic", population_size=args.population_size, antithetic=True,
+                  sigma=2e-3, learning_rate=4e-3, noise="rademacher", iterations=args.iterations,
+                  batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, num_eval=args.num_eval,
+                  eval_every=0, checkpoint_every=max(1, args.iterations // 2), device=args.device, dtype=args.dtype,
+                  report_to=[], seed=0)
+    values.update(overrides)
+    return values
+
+
+def metrics(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+class PeakMemory:
+    """Peak GPU memory of one step, in MiB (None on a CPU)."""
+
+    def __enter__(self) -> "PeakMemory":
+        import torch
+
+        self.cuda = torch.cuda.is_available()
+        self.mib = None
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        if self.cuda:
+            self.mib = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+
+
+def train(config_values: dict[str, Any], run: Path, own_loop: bool = False) -> tuple[Any, list[dict], float | None]:
+    from evotune.backends.decoding import transformers_loop
+    from evotune.config import TrainConfig
+    from evotune.trainer import Trainer
+
+    with PeakMemory() as peak:
+        trainer = Trainer(TrainConfig(**config_values), run)
+        with transformers_loop() if own_loop else nullcontext():
+            trainer.train()
+    return trainer, metrics(run), peak.mib
+
+
+def pure_generation_seconds(trainer: Any, rows_per_generate: int, total_rows: int) -> float:
+    """Seconds plain greedy generation of `total_rows` training prompts takes, `rows_per_generate` per call, with
+    the run's model (its mean weights) and new tokens: the pure-inference side of the fraction."""
+    import torch
+
+    prompts = [row["prompt"] for row in trainer.task.train_rows]
+    prompts = (prompts * (total_rows // len(prompts) + 1))[:total_rows]
+    generate = trainer.backend.generate
+    generate(prompts[:rows_per_generate], trainer.config.max_new_tokens)  # warm-up: allocator, kernels
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for start in range(0, total_rows, rows_per_generate):
+        generate(prompts[start:start + rows_per_generate], trainer.config.max_new_tokens)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def es_row(args: argparse.Namespace, name: str, work: Path, **overrides: Any) -> dict[str, Any]:
+    started = time.perf_counter()
+    trainer, records, peak_mib = train(base_config(args, num_eval=args.throughput_num_eval, **overrides), work / name,
+                                       own_loop=name == "full_own_loop")
+    config = trainer.config
+    times = [r["time_s"] for r in records if "time_s" in r]
+    evals = [r["eval/accuracy"] for r in records if "eval/accuracy" in r]
+    per_iteration = statistics.median(times[1:] if len(times) > 1 else times)
+    batched = getattr(trainer.evaluator, "population_batch_size", 1)
+    rows_per_generate = config.batch_size * (config.population_size if config.space == "lowrank" else batched)
+    rows = config.population_size * config.batch_size  # completions per iteration
+    pure = pure_generation_seconds(trainer, rows_per_generate, rows)
+    row = {"method": name, "settings": overrides, "iterations": len(times), "iteration_seconds": times,
+           "candidates_per_generate": config.population_size if config.space == "lowrank" else batched,
+           "rows_per_generate": rows_per_generate,
+           "seconds_per_iteration": round(per_iteration, 4),
+           "candidate_evals_per_second": round(config.population_size / per_iteration, 2),
+           "completions_per_second": round(rows / per_iteration, 1),
+           "token_slots_per_second": round(rows * config.max_new_tokens / per_iteration, 1),
+           "pure_generation_seconds": round(pure, 4),
+           "pure_token_slots_per_second": round(rows * config.max_new_tokens / pure, 1),
+           "fraction_of_pure_inference": round(pure / per_iteration, 3),
+           "peak_gpu_memory_mib": peak_mib, "accuracy_before": evals[0], "accuracy_after": evals[-1],
+           "num_eval": args.throughput_num_eval, "wall_s": round(time.perf_counter() - started, 1),
+           "tokens_per_iteration": rows * config.max_new_tokens,
+           "decoding_steps_per_iteration": -(-rows // rows_per_generate) * config.max_new_tokens,
+           "parameters": sum(p.numel() for p in trainer.backend.model.parameters())}
+    trainer.backend.close()
+    return row
+
+
+def resume_check(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Stop a run after half its iterations, resume it, and count the tensors that differ from an uninterrupted run
+    (a small population: exactness does not depend on the size)."""
+    import torch
+
+    from evotune.config import TrainConfig
+    from evotune.trainer import Trainer
+
+    small = dict(population_size=min(args.population_size, 8), batch_size=min(args.batch_size, 8),
+                 num_eval=min(args.num_eval, 8), iterations=4, checkpoint_every=2)
+    whole = Trainer(TrainConfig(**base_config(args, **small)), work / "resume_whole")
+    whole.train()
+    Trainer(TrainConfig(**base_config(args, **{**small, "iterations": 2})), work / "resume_split").train()
+    resumed = Trainer(TrainConfig(**base_config(args, **small)), work / "resume_split", resume=True)
+    resumed.train()
+    expected, got = whole.space.state_tensors(), resumed.space.state_tensors()
+    differing = [name for name in expected if not torch.equal(expected[name].cpu(), got[name].cpu())]
+    return {"tensors": len(expected), "differing": len(differing), "first_differing": differing[:3],
+            "stopped_after": 2, "iterations": 4}
+
+
+def limits_distance(row: dict[str, Any], facts: dict[str, Any], bytes_per_parameter: int) -> dict[str, Any]:
+    """How far the row is from the device's limits: decoding one token of one row costs ~2 FLOPs per parameter,
+    and each decoding step of a batch reads every weight once."""
+    limits = facts.get("limits")
+    if not limits or "tokens_per_iteration" not in row:
+        return {}
+    compute_s = 2.0 * row["parameters"] * row["tokens_per_iteration"] / (limits["bf16_tflops"] * 1e12)
+    weight_bytes = row["parameters"] * bytes_per_parameter
+    bandwidth_s = row["decoding_steps_per_iteration"] * weight_bytes / (limits["bandwidth_tb_s"] * 1e12)
+    return {"compute_bound_seconds_per_iteration": round(compute_s, 5),
+            "share_of_bf16_peak": round(compute_s / row["seconds_per_iteration"], 5),
+            "weight_bytes_per_step": weight_bytes,
+            "bandwidth_bound_seconds_per_iteration": round(bandwidth_s, 5),
+            "share_of_bandwidth": round(bandwidth_s / row["seconds_per_iteration"], 5)}
+
+
+def grpo_config(args: argparse.Namespace, run: Path, **overrides: Any) -> Any:
+    from evotune.baselines.grpo import GRPORunConfig
+
+    values = {key: value for key, value in base_config(args, **overrides).items()
+              if key in GRPORunConfig.__dataclass_fields__}
+    return GRPORunConfig(**values)
+
+
+def grpo_row(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from evotune.baselines.grpo import run_grpo
+
+    config = grpo_config(args, work / "grpo", num_eval=args.throughput_num_eval)
+    started = time.perf_counter()
+    with PeakMemory() as peak:
+        summary = run_grpo(config, str(work / "grpo"))
+    steps = [r for r in metrics(work / "grpo") if "time_s" in r]
+    completions = config.batch_size * config.num_generations
+    per_step = statistics.median([r["time_s"] for r in steps[1:]] or [r["time_s"] for r in steps])
+    return {"method": "grpo", "summary": summary, "steps": len(steps), "seconds_per_step": round(per_step, 4),
+            "completions_per_second": round(completions / per_step, 1),
+            "token_slots_per_second": round(completions * config.max_new_tokens / per_step, 1),
+            "peak_gpu_memory_mib": peak.mib, "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def learn_row(args: argparse.Namespace, work: Path, name: str, overrides: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Held-out accuracy before and after `--learn-seconds` of training (evaluation excluded)."""
+    run = work / f"learn_{name}_seed{seed}"
+    timing = dict(max_training_seconds=args.learn_seconds, num_eval=args.num_eval, seed=seed)
+    if name == "grpo":
+        from evotune.baselines.grpo import run_grpo
+
+        run_grpo(grpo_config(args, run, iterations=100000, **timing), str(run))
+    else:
+        train(base_config(args, iterations=100000, checkpoint_every=100000, **timing, **overrides), run)
+    records = metrics(run)
+    evals = [r["eval/accuracy"] for r in records if "eval/accuracy" in r]
+    return {"method": name, "seed": seed, "settings": overrides, "learn_seconds": args.learn_seconds,
+            "steps": sum(1 for r in records if "time_s" in r), "accuracy_before": evals[0], "accuracy_after": evals[-1],
+            "num_eval": args.num_eval}
+
+
+class Report:
+    """The report's rows, written after every step, and the time left for more."""
+
+    def __init__(self, output: Path, budget_seconds: float, facts: dict[str, Any]):
+        self.output, self.deadline, self.started = output, time.perf_counter() + budget_seconds, time.perf_counter()
+        self.results: dict[str, Any] = {"command": "python -m bench.gpu_check.check " + " ".join(sys.argv[1:]),
+                                         "facts": facts}
+        self.write()
+
+    def write(self) -> None:
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        self.results["elapsed_s"] = round(time.perf_counter() - self.started, 1)
+        self.output.write_text(json.dumps(self.results, indent=2, default=str) + "\n")
+
+    def step(self, name: str, work: Callable[[], Any], needs_seconds: float = 0.0) -> None:
+        """One check: its result, or its error (the script goes on); skipped when fewer than `needs_seconds`
+        are left before the deadline."""
+        left = self.deadline - time.perf_counter()
+        if left < needs_seconds:
+            self.results[name] = {"skipped": f"{left:.0f} s left, the step needs about {needs_seconds:.0f}"}
+        else:
+            started = time.perf_counter()
+            try:
+                self.results[name] = work()
+            except Exception as error:  # noqa: BLE001 - a failed check is a row of the report, not the end of it
+                self.results[name] = {"error": f"{type(error).__name__}: {error}",
+                                      "traceback": traceback.format_exc()[-2000:]}
+            row = self.results[name]
+            state = "FAIL " + row["error"] if isinstance(row, dict) and "error" in row else "ok"
+            print(f"gpu_check: {name} ({time.perf_counter() - started:.1f} s): {state}", file=sys.stderr, flush=True)
+        self.write()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--population-size", type=int, default=30)
+    parser.add_argument("--population-batch-size", type=population_batch_size, default="auto",
+                        help="full ES batched arm: candidates per generate (default auto: from free GPU memory)")
+    parser.add_argument("--arms", nargs="+", choices=[*ARMS, "grpo"], default=[*ARMS, "grpo"],
+                        help="the throughput rows to measure (default: all)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--iterations", type=int, default=3, help="iterations of each throughput row")
+    parser.add_argument("--num-eval", type=int, default=256, help="held-out prompts of the learning rows")
+    parser.add_argument("--throughput-num-eval", type=int, default=32, help="held-out prompts of the throughput rows")
+    parser.add_argument("--learn-seconds", type=float, default=60.0, help="training time of each learning row")
+    parser.add_argument("--no-learn", action="store_true", help="leave out the learning rows")
+    parser.add_argument("--budget-seconds", type=float, default=440.0,
+                        help="start no step that would end after this many seconds from the start")
+    parser.add_argument("--work-dir", default="/tmp/evotune_gpu_check")
+    parser.add_argument("--output", required=True, help="JSON file for the report")
+    args = parser.parse_args()
+    work = Path(args.work_dir)
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"--work-dir {work} is not empty; give a new one (its runs would be refused)")
+    facts = device_facts(args.device)
+    report = Report(Path(args.output), args.budget_seconds, facts)
+    report.step("resume", lambda: resume_check(args, work))
+    arms = {name: dict(overrides) for name, overrides in ARMS.items() if name in args.arms}
+    if "full_batched" in arms:
+        arms["full_batched"]["population_batch_size"] = args.population_batch_size
+    for name, overrides in arms.items():
+        report.step(name, lambda name=name, overrides=overrides: es_row(args, name, work, **overrides),
+                    needs_seconds=20)
+    has_trl = _has_trl()
+    if "grpo" in args.arms and has_trl:
+        report.step("grpo", lambda: grpo_row(args, work), needs_seconds=20)
+    bytes_per_parameter = 2 if args.dtype in ("auto", "bfloat16") and args.device.startswith("cuda") else 4
+    for name in arms:
+        if isinstance(report.results.get(name), dict) and "tokens_per_iteration" in report.results[name]:
+            report.results[name].update(limits_distance(report.results[name], facts, bytes_per_parameter))
+    report.write()
+    if not args.no_learn:
+        learning = [(name, overrides, seeds) for name, overrides, seeds in LEARN]
+        if "full_batched" in arms:
+            learning[1] = ("full_batched", arms["full_batched"], learning[1][2])
+        if has_trl:
+            learning.append(("grpo", {}, LEARN_GRPO_SEEDS))
+        # first seed of every method, then the further seeds while time is left
+        order = [(name, overrides, seed) for index in range(3) for name, overrides, seeds in learning
+                 if index < len(seeds) for seed in [seeds[index]]]
+        for name, overrides, seed in order:
+            report.step(f"learn_{name}_seed{seed}",
+                        lambda name=name, overrides=overrides, seed=seed: learn_row(args, work, name, overrides, seed),
+                        needs_seconds=args.learn_seconds * 1.5 + 10)
+    print(json.dumps({name: {k: v for k, v in value.items() if k != "traceback"} if isinstance(value, dict) else value
+                      for name, value in report.results.items()}, indent=2, default=str))
+
+
+def _has_trl() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("trl") is not None
+
+
+if __name__ == "__main__":
+    main()

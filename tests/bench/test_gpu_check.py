@@ -1,0 +1,102 @@
+"""bench/gpu_check/gpu_check.sh, the script a lent GPU machine runs, dry-run on CPU with the tiny model so it cannot
+rot: prepared, installed into a target folder and run from there, as on the GPU machine.
+
+CI's dry run leaves out the `full_compiled` arm: torch.compile of the tiny model's decoding step costs ~10 s of a
+cold interpreter. That arm is the others' es_row with one config key (checked below on every push), compiled
+generation has its own tests (tests/backends/test_compile_generation.py), and the slow test runs every arm."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.gpu_check import check as gpu_check
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "gpu_check" / "gpu_check.sh"
+SETTINGS = ("--population-size 4 --population-batch-size 2 --batch-size 2 --max-new-tokens 4 --iterations 2 "
+            "--num-eval 4 --throughput-num-eval 4 --learn-seconds 1 --dtype float32")
+
+
+@pytest.fixture(scope="module")
+def installed_site(tmp_path_factory):
+    """evotune's wheel, prepared and installed as on the GPU machine (a small stand-in for the model file)."""
+    folder = tmp_path_factory.mktemp("gpu-site")
+    wheels = folder / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                    str(ROOT)], check=True, capture_output=True)
+    model = folder / "Model.gguf"
+    model.write_bytes(b"gguf stand-in")
+    carry = folder / ".gpu_carry"
+    environment = {**os.environ, "CARRY_ARGS": f"--wheel-source {wheels} --model {model} --carry {carry}"}
+    subprocess.run(["bash", str(SCRIPT), "prepare"], env=environment, check=True, capture_output=True)
+    site = folder / "site"
+    environment = {**os.environ, "SITE": str(site), "CARRY_ARGS": f"--carry-folder {max(carry.glob('call*'))}"}
+    done = subprocess.run(["bash", str(SCRIPT), "install"], env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"{site}/evotune/__init__.py" in done.stdout  # the import check after installing
+    return site
+
+
+def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str]) -> dict:
+    output = tmp_path / "gpu_check.json"
+    environment = {**os.environ, "DEVICE": "cpu", "MODEL": tiny_model_dir, "OUTPUT": str(output), "SITE": str(site),
+                   "WORK": str(tmp_path / "runs"), "GPU_CHECK_ARGS": f"{SETTINGS} --arms {' '.join(arms)}",
+                   "TIMEOUT": "300"}
+    done = subprocess.run(["bash", str(SCRIPT), "run"], env=environment, cwd=ROOT,
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report["facts"]["device"] == "cpu"
+    assert report["facts"]["evotune"].startswith(str(site)), report["facts"]  # the installed wheel, not src/
+    assert report["resume"]["differing"] == 0 and report["resume"]["tensors"] > 0, report["resume"]
+    for arm in (arm for arm in arms if arm != "grpo"):
+        row = report[arm]
+        assert "error" not in row, (arm, row)
+        assert row["iterations"] == 2 and row["seconds_per_iteration"] > 0
+        assert row["pure_generation_seconds"] > 0 and row["fraction_of_pure_inference"] > 0
+        assert row["token_slots_per_second"] == pytest.approx(4 * 2 * 4 / row["seconds_per_iteration"], rel=0.01)
+    assert report["full_batched"]["settings"] == {"population_batch_size": 2}
+    assert report["full_batched"]["candidates_per_generate"] == 2
+    assert report["full_batched"]["rows_per_generate"] == 4
+    assert report["lowrank"]["rows_per_generate"] == 8  # the whole population in one generate
+    # the same greedy tokens with and without the host syncs: the same learning
+    assert report["full_own_loop"]["accuracy_after"] == report["full_one_at_a_time"]["accuracy_after"]
+    assert "error" not in report["grpo"] and report["grpo"]["steps"] == 2, report["grpo"]
+    for name in ("learn_lowrank_seed0", "learn_full_batched_seed0", "learn_grpo_seed0"):
+        row = report[name]
+        assert "error" not in row, (name, row)
+        assert row["steps"] >= 1 and 0 <= row["accuracy_before"] <= 1 and 0 <= row["accuracy_after"] <= 1
+    return report
+
+
+def test_gpu_check_dry_run_on_cpu(installed_site, tiny_model_dir, tmp_path):
+    arms = [arm for arm in [*gpu_check.ARMS, "grpo"] if arm != "full_compiled"]
+    report = dry_run(installed_site, tiny_model_dir, tmp_path, arms)
+    assert "full_compiled" not in report  # --arms picks
+
+
+def test_every_arm_is_a_config_train_accepts(tiny_model_dir):
+    """Each arm's overrides on the script's base settings make a valid TrainConfig (a renamed key fails here)."""
+    from evotune.config import TrainConfig
+
+    args = argparse.Namespace(model=tiny_model_dir, population_size=4, iterations=2, batch_size=2, max_new_tokens=4,
+                              num_eval=4, device="cpu", dtype="float32")
+    for name, overrides in gpu_check.ARMS.items():
+        config = TrainConfig(**gpu_check.base_config(args, **overrides))
+        for key, value in overrides.items():
+            assert getattr(config, key) == value, (name, key)
+    assert gpu_check.ARMS["full_compiled"] == {"compile_generation": True}
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_on_cpu_with_every_arm(installed_site, tiny_model_dir, tmp_path):
+    report = dry_run(installed_site, tiny_model_dir, tmp_path, [*gpu_check.ARMS, "grpo"])
+    assert report["full_compiled"]["settings"] == {"compile_generation": True}
+    assert "error" not in report["full_compiled"], report["full_compiled"]
