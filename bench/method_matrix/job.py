@@ -1,0 +1,173 @@
+"""One job of the method matrix, in its own process at one thread: a warm start, a base measurement, or a
+training run (tuning or main) with its measurement; it writes one small result file (no weights).
+
+    python -m bench.method_matrix.job '{"kind": "train", "phase": "tune", "task": "arithmetic", ...}' \
+        --results bench/results/method_matrix --runs /work/study_runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .arms import ADAPTER_METHODS, METHODS, TASKS, TRAINING_SECONDS, run_keys, sft_keys
+
+
+def machine() -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    import evotune
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(evotune.__file__).parent, capture_output=True,
+                            text=True).stdout.strip()
+    return {"cpu": cpu, "amx_bf16": "amx_bf16" in flags, "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "evotune_commit": commit,
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def run_command(arguments: list[str], log: Path) -> dict[str, Any]:
+    """Run an evotune command in its own process; its wall time and peak resident memory (wait4's rusage)."""
+    started = time.perf_counter()
+    with log.open("w") as handle:
+        process = subprocess.Popen([sys.executable, "-m", "evotune.cli.main", *arguments], stdout=handle,
+                                   stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"`evotune {' '.join(arguments)}` exited with {code}; its log: {log}\n"
+                           + log.read_text()[-3000:])
+    return {"wall_s": round(time.perf_counter() - started, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def write_config(run: Path, keys: dict[str, Any]) -> Path:
+    if run.exists():
+        shutil.rmtree(run)  # a job interrupted earlier starts again whole
+    run.parent.mkdir(parents=True, exist_ok=True)
+    path = run.parent / f"{run.name}.yaml"
+    path.write_text(yaml.safe_dump(keys, sort_keys=True))
+    return path
+
+
+def warm_start(job: dict, runs: Path) -> dict[str, Any]:
+    """SFT on the task's own solutions (a LoRA), and that adapter merged into a full model."""
+    run = runs / job["task"] / f"sft_seed{job['seed']}"
+    config = write_config(run, sft_keys(job["task"], job["seed"]))
+    cost = run_command(["sft", str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
+    merged = run / "merged"
+    run_command(["export", str(run / "adapter"), "--merge", "--dtype", "float32", "--output-dir", str(merged)],
+                run.parent / f"{run.name}_merge.log")
+    steps = [r for r in records(run) if "loss" in r]
+    result = {"training_seconds": round(sum(r["time_s"] for r in steps), 1), "steps": len(steps), **cost}
+    if TASKS[job["task"]]["warm_start"]:
+        from .measure import measure
+
+        result["heldout"] = measure(str(merged), job["task"], str(merged), job["seed"])
+    return result
+
+
+def base(job: dict) -> dict[str, Any]:
+    from evotune.backends.models import DEFAULT_MODEL
+
+    from .measure import measure
+
+    return {"heldout": measure(DEFAULT_MODEL, job["task"], DEFAULT_MODEL, 0)}
+
+
+def start_of(job: dict, runs: Path) -> tuple[dict[str, Any], float]:
+    """The model (or adapter) a run starts from, and the seconds of SFT charged to it."""
+    task, method, seed = job["task"], job["method"], job["seed"]
+    sft = runs / task / f"sft_seed{seed}"
+    if TASKS[task]["warm_start"]:
+        if method in ADAPTER_METHODS:
+            return {"adapter": str(sft / "adapter")}, 0.0
+        return {"model": str(sft / "merged")}, 0.0
+    if method == "essa":
+        sft_result = json.loads(Path(job["sft_result"]).read_text())
+        return {"adapter": str(sft / "adapter")}, sft_result["training"]["training_seconds"]
+    return {}, 0.0
+
+
+def train(job: dict, runs: Path) -> dict[str, Any]:
+    method = METHODS[job["method"]]
+    run = runs / job["task"] / job["phase"] / f"{job['method']}_s{job['setting']}_seed{job['seed']}"
+    start, charged = start_of(job, runs)
+    keys = {**run_keys(job["method"], job["task"], method["grid"][job["setting"]], job["seed"], job["phase"]), **start}
+    if method["command"] == "grpo" and "adapter" in start:
+        keys["lora"] = True
+    keys["max_training_seconds"] = round(TRAINING_SECONDS - charged, 1)
+    command = "grpo" if method["command"] == "grpo" else "train"
+    config = write_config(run, keys)
+    cost = run_command([command, str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
+    lines = records(run)
+    steps = [r for r in lines if "time_s" in r and "reward_mean" in r]
+    evals = [r["eval/accuracy"] for r in lines if "eval/accuracy" in r]
+    if not steps or len(evals) < 2:
+        raise RuntimeError(f"{run}: {len(steps)} training steps and {len(evals)} evaluations logged; expected both")
+    elapsed, curve = 0.0, []
+    for r in steps:
+        elapsed += r["time_s"]
+        curve.append([round(charged + elapsed, 2), round(r["reward_mean"], 4)])
+    result = {"keys": keys, "sft_seconds_charged": charged, "steps": len(steps),
+              "training_seconds": round(charged + elapsed, 1), "validation_before": evals[0],
+              "validation_after": evals[-1], "reward_curve": curve, **cost}
+    result = {"training": result}
+    if job["phase"] != "tune":
+        from evotune.backends.models import DEFAULT_MODEL
+
+        from .measure import measure
+
+        start_model = start.get("model") or (str(runs / job["task"] / f"sft_seed{job['seed']}" / "merged")
+                                             if TASKS[job["task"]]["warm_start"] else DEFAULT_MODEL)
+        result["heldout"] = measure(str(run), job["task"], start_model, job["seed"])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("job", type=json.loads)
+    parser.add_argument("--results", type=Path, required=True)
+    parser.add_argument("--runs", type=Path, required=True)
+    args = parser.parse_args()
+    job = args.job
+    started = time.perf_counter()
+    if job["kind"] == "sft":
+        payload = {"training": warm_start(job, args.runs)}
+    elif job["kind"] == "base":
+        payload = base(job)
+    else:
+        payload = train(job, args.runs)
+    output = args.results / job["path"]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    payload = {"job": {key: value for key, value in job.items() if key not in ("path", "sft_result")},
+               **payload, "job_wall_s": round(time.perf_counter() - started, 1),
+               "measure_peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "machine": machine()}
+    if "method" in job:
+        payload["label"] = METHODS[job["method"]]["label"]
+        payload["setting"] = METHODS[job["method"]]["grid"][job["setting"]]
+    tmp = output.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    tmp.replace(output)
+
+
+if __name__ == "__main__":
+    main()

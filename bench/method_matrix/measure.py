@@ -1,0 +1,91 @@
+"""The held-out measurement of the method matrix: accuracy on fresh questions at growing token budgets, and
+retention with the KL to the starting model on other tasks' prompts.
+
+The held-out set of a task is drawn from a seed no run uses and keeps only questions outside every run's
+training and validation splits (all seeds of the study, the tuning seed included), so it is disjoint from
+everything any arm trained or was tuned on. Tuning never reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .arms import MAIN_NUM_EVAL, MAX_NEW_TOKENS, TASKS, TUNING_SEED, VALIDATION_SIZE
+
+HELDOUT_SEED = 20261127
+HELDOUT_DRAW = {"arithmetic": 4000, "countdown": 1200}  # questions drawn before the disjointness filter
+# kept (n >= 512 asked): the first 512 fresh questions of the draw (METHOD_MATRIX_HELDOUT: fewer, for a smoke run)
+HELDOUT_SIZE = int(os.environ.get("METHOD_MATRIX_HELDOUT", 512))
+BUDGETS = [32, 48, 64]  # accuracy at growing budgets: the scored one (48) must equal the larger one's
+RETENTION_TASKS = ["conciseness", "ifeval"]
+RETENTION_NUM_EVAL = 32
+
+
+def heldout_rows(task_name: str) -> list[dict]:
+    from evotune.tasks import get_task
+
+    keys = TASKS[task_name]["keys"]
+    task = get_task(task_name, seed=HELDOUT_SEED, num_eval=HELDOUT_DRAW[task_name], **keys.get("task_args", {}))
+    seen = set()
+    for seed in (TUNING_SEED, *TASKS[task_name]["seeds"]):
+        for num_eval in (VALIDATION_SIZE, MAIN_NUM_EVAL):  # the split's training rows depend on its size
+            split = get_task(task_name, seed=seed, num_eval=num_eval, **keys.get("task_args", {}))
+            seen |= {json.dumps(row["prompt"]) for row in split.train_rows + split.eval_rows}
+    fresh = [row for row in task.eval_rows if json.dumps(row["prompt"]) not in seen]
+    if len(fresh) < HELDOUT_SIZE:
+        raise RuntimeError(f"{task_name}: only {len(fresh)} fresh held-out questions; draw more (HELDOUT_DRAW)")
+    return fresh[:HELDOUT_SIZE]
+
+
+def accuracy_by_budget(backend: Any, task: Any, rows: list[dict]) -> dict[int, np.ndarray]:
+    """Per-question accuracy with the completion cut at each budget: one greedy generation at the largest,
+    re-decoded at each smaller one (greedy decoding's first K tokens do not depend on the budget)."""
+    from evotune.evaluation.generation import generate_in_chunks
+
+    completions = generate_in_chunks(backend, rows, max(BUDGETS))
+    tokenizer = backend.tokenizer
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
+    scores = {}
+    for budget in BUDGETS:
+        cut = [tokenizer.decode(row[:budget], skip_special_tokens=True) for row in ids]
+        scores[budget] = np.asarray(task.metric_values("accuracy", rows, cut), dtype=float)  # (questions,)
+    return scores
+
+
+def retention(backend: Any, start_model: str, seed: int) -> dict[str, float]:
+    """retain/<task>/<metric> and /kl (per-token k3 KL to the starting model on the model's own completions)."""
+    from evotune.evaluation.retention import Retention, reference_for
+    from evotune.tasks import get_task
+
+    tasks = [get_task(name, seed=seed, num_eval=RETENTION_NUM_EVAL) for name in RETENTION_TASKS]
+    scorer = Retention(tasks, MAX_NEW_TOKENS, reference_for(backend.model, start_model))
+    return scorer.evaluate(backend)
+
+
+def measure(model: str, task_name: str, start_model: str, seed: int, with_retention: bool = True) -> dict[str, Any]:
+    """Held-out accuracy at every budget (and the per-question scores at the scored budget, for paired
+    intervals against the start) plus retention, for a model directory or run directory."""
+    import torch
+
+    from evotune.evaluation.evaluate import load_for_eval
+    from evotune.tasks import get_task
+
+    torch.manual_seed(0)
+    keys = TASKS[task_name]["keys"]
+    task = get_task(task_name, seed=HELDOUT_SEED, num_eval=8, **keys.get("task_args", {}))  # its metrics only
+    rows = heldout_rows(task_name)
+    backend = load_for_eval(model, "float32", "cpu")
+    scores = accuracy_by_budget(backend, task, rows)
+    result = {"n": len(rows), "scored_budget": MAX_NEW_TOKENS,
+              "accuracy": round(float(scores[MAX_NEW_TOKENS].mean()), 4),
+              "accuracy_by_budget": {str(budget): round(float(value.mean()), 4) for budget, value in scores.items()},
+              "correct": "".join(str(int(value)) for value in scores[MAX_NEW_TOKENS])}
+    if with_retention:
+        result["retention"] = {key: round(float(value), 5) for key, value in retention(backend, start_model,
+                                                                                        seed).items()}
+    return result

@@ -1,0 +1,149 @@
+"""The method matrix, one command: every method tuned alike on a validation split, then run on every seed of
+every task at equal wall time, one CPU thread per run, two runs at a time. It runs only what is missing (a job's
+result file is its only mark of being done), so a study stopped midway loses at most the jobs in flight; each
+finished job's small result file is committed at once when --commit is given.
+
+    python -m bench.method_matrix.run --results bench/results/method_matrix --runs /tmp/study_runs --commit
+    python -m bench.method_matrix.run --plan          # list the jobs and which are done
+    touch RESULTS/PAUSE                               # start no new job until the file is gone
+
+Order: the tuning runs (arithmetic, TUNING_SEED), the base model's held-out scores, then per method, once its
+tuning is complete, its main runs with the best validation setting (arithmetic seeds, then countdown's, each
+from the same SFT warm start on countdown). Run it from a fixed commit (a git worktree), with that
+worktree's src/ first on PYTHONPATH: each result file records the commit it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .arms import METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def selection(results: Path, method: str) -> int | None:
+    """The tuning setting with the best final validation accuracy (the first on a tie); None until all ran."""
+    scores = []
+    for setting in range(TUNING_SETTINGS):
+        path = results / "tune" / "arithmetic" / method / f"s{setting}_seed{TUNING_SEED}.json"
+        if not path.exists():
+            return None
+        scores.append(json.loads(path.read_text())["training"]["validation_after"])
+    return max(range(TUNING_SETTINGS), key=lambda index: (scores[index], -index))
+
+
+def plan(results: Path) -> list[dict]:
+    """Every job in the order it should run; `needs` lists result files that must exist first."""
+    jobs: list[dict] = []
+    sft_tune = f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"
+    jobs.append({"kind": "sft", "task": "arithmetic", "seed": TUNING_SEED, "path": sft_tune, "needs": []})
+    for setting in range(TUNING_SETTINGS):
+        for method in METHODS:
+            needs = [sft_tune] if method == "essa" else []
+            jobs.append({"kind": "train", "phase": "tune", "task": "arithmetic", "method": method,
+                         "setting": setting, "seed": TUNING_SEED, "needs": needs,
+                         "path": f"tune/arithmetic/{method}/s{setting}_seed{TUNING_SEED}.json"})
+    jobs.append({"kind": "base", "task": "arithmetic", "path": "base/arithmetic.json", "needs": []})
+    for task, spec in TASKS.items():
+        for seed in spec["seeds"]:
+            sft = f"warm_start/{task}/sft_seed{seed}.json"
+            if spec["warm_start"] or "essa" in METHODS:
+                jobs.append({"kind": "sft", "task": task, "seed": seed, "path": sft, "needs": []})
+            for method in METHODS:
+                chosen = selection(results, method)
+                tuned = [f"tune/arithmetic/{method}/s{index}_seed{TUNING_SEED}.json" for index in
+                         range(TUNING_SETTINGS)]
+                needs = tuned + ([sft] if spec["warm_start"] or method == "essa" else [])
+                jobs.append({"kind": "train", "phase": "main", "task": task, "method": method,
+                             "setting": chosen, "seed": seed, "needs": needs,
+                             "path": f"main/{task}/{method}/seed{seed}.json"})
+    for job in jobs:
+        if job.get("method") == "essa" and job["task"] == "arithmetic":
+            job["sft_result"] = str(results / f"warm_start/arithmetic/sft_seed{job['seed']}.json")
+    return jobs
+
+
+def commit(results: Path, path: Path, message: str) -> None:
+    """Commit one result file alone (other staged changes of the checkout stay as they are)."""
+    for attempt in range(10):
+        added = subprocess.run(["git", "add", "--", str(path)], cwd=results, capture_output=True, text=True)
+        done = added.returncode == 0 and subprocess.run(
+            ["git", "commit", "-q", "-m", message, "--only", "--", str(path)], cwd=results, capture_output=True,
+            text=True).returncode == 0
+        if done:
+            return
+        time.sleep(3 + attempt)  # another git command holds the index lock
+    print(f"method_matrix: could not commit {path}; commit it by hand", file=sys.stderr, flush=True)
+
+
+def launch(job: dict, results: Path, runs: Path, log_dir: Path) -> subprocess.Popen:
+    environment = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
+                   "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    source = str(ROOT / "src")  # this checkout's evotune, not another one installed in editable mode
+    environment["PYTHONPATH"] = source + os.pathsep + str(ROOT) + (
+        os.pathsep + environment["PYTHONPATH"] if environment.get("PYTHONPATH") else "")
+    log = log_dir / (job["path"].replace("/", "__") + ".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    payload = {key: value for key, value in job.items() if key != "needs"}
+    return subprocess.Popen([sys.executable, "-m", "bench.method_matrix.job", json.dumps(payload), "--results",
+                             str(results), "--runs", str(runs)], cwd=ROOT, env=environment,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "method_matrix")
+    parser.add_argument("--runs", type=Path, default=Path("/tmp/method_matrix_runs"))
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--commit", action="store_true", help="commit each finished job's result file")
+    parser.add_argument("--plan", action="store_true", help="print the jobs and whether each is done, then exit")
+    parser.add_argument("--only", nargs="*", default=None, help="run only jobs whose result path starts so")
+    args = parser.parse_args()
+    results = args.results.resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    if args.plan:
+        for job in plan(results):
+            print(("done    " if (results / job["path"]).exists() else "missing ") + job["path"])
+        return
+    running: dict[str, subprocess.Popen] = {}
+    failed: set[str] = set()
+    while True:
+        for path, process in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[path]
+            if process.returncode == 0 and (results / path).exists():
+                print(f"method_matrix: done {path}", flush=True)
+                if args.commit:
+                    commit(results, results / path, f"method matrix: {path}")
+            else:
+                failed.add(path)
+                print(f"method_matrix: FAILED {path} (exit {process.returncode}); see its log", flush=True)
+        jobs = [job for job in plan(results) if not (results / job["path"]).exists() and job["path"] not in failed
+                and (args.only is None or any(job["path"].startswith(prefix) for prefix in args.only))]
+        ready = [job for job in jobs if job["path"] not in running and all((results / need).exists()
+                                                                           for need in job["needs"])
+                 and job.get("setting", 0) is not None]
+        if not jobs and not running:
+            print("method_matrix: every job is done" + (f" but {len(failed)} failed" if failed else ""), flush=True)
+            return
+        if not ready and not running:
+            print(f"method_matrix: {len(jobs)} jobs wait on failed ones: {sorted(failed)}", flush=True)
+            return
+        paused = (results / "PAUSE").exists()
+        while ready and len(running) < args.parallel and not paused:
+            job = ready.pop(0)
+            print(f"method_matrix: start {job['path']}", flush=True)
+            running[job["path"]] = launch(job, results, args.runs, args.runs / "logs")
+        time.sleep(5)
+
+
+if __name__ == "__main__":
+    main()

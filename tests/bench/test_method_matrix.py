@@ -1,0 +1,72 @@
+"""bench/method_matrix: every arm a valid config, the tuning budget equal for every method, the held-out set
+disjoint from every split any run trains or is tuned on, and the planner running only what is missing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.method_matrix import arms, measure, run
+
+
+def test_every_arm_is_a_valid_config_of_its_command():
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config import TrainConfig
+    from evotune.config.sft import SFTConfig
+
+    for task in arms.TASKS:
+        SFTConfig(**arms.sft_keys(task, 0))
+        for name, method in arms.METHODS.items():
+            assert len(method["grid"]) == arms.TUNING_SETTINGS  # the same tuning budget for every method
+            for setting in method["grid"]:
+                keys = arms.run_keys(name, task, setting, seed=0)
+                assert keys["max_training_seconds"] == arms.TRAINING_SECONDS and keys["dtype"] == arms.DTYPE
+                assert keys["max_new_tokens"] == arms.MAX_NEW_TOKENS
+                config = (GRPORunConfig if method["command"] == "grpo" else TrainConfig)(**keys)
+                for key, value in setting.items():
+                    assert getattr(config, key) == value
+
+
+def test_es_on_a_lora_uses_grpos_adapter_shape():
+    es, grpo = arms.METHODS["es_lora"]["keys"], arms.METHODS["grpo_lora"]["keys"]
+    for key in ("lora_rank", "lora_alpha", "lora_target_modules"):
+        assert es[key] == grpo[key]
+
+
+@pytest.mark.parametrize("task", list(arms.TASKS))
+def test_the_heldout_set_is_disjoint_from_every_training_and_validation_split(task):
+    from evotune.tasks import get_task
+
+    rows = measure.heldout_rows(task)
+    assert len(rows) == measure.HELDOUT_SIZE >= 512
+    prompts = {json.dumps(row["prompt"]) for row in rows}
+    assert len(prompts) == len(rows)
+    task_args = arms.TASKS[task]["keys"].get("task_args", {})
+    for seed in (arms.TUNING_SEED, *arms.TASKS[task]["seeds"]):
+        for num_eval in (arms.VALIDATION_SIZE, arms.MAIN_NUM_EVAL):
+            split = get_task(task, seed=seed, num_eval=num_eval, **task_args)
+            assert not prompts & {json.dumps(row["prompt"]) for row in split.train_rows + split.eval_rows}
+
+
+def test_the_plan_tunes_first_and_runs_the_main_runs_with_the_best_validation_setting(tmp_path):
+    jobs = run.plan(tmp_path)
+    tune = [job for job in jobs if job.get("phase") == "tune"]
+    assert len(tune) == len(arms.METHODS) * arms.TUNING_SETTINGS
+    main = [job for job in jobs if job.get("phase") == "main"]
+    assert len(main) == len(arms.METHODS) * sum(len(task["seeds"]) for task in arms.TASKS.values())
+    assert all(job["setting"] is None for job in main)  # nothing chosen before the tuning ran
+    assert jobs.index(tune[-1]) < jobs.index(main[0])
+    # full ES's tuning done: validation 0.30, 0.45, 0.45, 0.20 -> setting 1 (the first of the tie)
+    for setting, score in enumerate([0.30, 0.45, 0.45, 0.20]):
+        path = tmp_path / "tune" / "arithmetic" / "full_es" / f"s{setting}_seed{arms.TUNING_SEED}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"training": {"validation_after": score}}))
+    chosen = {job["setting"] for job in run.plan(tmp_path) if job.get("phase") == "main" and job["method"] == "full_es"}
+    assert chosen == {1}
+    assert run.selection(tmp_path, "es_lora") is None
+    # ESSA on arithmetic waits for its seed's SFT, whose time it is charged; countdown's runs for the warm start
+    essa = next(job for job in main if job["method"] == "essa" and job["task"] == "arithmetic" and job["seed"] == 2)
+    assert "warm_start/arithmetic/sft_seed2.json" in essa["needs"] and essa["sft_result"].endswith("sft_seed2.json")
+    countdown = next(job for job in main if job["method"] == "full_es" and job["task"] == "countdown")
+    assert f"warm_start/countdown/sft_seed{countdown['seed']}.json" in countdown["needs"]
