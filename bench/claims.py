@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -77,7 +77,8 @@ def drift_arithmetic() -> str:
     accuracy = ", ".join(f"{label} {100 * final[key]['target_accuracy']['mean']:.1f}%" for key, label in names.items())
     kl = ", ".join(f"{label} {equal[key]['retain/conciseness/kl']['mean']:.4f}" for key, label in names.items())
     return (f"after 30 minutes at one CPU thread, {accuracy} (at 24 new tokens, 2 seeds each, n = 512); KL to "
-            f"the base on another task's prompts at equal accuracy ({100 * data['at_equal_target']['level']:.1f}%): {kl}")
+            f"the base on another task's prompts at equal accuracy "
+            f"({100 * data['at_equal_target']['level']:.1f}%): {kl}")
 
 
 def lowrank_throughput_cpu() -> str:
@@ -152,11 +153,13 @@ def grpo_equal_samples() -> str:
     method = next(method for method in data["methods"] if method["method"] == "grpo")
     return (", ".join(f"{_pct(run['curve'][0]['value'])} -> {_pct(run['final'])} (seed {run['seed']})" for run in runs)
             + f" after {method['samples_seen']:,} sampled completions in {method['train_time_s']:.0f} s of training "
-              f"(mean of the seeds), n = {runs[0]['num_eval']} at 10 tokens, {method['peak_rss_mib']:,.0f} MiB peak RSS")
+              f"(mean of the seeds), n = {runs[0]['num_eval']} at 10 tokens, "
+              f"{method['peak_rss_mib']:,.0f} MiB peak RSS")
 
 
 def grpo_memory() -> str:
-    runs = sorted(_load("grpo_memory_grpo_conciseness.json")["runs"], key=lambda run: run["gradient_accumulation_steps"])
+    runs = sorted(_load("grpo_memory_grpo_conciseness.json")["runs"],
+                  key=lambda run: run["gradient_accumulation_steps"])
     return " and ".join(f"{run['peak_rss_mib']:,.0f} MiB in {run['gradient_accumulation_steps']} micro-batch"
                         f"{'es' if run['gradient_accumulation_steps'] > 1 else ''}" for run in runs)
 
@@ -205,7 +208,8 @@ def essa_gsm8k() -> str:
     data = _load("stages_essa_gsm8k.json")
     rows = sorted(data["rows"], key=lambda row: row["seed"])
     return (f"base {_per_seed(row['base']['value'] for row in rows)}, after SFT "
-            f"{_per_seed(row['sft']['value'] for row in rows)}, ESSA {_per_seed(row['essa']['final']['value'] for row in rows)}, "
+            f"{_per_seed(row['sft']['value'] for row in rows)}, "
+            f"ESSA {_per_seed(row['essa']['final']['value'] for row in rows)}, "
             f"GRPO {_per_seed(row['grpo']['final']['value'] for row in rows)} (seeds 0 / 1, n = {data['num_eval']})")
 
 
@@ -232,15 +236,16 @@ def essa_quantization() -> str:
     means = _load("essa_quantization.json")["mean_over_seeds"]
     order = ("float32", "int8", "int4")
     gains = " / ".join(f"{100 * (means[p]['essa_end'] - means[p]['sft_alone']):+.1f}" for p in order)
-    return (f"the SFT adapter alone scores {' / '.join(_pct(means[p]['sft_alone']) for p in order)} on float32 / INT8 / "
-            f"INT4, and ESSA ends at {' / '.join(_pct(means[p]['essa_end']) for p in order)} ({gains} points; mean of "
-            f"2 seeds, n = 512 at 10 tokens)")
+    return (f"the SFT adapter alone scores {' / '.join(_pct(means[p]['sft_alone']) for p in order)} "
+            f"on float32 / INT8 / INT4, and ESSA ends at {' / '.join(_pct(means[p]['essa_end']) for p in order)} "
+            f"({gains} points; mean of 2 seeds, n = 512 at 10 tokens)")
 
 
 def quantization_speed() -> str:
     data = _load("quantization_speed_128prompts.json")
     time, memory, equal = data["time"], data["memory"], data["completions_equal_to_float32"]
-    peaks = " / ".join(f"{memory[precision]['peak_rss_generating_mib']:.0f}" for precision in ("float32", "int8", "int4"))
+    peaks = " / ".join(f"{memory[precision]['peak_rss_generating_mib']:.0f}"
+                       for precision in ("float32", "int8", "int4"))
     return (f"float32 took {time['float32']['wall_s']:.1f} s, INT8 {time['int8']['wall_s_ratio_to_float32']:.2f}x and "
             f"INT4 {time['int4']['wall_s_ratio_to_float32']:.2f}x that; peak RSS {peaks} MiB; "
             f"{equal['int8']} and {equal['int4']} of {equal['float32']} completions equal to float32's")
@@ -315,7 +320,8 @@ def stability_averaging() -> str:
             f"{_pct(models[names[2]]['mean'])}")
 
 
-SWEEP_GRIDS = ("shape", "population", "sigma_lr", "antithetic", "shaping", "reward", "weights", "parameters", "optimizer")
+SWEEP_GRIDS = ("shape", "population", "sigma_lr", "antithetic", "shaping", "reward", "weights", "parameters",
+               "optimizer")
 
 
 def sweep_arithmetic() -> str:
@@ -341,11 +347,12 @@ def quantization_speed_table() -> str:
     """One generate of 16 prompts per base precision: time, weights, peak RSS, completions equal to float32's."""
     data = _load("quantization_speed.json")
     time, memory, equal = data["time"], data["memory"], data["completions_equal_to_float32"]
-    lines = ["", "", "| base | generation (median) | / float32 | weights (`get_memory_footprint`) | peak RSS generating "
-             "| completions = float32's |", "|---|---|---|---|---|---|"]
+    lines = ["", "", "| base | generation (median) | / float32 | weights (`get_memory_footprint`) "
+             "| peak RSS generating | completions = float32's |", "|---|---|---|---|---|---|"]
     for key, label in PRECISIONS.items():
         lines.append(f"| {label} | {time[key]['wall_s']:.2f} s | {time[key]['wall_s_ratio_to_float32']:.2f} "
-                     f"| {memory[key]['base_memory_footprint_mib']:.0f} MiB | {memory[key]['peak_rss_generating_mib']:.0f} MiB "
+                     f"| {memory[key]['base_memory_footprint_mib']:.0f} MiB "
+                     f"| {memory[key]['peak_rss_generating_mib']:.0f} MiB "
                      f"| {equal[key]} / {equal['float32']} |")
     return "\n".join(lines) + "\n\n"
 
@@ -360,12 +367,14 @@ def essa_quantization_table() -> str:
         return f"{_pct(entry['value'])} [{100 * low:.1f}, {100 * high:.1f}]"
 
     iterations = {row["essa"]["iterations"] for row in rows}
-    lines = ["", "", f"| base | seed | SFT adapter alone | ESSA end ({'/'.join(map(str, sorted(iterations)))} iterations) "
+    lines = ["", "", f"| base | seed | SFT adapter alone "
+             f"| ESSA end ({'/'.join(map(str, sorted(iterations)))} iterations) "
              "| ESSA gain | peak RSS | median s / iteration |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         essa = row["essa"]
         gain = 100 * (essa["end"]["value"] - row["sft_alone"]["value"])
-        lines.append(f"| {PRECISIONS[row['precision']]} | {row['seed']} | {cell(row['sft_alone'])} | {cell(essa['end'])} "
+        lines.append(f"| {PRECISIONS[row['precision']]} | {row['seed']} | {cell(row['sft_alone'])} "
+                     f"| {cell(essa['end'])} "
                      f"| {gain:+.1f} | {essa['peak_rss_mib']:.0f} MiB | {essa['seconds_per_iteration']} |")
     return "\n".join(lines) + "\n\n"
 
@@ -426,7 +435,8 @@ ARITHMETIC_BUDGETS = (("48", "48 (untruncated)", "48 (untruncated)"), ("24", "24
 def stability_arithmetic_table() -> str:
     """Each final model's accuracy at 48, 24 and 10 new tokens, five seeds per method, and their spread."""
     spread = _load("stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
-    methods = {"es": "full ES (`bench/configs/arithmetic_10tok.yaml`)", "grpo": "GRPO (`examples/grpo_arithmetic.yaml`)"}
+    methods = {"es": "full ES (`bench/configs/arithmetic_10tok.yaml`)",
+               "grpo": "GRPO (`examples/grpo_arithmetic.yaml`)"}
     lines = ["", "", "| method | new tokens | accuracy per seed (0-4) | mean | std [bootstrap 95%] | range |",
              "|---|---|---|---|---|---|"]
     for key, label in methods.items():

@@ -20,7 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, write_result  # noqa: E402
 
-from evotune.evaluation.evaluate import EvalOptions, evaluate_models, format_table  # noqa: E402
+from evotune.evaluation.evaluate import EvalOptions, evaluate_models  # noqa: E402
+from evotune.evaluation.report import format_table  # noqa: E402
+from evotune.runs.loading import eval_quantization, load_for_eval  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
 
 
@@ -50,7 +52,7 @@ def main() -> None:
     models = args.model or ["smollm2-135m-instruct"]
     if args.kl_reference and args.kl_reference not in models:
         models = models + [args.kl_reference]  # the reference is a row too (KL 0), as in `evotune eval`
-    results = evaluate_models(models, task, options)
+    results = evaluate_models(models, task, options, load_for_eval, eval_quantization)
     print(format_table(results))
     write_result(name, {"command": "python bench/eval_tasks.py " + " ".join(sys.argv[1:]), "task": args.task,
                         "max_new_tokens": args.max_new_tokens, "num_samples": args.num_samples,

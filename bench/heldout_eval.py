@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import write_result  # noqa: E402
 
 from evotune.backends import HFBackend  # noqa: E402
-from evotune.config import load_config  # noqa: E402
-from evotune.tasks import get_task  # noqa: E402
 from evotune.builders import build_task  # noqa: E402
+from evotune.config import load_config  # noqa: E402
 from evotune.evaluation.generation import generate_in_chunks  # noqa: E402
+from evotune.tasks import get_task  # noqa: E402
 
 
 def wilson(successes: float, total: int, z: float = 1.96) -> tuple[float, float]:

@@ -274,14 +274,16 @@ def main() -> None:
     payload["breakdown_s"] = {arm: breakdown(arm) for arm in arms}
     if "prefetch" in arms:
         payload["es_iteration_prefetch_s"] = [round(x, 3) for x in arms["prefetch"]]
-        payload["overhead_ratio_prefetch_median"] = round(median(i / g for i, g in zip(arms["prefetch"], generation)), 3)
+        payload["overhead_ratio_prefetch_median"] = round(
+            median(i / g for i, g in zip(arms["prefetch"], generation)), 3)
     if own_loop:
         payload["plain_generation_own_loop_s"] = [round(x, 3) for x in own_loop]
         payload["own_loop_over_plain_median"] = round(median(o / g for o, g in zip(own_loop, generation)), 3)
     if legacy:
         payload["es_iteration_legacy_s"] = [round(x, 3) for x in legacy]
         payload["overhead_ratio_legacy_median"] = round(median(i / g for i, g in zip(legacy, generation)), 3)
-    write_result(args.name or f"overhead_{'vllm_' if args.backend == 'vllm' else ''}{args.noise}_{args.task}_{args.max_new_tokens}tok", payload)
+    write_result(args.name or f"overhead_{'vllm_' if args.backend == 'vllm' else ''}"
+                              f"{args.noise}_{args.task}_{args.max_new_tokens}tok", payload)
 
 
 if __name__ == "__main__":

@@ -107,8 +107,9 @@ def ray_lines() -> list[str]:
     for path in sorted(RESULTS.glob("ray_scaling*.json")):
         d = json.loads(path.read_text())
         backend = d.get("backend", "hf")
-        lines += [f"## Ray actor pool ({backend} backend, CPU actors, one core each)", "", f"`{d['command']}` ({d['note']})",
-                  "", "| actors | median s/iteration | speedup | bytes exchanged per iteration | equal to one process |",
+        lines += [f"## Ray actor pool ({backend} backend, CPU actors, one core each)", "",
+                  f"`{d['command']}` ({d['note']})", "",
+                  "| actors | median s/iteration | speedup | bytes exchanged per iteration | equal to one process |",
                   "|---|---|---|---|---|"]
         equal = d.get("equal_to_one_process", {})
         lines += [f"| {a['workers']} | {a['median_iteration_s']} | {d['speedup_over_first_arm'][str(a['workers'])]} "
@@ -216,8 +217,8 @@ def eval_budget_lines() -> list[str]:
         # each task's own metrics (accuracy, contains_solution, prompt_strict, ...), in the order it logs them
         keys = [key for key in d["rows"][0] if key not in ("max_new_tokens", "num_eval", "time_s", "skipped")
                 and not key.endswith("_ci95")]
-        rows = [f"| {row['max_new_tokens']} | " + " | ".join(f"{row[key]:.4g}" for key in keys) + f" | {row['time_s']} |"
-                for row in d["rows"]]
+        rows = [f"| {row['max_new_tokens']} | " + " | ".join(f"{row[key]:.4g}" for key in keys)
+                + f" | {row['time_s']} |" for row in d["rows"]]
         lines += section(f"Evaluation budget: {d['task']} ({d['model']}, {d['num_eval']} prompts, {d['dtype']})",
                          d["command"], ["max_new_tokens", *keys, "eval s"], rows)
     return lines
@@ -280,10 +281,11 @@ def main() -> None:
         lines.append("")
     for path in sorted(RESULTS.glob("memory_*.json")):
         d = json.loads(path.read_text())
-        lines += [f"## Memory ({d['noise']} noise; {d['machine']['cpu']}, {d['machine']['date']})", "", f"`{d['command']}`: model alone {d['model_alone_rss_mib']} MiB RSS, training "
+        lines += [f"## Memory ({d['noise']} noise; {d['machine']['cpu']}, {d['machine']['date']})", "",
+                  f"`{d['command']}`: model alone {d['model_alone_rss_mib']} MiB RSS, training "
                   f"peak {d['training_peak_rss_mib']} MiB, of which the fp32 host master copy is "
-                  f"{d['host_master_copy_mib']} MiB. Ratio without the master copy **{d['ratio_excluding_master_copy']}**"
-                  f", with it {d['ratio_including_master_copy']}.", ""]
+                  f"{d['host_master_copy_mib']} MiB. Ratio without the master copy "
+                  f"**{d['ratio_excluding_master_copy']}**, with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
     lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
     lines += grpo_memory_lines() + eval_budget_lines() + study_lines()

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_result  # noqa: E402
 
-from evotune.evaluation.evaluate import wilson_interval  # noqa: E402
+from evotune.evaluation.statistics import wilson_interval  # noqa: E402
 from evotune.tracking.tracker import read_metrics  # noqa: E402
 
 

@@ -62,8 +62,10 @@ def main() -> None:
                          "cpu_seconds": [round(cpu, 2) for _, cpu in values],
                          "median_wall_seconds": round(statistics.median(wall for wall, _ in values), 2),
                          "median_cpu_seconds": round(statistics.median(cpu for _, cpu in values), 2)}
-    result["wall_speedup"] = round(result["main"]["median_wall_seconds"] / result["console_main"]["median_wall_seconds"], 2)
-    result["cpu_saved_seconds"] = round(result["main"]["median_cpu_seconds"] - result["console_main"]["median_cpu_seconds"], 2)
+    result["wall_speedup"] = round(
+        result["main"]["median_wall_seconds"] / result["console_main"]["median_wall_seconds"], 2)
+    result["cpu_saved_seconds"] = round(
+        result["main"]["median_cpu_seconds"] - result["console_main"]["median_cpu_seconds"], 2)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -29,9 +29,10 @@ WORKLOADS = {"arithmetic": (32, 10, {}),
 
 def tiny_model() -> str:
     """tests/helpers.py's vLLM tiny model (2 layers, head_dim 32) with SmolLM2's tokenizer."""
+    from transformers import AutoTokenizer
+
     from evotune.backends.models import resolve_model
     from evotune.doctor import save_tiny_model_with
-    from transformers import AutoTokenizer
 
     source = resolve_model("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)

@@ -10,6 +10,8 @@ with `spawn`, which re-imports this script.
 from transformers import AutoModelForCausalLM
 
 from evotune import TrainConfig, Trainer
+
+
 def main() -> None:
     config = TrainConfig(task="arithmetic", population_size=16, antithetic=True, sigma=2e-3, learning_rate=4e-3,
                          iterations=10, batch_size=32, max_new_tokens=10, eval_every=5)

@@ -17,8 +17,16 @@ import pytest
 import torch
 import yaml
 
-from evotune.import_utils import (INSTALL_HINTS, is_bitsandbytes_available, is_lm_eval_available, is_ray_available,
-                                  is_trackio_available, is_trl_available, is_vllm_available, is_wandb_available)
+from evotune.import_utils import (
+    INSTALL_HINTS,
+    is_bitsandbytes_available,
+    is_lm_eval_available,
+    is_ray_available,
+    is_trackio_available,
+    is_trl_available,
+    is_vllm_available,
+    is_wandb_available,
+)
 
 # --- marks: each optional package once -------------------------------------------------------------
 
@@ -106,7 +114,8 @@ def flaky_reward_module(tmp_path, monkeypatch) -> Path:
     flag file is removed."""
     flag = tmp_path / "grader_down"  # beside the module, where it looks
     flag.touch()
-    write_module(tmp_path, monkeypatch, "flaky_rewards", (Path(__file__).parent / "data" / "flaky_rewards.py").read_text())
+    write_module(tmp_path, monkeypatch, "flaky_rewards",
+                 (Path(__file__).parent / "data" / "flaky_rewards.py").read_text())
     return flag
 
 

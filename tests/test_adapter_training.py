@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
+from helpers import essa_config, train_until_killed
 
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
-from helpers import essa_config, train_until_killed
 
 
 def adapter_state(trainer: Trainer) -> dict[str, torch.Tensor]:

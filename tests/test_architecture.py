@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import evotune
 
 PACKAGE = Path(evotune.__file__).parent
@@ -45,14 +47,15 @@ def imported_from(node: ast.ImportFrom, package: str) -> str:
 
 
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
-GRAPH = {name: {target for target in imported_modules(path.read_text(), package_of(path)) if target in MODULES and target != name}
+GRAPH = {name: {target for target in imported_modules(path.read_text(), package_of(path))
+                if target in MODULES and target != name}
          for name, path in MODULES.items()}
 
 
 def test_the_graph_counts_type_checking_and_function_level_imports():
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .trainer import Trainer\n"
-              "def f():\n    from .runs.sweep import run_sweep\n")
-    assert {"evotune.trainer", "evotune.runs.sweep"} <= imported_modules(source, "evotune")
+              "def f():\n    from .sweep import sweep\n")
+    assert {"evotune.trainer", "evotune.sweep"} <= imported_modules(source, "evotune")
 
 
 def test_no_import_cycles_between_modules():
@@ -86,51 +89,58 @@ def imports_of(prefix: str) -> set[str]:
     return {target for name, targets in GRAPH.items() if name.startswith(prefix) for target in targets}
 
 
-# Modules that import nothing of evotune but errors, so any layer may use them: reading checkpoints, and
-# checking a PEFT adapter directory (the lora space and the model loader both do).
-LEAVES = {"evotune.runs.checkpoint", "evotune.backends.adapters"}
+# Bottom leaves: atomic file writing, the checkpoint format and PEFT adapter files (files/), the update rules on
+# the search mean (optimizers/). They import nothing of evotune but errors, so every layer may use them.
+BOTTOM_LEAVES = ("evotune.files", "evotune.optimizers")
+
+# Everything above the core layers, bottom to top: a module may import those below it, never those above.
+# config/ (typed settings) and tracking/ (metrics and loggers) know nothing of runs or evaluation; evaluation/
+# scores a model it is given; builders make the parts from a config; runs/ (directories, loading a run's model,
+# compare, export) builds on them; callbacks and the loop come next; the drivers (CLI, sweeps, doctor) last.
+LAYERS = (("evotune.config",), ("evotune.tracking",), ("evotune.evaluation",), ("evotune.builders",),
+          ("evotune.runs",), ("evotune.callbacks",),
+          ("evotune.trainer", "evotune.es_trainer", "evotune.sft", "evotune.baselines"),
+          ("evotune.cli", "evotune.sweep", "evotune.doctor"))
+CORE = ("evotune.strategies", "evotune.spaces", "evotune.backends", "evotune.tasks", "evotune.distributed")
+
+
+def test_bottom_leaves_import_only_errors():
+    for leaf in BOTTOM_LEAVES:
+        outside = {target for target in imports_of(leaf) if not target.startswith(leaf)}
+        assert outside <= {"evotune.errors"}, f"{leaf} imports {sorted(outside)}"
 
 
 def test_dependencies_point_down():
-    upper = ("evotune.trainer", "evotune.es_trainer", "evotune.sft", "evotune.builders", "evotune.cli",
-             "evotune.callbacks", "evotune.runs", "evotune.evaluation", "evotune.doctor")
-    for layer in ("evotune.strategies", "evotune.spaces", "evotune.backends", "evotune.tasks",
-                  "evotune.distributed", "evotune.config", "evotune.tracking"):
-        assert not {t for t in imports_of(layer) if t.startswith(upper) and t not in LEAVES}, layer
+    """The core may use config/ and tracking/ (typed settings and metrics, which import no core module but a
+    task's defaults), never evaluation/ or anything above it."""
+    upper = tuple(name for layer in LAYERS[2:] for name in layer)
+    for layer in CORE:
+        assert not {t for t in imports_of(layer) if t.startswith(upper)}, layer
     assert not {t for t in imports_of("evotune.strategies") if t.startswith(("evotune.spaces", "evotune.backends"))}
-    assert not {t for t in imports_of("evotune.spaces") if t.startswith(("evotune.backends", "evotune.tasks"))
-                and t not in LEAVES}
+    assert not {t for t in imports_of("evotune.spaces") if t.startswith(("evotune.backends", "evotune.tasks"))}
     assert not {t for t in imports_of("evotune.tasks") if t.startswith(("evotune.spaces", "evotune.backends"))}
 
 
-# The grouped packages, bottom to top. A package may import those below it, never those above: config/
-# (typed settings) and tracking/ (metrics and loggers) know nothing of runs or evaluation; evaluation/
-# reads checkpoints (runs.checkpoint, a leaf that imports only errors) but nothing else of runs/;
-# runs/ (compare, sweep, export) builds on evaluation/ and tracking/; nothing below imports the loop.
-GROUP_ORDER = ("evotune.config", "evotune.tracking", "evotune.evaluation", "evotune.runs")
+def test_layers_above_the_core_import_only_downward():
+    for position, layer in enumerate(LAYERS):
+        above = tuple(name for higher in LAYERS[position + 1:] for name in higher)
+        upward = {f"{name} -> {target}" for name, targets in GRAPH.items() if name.startswith(layer)
+                  for target in targets if target.startswith(above)}
+        assert not upward, f"{layer} imports from a layer above it: {sorted(upward)}"
 
 
-# A sweep drives many training runs, as the CLI does: it sits above the loop, though it lives with the
-# other run bookkeeping in runs/.
-DRIVERS = {"evotune.runs.sweep"}
-
-
-def test_grouped_packages_import_only_downward():
-    for position, group in enumerate(GROUP_ORDER):
-        above = GROUP_ORDER[position + 1:] + ("evotune.trainer", "evotune.es_trainer", "evotune.sft",
-                                              "evotune.cli", "evotune.doctor")
-        upward = {f"{name} -> {target}" for name, targets in GRAPH.items()
-                  if name.startswith(group) and name not in DRIVERS
-                  for target in targets if target.startswith(above) and target not in LEAVES}
-        assert not upward, f"{group} imports from a layer above it: {sorted(upward)}"
-    for leaf in LEAVES:
-        assert GRAPH[leaf] <= {"evotune.errors"}, leaf
+def test_the_layer_rules_catch_an_upward_import(monkeypatch):
+    """The rule has no exemption list: an evaluation module importing the builders fails it."""
+    monkeypatch.setitem(GRAPH, "evotune.evaluation.evaluate",
+                        GRAPH["evotune.evaluation.evaluate"] | {"evotune.builders"})
+    with pytest.raises(AssertionError, match="evotune.evaluation.evaluate -> evotune.builders"):
+        test_layers_above_the_core_import_only_downward()
 
 
 def test_the_top_level_holds_only_the_loop_and_small_shared_modules():
     top = {path.stem for path in PACKAGE.glob("*.py")}
     assert top == {"__init__", "_legacy_paths", "trainer", "es_trainer", "sft", "builders", "callbacks",
-                   "doctor", "errors", "import_utils", "seeds", "types"}, sorted(top)
+                   "doctor", "sweep", "errors", "import_utils", "seeds", "types"}, sorted(top)
 
 
 def all_imports(path: Path) -> set[str]:
@@ -153,7 +163,8 @@ def test_heavy_optional_packages_stay_in_their_own_module():
     for package, allowed in owners.items():
         users = {name for name, path in MODULES.items() if package in all_imports(path)}
         assert users <= allowed, f"{package} imported by {sorted(users - allowed)}"
-    assert "torch" not in set().union(*(all_imports(p) for n, p in MODULES.items() if n.startswith("evotune.strategies")))
+    assert "torch" not in set().union(*(all_imports(p) for n, p in MODULES.items()
+                                        if n.startswith("evotune.strategies")))
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter():

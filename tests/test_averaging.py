@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from helpers import essa_config, tiny_config
 from safetensors.torch import load_file
 
 from evotune.callbacks import ESCallback
@@ -15,7 +16,6 @@ from evotune.cli.main import main
 from evotune.errors import CheckpointError, ConfigError
 from evotune.runs.export import export_model
 from evotune.trainer import Trainer
-from helpers import essa_config, tiny_config
 
 ITERATIONS = 5
 

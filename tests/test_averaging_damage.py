@@ -12,14 +12,14 @@ import threading
 import warnings
 
 import pytest
+from helpers import essa_config, requires_bitsandbytes, tiny_config
 
 from evotune.cli.main import main
 from evotune.errors import CheckpointError
+from evotune.files.checkpoint import load_checkpoint, save_checkpoint
 from evotune.runs import averaging
-from evotune.runs.checkpoint import load_checkpoint, save_checkpoint
 from evotune.runs.export import export_model
 from evotune.trainer import Trainer
-from helpers import essa_config, requires_bitsandbytes, tiny_config
 
 ITERATIONS = 4
 

@@ -12,14 +12,25 @@ import pytest
 import torch
 
 from evotune.backends import HFBackend
-from evotune.builders import (adapter_rank, build_evaluator, build_space, build_strategy, build_task,
-                              hf_linear_weight_names, hf_parameter_shapes, on_hf_backend, read_adapter_config,
-                              replica_num_gpus, reserve_driver_gpus, ReplicaFactory)
+from evotune.builders import (
+    ReplicaFactory,
+    adapter_rank,
+    build_evaluator,
+    build_space,
+    build_strategy,
+    build_task,
+    hf_linear_weight_names,
+    hf_parameter_shapes,
+    on_hf_backend,
+    read_adapter_config,
+    replica_num_gpus,
+    reserve_driver_gpus,
+)
 from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.distributed.base import Replica
 from evotune.errors import ConfigError
-from evotune.strategies.optimizers import SGD, Adam
+from evotune.optimizers import SGD, Adam
 from evotune.spaces import FullParameterSpace, LowRankSpace
 from evotune.spaces.lora import LoRASpace
 from evotune.spaces.svd_lora import SVDLoRASpace

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from evotune.callbacks import EarlyStopping, ESCallback, ESLoop
-from evotune.runs.checkpoint import find_checkpoint, load_state
-from evotune.trainer import Trainer
 from helpers import tiny_config
+
+from evotune.callbacks import EarlyStopping, ESCallback, ESLoop
+from evotune.files.checkpoint import find_checkpoint, load_state
+from evotune.trainer import Trainer
 
 
 class Recorder(ESCallback):

@@ -1,4 +1,4 @@
-"""evotune.runs.checkpoint: a kill at any step of a save leaves a resumable checkpoint, and damage is detected.
+"""evotune.files.checkpoint: a kill at any step of a save leaves a resumable checkpoint, and damage is detected.
 
 The kill loops cover every filesystem step of a save (found by recording them), in process, in pairs, and with
 real SIGKILLs; end to end, `evotune train` killed with SIGKILL and resumed ends on the uninterrupted run's
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import CHECKPOINT_KILLER, flip_byte, run_config, save_checkpoint_at, strict_loads, truncate
 from safetensors.torch import load_file
 
-from evotune.runs import checkpoint as ckpt
 from evotune.cli.main import main
 from evotune.errors import CheckpointError
-from helpers import CHECKPOINT_KILLER, flip_byte, run_config, save_checkpoint_at, strict_loads, truncate
+from evotune.runs import checkpoint as ckpt
 
 
 class SimulatedKill(BaseException):
@@ -91,7 +91,7 @@ def newest(directory: Path) -> int | None:
 
 
 # A kill never damages a checkpoint, so no fallback warning may appear in the kill tests.
-no_damage = pytest.mark.filterwarnings("error::evotune.runs.checkpoint.CheckpointFallbackWarning")
+no_damage = pytest.mark.filterwarnings("error::evotune.files.checkpoint.CheckpointFallbackWarning")
 
 
 @no_damage

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 import yaml
+from helpers import TINY_EVAL_BUDGET, fake_run, strict_loads
 
 from evotune.cli.main import main
-from evotune.runs.compare import compare_runs, time_to_target
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
+from evotune.runs.compare import compare_runs, time_to_target
 from evotune.trainer import Trainer
-from helpers import TINY_EVAL_BUDGET, fake_run, strict_loads
 
 
 def write_run(directory, config: dict, records: list[dict]):

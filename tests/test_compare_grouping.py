@@ -14,15 +14,15 @@ import os
 
 import pytest
 import yaml
+from helpers import TINY_EVAL_BUDGET
 
 from evotune.baselines.grpo import GRPORunConfig
 from evotune.cli.main import main
-from evotune.runs.compare import compare_runs
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
+from evotune.runs.compare import compare_runs
 from evotune.sft import SFTConfig
 from evotune.trainer import Trainer
-from helpers import TINY_EVAL_BUDGET
 
 
 def write_run(directory, config: dict, accuracies: list[float], seconds_per_step: float = 10.0,

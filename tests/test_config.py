@@ -11,9 +11,23 @@ import pytest
 import yaml
 
 from evotune.baselines.grpo import LOSS_TYPES, GRPORunConfig, LossType
-from evotune.config import (MAX_SIGMA, BackendName, DtypeName, FitnessShaping, LoraInit, NoiseKind, OptimizerName,
-                            Quantization, RunConfig, SpaceName, StrategyName, TaskName, TrainConfig,
-                            load_config, searched_count)
+from evotune.config import (
+    MAX_SIGMA,
+    BackendName,
+    DtypeName,
+    FitnessShaping,
+    LoraInit,
+    NoiseKind,
+    OptimizerName,
+    Quantization,
+    RunConfig,
+    SpaceName,
+    StrategyName,
+    TaskName,
+    TrainConfig,
+    load_config,
+    searched_count,
+)
 from evotune.config.fields import check_value
 from evotune.errors import ConfigError
 from evotune.sft import SFTConfig
@@ -33,7 +47,7 @@ def test_config_module_and_its_checks_do_not_import_torch():
 def test_every_registry_holds_exactly_its_literals_choices():
     from evotune.backends import BACKENDS
     from evotune.backends.models import DTYPES, QUANTIZATIONS
-    from evotune.strategies.optimizers import OPTIMIZERS
+    from evotune.optimizers import OPTIMIZERS
     from evotune.spaces import SPACES
     from evotune.spaces.lora import LORA_INITS
     from evotune.spaces.noise import NOISE_KINDS

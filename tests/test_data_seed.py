@@ -5,12 +5,12 @@ from the noise, so that two runs can differ in only one of them; unset, the data
 from __future__ import annotations
 
 import yaml
+from helpers import tiny_config
+from test_compare_grouping import es_config, write_run
 
 from evotune.runs.compare import compare_runs
 from evotune.sft import SFTConfig, sft_rows
 from evotune.trainer import Trainer
-from helpers import tiny_config
-from test_compare_grouping import es_config, write_run
 
 
 def trainer(model_dir: str, tmp_path, name: str, **overrides) -> Trainer:

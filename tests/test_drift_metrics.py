@@ -11,7 +11,7 @@ import torch
 from helpers import tiny_config
 from transformers import AutoModelForCausalLM
 
-from evotune.strategies.optimizers import SGD
+from evotune.optimizers import SGD
 from evotune.spaces import FullParameterSpace, LoRASpace, LowRankSpace, SVDLoRASpace, init_lora_adapter
 from evotune.spaces.drift import parameter_group
 from evotune.spaces.lora import lora_factors

@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 import yaml
+from helpers import TINY_EVAL_BUDGET, requires_trl
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.es_trainer import ESConfig, ESTrainer
-from helpers import TINY_EVAL_BUDGET, requires_trl
 
 PROMPTS = ["Say hi.", "Name a color.", "Count to two.", "Pick a fruit.", "Say bye.", "Name a pet."]
 

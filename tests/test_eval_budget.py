@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import tiny_config
 from transformers import AutoTokenizer
 
 from evotune.config import TrainConfig
@@ -13,7 +14,6 @@ from evotune.errors import ConfigError
 from evotune.evaluation.generation import eval_budget
 from evotune.tasks import get_task
 from evotune.trainer import Trainer
-from helpers import tiny_config
 
 
 def sample_lengths(run, tokenizer) -> set[int]:

@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from evotune.runs import checkpoint as ckpt
-from evotune.cli.main import main
-from evotune.evaluation.evaluate import k3_kl, load_for_eval, pass_at_k, wilson_interval
 from helpers import fake_run, strict_loads, truncate
+
+from evotune.cli.main import main
+from evotune.evaluation.kl import k3_kl
+from evotune.evaluation.statistics import pass_at_k, wilson_interval
+from evotune.runs import checkpoint as ckpt
+from evotune.runs.loading import eval_quantization, load_for_eval
 
 
 def test_pass_at_k_matches_the_combinatorial_definition():
@@ -111,7 +113,8 @@ def test_eval_generates_at_the_tasks_own_budget_unless_told(tiny_model_dir, monk
                                          (replace(task, eval_max_new_tokens=None), None, FALLBACK_MAX_NEW_TOKENS),
                                          (task, 5, 5)):
         asked_for.clear()
-        [result] = evaluate_models([tiny_model_dir], budget_task, EvalOptions(max_new_tokens=asked, dtype="float32"))
+        [result] = evaluate_models([tiny_model_dir], budget_task, EvalOptions(max_new_tokens=asked, dtype="float32"),
+                                   load_for_eval, eval_quantization)
         assert result["max_new_tokens"] == expected and asked_for == [expected]
     assert task.eval_max_new_tokens not in (None, FALLBACK_MAX_NEW_TOKENS, 5)  # the three cases differ
 

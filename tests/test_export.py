@@ -11,13 +11,13 @@ import sys
 
 import pytest
 import torch
+from helpers import KILL_AFTER_WEIGHTS, essa_config
 from safetensors.torch import load_file
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs.export import check_output_dir, export_model
 from evotune.trainer import Trainer
-from helpers import KILL_AFTER_WEIGHTS, essa_config
 
 
 def test_export_refuses_a_directory_with_files_and_a_file_path(tiny_model_dir, tmp_path, capsys):

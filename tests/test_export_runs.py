@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import essa_config, tiny_config
 from safetensors.torch import load_file
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs.export import export_model
 from evotune.trainer import Trainer
-from helpers import essa_config, tiny_config
 
 
 @pytest.fixture(scope="module")

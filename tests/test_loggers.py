@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import front_matter, requires_trackio, requires_wandb, tiny_config
 
 from evotune.callbacks import SamplesCallback
 from evotune.errors import ConfigError
 from evotune.tracking.loggers import build_loggers, read_logger_ids, samples_markdown
 from evotune.trainer import Trainer
-from helpers import front_matter, requires_trackio, requires_wandb, tiny_config
 
 TRAIN_KEYS = {"reward_mean", "reward_std", "reward_max", "time_s", "samples_seen", "peak_rss_mib"}
 EVAL_KEYS = {"eval/reward", "eval/accuracy"}

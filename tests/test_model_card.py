@@ -1,11 +1,12 @@
-"""evotune.evaluation.model_card: final/README.md as a Hugging Face model card: the Hub's front matter, the method with its
-paper, the task and rewards, the hyperparameters, held-out metrics before and after, and how to reproduce."""
+"""evotune.evaluation.model_card: final/README.md as a Hugging Face model card: the Hub's front matter, the method with
+its paper, the task and rewards, the hyperparameters, held-out metrics before and after, and how to reproduce."""
 
 from __future__ import annotations
 
+from helpers import front_matter, write_metrics
+
 from evotune.config import TrainConfig
 from evotune.evaluation.model_card import base_model_info, eval_before_after, model_card, write_model_card
-from helpers import front_matter, write_metrics
 
 
 def test_model_card_for_an_essa_adapter_on_the_built_in_model(tmp_path):

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import tiny_config
 from safetensors.torch import load_file
 
 from evotune.callbacks import ESCallback
 from evotune.cli.main import main
 from evotune.errors import ConfigError, OutputError
 from evotune.trainer import Trainer
-from helpers import tiny_config
 
 
 def can_mount() -> bool:

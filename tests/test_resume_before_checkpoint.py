@@ -12,13 +12,13 @@ import shutil
 
 import pytest
 import torch
+from helpers import flaky_reward_module, tiny_config, train_until_killed
 from safetensors.torch import load_file
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs import directory as run_directory
 from evotune.trainer import Trainer
-from helpers import flaky_reward_module, tiny_config, train_until_killed
 
 
 def config_for(model_dir: str, **overrides):

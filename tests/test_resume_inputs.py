@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from helpers import tiny_config
 
 from evotune.cli.main import main
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.sft import SFTConfig
 from evotune.trainer import Trainer
-from helpers import tiny_config
 
 
 @pytest.mark.parametrize("device", ["banana", "meta", "cuda:x", "CPU", ""])

@@ -8,14 +8,14 @@ import json
 import math
 
 import pytest
+from helpers import tiny_config
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
-from evotune.evaluation.evaluate import k3_kl
 from evotune.evaluation.generation import eval_budget, evaluate_model
+from evotune.evaluation.kl import k3_kl
 from evotune.evaluation.retention import build_retention_tasks, token_pairs
 from evotune.tasks import get_task
-from helpers import tiny_config
 
 RETENTION = dict(retention_tasks=["ifeval", "countdown"], retention_num_eval=12)
 # One iteration moves the adapters' weights far enough for ifeval's reward to differ from 0 (so the equality with a

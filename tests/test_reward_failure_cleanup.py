@@ -5,18 +5,14 @@ iteration keeps the run's record."""
 
 from __future__ import annotations
 
-
 import yaml
+from helpers import flaky_reward_module, tiny_config
 
 from evotune import ESConfig, ESTrainer
 from evotune.callbacks import ESCallback
 from evotune.cli.main import main
 from evotune.errors import RewardFunctionError
 from evotune.trainer import Trainer
-from helpers import flaky_reward_module, tiny_config
-
-
-
 
 
 def files_under(directory) -> list[str]:

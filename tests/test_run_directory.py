@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
+from helpers import tiny_config, write_module
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError, EvotuneError, RewardFunctionError
 from evotune.trainer import Trainer
-from helpers import tiny_config, write_module
 
 
 @pytest.fixture

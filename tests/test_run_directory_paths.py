@@ -7,12 +7,12 @@ import json
 import shutil
 
 import yaml
+from helpers import essa_config
 
 from evotune.cli.main import main
 from evotune.config import TrainConfig
 from evotune.sft import SFTConfig, run_sft
 from evotune.trainer import Trainer
-from helpers import essa_config
 
 
 def test_an_essa_run_from_a_relative_adapter_resumes_and_evaluates_from_elsewhere(tiny_model_dir, tmp_path,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import CHECKPOINT_KILLER
 
 from evotune.errors import ConfigError, DataError
 from evotune.sft import IGNORE_INDEX, SFTConfig, collate, encode_example, load_sft_config, run_sft, sft_rows
-from helpers import CHECKPOINT_KILLER
 
 QUESTION = [{"role": "user", "content": "What is 12 + 30? Reply with only the number."}]
 
@@ -112,7 +112,8 @@ def test_task_completions_come_from_solution_or_answer():
     assert sft_rows(SFTConfig(task="arithmetic", num_train=3, num_eval=2))[0][0]["completion"].isdigit()
     assert sft_rows(SFTConfig(task="conciseness", num_train=3))[0][0]["completion"]  # its `solution` column
     # countdown's `solution` is its solver's answer in the task's <think>/<answer> format (the format warm start)
-    assert "<answer>" in sft_rows(SFTConfig(task="countdown", task_args={"num_train": 4}, num_eval=2))[0][0]["completion"]
+    assert "<answer>" in sft_rows(SFTConfig(task="countdown", task_args={"num_train": 4},
+                                            num_eval=2))[0][0]["completion"]
     with pytest.raises(ConfigError, match="no `solution` or `answer` to learn from"):
         sft_rows(SFTConfig(task="ifeval", num_eval=2))
 

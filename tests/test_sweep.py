@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import TINY_EVAL_BUDGET
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs.sweep_grid import grid_points, parse_grid
-from helpers import TINY_EVAL_BUDGET
 
 
 def test_grid_parsing_reads_yaml_values_and_keeps_lists_whole():
@@ -83,7 +83,7 @@ def test_a_run_stopped_by_its_time_budget_counts_as_finished(tiny_model_dir, tmp
 
 
 def test_heatmap_has_a_panel_per_value_of_a_third_key_and_averages_the_rest(tmp_path):
-    from evotune.runs.sweep import heatmap, panel_grids
+    from evotune.sweep import heatmap, panel_grids
 
     rows = [{"population_size": p, "singular_value_fraction": a, "adapter": r, "sigma": s,
              "final_mean": p + 10 * a + 100 * r + s} for r in (4, 8) for a in (0.5, 1.0) for p in (16, 32)

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import TINY_EVAL_BUDGET, requires_ray
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
 from evotune.runs.directory import final_is_complete
-from evotune.runs.sweep import SweepFailed, sweep
 from evotune.runs.sweep_grid import grid_points, parse_grid
-from helpers import TINY_EVAL_BUDGET, requires_ray
+from evotune.sweep import SweepFailed, sweep
 
 # The tiny model, 2 iterations of 2 members, evaluated every iteration; no config, so the quickstart's base.
 SETTINGS = ["task=conciseness", "population_size=2", "iterations=2", "batch_size=2", "max_new_tokens=3",

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import TINY_EVAL_BUDGET, requires_ray
 
 from evotune.errors import EvotuneError
-from evotune.runs.sweep import sweep
 from evotune.runs.sweep_grid import parse_grid
-from helpers import TINY_EVAL_BUDGET, requires_ray
+from evotune.sweep import sweep
 
 pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
 

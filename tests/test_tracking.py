@@ -11,13 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import run_config, strict_loads, write_metrics
 
 from evotune.cli.main import main
 from evotune.errors import DataError
 from evotune.tracking.loggers import RunLogger
-from evotune.tracking.tracker import (MetricsLogger, dumps_strict, out_of_time, peak_memory_mib, plot_curves, read_metrics,
-                              strict_json)
-from helpers import run_config, strict_loads, write_metrics
+from evotune.tracking.tracker import (
+    MetricsLogger,
+    dumps_strict,
+    out_of_time,
+    peak_memory_mib,
+    plot_curves,
+    read_metrics,
+    strict_json,
+)
 
 
 def never_scores(prompts, completions, **columns):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
+from helpers import tiny_config, train_until_killed, write_module
 
 from evotune.errors import ConfigError, RewardFunctionError
 from evotune.trainer import Trainer
-from helpers import tiny_config, train_until_killed, write_module
 
 
 def masters(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -64,8 +64,8 @@ def test_resume_gives_the_same_final_weights(tiny_model_dir, tmp_path, monkeypat
 
 
 def test_replaying_the_update_log_from_the_base_model_gives_the_final_weights(tiny_model_dir, tmp_path):
-    from evotune.runs.checkpoint import load_checkpoint
-    from evotune.strategies.optimizers import SGD
+    from evotune.files.checkpoint import load_checkpoint
+    from evotune.optimizers import SGD
 
     trainer = Trainer(tiny_config(tiny_model_dir), tmp_path / "run")
     trainer.train()

@@ -1,7 +1,8 @@
 """Reward against KL to the base model, one point per trained run (Qiu et al.'s Pareto view), from the
 JSON that bench/eval_tasks.py writes with --kl-reference; correctness in a second panel.
 
-    python bench/conciseness_pareto/pareto.py bench/results/eval_conciseness_pareto_seed*.json --output bench/results/conciseness_pareto
+    python bench/conciseness_pareto/pareto.py bench/results/eval_conciseness_pareto_seed*.json \\
+        --output bench/results/conciseness_pareto
 
 Runs are grouped by method and setting from their directory names (`.../es/learning_rate=0.004,sigma=0.002/seed0`),
 the mean over seeds is drawn large, each seed small. Writes OUTPUT.png and OUTPUT.md.

@@ -15,16 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections import defaultdict
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 from common import RESULTS, write_result  # noqa: E402
+
+from evotune.evaluation.statistics import wilson_interval
 from evotune.runs.compare import evaluations
-from evotune.evaluation.evaluate import wilson_interval
 from evotune.tracking.tracker import read_metrics
 
 TARGET = "eval/accuracy"
@@ -203,7 +204,8 @@ def plot(methods: dict[str, list[dict]], path: Path) -> None:
             # the question of the study: at equal target accuracy, which keeps more?
             retained = next((key for key in keys[1:] if not key.endswith("/kl")), None)
             if retained:
-                axes[-1].plot([point[TARGET] for point in run["curve"]], [point.get(retained) for point in run["curve"]],
+                axes[-1].plot([point[TARGET] for point in run["curve"]],
+                              [point.get(retained) for point in run["curve"]],
                               marker="o", ms=3, color=f"C{index}", alpha=0.8, label=label)
     for axis, key in zip(axes, keys):
         axis.set(xlabel="training time (s)", title=key)
@@ -234,7 +236,8 @@ def main() -> None:
     counts = retention_counts(config)
     table = {method: summarize(runs, config["num_eval"], counts) for method, runs in methods.items()}
     matched = at_equal_target(methods, config["num_eval"], counts)
-    command = f"bash bench/drift/drift_study.sh  (tables: python bench/drift/drift_table.py {args.runs} --budget {args.budget:g})"
+    command = (f"bash bench/drift/drift_study.sh  (tables: python bench/drift/drift_table.py {args.runs} "
+               f"--budget {args.budget:g})")
     write_result(args.name, {"command": command, "budget_s": args.budget, "methods": table,
                              "at_equal_target": matched, "unfinished_left_out": unfinished})
     text = markdown(table, command) + (f"\nAt equal target accuracy: each run's first evaluation at or above "

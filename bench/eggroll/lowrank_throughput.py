@@ -39,7 +39,7 @@ from common import write_result  # noqa: E402
 
 from evotune.backends import DEFAULT_MODEL, HFBackend  # noqa: E402
 from evotune.distributed import BatchedEvaluator, LocalEvaluator  # noqa: E402
-from evotune.strategies.optimizers import SGD  # noqa: E402
+from evotune.optimizers import SGD  # noqa: E402
 from evotune.spaces import FullParameterSpace  # noqa: E402
 from evotune.spaces.lowrank import LowRankSpace  # noqa: E402
 from evotune.strategies import OpenES  # noqa: E402

@@ -109,7 +109,8 @@ def worker(args: argparse.Namespace) -> None:
     started_rss = rss_bytes()
     model, tokenizer, batch, footprint = load_worker(args)
     completions = generate(model, tokenizer, batch, args.new_tokens)  # warm-up
-    loaded = {"base_memory_footprint_mib": round(footprint / MIB, 1), "rss_before_load_mib": round(started_rss / MIB, 1),
+    loaded = {"base_memory_footprint_mib": round(footprint / MIB, 1),
+              "rss_before_load_mib": round(started_rss / MIB, 1),
               "rss_after_load_and_warm_up_mib": round(rss_bytes() / MIB, 1),
               "peak_rss_load_and_warm_up_mib": round(peak_rss_bytes() / MIB, 1)}
     # Loading a quantized base reads float32 weights and quantizes them; glibc keeps much of what was freed.

@@ -1,7 +1,7 @@
-"""The precision table of bench/essa_quantization/essa_quantization.sh: per base precision (float32, INT8, INT4) and seed, held-out
-accuracy of the SFT adapter alone on that base and of ESSA from it (start and end), with Wilson 95% intervals,
-the run's peak RSS and its median seconds per ESSA iteration; plus the token-budget check (the SFT adapter on each
-base at growing max_new_tokens) and the mean over seeds.
+"""The precision table of bench/essa_quantization/essa_quantization.sh: per base precision (float32, INT8, INT4) and
+seed, held-out accuracy of the SFT adapter alone on that base and of ESSA from it (start and end), with Wilson 95%
+intervals, the run's peak RSS and its median seconds per ESSA iteration; plus the token-budget check (the SFT adapter on
+each base at growing max_new_tokens) and the mean over seeds.
 
     python bench/essa_quantization/quantization_table.py --runs runs/essa_quantization --seeds 0 1 --num-eval 512 \
         --max-new-tokens 10 --token-check 6 32 --name essa_quantization
@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 from common import write_result  # noqa: E402
 
-from evotune.evaluation.evaluate import wilson_interval  # noqa: E402
+from evotune.evaluation.statistics import wilson_interval  # noqa: E402
 from evotune.tracking.tracker import read_metrics  # noqa: E402
 
 PRECISIONS = ("float32", "int8", "int4")
@@ -46,7 +46,8 @@ def essa_row(run: Path, count: int) -> dict | None:
             "end": cell(evaluations[-1]["eval/accuracy"], count) if len(evaluations) > 1 else None,
             "iterations": max((record["iteration"] for record in iterations), default=0),
             "finished": (run / "final" / "adapter_config.json").exists(),
-            "seconds_per_iteration": round(statistics.median(r["time_s"] for r in iterations), 1) if iterations else None,
+            "seconds_per_iteration": (round(statistics.median(r["time_s"] for r in iterations), 1)
+                                      if iterations else None),
             "peak_rss_mib": max((r["peak_rss_mib"] for r in records if r.get("peak_rss_mib")), default=None)}
 
 
@@ -85,18 +86,21 @@ def main() -> None:
             token_check[f"{precision}-seed{seed}"] = {
                 args.max_new_tokens: alone, **{tokens: eval_accuracy(sft / f"eval-{precision}-tokens{tokens}.json")
                                                for tokens in args.token_check}}
-            rows.append({"precision": precision, "seed": seed, "sft_alone": cell(alone, n) if alone is not None else None,
+            rows.append({"precision": precision, "seed": seed,
+                         "sft_alone": cell(alone, n) if alone is not None else None,
                          "essa": essa_row(runs / f"essa-{precision}-seed{seed}", n)})
     means = {}
     for precision in PRECISIONS:
         mine = [row for row in rows if row["precision"] == precision and row["essa"] and row["essa"]["end"]]
         if mine:
             means[precision] = {key: round(statistics.mean(value(row) for row in mine), 4) for key, value in (
-                ("sft_alone", lambda row: row["sft_alone"]["value"]), ("essa_end", lambda row: row["essa"]["end"]["value"]),
+                ("sft_alone", lambda row: row["sft_alone"]["value"]),
+                ("essa_end", lambda row: row["essa"]["end"]["value"]),
                 ("peak_rss_mib", lambda row: row["essa"]["peak_rss_mib"]),
                 ("seconds_per_iteration", lambda row: row["essa"]["seconds_per_iteration"]))}
     lines = table(rows)
-    write_result(args.name, {"command": "python bench/essa_quantization/quantization_table.py " + " ".join(sys.argv[1:]),
+    write_result(args.name, {"command": "python bench/essa_quantization/quantization_table.py "
+                                        + " ".join(sys.argv[1:]),
                              "num_eval": n, "max_new_tokens": args.max_new_tokens,
                              "token_check_sft_accuracy": token_check, "rows": rows, "mean_over_seeds": means,
                              "table": lines})

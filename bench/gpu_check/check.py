@@ -35,9 +35,10 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # Dense bf16 peak and memory bandwidth of the cards we may be lent (vendor datasheets, SXM parts).
 DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
@@ -89,7 +90,7 @@ def metrics(run: Path) -> list[dict[str, Any]]:
 class PeakMemory:
     """Peak GPU memory of one step, in MiB (None on a CPU)."""
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         import torch
 
         self.cuda = torch.cuda.is_available()

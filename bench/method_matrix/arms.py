@@ -85,7 +85,8 @@ def run_keys(method: str, task: str, setting: dict[str, Any], seed: int, phase: 
     if phase == "main":
         keys["num_eval"] = MAIN_NUM_EVAL
     if task == "countdown" and method in ("grpo_lora", "grpo_full"):
-        keys["batch_size"] = 2  # 8 prompts x 8 completions at 48 tokens ran out of 24 GiB (examples/grpo_countdown.yaml)
+        # 8 prompts x 8 completions at 48 tokens ran out of 24 GiB (examples/grpo_countdown.yaml)
+        keys["batch_size"] = 2
     return keys
 
 

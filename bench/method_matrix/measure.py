@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -72,7 +71,7 @@ def measure(model: str, task_name: str, start_model: str, seed: int, with_retent
     intervals against the start) plus retention, for a model directory or run directory."""
     import torch
 
-    from evotune.evaluation.evaluate import load_for_eval
+    from evotune.runs.loading import load_for_eval
     from evotune.tasks import get_task
 
     torch.manual_seed(0)

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def train(output: Path, settings: list[str]) -> dict:
     """`evotune train examples/arithmetic.yaml` with `settings` (--set pairs); its per-iteration times and wall."""
-    command = [sys.executable, "-c", "from evotune.cli.main import console_main; raise SystemExit(console_main())", "train",
-               str(ROOT / "examples" / "arithmetic.yaml"), "--output-dir", str(output)]
+    command = [sys.executable, "-c", "from evotune.cli.main import console_main; raise SystemExit(console_main())",
+               "train", str(ROOT / "examples" / "arithmetic.yaml"), "--output-dir", str(output)]
     for setting in settings:
         command += ["--set", setting]
     started = time.perf_counter()

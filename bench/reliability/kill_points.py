@@ -6,7 +6,7 @@ uninterrupted: the reference. Then, for every kill point, the same command is st
 killed -9 at that point: after N ms from the start (spread over import, model load, the first evaluation, the
 iterations and final/), when a file appears (config.yaml, the first lines of metrics.jsonl, checkpoint.tmp and
 its files, checkpoint/, checkpoint.old/, final/ and its files), or at an exact step of a checkpoint save or of
-the loop (FAULT_HOOKS of evotune.runs.checkpoint, or a wrapped function, in a runner that calls the same CLI
+the loop (FAULT_HOOKS of evotune.files.checkpoint, or a wrapped function, in a runner that calls the same CLI
 entry point: between the two renames of a save is microseconds long, too short to hit by polling). Then
 `evotune train --output-dir DIR --resume` runs, and:
 
@@ -337,7 +337,8 @@ def try_point(index: int, point: Point, config: Path, reference: Path, work: Pat
         outcome, why, printed = "not reached", missed, ""
     else:
         outcome, why, printed = judge(run_dir, reference, command)
-    note = next((line.strip() for line in printed.replace("\r", "\n").splitlines() if "no checkpoint yet" in line), None)
+    note = next((line.strip() for line in printed.replace("\r", "\n").splitlines() if "no checkpoint yet" in line),
+                None)
     result = {"kind": point.kind, "point": point.name, "outcome": outcome, "why_failed": why, "left_by_kill": left,
               "note": note, "seconds": round(time.perf_counter() - began, 1)}
     print(f"{outcome:20s} {point.kind:5s} {point.name} [{left}]" + (f" -- {why}" if why else ""), flush=True)

@@ -34,7 +34,8 @@ def load(seeds: list[int]) -> dict[str, list[dict]]:
             found = [result for result in results if marker in result["model"] + "/"]
             if len(found) != 1:
                 raise SystemExit(f"seed {seed}: expected one {method} run ({marker}) in the evaluation, found "
-                                 f"{len(found)}; run bench/conciseness_pareto/conciseness_pareto.sh for this seed first")
+                                 f"{len(found)}; run bench/conciseness_pareto/conciseness_pareto.sh "
+                                 f"for this seed first")
             runs[method].append({"seed": seed, "base": base, **found[0],
                                  "reward_gain": found[0]["reward"] - base["reward"]})
     return runs
@@ -50,7 +51,8 @@ def summarize(records: list[dict]) -> dict:
 
 def markdown(table: dict[str, dict], command: str) -> str:
     lines = [f"Command: `{command}`", "",
-             "| method | metric | per seed | mean | std | range | std 95% CI (bootstrap) |", "|---|---|---|---|---|---|---|"]
+             "| method | metric | per seed | mean | std | range | std 95% CI (bootstrap) |",
+             "|---|---|---|---|---|---|---|"]
     for method, summary in table.items():
         for metric in METRICS:
             row = summary[metric]

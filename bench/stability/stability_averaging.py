@@ -1,5 +1,5 @@
-"""Final iterate vs the average of the last K iterates (bench/stability/stability_averaging.sh), per ES seed: accuracy on the
-run's own held-out split at 32 new tokens (both), and across seeds the mean, standard deviation, range and a
+"""Final iterate vs the average of the last K iterates (bench/stability/stability_averaging.sh), per ES seed: accuracy
+on the run's own held-out split at 32 new tokens (both), and across seeds the mean, standard deviation, range and a
 bootstrap 95% interval of the standard deviation (evotune compare's seed_spread).
 
     python bench/stability/stability_averaging.py runs/drift --seeds 0 1 2 3 4 --counts 9 18
@@ -18,8 +18,8 @@ from common import RESULTS, seed_summary, write_result  # noqa: E402
 
 def final_accuracy(run: Path) -> float:
     """The final iterate on the run's held-out split at the averaged models' 32 tokens (eval-final.json, written by
-    bench/stability/stability_formats.sh); not the run's own last evaluation, which generated 24 (the task's budget then)
-    and cut some of these runs' answers."""
+    bench/stability/stability_formats.sh); not the run's own last evaluation, which generated 24 (the task's budget
+    then) and cut some of these runs' answers."""
     path = run / "eval-final.json"
     if not path.exists():
         raise SystemExit(f"{path} is missing: run bench/stability/stability_formats.sh first")
@@ -36,14 +36,16 @@ def main() -> None:
     seeds = [seed for seed in args.seeds if all((args.runs / f"es-seed{seed}" / f"eval-averaged-last{count}.json")
                                                  .exists() for count in args.counts)]
     if len(seeds) < 2:
-        raise SystemExit("fewer than 2 seeds have every averaged evaluation; run bench/stability/stability_averaging.sh")
+        raise SystemExit("fewer than 2 seeds have every averaged evaluation; "
+                         "run bench/stability/stability_averaging.sh")
     rows = {"final iterate": [final_accuracy(args.runs / f"es-seed{seed}") for seed in seeds]}
     for count in args.counts:
         rows[f"average of the last {count}"] = [
             json.loads((args.runs / f"es-seed{seed}" / f"eval-averaged-last{count}.json").read_text())[0]["accuracy"]
             for seed in seeds]
     table = {name: seed_summary(values, seeds) for name, values in rows.items()}
-    command = (f"bash bench/stability/stability_averaging.sh  (table: python bench/stability/stability_averaging.py {args.runs} --seeds "
+    command = (f"bash bench/stability/stability_averaging.sh  (table: python bench/stability/stability_averaging.py "
+               f"{args.runs} --seeds "
                + " ".join(map(str, seeds)) + " --counts " + " ".join(map(str, args.counts)) + ")")
     write_result(args.name, {"command": command, "seeds": seeds, "models": table})
     lines = [f"Command: `{command}`", "", "| ES model | per seed (" + ", ".join(map(str, seeds)) +

@@ -12,11 +12,11 @@ budget then: arithmetic 24, conciseness 128), `eval 32` an arithmetic run's `evo
 (eval-final.json, bench/stability/stability_formats.sh); the columns at those budgets must reproduce them.
 
     python bench/stability/stability_eval_budget.py runs/drift --methods es grpo --seeds 0 1 2 3 4
-    python bench/stability/stability_eval_budget.py runs/stability_sources --methods noise data --seeds 0 --split-seeds 0 1 \\
-        --name stability_eval_budget_sources
+    python bench/stability/stability_eval_budget.py runs/stability_sources --methods noise data --seeds 0 \\
+        --split-seeds 0 1 --name stability_eval_budget_sources
     E='runs/conciseness_pareto/es/learning_rate=0.004,sigma=0.002/seed{seed}'
-    python bench/stability/stability_eval_budget.py --task conciseness --num-eval 64 --metrics reward contains_solution \\
-        --template "es=$E" --template 'grpo=runs/conciseness_pareto/grpo/beta=0.0/seed{seed}' \\
+    python bench/stability/stability_eval_budget.py --task conciseness --num-eval 64 --metrics reward \\
+        contains_solution --template "es=$E" --template 'grpo=runs/conciseness_pareto/grpo/beta=0.0/seed{seed}' \\
         --template base=smollm2-135m-instruct --seeds 0 1 2 3 4 --budgets 32 64 128 256 --spread-budgets 32 128 256 \\
         --gain-over base --name stability_eval_budget_conciseness
 
@@ -35,9 +35,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 from common import RESULTS, seed_summary, write_result  # noqa: E402
+
 from evotune.backends.models import resolve_model
-from evotune.evaluation.evaluate import load_for_eval
 from evotune.evaluation.generation import generate_in_chunks
+from evotune.runs.loading import load_for_eval
 from evotune.tasks import get_task
 from evotune.tracking.tracker import read_metrics
 

@@ -1,5 +1,5 @@
-"""What each arithmetic run's final model writes (bench/stability/stability_formats.sh): the share of its held-out answers in
-each form, and how often it states the right sum and then writes another number after it, which the task's
+"""What each arithmetic run's final model writes (bench/stability/stability_formats.sh): the share of its held-out
+answers in each form, and how often it states the right sum and then writes another number after it, which the task's
 reward (the last number in the completion) scores as wrong. Runs that end at different accuracies often differ
 here more than in their arithmetic, which is one place run-to-run spread comes from.
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 from common import RESULTS, write_result  # noqa: E402
+
 from evotune.tasks.arithmetic import build_arithmetic, numbers
 from evotune.tracking.tracker import read_metrics
 
@@ -71,8 +72,10 @@ def main() -> None:
             logged = [record for record in read_metrics(run / "metrics.jsonl") if "eval/accuracy" in record]
             table[run.name] = {**row, "logged_accuracy": logged[-1]["eval/accuracy"] if logged else None}
     if not table:
-        raise SystemExit(f"no samples-final.jsonl under {args.runs}/<method>-seed<N>: run bench/stability/stability_formats.sh")
-    command = (f"bash bench/stability/stability_formats.sh  (table: python bench/stability/stability_formats.py {args.runs} --seeds "
+        raise SystemExit(f"no samples-final.jsonl under {args.runs}/<method>-seed<N>: "
+                         "run bench/stability/stability_formats.sh")
+    command = (f"bash bench/stability/stability_formats.sh  (table: python bench/stability/stability_formats.py "
+               f"{args.runs} --seeds "
                f"{' '.join(map(str, args.seeds))} --methods {' '.join(args.methods)} --num-eval {args.num_eval})")
     names = [name for name, _ in FORMS] + ["other"]
     lines = [f"Command: `{command}`", "", "Shares of each run's held-out answers (n = "

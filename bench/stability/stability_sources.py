@@ -1,7 +1,8 @@
 """Where ES's run-to-run spread comes from (bench/stability/stability_sources.sh): each final model's accuracy on each
 held-out split, and the differences that isolate one source of randomness each, with 95% intervals.
 
-    python bench/stability/stability_sources.py runs/stability_sources --num-eval 512 --name stability_sources_arithmetic
+    python bench/stability/stability_sources.py runs/stability_sources --num-eval 512 \\
+        --name stability_sources_arithmetic
 
 Runs (seed, data_seed): es-seed0 (0, 0), es-seed1 (1, 1), noise-seed0 (1, 0), data-seed0 (0, 1). Differences:
     noise           noise-seed0 - es-seed0 on split 0    only the noise differs (same prompts, same questions)
@@ -29,7 +30,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 from common import RESULTS, write_result  # noqa: E402
-from evotune.evaluation.evaluate import wilson_interval
+
+from evotune.evaluation.statistics import wilson_interval
 from evotune.tasks.arithmetic import arithmetic_reward, build_arithmetic
 
 PAIRS = {"noise": ("noise-seed0", "es-seed0", 0), "data": ("data-seed0", "es-seed0", 0),
@@ -65,7 +67,8 @@ def load(runs: Path, num_eval: int) -> dict[str, dict[int, dict]]:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if len(rows) != num_eval:
             raise SystemExit(f"{path}: {len(rows)} answers, expected {num_eval} (one evaluation of --num-eval "
-                             "questions); delete it and its eval-*.json and re-run bench/stability/stability_sources.sh")
+                             "questions); delete it and its eval-*.json and re-run "
+                             "bench/stability/stability_sources.sh")
         scored = {question(row["prompt"]): row["completion"] for row in rows}
         correct.setdefault(match.group(1), {})[split] = {
             text: arithmetic_reward([scored[text]], [answer])[0] for text, answer in expected.items()}
@@ -128,10 +131,12 @@ def main() -> None:
     args = parser.parse_args()
     correct = load(args.runs, args.num_eval)
     if not correct:
-        raise SystemExit(f"no samples-<model>-split<N>.jsonl under {args.runs}: run bench/stability/stability_sources.sh")
+        raise SystemExit(f"no samples-<model>-split<N>.jsonl under {args.runs}: "
+                         "run bench/stability/stability_sources.sh")
     scores = {model: {split: score(answers) for split, answers in splits.items()} for model, splits in correct.items()}
     diffs = differences(correct)
-    command = (f"bash bench/stability/stability_sources.sh  (table: python bench/stability/stability_sources.py {args.runs} "
+    command = (f"bash bench/stability/stability_sources.sh  (table: python bench/stability/stability_sources.py "
+               f"{args.runs} "
                f"--num-eval {args.num_eval})")
     write_result(args.name, {"command": command, "data_seeds_left_out": list(DATA_SEEDS), "scores": scores,
                              "differences": diffs})

@@ -10,8 +10,9 @@ fresh one, and evolve only that adapter; the base weights are never written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .backends.base import Backend, resolve_device
 from .config.train import TrainConfig
@@ -43,7 +44,7 @@ def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None,
 
 def read_adapter_config(adapter: str) -> dict[str, Any]:
     """The PEFT adapter_config.json of `adapter` (valid JSON with PEFT's keys), or an error naming the fix."""
-    from .backends.adapters import read_adapter_config as read
+    from .files.adapters import read_adapter_config as read
 
     return read(adapter)
 
@@ -57,7 +58,7 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
                                  config.lora_init, config.seed)
     from peft import PeftModel
 
-    from .backends.adapters import check_adapter
+    from .files.adapters import check_adapter
 
     check_adapter(config.adapter, model, config.model)  # a clear error before PEFT's own
     return PeftModel.from_pretrained(model, config.adapter, adapter_name="default").eval()
@@ -66,7 +67,7 @@ def attach_adapter(model: Any, config: TrainConfig) -> Any:
 def build_space(config: TrainConfig, backend: Backend) -> Space:
     """The search space with the optimizer that moves its mean; for adapter spaces `backend.model`
     becomes the PEFT-wrapped model."""
-    from .strategies.optimizers import make_optimizer
+    from .optimizers import make_optimizer
 
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.anchor_decay)
     # the base weights (anchor_decay, log_drift) are snapshotted as the space is built: before any checkpoint loads
@@ -142,7 +143,8 @@ def load_backend(config: TrainConfig, device: str) -> Backend:
     if config.backend == "vllm":
         from .backends.vllm import VLLMBackend
 
-        engine = dict(seed=config.seed, engine_core=config.engine_core, tensor_parallel_size=config.tensor_parallel_size,
+        engine = dict(seed=config.seed, engine_core=config.engine_core,
+                      tensor_parallel_size=config.tensor_parallel_size,
                       gpu_memory_utilization=config.gpu_memory_utilization)
         if config.space == "lowrank":  # members as rank-r LoRA requests over the engine's own (mean) weights
             return VLLMBackend(config.model, config.dtype, lora_rank=config.perturbation_rank,

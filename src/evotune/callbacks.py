@@ -5,7 +5,8 @@ As TRL's `TrainerCallback` and evotorch's logger hooks, each piece of side work 
 editing the trainer. The base class is `ESCallback`, not `TrainerCallback`: its hooks take other
 arguments than transformers' class of that name, which a TRL user might otherwise subclass by mistake.
 Callbacks see the loop through the `ESLoop` protocol (the members below), not through the `Trainer`
-class, so this module does not depend on the trainer and a test double is checked against the same contract. Callbacks run in list order; the built-ins come first (evaluation fills the
+class, so this module does not depend on the trainer and a test double is checked against the same contract.
+Callbacks run in list order; the built-ins come first (evaluation fills the
 record), then the user's, then logging and checkpointing (so both see what the user added):
 
     Trainer(config, "runs/x", callbacks=[EarlyStopping("eval/accuracy", patience=3)]).train()

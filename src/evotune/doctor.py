@@ -20,9 +20,10 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -190,11 +191,11 @@ class Doctor:
             self.results.append(Check("vllm", "skip", "vLLM is not installed (bash scripts/setup.sh)", 0.0))
             return self.results
         for core in self.engine_cores if "vllm" in self.groups else ():
-            self.check(f"vllm {core}: full ES", lambda: self.run_path("full", f"vllm_{core}_full", backend="vllm",
-                                                                      engine_core=core))
-            self.check(f"vllm {core}: ESSA as LoRA requests", lambda: self.run_path(
+            self.check(f"vllm {core}: full ES", lambda core=core: self.run_path(
+                "full", f"vllm_{core}_full", backend="vllm", engine_core=core))
+            self.check(f"vllm {core}: ESSA as LoRA requests", lambda core=core: self.run_path(
                 "essa", f"vllm_{core}_essa", backend="vllm", engine_core=core, **ESSA))
-            self.check(f"vllm {core}: low-rank as LoRA requests", lambda: self.run_path(
+            self.check(f"vllm {core}: low-rank as LoRA requests", lambda core=core: self.run_path(
                 "lowrank", f"vllm_{core}_lowrank", backend="vllm", engine_core=core, **LOWRANK))
         if "tensor-parallel" in self.groups:
             self.check("vllm: tensor parallel 2", self.tensor_parallel)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import ESCallback
-from .config.train import TrainConfig
 from .config.fields import _opt
+from .config.train import TrainConfig
 from .errors import ConfigError, DataError
 from .tasks import Task
 from .tasks.base import function_name
@@ -282,7 +282,7 @@ class ESTrainer:
                               "loads a saved one; pass only one of them.")
         targets = target_module_list(peft_config.target_modules, values["lora_target_modules"])
         if self.backend is not None:  # a loaded model: name missing modules now, before anything is written
-            from .backends.adapters import check_target_modules
+            from .files.adapters import check_target_modules
 
             check_target_modules(self.backend.model, [] if targets == ["all-linear"] else targets,
                                  "peft_config.target_modules")
@@ -311,7 +311,7 @@ class ESTrainer:
 
     def _check_new_run(self) -> None:
         """A new run may replace an earlier one only when asked (`overwrite`), as the CLI's --overwrite."""
-        from .runs.checkpoint import find_checkpoint
+        from .files.checkpoint import find_checkpoint
         from .runs.directory import existing_artifacts
 
         found = existing_artifacts(self.output_dir)
@@ -342,7 +342,7 @@ class ESTrainer:
 
     def _resume(self, resume_from_checkpoint: Any) -> bool:
         """TRL's argument: None/False start a run, True (or the run's checkpoint path) continues it."""
-        from .runs.checkpoint import find_checkpoint
+        from .files.checkpoint import find_checkpoint
 
         if resume_from_checkpoint is None or resume_from_checkpoint is False:
             return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
-from typing import Iterator
+from collections.abc import Iterator
 
 # The pip extra (or the setup step) that brings each optional package, for error messages.
 INSTALL_HINTS = {

@@ -22,16 +22,17 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .config.sft import SFTConfig
 from .config.files import absolutize_paths, read_config_values
+from .config.sft import SFTConfig
 from .errors import CheckpointError, ConfigError, DataError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
-from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config
+from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config, writing
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
@@ -73,7 +74,7 @@ def check_sft_resume(output_dir: Path, config: SFTConfig) -> None:
 def prepare_sft_run(output_dir: Path, config: SFTConfig, resume: bool, overwrite: bool) -> Path | None:
     """Check the directory against the request (nothing is written before every check passed) and return the
     checkpoint to resume from (None for a new run)."""
-    from .runs.checkpoint import find_checkpoint
+    from .files.checkpoint import find_checkpoint
 
     checkpoint = find_checkpoint(output_dir / "checkpoint")
     earlier = [name for name in SFT_RUN_FILES if (output_dir / name).exists()]
@@ -236,7 +237,7 @@ def write_sft_checkpoint(directory: Path, model: Any, optimizer: Any, schedule: 
     state, and as JSON the step, the losses, the optimizer's parameter groups and the schedule's state."""
     import torch
 
-    from .runs.checkpoint import save_checkpoint
+    from .files.checkpoint import save_checkpoint
 
     saved = optimizer.state_dict()
     optimizer_tensors = {f"{index}.{key}": value for index, state in saved["state"].items()
@@ -253,7 +254,7 @@ def write_sft_checkpoint(directory: Path, model: Any, optimizer: Any, schedule: 
 def read_sft_checkpoint(directory: Path, model: Any) -> dict[str, Any]:
     """Load a checkpoint's adapter tensors into `model` (the freshly initialized adapter) and return what
     train_adapter's `resume` takes."""
-    from .runs.checkpoint import load_checkpoint
+    from .files.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(directory)
     state, tensors = loaded["state"], loaded["space_tensors"]
@@ -319,6 +320,14 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     `backend` (an HFBackend, for tests and notebooks) replaces loading `config.model`; afterwards
     its `.model` is the trained PeftModel, as `evotune train` does for adapter spaces.
     """
+    output_dir = Path(output_dir)
+    absolutize_paths(config)
+    with writing(output_dir):
+        return _run_sft(config, output_dir, backend, overwrite, resume)
+
+
+def _run_sft(config: SFTConfig, output_dir: Path, backend: HFBackend | None, overwrite: bool,
+             resume: bool) -> dict[str, Any]:
     from .backends import HFBackend
     from .backends.base import resolve_device
     from .backends.quantized import QuantizationSettings
@@ -326,8 +335,6 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     from .spaces.lora import init_lora_adapter
     from .tracking.tracker import MetricsLogger, read_metrics
 
-    output_dir = Path(output_dir)
-    absolutize_paths(config)
     checkpoint = prepare_sft_run(output_dir, config, resume, overwrite)
     started = time.perf_counter()
     rows, task = sft_rows(config)  # data errors surface before the model loads

@@ -9,7 +9,7 @@ No torch here: strategies stay free of models and tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +27,7 @@ class Candidate:
 
 # A member of a vector strategy (CMA-ES): an absolute point of a small space, (d,) float64.
 Point = np.ndarray
-Member = Union[Candidate, Point]
+Member = Candidate | Point
 Population = list  # list[Member], in member order; rewards come back in the same order
 
 
@@ -52,7 +52,7 @@ class MeanUpdate:
     mean: list[float]
 
 
-Update = Union[SeedUpdate, MeanUpdate]
+Update = SeedUpdate | MeanUpdate
 
 
 def update_to_dict(update: Update) -> dict[str, Any]:

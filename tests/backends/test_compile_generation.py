@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import POPULATION_ROWS as ROWS
 
 from evotune.backends import HFBackend
 from evotune.backends.hf import bucket_rows, pad_rows
@@ -14,7 +15,6 @@ from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.spaces import FullParameterSpace
 from evotune.strategies import OpenES
-from helpers import POPULATION_ROWS as ROWS
 
 PROMPTS = [row["prompt"] for row in ROWS]
 

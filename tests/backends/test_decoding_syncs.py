@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import POPULATION_ROWS as ROWS
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from evotune.backends import HFBackend, decoding
 from evotune.backends.hf import render_prompt
 from evotune.spaces import FullParameterSpace
 from evotune.strategies import OpenES
-from helpers import POPULATION_ROWS as ROWS
 
 pytestmark = pytest.mark.skipif(not decoding.supported(), reason="greedy_decode needs transformers 5")
 
@@ -85,7 +85,8 @@ class HostSyncs(TorchDispatchMode):
     `if tensor`: aten.item, _local_scalar_dense, is_nonzero), ops whose output size depends on values, and copies to the
     host (.tolist(), .cpu(), .numpy(), which on a CPU tensor reach no dispatch, so they are wrapped)."""
 
-    OPERATIONS = {"item", "_local_scalar_dense", "is_nonzero", "nonzero", "masked_select", "unique", "_unique2", "equal"}
+    OPERATIONS = {"item", "_local_scalar_dense", "is_nonzero", "nonzero", "masked_select", "unique", "_unique2",
+                  "equal"}
 
     def __init__(self):
         super().__init__()

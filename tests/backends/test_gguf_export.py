@@ -1,5 +1,5 @@
 """The vLLM backend's GGUF export (backends/vllm.py, exported_gguf): vLLM loads HF directories, so a GGUF model is
-saved once as one in evotune's cache, written as `evotune export` writes (runs.checkpoint.staged). A failed or killed
+saved once as one in evotune's cache, written as `evotune export` writes (files.atomic.staged). A failed or killed
 export leaves no directory an engine would load, and the next call writes it whole.
 
 The tiny model stands in for the GGUF file: exported_gguf keys the cache on the file's stat and loads the model with
@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import KILL_AFTER_WEIGHTS
 
 from evotune.backends.models import ModelSource
 from evotune.backends.vllm import exported_gguf
-from helpers import KILL_AFTER_WEIGHTS
 
 
 def cache_of(home: Path) -> Path:

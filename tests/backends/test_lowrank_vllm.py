@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import (ENGINE_CORES_IN_PROCESS_SLOW, TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model, start_engine,
-                     stop_engine)
+from helpers import (
+    ENGINE_CORES_IN_PROCESS_SLOW,
+    TINY_EVAL_BUDGET,
+    requires_vllm,
+    save_vllm_tiny_model,
+    start_engine,
+    stop_engine,
+)
 
 from evotune.backends import HFBackend
 from evotune.builders import hf_linear_weight_names, hf_parameter_shapes
 from evotune.config import TrainConfig
-from evotune.strategies.optimizers import SGD
+from evotune.optimizers import SGD
 from evotune.spaces.lowrank import LowRankSpace
 from evotune.strategies import OpenES
 from evotune.trainer import Trainer

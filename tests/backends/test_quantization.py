@@ -12,12 +12,19 @@ from typing import get_args
 import numpy as np
 import pytest
 import torch
+from helpers import (
+    POPULATION_ROWS,
+    completions_one_at_a_time,
+    essa_config,
+    make_task,
+    requires_bitsandbytes,
+    requires_cuda,
+    save_tiny_llama,
+)
 
 from evotune.backends.models import load_model
 from evotune.config import Int4Type, TrainConfig
 from evotune.errors import ConfigError
-from helpers import (POPULATION_ROWS, completions_one_at_a_time, essa_config, make_task, requires_bitsandbytes,
-                     requires_cuda, save_tiny_llama)
 
 QUANTIZATIONS = ["int8", "int4"]
 MAX_NEW_TOKENS = 6

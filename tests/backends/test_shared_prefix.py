@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import completions_one_at_a_time
 
 from evotune.backends import HFBackend, render_prompt
 from evotune.backends.shared_prefix import common_prefix_length, generate_after_prefix, split_prompts
@@ -15,7 +16,6 @@ from evotune.spaces.lora import LoRASpace, init_lora_adapter
 from evotune.spaces.lowrank import LowRankSpace
 from evotune.spaces.svd_lora import SVDLoRASpace
 from evotune.strategies import OpenES
-from helpers import completions_one_at_a_time
 
 MAX_NEW_TOKENS = 8
 ARITHMETIC = [[{"role": "user", "content": f"What is {7 * i} + {13 * i}? Reply with only the number."}]

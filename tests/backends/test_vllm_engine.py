@@ -13,12 +13,18 @@ import json
 
 import pytest
 import torch
-from helpers import (ENGINE_CORES_IN_PROCESS_SLOW, TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model, start_engine,
-                    stop_engine)
+from helpers import (
+    ENGINE_CORES_IN_PROCESS_SLOW,
+    TINY_EVAL_BUDGET,
+    requires_vllm,
+    save_vllm_tiny_model,
+    start_engine,
+    stop_engine,
+)
 
 from evotune.backends import HFBackend
 from evotune.config import TrainConfig
-from evotune.strategies.optimizers import make_optimizer
+from evotune.optimizers import make_optimizer
 from evotune.spaces import FullParameterSpace
 from evotune.trainer import Trainer
 from evotune.types import Candidate, SeedUpdate

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import (ENGINE_CORES_IN_PROCESS_SLOW, TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model, start_engine,
-                     stop_engine)
+from helpers import (
+    ENGINE_CORES_IN_PROCESS_SLOW,
+    TINY_EVAL_BUDGET,
+    requires_vllm,
+    save_vllm_tiny_model,
+    start_engine,
+    stop_engine,
+)
 
 from evotune.backends import HFBackend, load_model
 from evotune.config import TrainConfig

@@ -11,7 +11,7 @@ import torch
 from helpers import ENGINE_CORES, requires_vllm, stop_engine
 
 from evotune.backends import HFBackend
-from evotune.strategies.optimizers import make_optimizer
+from evotune.optimizers import make_optimizer
 from evotune.spaces import FullParameterSpace
 from evotune.tasks import get_task
 from evotune.types import Candidate, SeedUpdate

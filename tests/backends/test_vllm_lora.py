@@ -10,8 +10,13 @@ import pytest
 import torch
 
 from evotune.backends import HFBackend
-from evotune.backends.vllm_lora import (AdapterWriter, engine_lora_rank, engine_quantization, peft_config_dict,
-                                        population_state_dicts)
+from evotune.backends.vllm_lora import (
+    AdapterWriter,
+    engine_lora_rank,
+    engine_quantization,
+    peft_config_dict,
+    population_state_dicts,
+)
 from evotune.builders import build_evaluator
 from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator

@@ -36,7 +36,8 @@ def engine_space(engine):
 def test_completions_follow_the_written_weights(engine):
     hf = HFBackend.load(engine.directory, dtype="float32", shared_prefix=False)
     space, hf_space = engine_space(engine), FullParameterSpace(hf.model, noise_kind="rademacher")
-    assert len(engine.tokenizer(PROMPTS[0])["input_ids"]) > 2 * engine.llm.llm_engine.vllm_config.cache_config.block_size
+    assert (len(engine.tokenizer(PROMPTS[0])["input_ids"])
+            > 2 * engine.llm.llm_engine.vllm_config.cache_config.block_size)
     base = engine.generate(PROMPTS, 8)
     assert base == hf.generate(PROMPTS, 8) and engine.generate(PROMPTS, 8) == base  # the second call hits the cache
     for seed in (3, 4):

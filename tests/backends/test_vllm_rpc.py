@@ -59,7 +59,7 @@ def test_every_rpc_survives_vllms_msgpack(tiny_model_dir, tmp_path):
         stop_engine(engine)
 
     # `evotune eval` of the vLLM run's checkpoint: HF tensors, loaded on the hf backend, = its final/
-    from evotune.evaluation.evaluate import load_for_eval
+    from evotune.runs.loading import load_for_eval
 
     checkpoint = load_for_eval(str(tmp_path / "run" / "checkpoint"), "float32", "cpu")
     final = dict(load_for_eval(str(tmp_path / "run"), "float32", "cpu").model.named_parameters())

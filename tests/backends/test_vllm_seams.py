@@ -8,20 +8,19 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
+from helpers import requires_cuda, requires_vllm
 from safetensors.torch import save_file
 
 from evotune.backends.engine_state import assemble_ranks
 from evotune.backends.models import load_model
-from evotune.backends.vllm_worker import EngineWeightsExtension
 from evotune.backends.vllm_weights import FUSED, hf_views, split_sizes
+from evotune.backends.vllm_worker import EngineWeightsExtension
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
+from evotune.import_utils import is_vllm_available
+from evotune.optimizers import make_optimizer
 from evotune.spaces import FullParameterSpace
 from evotune.strategies import Candidate, SeedUpdate
-from evotune.import_utils import is_vllm_available
-from evotune.strategies.optimizers import make_optimizer
-from helpers import requires_cuda, requires_vllm
 
 
 class FusedLlama(torch.nn.Module):

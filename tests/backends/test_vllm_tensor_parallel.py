@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from safetensors.torch import load_file
 from helpers import TINY_EVAL_BUDGET, requires_vllm, save_vllm_tiny_model
+from safetensors.torch import load_file
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
+from helpers import TINY_EVAL_BUDGET, requires_trl
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
-from helpers import TINY_EVAL_BUDGET, requires_trl
 
 pytestmark = requires_trl
 
@@ -119,7 +119,8 @@ def test_grpo_continues_a_saved_adapter_from_its_weights(tiny_model_dir, tmp_pat
     assert seen_at_start.keys() == saved.keys()
     for name, tensor in saved.items():  # the adapter's weights, not a fresh LoRA (its rank 4, not lora_rank 16)
         assert torch.equal(seen_at_start[name], tensor), name
-    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), str(tmp_path / "grpo" / "final"))
+    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                      str(tmp_path / "grpo" / "final"))
     final = {name: p.detach() for name, p in tuned.named_parameters() if "lora_" in name}
     assert final.keys() == saved.keys()
     assert any(not torch.equal(final[name], saved[name]) for name in saved)  # GRPO moved it

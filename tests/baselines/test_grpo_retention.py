@@ -7,11 +7,11 @@ import json
 import math
 
 import pytest
+from helpers import TINY_EVAL_BUDGET, requires_trl
 
 from evotune.cli.main import main
 from evotune.evaluation.generation import eval_budget, evaluate_model
 from evotune.tasks import get_task
-from helpers import TINY_EVAL_BUDGET, requires_trl
 
 pytestmark = requires_trl
 

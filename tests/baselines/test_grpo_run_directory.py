@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_EVAL_BUDGET, requires_trl
 from safetensors.torch import load_file
 
 from evotune.cli.main import main
-from helpers import TINY_EVAL_BUDGET, requires_trl
 
 pytestmark = requires_trl
 

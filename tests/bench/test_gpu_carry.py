@@ -29,7 +29,8 @@ def fake_wheel(folder: Path, name: str, payload_bytes: int) -> Path:
         archive.writestr(f"{name}/blob.bin", os.urandom(payload_bytes))  # random: does not compress
         info = f"{name}-1.0.dist-info"
         archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/WHEEL",
+                         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         archive.writestr(f"{info}/RECORD", "")
     return wheel
 

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 import yaml
+from helpers import TINY_EVAL_BUDGET
 
 from evotune.cli.main import main
-from helpers import TINY_EVAL_BUDGET
 
 
 def write_config(tmp_path, model_dir: str, **overrides) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import POPULATION_ROWS as ROWS
+from helpers import assert_identical, broken_reward, completions_one_at_a_time, make_task, snapshot
 
 from evotune.backends import HFBackend
 from evotune.backends.multi_lora import population_adapters
@@ -14,8 +16,6 @@ from evotune.errors import ConfigError, RewardFunctionError
 from evotune.spaces.lora import LoRASpace, init_lora_adapter
 from evotune.spaces.svd_lora import SVDLoRASpace
 from evotune.strategies import OpenES
-from helpers import POPULATION_ROWS as ROWS
-from helpers import assert_identical, broken_reward, completions_one_at_a_time, make_task, snapshot
 
 POPULATION = 7  # chunks of 3 leave a remainder of 1
 MAX_NEW_TOKENS = 6

@@ -7,6 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import POPULATION_ROWS as ROWS
+from helpers import (
+    TINY_EVAL_BUDGET,
+    assert_identical,
+    completions_one_at_a_time,
+    make_task,
+    requires_ray,
+    snapshot,
+    train_until_killed,
+)
 
 from evotune.backends import HFBackend
 from evotune.backends.stacked_weights import candidate_bytes, candidates_per_generate, population_weights
@@ -15,9 +25,6 @@ from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.errors import ConfigError
 from evotune.spaces import FullParameterSpace
 from evotune.strategies import OpenES
-from helpers import POPULATION_ROWS as ROWS, TINY_EVAL_BUDGET
-from helpers import (assert_identical, completions_one_at_a_time, make_task, requires_ray, snapshot,
-                     train_until_killed)
 
 POPULATION = 7  # chunks of 3 leave a remainder of 1
 MAX_NEW_TOKENS = 6

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_EVAL_BUDGET, assert_same, requires_ray, state
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError, EvotuneError
-from evotune.types import SeedUpdate
 from evotune.trainer import Trainer
-from helpers import TINY_EVAL_BUDGET, assert_same, requires_ray, state
+from evotune.types import SeedUpdate
 
 pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
 

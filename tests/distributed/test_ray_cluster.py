@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_EVAL_BUDGET, assert_same, requires_ray, state, train_until_killed
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
-from helpers import TINY_EVAL_BUDGET, assert_same, requires_ray, state, train_until_killed
 
 pytestmark = requires_ray
 
@@ -133,8 +133,8 @@ def test_the_driver_killed_on_the_cluster_resumes_from_the_cli_to_the_in_process
     trainer = pooled(tiny_model_dir, run, cluster.address, prompt_shards=2, workers=2)  # 2 actors: 4 starts, not 6
     train_until_killed(monkeypatch, trainer, at_step=2)
     trainer.evaluator.close()
-    command = [sys.executable, "-c", "from evotune.cli.main import console_main; raise SystemExit(console_main())", "train",
-               "--output-dir", str(run), "--resume"]
+    command = [sys.executable, "-c", "from evotune.cli.main import console_main; raise SystemExit(console_main())",
+               "train", "--output-dir", str(run), "--resume"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     local.finish()  # writes final/ of the in-process run

@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers import TINY_EVAL_BUDGET, requires_ray, requires_vllm, save_vllm_tiny_model
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
-from helpers import TINY_EVAL_BUDGET, requires_ray, requires_vllm, save_vllm_tiny_model
 
 pytestmark = [*requires_vllm, *requires_ray]
 

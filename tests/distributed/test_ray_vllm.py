@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import (
+    ENGINE_CORES,
+    TINY_EVAL_BUDGET,
+    assert_same,
+    requires_ray,
+    requires_vllm,
+    save_vllm_tiny_model,
+    state,
+)
 
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
-from helpers import (ENGINE_CORES, TINY_EVAL_BUDGET, assert_same, requires_ray, requires_vllm, save_vllm_tiny_model,
-                     state)
 
 pytestmark = [*requires_vllm, *requires_ray, pytest.mark.usefixtures("ray_instance")]
 

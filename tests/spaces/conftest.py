@@ -185,7 +185,7 @@ class SpaceBuilder:
     def build(self, optimizer: Any = "default", start: int = 0) -> Subject:
         """A fresh space on a fresh model. optimizer: an Optimizer, None, or the default SGD(0.05).
         start: another starting point (a nonzero start: another adapter init, other weights, other vector)."""
-        from evotune.strategies.optimizers import make_optimizer
+        from evotune.optimizers import make_optimizer
         from evotune.spaces import SPACES, VectorSpace
 
         case = self.case

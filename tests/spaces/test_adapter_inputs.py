@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import essa_config
 
 from evotune.errors import ConfigError
-from helpers import essa_config
 
 
 def save_adapter(base_dir: str, directory: Path, hidden_size: int | None = None, **save_options) -> Path:

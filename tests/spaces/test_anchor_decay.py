@@ -10,7 +10,7 @@ import torch
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
-from evotune.strategies.optimizers import SGD, Adam, make_optimizer
+from evotune.optimizers import SGD, Adam, make_optimizer
 from evotune.spaces import FullParameterSpace, noise
 from evotune.types import SeedUpdate
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from evotune.errors import ConfigError
-from evotune.strategies.optimizers import make_optimizer
+from evotune.optimizers import make_optimizer
 from evotune.spaces import SPACES
 from evotune.strategies import CMAES, OpenES
 from evotune.types import Candidate, MeanUpdate, SeedUpdate, append_update

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from evotune.errors import ConfigError
-from evotune.strategies.optimizers import SGD
+from evotune.optimizers import SGD
 from evotune.spaces import FullParameterSpace, noise
 from evotune.types import Candidate, MeanUpdate, SeedUpdate
 

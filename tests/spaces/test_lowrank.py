@@ -11,20 +11,28 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import (
+    TINY_EVAL_BUDGET,
+    assert_identical,
+    broken_reward,
+    completions_one_at_a_time,
+    fingerprint_reward,
+    requires_ray,
+    snapshot,
+    train_until_killed,
+)
+from helpers import make_task as make_population_task
 
 from evotune.backends import HFBackend
 from evotune.backends.multi_lora import population_linear_deltas
 from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.errors import ConfigError, RewardFunctionError
-from evotune.strategies.optimizers import SGD, Adam
+from evotune.optimizers import SGD, Adam
 from evotune.spaces import SPACES, LowRankSpace
 from evotune.strategies import OpenES
 from evotune.tasks import Task
 from evotune.types import Candidate, SeedUpdate
-from helpers import (TINY_EVAL_BUDGET, assert_identical, broken_reward, completions_one_at_a_time, fingerprint_reward,
-                     requires_ray, snapshot, train_until_killed)
-from helpers import make_task as make_population_task
 
 POPULATION = 6  # antithetic: 3 seeds; chunks of 4 leave a remainder of 2
 MAX_NEW_TOKENS = 6
@@ -80,7 +88,7 @@ def test_apply_writes_master_plus_rank_r_noise_and_factors_match(backend, kind, 
     weights = dict(backend.model.named_parameters())
     for index, member in enumerate(members):
         space.apply(member)
-        for position, (module, name) in enumerate(space.modules):
+        for position, (_module, name) in enumerate(space.modules):
             a, b = space.factor_noise(member.seed, name)
             assert a.shape == (space.master[name].shape[0], rank) and b.shape == (space.master[name].shape[1], rank)
             dense = space.perturbation(member, name)
@@ -257,7 +265,8 @@ def test_refuses_vector_members(backend):
 def run_config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, task="conciseness", space="lowrank", perturbation_rank=2, population_size=6,
                   antithetic=True, sigma=0.05, learning_rate=0.05, iterations=4, batch_size=3, max_new_tokens=5,
-                  num_eval=3, eval_every=0, checkpoint_every=2, dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
+                  num_eval=3, eval_every=0, checkpoint_every=2, dtype="float32", report_to=[],
+                  eval_max_new_tokens=TINY_EVAL_BUDGET)
     values.update(overrides)
     return TrainConfig(**values)
 

@@ -9,7 +9,7 @@ import torch
 
 from evotune.distributed import LocalEvaluator
 from evotune.errors import ConfigError
-from evotune.strategies.optimizers import SGD
+from evotune.optimizers import SGD
 from evotune.spaces import FullParameterSpace
 from evotune.tasks.base import Task
 from evotune.types import Candidate, SeedUpdate

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import evotune.spaces.full as full
-from evotune.strategies.optimizers import make_optimizer
+from evotune.optimizers import make_optimizer
 from evotune.spaces import FullParameterSpace
 from evotune.spaces.shards import Shard, assemble, local_slice
 from evotune.types import Candidate

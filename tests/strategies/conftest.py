@@ -36,7 +36,7 @@ class Quadratic:
     reward = staticmethod(quadratic)
 
     def make(self, variant: str, seed: int):
-        from evotune.strategies.optimizers import make_optimizer
+        from evotune.optimizers import make_optimizer
         from evotune.spaces import VectorSpace
         from evotune.strategies import STRATEGIES
 

@@ -10,10 +10,10 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers import strict_loads
 
 from evotune.errors import EvotuneError
 from evotune.strategies import CMAES
-from helpers import strict_loads
 
 
 def test_cma_negates_rewards_only_inside_the_adapter():

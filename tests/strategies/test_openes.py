@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evotune.strategies.optimizers import make_optimizer
+from evotune.optimizers import make_optimizer
 from evotune.spaces import VectorSpace
 from evotune.strategies import OpenES
 

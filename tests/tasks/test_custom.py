@@ -11,7 +11,6 @@ import pytest
 
 from evotune.errors import ConfigError
 
-
 BAD_REWARD_TARGETS = ["os:system", "os.system", "builtins:eval", "builtins:exec", "subprocess:run",
                       "subprocess:check_output", "shutil:rmtree", "importlib:import_module",
                       "test_custom:system", "collections:Counter", "math:sqrt"]

@@ -8,7 +8,6 @@ import pytest
 
 from evotune.errors import DataError
 
-
 BAD_DATA_FILES = {
     "latin-1 jsonl": ("data.jsonl", '{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n', "line 2"),
     "latin-1 json": ("data.json", '[{"prompt": "na\xefve"}]', "line 1"),

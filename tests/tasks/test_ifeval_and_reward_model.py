@@ -6,10 +6,11 @@ import json
 
 import pytest
 import torch
+from helpers import requires_lm_eval, requires_trl
 
 from evotune.errors import ConfigError, DataError
 from evotune.tasks import RewardModelScorer, get_task
-from helpers import requires_lm_eval, requires_trl
+
 
 def ifeval_file(tmp_path, rows):
     path = tmp_path / "ifeval.jsonl"

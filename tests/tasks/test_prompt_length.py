@@ -8,12 +8,12 @@ import json
 import re
 
 import pytest
+from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine, tiny_config
 
 from evotune.cli.main import main
 from evotune.errors import DataError
 from evotune.evaluation.generation import check_prompt_lengths
 from evotune.trainer import Trainer
-from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine, tiny_config
 
 LONG_PROMPT = "word " * 3000  # ~3,000 tokens; the tiny model holds 512 positions
 

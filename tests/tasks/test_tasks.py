@@ -9,9 +9,19 @@ import numpy as np
 import pytest
 
 from evotune.errors import ConfigError, DataError, RewardFunctionError
-from evotune.tasks import (TASKS, Task, arithmetic_reward, completion_text, conciseness_reward,
-                           countdown_answer_reward, countdown_format_reward, countdown_reward, get_task, prompt_text,
-                           solve)
+from evotune.tasks import (
+    TASKS,
+    Task,
+    arithmetic_reward,
+    completion_text,
+    conciseness_reward,
+    countdown_answer_reward,
+    countdown_format_reward,
+    countdown_reward,
+    get_task,
+    prompt_text,
+    solve,
+)
 from evotune.tasks.arithmetic import last_number, numbers
 from evotune.tasks.conciseness import contains_solution, exact_match, questions
 from evotune.tasks.countdown import evaluate_expression
@@ -218,7 +228,10 @@ def test_determinism_and_disjoint_splits(name, args):
     first, again, other = (get_task(name, seed=s, num_eval=32, **args) for s in (7, 7, 8))
     assert first.train_rows == again.train_rows and first.eval_rows == again.eval_rows
     assert first.train_rows != other.train_rows and first.eval_rows != other.eval_rows
-    key = (lambda r: json.dumps(r["prompt"]))
+
+    def key(r):
+        return json.dumps(r["prompt"])
+
     assert not {key(r) for r in first.train_rows} & {key(r) for r in first.eval_rows}
     assert len({key(r) for r in first.train_rows}) == len(first.train_rows)
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 

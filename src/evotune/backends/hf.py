@@ -6,7 +6,8 @@ gets the tokenizer's chat template with the generation prompt appended.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -91,7 +92,7 @@ class HFBackend:
     @classmethod
     def load(cls, model: str, dtype: str = "bfloat16", device: str = "cpu",
              generation_batch_size: int | None = None, quantization: str | QuantizationSettings = "none",
-             shared_prefix: bool | None = None, compile_generation: bool = False) -> "HFBackend":
+             shared_prefix: bool | None = None, compile_generation: bool = False) -> HFBackend:
         return cls(*load_model(model, dtype, device, quantization), generation_batch_size=generation_batch_size,
                    shared_prefix=shared_prefix, compile_generation=compile_generation)
 
@@ -154,8 +155,9 @@ class HFBackend:
                 batch = self._encode(chunk)
                 if self.compile_generation and not do_sample:  # greedy rows do not depend on each other
                     batch = pad_rows(batch, bucket_rows(len(chunk), self.generation_batch_size))
+                # (bucket, prompt + new)
                 output = self.model.generate(**batch, max_new_tokens=max_new_tokens, **self._compiled(),
-                                             pad_token_id=self.tokenizer.pad_token_id, **sampling)  # (bucket, prompt + new)
+                                             pad_token_id=self.tokenizer.pad_token_id, **sampling)
                 new_tokens = output[:len(chunk), batch["input_ids"].shape[1]:]  # the real rows
             completions.extend(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
         return completions

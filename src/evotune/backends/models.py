@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, ModelLoadError
 from .quantized import QUANTIZATIONS, QuantizationSettings, bitsandbytes_kwargs  # noqa: F401 (QUANTIZATIONS:
+
 # config.Quantization's choices, read here by tests/test_config.py)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # config.DtypeName's choices; auto: resolve_dtype
@@ -36,7 +37,8 @@ def _package_gguf(package: str, install_hint: str) -> ModelSource:
     directory = Path(spec.origin).parent
     files = sorted(directory.glob("*.gguf"))
     if not files:
-        raise ModelLoadError(f"package `{package}` at {directory} holds no .gguf file; reinstall it with `{install_hint}`.")
+        raise ModelLoadError(f"package `{package}` at {directory} holds no .gguf file; "
+                             f"reinstall it with `{install_hint}`.")
     return ModelSource(str(directory), files[0].name)
 
 
@@ -140,7 +142,7 @@ def find_adapter(path: str) -> tuple[Path, str] | None:
     is one; None otherwise. The base is the run's config.yaml `model`, else PEFT's recorded base."""
     import yaml
 
-    from .adapters import read_adapter_config
+    from ..files.adapters import read_adapter_config
 
     directory = Path(os.path.expanduser(path))
     if (directory / "final" / "adapter_config.json").exists():
@@ -168,7 +170,7 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu",
     if adapter is not None:
         from peft import PeftModel
 
-        from .adapters import check_adapter
+        from ..files.adapters import check_adapter
 
         model, tokenizer = load_model(adapter[1], dtype, device, quantization)
         check_adapter(adapter[0], model, adapter[1])  # a clear error before PEFT's own

@@ -16,8 +16,9 @@ KV-cache decoding step (seq = 1) alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 

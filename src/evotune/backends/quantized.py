@@ -38,12 +38,12 @@ class QuantizationSettings:
     compute_dtype: str | None = None  # None: the run's `dtype`
 
     @classmethod
-    def from_config(cls, config: Any) -> "QuantizationSettings":
+    def from_config(cls, config: Any) -> QuantizationSettings:
         """From any config with the `quantization` and `int4_*` keys (TrainConfig, SFTConfig)."""
         return cls(config.quantization, config.int4_type, config.int4_double_quantization, config.int4_compute_dtype)
 
     @classmethod
-    def coerce(cls, value: "str | QuantizationSettings") -> "QuantizationSettings":
+    def coerce(cls, value: str | QuantizationSettings) -> QuantizationSettings:
         """A method name ("int8") means that method with the default int4 choices."""
         return value if isinstance(value, cls) else cls(str(value))
 

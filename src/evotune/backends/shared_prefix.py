@@ -24,9 +24,10 @@ greedy completions are the same on the tiny model in float32 and bfloat16, and a
 from __future__ import annotations
 
 import inspect
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any
 
 import torch
 
@@ -108,7 +109,8 @@ def prefill(model: Any, prefix: torch.Tensor) -> tuple[str, Any]:
 
 
 def generate_after_prefix(model: Any, split: PrefixSplit, variants: int = 1,
-                          patch: Callable[[int], ContextManager] | None = None, **generate_kwargs: Any) -> torch.Tensor:
+                          patch: Callable[[int], AbstractContextManager] | None = None,
+                          **generate_kwargs: Any) -> torch.Tensor:
     """New token ids (variants * rows, new) of the split batch, tiled `variants` times variant-major.
 
     patch(rows_per_variant): a context under which batch row r runs variant r // rows_per_variant (a

@@ -16,8 +16,9 @@ perturbed weights in their live dtype (`population_batch_size` bounds P).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 

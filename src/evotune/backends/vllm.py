@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import ConfigError
 from ..import_utils import is_vllm_available
@@ -57,13 +58,13 @@ def exported_gguf(name: str, source: Any) -> str:
 
 
 def _export_once(name: str, file_name: str, target: Any) -> None:
-    """Write `target` as `evotune export` writes a model (runs.checkpoint.staged: beside it, moved into place
+    """Write `target` as `evotune export` writes a model (files.atomic.staged: beside it, moved into place
     whole, so a kill leaves no torn directory and the next call redoes it), under a lock: engines started at
     once (a sweep's parallel runs) export one at a time, and those that waited find the directory whole."""
     import fcntl
     import shutil
 
-    from ..runs.checkpoint import staged
+    from ..files.atomic import staged
     from .models import load_model
 
     target.parent.mkdir(parents=True, exist_ok=True)

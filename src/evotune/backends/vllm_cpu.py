@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 EXTENSION = "evotune.backends.vllm_worker.EngineWeightsExtension"
 # KV cache reserved by a CPU engine unless VLLM_CPU_KVCACHE_SPACE (GiB) says otherwise. vLLM's default,

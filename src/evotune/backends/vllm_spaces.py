@@ -8,7 +8,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..spaces.base import FactoredSpace, Space
@@ -35,7 +36,7 @@ class EngineSpace(Space):
         """perturbation_rank, linear_names: the engine side's LowRankSpace (EngineLowRankSpace). anchor_decay,
         keep_base: the engine snapshots its own base weights in its process (spaces/drift.py); only the numbers
         of drift_metrics come back."""
-        from ..strategies.optimizers import make_optimizer
+        from ..optimizers import make_optimizer
 
         if master_device not in MASTER_DEVICES:
             raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")

@@ -18,7 +18,8 @@ in the HF tensor), so the space draws the same global noise as TP=1 and keeps th
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 

@@ -55,7 +55,8 @@ class EngineWeightsExtension:
 
     The RPC names and arguments are a stable interface: evotune_init, evotune_apply, evotune_restore,
     evotune_update(seeds, coefficients), evotune_save_state(directory), evotune_load_state(path),
-    evotune_drift_sums, evotune_is_finite, evotune_checksum, evotune_noise_fingerprint, evotune_transfer_bytes. Arguments and results are plain numbers,
+    evotune_drift_sums, evotune_is_finite, evotune_checksum, evotune_noise_fingerprint, evotune_transfer_bytes.
+    Arguments and results are plain numbers,
     strings, lists and dicts only: on CUDA (and with `engine_core: separate_process`) the engine core is
     another process and vLLM carries both through msgpack with no type information, so a tensor would
     arrive as nested lists. State moves as safetensors files; checks are computed here and return numbers.
@@ -74,7 +75,7 @@ class EngineWeightsExtension:
 
         import torch
 
-        from ..strategies.optimizers import make_optimizer
+        from ..optimizers import make_optimizer
         from ..spaces import FullParameterSpace
         from .vllm_cpu import packed_weight_layers
         from .vllm_weights import engine_pieces

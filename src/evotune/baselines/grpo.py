@@ -16,19 +16,20 @@ import os
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal, get_args
+from typing import Any, Literal, get_args
 
 import yaml
 
-from ..config.train import DtypeName, RunConfig, TrainConfig
-from ..config.files import absolutize_paths, read_config_values
 from ..config.checks import check_rewards
 from ..config.fields import _opt, _same_as
+from ..config.files import absolutize_paths, read_config_values
+from ..config.train import DtypeName, RunConfig, TrainConfig
 from ..errors import ConfigError
 from ..import_utils import is_trl_available
-from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
+from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config, writing
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
 LOSS_TYPES = get_args(LossType)
@@ -122,7 +123,7 @@ def _policy(config: GRPORunConfig) -> tuple[Any, Any]:
     if config.adapter is not None:  # continue this adapter (TRL trains a PeftModel it is given as is)
         from peft import PeftModel
 
-        from ..backends.adapters import check_adapter
+        from ..files.adapters import check_adapter
 
         check_adapter(config.adapter, model, config.model)  # a clear error before PEFT's own
         model = PeftModel.from_pretrained(model, config.adapter, adapter_name="default", is_trainable=True)
@@ -230,9 +231,10 @@ def _resume_checkpoint(output: Path, config: GRPORunConfig) -> Path:
                           "or choose a new --output-dir.")
     done = checkpoint_step(checkpoints[-1])
     if config.iterations < done:  # refused: config.yaml must keep the record of the steps already taken
-        raise ConfigError(f"--resume: `iterations` {config.iterations} is below the {done} steps {output} already "
-                          f"trained ({checkpoints[-1]}); a resume cannot undo steps, so it was refused and config.yaml "
-                          f"is unchanged. Resume with iterations >= {done}, or start a new run in another --output-dir.")
+        raise ConfigError(f"--resume: `iterations` {config.iterations} is below the {done} steps {output} "
+                          f"already trained ({checkpoints[-1]}); a resume cannot undo steps, so it was refused and "
+                          f"config.yaml is unchanged. Resume with iterations >= {done}, or start a new run in another "
+                          "--output-dir.")
     return checkpoints[-1]
 
 
@@ -304,9 +306,14 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False, overw
     its config.yaml only in RESUMABLE_KEYS); overwrite: replace the run files there."""
     if not is_trl_available():
         raise ConfigError("`evotune grpo` runs TRL's GRPOTrainer: pip install 'evotune[grpo]'.")
+    output = Path(output_dir)
+    with writing(output):
+        return _run_grpo(config, output, resume, overwrite)
+
+
+def _run_grpo(config: GRPORunConfig, output: Path, resume: bool, overwrite: bool) -> dict[str, Any]:
     from ..tracking.tracker import plot_curves
 
-    output = Path(output_dir)
     checkpoint = prepare_grpo_run(output, config, resume, overwrite)
     done = checkpoint_step(checkpoint) if checkpoint else 0
     max_steps, spent = _max_steps(config, output, done)
@@ -349,7 +356,8 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
                               target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
                    if config.lora and config.adapter is None else None)
     # on resume, metrics.jsonl keeps the records up to the checkpoint: the steps after it are trained again
-    logger = MetricsLogger(output, config.report_to, resume_iteration=checkpoint_step(checkpoint) if checkpoint else None,
+    logger = MetricsLogger(output, config.report_to,
+                           resume_iteration=checkpoint_step(checkpoint) if checkpoint else None,
                            config=config.to_dict())
     trainer = _data_seeded_trainer_class()(model=model, reward_funcs=list(task.reward_fns), args=arguments,
                                            train_dataset=_dataset(task.train_rows), processing_class=tokenizer,
@@ -357,7 +365,8 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
     contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
     retention = build_retention(config, evaluator())  # LoRA: the adapter switched off is the KL's base
-    callback = EvotuneMetricsCallback(logger, task, evaluator, config, samples_per_step=config.batch_size * config.num_generations,
+    callback = EvotuneMetricsCallback(logger, task, evaluator, config,
+                                      samples_per_step=config.batch_size * config.num_generations,
                                       training_seconds=spent, retention=retention)
     trainer.add_callback(callback)
     return trainer, callback, tokenizer
@@ -380,7 +389,8 @@ def _training_seconds(output: Path, last: int) -> float:
 def _last_eval(output: Path) -> dict[str, Any]:
     from ..tracking.tracker import read_metrics
 
-    evaluated = [record for record in read_metrics(output / "metrics.jsonl") if any(k.startswith("eval/") for k in record)]
+    evaluated = [record for record in read_metrics(output / "metrics.jsonl")
+                 if any(k.startswith("eval/") for k in record)]
     return {key: value for key, value in evaluated[-1].items() if key.startswith("eval/")} if evaluated else {}
 
 

@@ -12,7 +12,8 @@ reaches it, as `evotune train` does, so both methods can be run for the same min
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from transformers import TrainerCallback
 
@@ -85,6 +86,7 @@ class EvotuneMetricsCallback(TrainerCallback):
                   "time_s": self._step_time}
         record.update({f"grpo/{key}": float(value) for key, value in logs.items()
                        if isinstance(value, (int, float)) and key not in ("reward", "reward_std", "epoch")})
-        if step == state.max_steps or self.out_of_time or (self.config.eval_every and step % self.config.eval_every == 0):
+        if (step == state.max_steps or self.out_of_time
+                or (self.config.eval_every and step % self.config.eval_every == 0)):
             record.update(self.evaluate())
         self.logger.log(record)

@@ -23,9 +23,9 @@ def _output_dir(args: argparse.Namespace, without_config: str) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ..runs.checkpoint import find_checkpoint
-    from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
     from ..config.files import read_config_values
+    from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
+    from ..files.checkpoint import find_checkpoint
     from ..runs.directory import read_run_config
     from ..trainer import Trainer
 
@@ -65,7 +65,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from ..runs.checkpoint import find_checkpoint
+    from ..files.checkpoint import find_checkpoint
     from ..sft import load_sft_config, run_sft
 
     output_dir = _output_dir(args, "runs/sft")
@@ -86,7 +86,9 @@ def _sft(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from ..backends.base import resolve_device
     from ..config.files import parse_overrides
-    from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models, format_table
+    from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models
+    from ..evaluation.report import format_table
+    from ..runs.loading import eval_quantization, load_for_eval
     from ..tasks import get_task
     from ..tracking.tracker import dumps_strict
 
@@ -105,7 +107,7 @@ def _eval(args: argparse.Namespace) -> int:
                     eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg))
     reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in args.model else []
     models = args.model + reference  # the reference is a row of the table too (KL 0)
-    results = evaluate_models(models, task, options)
+    results = evaluate_models(models, task, options, load_for_eval, eval_quantization)
     print(format_table(results))
     output.write_text(dumps_strict(results, indent=2))  # null, never NaN: strict JSON
     print(f"wrote {output}" + (f" and {plot}" if plot else ""), file=sys.stderr)
@@ -142,13 +144,13 @@ def _export(args: argparse.Namespace) -> int:
 
 def _grpo(args: argparse.Namespace) -> int:
     from ..baselines.grpo import load_grpo_config, run_grpo, sweep_learning_rates
-
     from ..errors import ConfigError
 
     output_dir = _output_dir(args, "runs/grpo")
     if args.sweep_learning_rates and (args.resume or args.overwrite):
         raise ConfigError("--sweep-learning-rates starts one run per rate in OUTPUT_DIR/lr_<value>; resume or replace "
-                          "one of them with `evotune grpo --output-dir OUTPUT_DIR/lr_<value> --resume` (or --overwrite).")
+                          "one of them with `evotune grpo --output-dir OUTPUT_DIR/lr_<value> --resume` "
+                          "(or --overwrite).")
     # --resume: the run's own config.yaml; CONFIG and --set may change only what a resume allows
     config = load_grpo_config(args.config, args.set, resume_dir=output_dir if args.resume else None)
     if args.sweep_learning_rates:
@@ -170,10 +172,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..config.train import QUICKSTART
     from ..config.files import read_config_values
-    from ..runs.sweep import SweepFailed, format_table, sweep
+    from ..config.train import QUICKSTART
     from ..runs.sweep_grid import parse_grid
+    from ..sweep import SweepFailed, format_table, sweep
 
     output_dir = _require_output_dir(args)
     grid = parse_grid(args.grid)

@@ -9,8 +9,8 @@ import textwrap
 from typing import Any, get_args
 
 from .. import __version__
-from ..config.train import DtypeName
 from ..config.eval_options import add_cli_options
+from ..config.train import DtypeName
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -181,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         evotune doctor --engine-core in_process --engine-core separate_process --output doctor.json
         evotune doctor --checks hf vllm""")
     doctor.add_argument("--checks", nargs="+", choices=["hf", "vllm", "tensor-parallel", "ray"], metavar="GROUP",
-                        help="run only these groups of checks: hf, vllm (full ES, ESSA, low-rank on each engine shape), "
-                             "tensor-parallel, ray (default: all)")
+                        help="run only these groups of checks: hf, vllm (full ES, ESSA, low-rank on each engine "
+                             "shape), tensor-parallel, ray (default: all)")
     doctor.add_argument("--engine-core", action="append", choices=["in_process", "separate_process"],
                         help="vLLM engine shape to check (repeat for both; default: this machine's default)")
     doctor.add_argument("--output", help="also write the results to this JSON file")

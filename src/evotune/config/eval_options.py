@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, get_args
 
-from .train import DtypeName, Quantization
-from .fields import _opt
 from ..tasks.arithmetic import EVAL_MAX_NEW_TOKENS as ARITHMETIC_BUDGET
+from .fields import _opt
+from .train import DtypeName, Quantization
 
 # New tokens per completion for a task that names no evaluation budget of its own (Task.eval_max_new_tokens).
 FALLBACK_MAX_NEW_TOKENS = 32

@@ -4,7 +4,8 @@ A YAML file gives any subset of the keys; `--set key=value` overrides them (valu
 parsed as YAML, so `--set antithetic=true --set sigma=2e-3` work).
 
 Every value is checked against its field's annotation (fields.py holds those checks); the
-choices of a key are a `Literal` type, the single source that both the check and `evotune keys` read. This module imports neither torch nor the registries that hold the
+choices of a key are a `Literal` type, the single source that both the check and `evotune keys` read.
+This module imports neither torch nor the registries that hold the
 same names (spaces.SPACES, strategies.STRATEGIES, ...): tests/test_config.py checks that each
 registry's names equal its Literal's, so they cannot drift.
 """
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import ConfigError
 from .checks import check_device, check_int4_keys, check_population_batch_size, check_retention, check_rewards
 from .fields import ConfigMixin, _opt
 from .files import read_config_values
-from ..errors import ConfigError
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
 TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",

@@ -8,8 +8,8 @@ declared here once so the trainer calls them without probing, as pycma's OOOptim
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -39,10 +39,10 @@ class Evaluator(ABC):
 
         row_indices (the rows' positions in task.train_rows) let remote evaluators send indices, not rows."""
 
-    def sync(self, update: Update) -> None:
+    def sync(self, update: Update) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Bring replicas other than the driver's to the driver's new mean (none in process)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release workers (none in process)."""
 
     @property

@@ -13,7 +13,7 @@ low-rank delta to the shared base matmul. And for `space: full` (ES at Scale, Qi
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..backends.base import Backend
 from ..errors import ConfigError

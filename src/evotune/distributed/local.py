@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class LocalEvaluator(Evaluator):
         self.max_new_tokens = max_new_tokens
 
     @classmethod
-    def from_replica(cls, replica: Replica, **options: Any) -> "LocalEvaluator":
+    def from_replica(cls, replica: Replica, **options: Any) -> LocalEvaluator:
         return cls(replica.space, replica.backend, replica.task, replica.max_new_tokens, **options)
 
     def evaluate(self, candidates: Population, rows: list[dict], row_indices: list[int] | None = None,

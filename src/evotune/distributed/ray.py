@@ -29,7 +29,8 @@ import os
 import pickle
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class ReplicaWorker:
 
     def load(self, state: dict) -> None:
         """Rebuild the driver's mean: the checkpoint (mean and optimizer), then the updates logged after it."""
-        from ..runs.checkpoint import load_checkpoint
+        from ..files.checkpoint import load_checkpoint
 
         space = self.replica.space
         start = 0

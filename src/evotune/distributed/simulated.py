@@ -115,7 +115,8 @@ class SimulatedEvaluator(UnitEvaluator):
         return self.next_worker - 1
 
     def sync(self, update: Update) -> None:
-        """Every worker gets the update (seeds and coefficients), serialized once per worker as one call per actor is."""
+        """Every worker gets the update (seeds and coefficients), serialized once per worker as one call per
+        actor is."""
         self.bytes_sent += sum(_size(update) for _ in range(self.num_workers))
         self.calls += self.num_workers
 

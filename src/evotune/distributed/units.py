@@ -9,7 +9,8 @@ in-process evaluator scores through the same `combine`, so every evaluator gives
 
 `UnitEvaluator` is the driver's loop over a transport: it owns what to send where and when (pending
 units, free workers, the straggler deadline, first result wins); a subclass owns how (Ray actors in
-`ray.py`; a simulated pool on a virtual clock in `simulated.py`, which bench/ray_cluster/ measures with). A unit not back after `straggler_factor` times the
+`ray.py`; a simulated pool on a virtual clock in `simulated.py`, which bench/ray_cluster/ measures with).
+A unit not back after `straggler_factor` times the
 median unit time is sent again to a free worker, and whichever copy finishes first is taken: units are
 deterministic (greedy decoding of the same weights and prompts), so the outcome does not depend on which.
 """
@@ -19,8 +20,9 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

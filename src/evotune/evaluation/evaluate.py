@@ -5,17 +5,17 @@ k sampled completions per prompt (ESSA's tables); optionally the KL divergence f
 (base) model, estimated per token with Schulman's k3 estimator on completions sampled from the
 evaluated model, as Qiu et al. (arXiv 2509.24372) do for their reward-vs-KL Pareto analysis.
 
-Models may be an alias, a model directory, a .gguf file, a hub id, a PEFT adapter, a run
-directory (its final/), or a run's checkpoint/ directory (rebuilt from the run's config).
+Models are named as `evotune eval` takes them and loaded by the `load` function the caller passes
+(runs.loading.load_for_eval: an alias, a model directory, a run directory, a checkpoint, ...); interval
+statistics live in `statistics`, the KL estimate in `kl`, the table and the plot in `report`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,137 +24,14 @@ import torch
 from ..backends.base import Backend, resolve_device
 from ..config.eval_options import FALLBACK_MAX_NEW_TOKENS, EvalOptions
 from ..errors import ConfigError
-from .generation import check_prompt_lengths, eval_budget, generate_in_chunks
 from ..tasks.base import Task
+from .generation import check_prompt_lengths, eval_budget, generate_in_chunks
+from .kl import k3_kl
+from .report import plot_reward_vs_kl
+from .statistics import mean_interval, pass_at_k, wilson_interval
 
 if TYPE_CHECKING:
     from ..backends.hf import HFBackend
-
-
-def wilson_interval(successes: float, total: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a proportion (well-behaved near 0 and 1, unlike the normal one)."""
-    if total == 0:
-        return (float("nan"), float("nan"))
-    p = successes / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def mean_interval(values: np.ndarray, z: float = 1.96) -> tuple[float, float]:
-    """Normal-approximation 95% interval of a mean."""
-    values = values[~np.isnan(values)]
-    if values.size < 2:
-        return (float("nan"), float("nan"))
-    half = z * values.std(ddof=1) / math.sqrt(values.size)
-    return (float(values.mean() - half), float(values.mean() + half))
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
-
-def k3_kl(policy_logprobs: list[torch.Tensor], reference_logprobs: list[torch.Tensor]) -> dict[str, float]:
-    """KL(policy || reference) per token from policy samples: mean of (r - 1) - log r, r = p_ref / p_policy.
-
-    k3 is unbiased and, unlike log(p_policy / p_ref), never negative per token (Schulman, 2020).
-    """
-    per_token = [torch.expm1(ref - pol) - (ref - pol) for pol, ref in zip(policy_logprobs, reference_logprobs)]
-    tokens = torch.cat(per_token) if per_token else torch.zeros(0)
-    per_sequence = [float(t.sum()) for t in per_token]
-    return {"kl_per_token": float(tokens.mean()) if tokens.numel() else float("nan"),
-            "kl_per_sequence": float(np.mean(per_sequence)) if per_sequence else float("nan"),
-            "kl_tokens": int(tokens.numel())}
-
-
-def load_for_eval(model: str, dtype: str, device: str, quantization: str | None = None) -> Any:
-    """A backend for `model`; a run's checkpoint/ directory is rebuilt from the run's config and mean.
-
-    quantization: the base's (none / int8 / int4); None: the run's own (eval_quantization)."""
-    from ..backends import HFBackend
-
-    path = Path(model)
-    settings = eval_quantization(model, quantization)
-    if is_checkpoint_directory(path):
-        return _load_checkpoint(path, dtype, device, settings)
-    require_final(path)
-    if (path / "final" / "config.json").exists():  # a full-parameter run directory
-        return HFBackend.load(str(path / "final"), dtype, device, quantization=settings)
-    return HFBackend.load(model, dtype, device, quantization=settings)
-
-
-def eval_quantization(model: str, requested: str | None) -> Any:
-    """QuantizationSettings for evaluating `model`: its run's own (the config.yaml of a run directory, or beside
-    a final/, checkpoint/ or sft adapter/) unless `requested` names another method, which then takes the
-    default int4 choices. An adapter evolved on an INT4 base is evaluated on that base unless told otherwise."""
-    import yaml
-
-    from ..backends.quantized import QuantizationSettings
-
-    path = Path(model)
-    recorded = QuantizationSettings()
-    in_run = path.name == "final" or (path / "adapter_config.json").exists() or is_checkpoint_directory(path)
-    for run_config in (path / "config.yaml", path.parent / "config.yaml") if in_run else (path / "config.yaml",):
-        if path.is_dir() and run_config.is_file():
-            values = yaml.safe_load(run_config.read_text()) or {}
-            recorded = QuantizationSettings(values.get("quantization", "none"), values.get("int4_type", "nf4"),
-                                            bool(values.get("int4_double_quantization", False)),
-                                            values.get("int4_compute_dtype"))
-            break
-    if requested is None or requested == recorded.method:
-        return recorded
-    return QuantizationSettings(requested)
-
-
-def is_checkpoint_directory(path: Path) -> bool:
-    """A checkpoint written by `evotune train` (or its .old sibling, when a save was interrupted)."""
-    candidates = (path, path.with_name(path.name + ".old")) if path.name else (path,)
-    return any((candidate / name).exists() for candidate in candidates for name in ("state.json", "manifest.json"))
-
-
-def require_final(path: Path) -> None:
-    """Refuse a run directory whose final/ model is missing, naming what can be used instead."""
-    path = Path(path)
-    if not (path / "config.yaml").is_file() or (path / "config.json").exists():
-        return  # not a run directory: the model loader reports what it is missing
-    final = path / "final"
-    if (final / "config.json").exists() or (final / "adapter_config.json").exists():
-        return
-    if (path / "adapter" / "adapter_config.json").exists():
-        raise ConfigError(f"{path} is an `evotune sft` run directory; its model is the adapter: pass "
-                          f"{path / 'adapter'}.")
-    state = "has an incomplete final/" if final.exists() else "has no final/ model yet"
-    if is_checkpoint_directory(path / "checkpoint"):
-        fix = (f"evaluate its last checkpoint with --model {path / 'checkpoint'}, or finish the run with "
-               f"`evotune train --output-dir {path} --resume` to write final/")
-    else:
-        fix = "it has no checkpoint/ either (it stopped before its first one); run it again"
-    raise ConfigError(f"{path} is an evotune run directory that {state} (the run has not finished): {fix}.")
-
-
-def _load_checkpoint(directory: Path, dtype: str, device: str, quantization: Any) -> Any:
-    from ..backends import HFBackend
-    from ..builders import build_space, on_hf_backend
-    from ..runs.checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
-    from ..config.train import load_config
-    from ..errors import CheckpointError
-
-    run_config = directory.parent / "config.yaml"
-    if not run_config.exists():
-        raise ConfigError(f"{directory} looks like a checkpoint but {run_config} is missing; evaluate the run's "
-                          "final/ instead, or restore its config.yaml.")
-    checkpoint = find_checkpoint(directory)  # falls back to checkpoint.old, with a warning, when damaged
-    if checkpoint is None:
-        raise CheckpointError(f"checkpoint {directory} is damaged ({verify_checkpoint(directory)}) and no intact "
-                              f"previous one ({directory.name}.old) exists; evaluate the run's final/ instead.")
-    config = on_hf_backend(load_config(run_config))  # a vLLM run's checkpoint holds HF tensors too
-    backend = HFBackend.load(config.model, dtype, device, quantization=quantization)
-    space = build_space(config, backend)
-    space.load_state_tensors(load_checkpoint(checkpoint)["space_tensors"])
-    return backend
 
 
 def _greedy(backend: Backend, task: Task, rows: list[dict], options: EvalOptions) -> tuple[dict, list[str], np.ndarray]:
@@ -220,21 +97,25 @@ def check_options(options: EvalOptions) -> None:
                           f"{options.top_p}).")
 
 
-def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list[dict]:
-    """One result dict per model: task metrics, intervals, avg@k / pass@k, KL; samples and plot if asked."""
+def evaluate_models(models: list[str], task: Task, options: EvalOptions,
+                    load: Callable[[str, str, str, str | None], Backend],
+                    quantization_of: Callable[[str, str | None], Any]) -> list[dict]:
+    """One result dict per model: task metrics, intervals, avg@k / pass@k, KL; samples and plot if asked.
+    `load(model, dtype, device, quantization)` gives a model's backend and `quantization_of(model, requested)`
+    the base it is scored on (runs.loading's load_for_eval and eval_quantization)."""
     check_options(options)
     options = with_budget(options, task)
     rows = task.eval_rows
     if not rows:
         raise ConfigError(f"task {task.name!r} has no held-out rows; set `num_eval` or give `eval_dataset`.")
     device = resolve_device(options.device)
-    reference = (load_for_eval(options.kl_reference, options.dtype, device, options.quantization)
+    reference = (load(options.kl_reference, options.dtype, device, options.quantization)
                  if options.kl_reference else None)
     results = []
     for model in models:
         started = time.perf_counter()
         backend = (reference if model == options.kl_reference
-                   else load_for_eval(model, options.dtype, device, options.quantization))
+                   else load(model, options.dtype, device, options.quantization))
         check_prompt_lengths(backend, {"held-out": rows}, options.max_new_tokens)
         metrics, completions, rewards = _greedy(backend, task, rows, options)
         if options.num_samples:
@@ -246,7 +127,7 @@ def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list
             metrics["skipped_rows"] = task.skipped_rows
         results.append({"model": model, "task": task.name, "num_eval": len(rows),
                         "max_new_tokens": options.max_new_tokens,
-                        "quantization": eval_quantization(model, options.quantization).method, **metrics,
+                        "quantization": quantization_of(model, options.quantization).method, **metrics,
                         "time_s": round(time.perf_counter() - started, 2)})
         if options.samples_path:
             with open(options.samples_path, "a") as handle:
@@ -258,36 +139,3 @@ def evaluate_models(models: list[str], task: Task, options: EvalOptions) -> list
     return results
 
 
-def plot_reward_vs_kl(results: list[dict], path: str, title: str = "") -> None:
-    """Each model as a point (KL per token, accuracy or reward): Qiu et al.'s Pareto view."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    key = "accuracy" if "accuracy" in results[0] else "reward"
-    figure, axis = plt.subplots(figsize=(6, 4))
-    for index, result in enumerate(results):
-        axis.scatter(result["kl_per_token"], result[key], color=f"C{index}", label=result["model"], zorder=3)
-    axis.set(xlabel="KL(model || reference) per token (k3)", ylabel=f"held-out {key}", title=title)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
-def format_table(results: list[dict]) -> str:
-    """A plain text table: one row per model, scalar metrics as columns."""
-    keys = [key for key in results[0] if key not in ("model", "task") and not isinstance(results[0][key], list)]
-    lines = [" | ".join(["model"] + keys)]
-    for result in results:
-        cells = [result["model"]]
-        for key in keys:
-            value = result.get(key, "")
-            cells.append(f"{value:.4f}" if isinstance(value, float) else str(value))
-            if f"{key}_ci95" in result:
-                low, high = result[f"{key}_ci95"]
-                cells[-1] += f" [{low:.3f}, {high:.3f}]"
-        lines.append(" | ".join(cells))
-    return "\n".join(lines)

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from ..config.train import TrainConfig
-from .generation import eval_budget
 from ..tasks.base import Task
 from ..tracking.tracker import read_metrics
+from .generation import eval_budget
 
 PAPERS = {
     "es": ("ES at Scale", "Qiu et al. 2025, *Evolution Strategies at Scale: LLM Fine-Tuning Beyond Reinforcement "
@@ -265,7 +265,8 @@ def _reproduce_lines(config: TrainConfig, run_dir: Path, paper: str) -> list[str
     return lines + [""]
 
 
-def model_card(config: TrainConfig, records: list[dict[str, Any]], run_dir: str | Path, task: Task | None = None) -> str:
+def model_card(config: TrainConfig, records: list[dict[str, Any]], run_dir: str | Path,
+               task: Task | None = None) -> str:
     """The card's text for a run with this config and metrics.jsonl records."""
     run_dir = Path(run_dir)
     adapter = config.space in ADAPTER_SPACES

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..backends.base import Backend
 from ..config.train import RunConfig
 from ..errors import ConfigError
-from .evaluate import k3_kl
-from .generation import check_prompt_lengths, eval_budget, evaluate_model
 from ..tasks import Task, get_task
+from .generation import check_prompt_lengths, eval_budget, evaluate_model
+from .kl import k3_kl
 
 if TYPE_CHECKING:
     import torch

@@ -151,7 +151,7 @@ def _identity(directory: Path) -> tuple | None:
 
 def _read_checked(directory: Path) -> tuple[str | None, dict | None]:
     """(what is wrong, None) or (None, the checkpoint), its checksums checked."""
-    from .checkpoint import load_checkpoint, problem_of, verify_checkpoint
+    from ..files.checkpoint import load_checkpoint, problem_of, verify_checkpoint
 
     if not directory.exists():
         return "it is missing", None
@@ -170,7 +170,7 @@ def _save_under_way(run: Path) -> bool:
 
 def damaged_message(run: Path, problem: str | None) -> str:
     """A damaged newest checkpoint: what is wrong, why the older one is not used, and the fix."""
-    from .checkpoint import load_state, verify_checkpoint
+    from ..files.checkpoint import load_state, verify_checkpoint
 
     old, final = run / "checkpoint.old", "" if (run / "final").is_dir() else " once it is finished"
     lead = (f"{run / 'checkpoint'} cannot be used ({problem}). --average-last rebuilds the last iterates from the "

@@ -27,10 +27,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..evaluation.evaluate import wilson_interval
-from .groups import (group_runs, method_config, method_label, parse_labels, read_config_file, resolve_adapter,
-                         unique_directories)
+from ..evaluation.statistics import wilson_interval
 from ..tracking.tracker import dumps_strict, read_metrics
+from .groups import (
+    group_runs,
+    method_config,
+    method_label,
+    parse_labels,
+    read_config_file,
+    resolve_adapter,
+    unique_directories,
+)
 
 
 def load_run(directory: str | Path, metric: str | None, notes: list[str] | None = None) -> dict[str, Any]:

@@ -17,15 +17,18 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import yaml
 
-from .checkpoint import find_checkpoint, fsync_file, load_state
-from ..config.train import TrainConfig
 from ..config.files import absolutize_paths
+from ..config.train import TrainConfig
 from ..errors import ConfigError, OutputError
+from ..files.atomic import fsync_file
+from ..files.checkpoint import find_checkpoint, load_state
+from . import lock as run_lock
 
 # What `evotune train` writes into a run directory (files and directories).
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
@@ -51,7 +54,8 @@ def read_run_config(output_dir: Path) -> dict[str, Any]:
     try:
         values = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--resume: {path} is not valid YAML ({exc}); it was damaged after the run wrote it.") from exc
+        raise ConfigError(f"--resume: {path} is not valid YAML ({exc}); it was damaged after the run wrote "
+                          "it.") from exc
     if not isinstance(values, dict):
         raise ConfigError(f"--resume: {path} does not hold a mapping of config keys; it was damaged.")
     return values
@@ -162,6 +166,10 @@ def writes_reported(output_dir: Path) -> Iterator[None]:
     try:
         yield
     except (OSError, SafetensorError) as exc:
+        if isinstance(exc, FileNotFoundError) and not (Path(output_dir) / "config.yaml").exists():
+            raise OutputError(f"the run's files in {output_dir} vanished while it ran ({exc.filename or exc}: "
+                              "config.yaml is gone too): another process deleted or replaced them. Nothing of "
+                              "this run was kept there; start it again.") from exc
         raise OutputError(f"the run could not write its files in {output_dir} ({type(exc).__name__}: {exc}); the "
                           "newest complete checkpoint is intact. Free disk space or make the directory writable, "
                           "then resume.") from exc
@@ -238,15 +246,52 @@ def remove_unstarted_run(output_dir: Path, created: bool = False) -> None:
         with contextlib.suppress(OSError):  # what cannot be removed stays; the original error is the one to see
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     if created:
+        run_lock.release(output_dir)  # its lock file would keep the directory from being empty
         with contextlib.suppress(OSError):  # not empty: someone else's files are in it
             Path(output_dir).rmdir()
 
 
 def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
     """Check the directory against the request, write config.yaml, and return the checkpoint to
-    resume from (None for a new run). Nothing is written before every check has passed."""
+    resume from (None for a new run). Nothing is written before every check has passed, except the run
+    directory's lock (runs/lock.py), taken first: on success the caller holds it and gives it back with
+    `lock.release(output_dir)` when the run ends."""
     check_writable(output_dir)
     output_dir = Path(output_dir)
+    with locked_for_start(output_dir):
+        return _prepare(output_dir, config, resume, overwrite)
+
+
+@contextlib.contextmanager
+def locked_for_start(output_dir: Path) -> Iterator[None]:
+    """Take `output_dir`'s lock (making the directory) before a run changes anything in it; kept when the block
+    succeeds, given back when it fails, and then the directories this made are removed again if empty."""
+    made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
+    output_dir.mkdir(parents=True, exist_ok=True)
+    run_lock.acquire(output_dir)
+    try:
+        yield
+    except BaseException:
+        run_lock.release(output_dir)
+        for directory in made:  # innermost first
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
+
+
+@contextlib.contextmanager
+def writing(output_dir: str | Path) -> Iterator[None]:
+    """Hold `output_dir`'s lock for a whole command (sft, grpo, sweep); given back when the command ends."""
+    output_dir = Path(output_dir)
+    with locked_for_start(output_dir):
+        pass
+    try:
+        yield
+    finally:
+        run_lock.release(output_dir)
+
+
+def _prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
     absolutize_paths(config)
     checkpoint = find_checkpoint(output_dir / "checkpoint")
     if resume:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..backends.models import find_adapter, load_model, torch_dtype
-from .checkpoint import staged  # the write-beside-then-rename, shared with the GGUF cache (backends/vllm.py)
 from ..errors import ConfigError
-from ..evaluation.evaluate import is_checkpoint_directory, load_for_eval, require_final
+from ..files.atomic import staged  # the write-beside-then-rename, shared with the GGUF cache (backends/vllm.py)
+from .loading import is_checkpoint_directory, load_for_eval, require_final
 
 
 def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = "float32",

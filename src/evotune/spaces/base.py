@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..strategies.optimizers import Optimizer
+from ..optimizers import Optimizer
 from ..types import MeanUpdate, Member, SeedUpdate, Update, update_from_dict
-
 
 
 def differing_tensors(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> list[str]:
@@ -50,7 +50,7 @@ class Space(ABC):
     def restore(self) -> None:
         """Write the mean back, bit-identical to before any apply()."""
 
-    def prefetch(self, member: Member | None) -> None:
+    def prefetch(self, member: Member | None) -> None:  # noqa: B027 - optional hook, a no-op by default
         """A hint: the next call is apply(member) (None: restore()). A space that can prepare it in the
         background (FullParameterSpace with prefetch) starts now; by default nothing happens."""
 
@@ -62,7 +62,7 @@ class Space(ABC):
         """The optimizer a seed update steps with (spaces built for CMA-ES alone may have none)."""
         if self.optimizer is None:
             raise ConfigError(f"{type(self).__name__} was built without an optimizer, so it cannot take a seed "
-                              "update; pass optimizer=SGD(learning_rate) (or evotune.strategies.optimizers.make_optimizer).")
+                              "update; pass optimizer=SGD(learning_rate) (or evotune.optimizers.make_optimizer).")
         return self.optimizer
 
     def set_mean(self, vector: np.ndarray) -> None:

@@ -1,5 +1,5 @@
 """How far the mean has moved from the base weights: the `drift/` metrics, and the base snapshot they and
-anchored weight decay (strategies/optimizers.py) need.
+anchored weight decay (optimizers/rules.py) need.
 
 Weight spaces (full, lowrank) keep the base in the weights' own dtype on the host. That copy is exact: the
 fp32 master starts as the upcast of those very values, so a bfloat16 model's base costs 2 bytes per trained
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch

@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
 from ..errors import ConfigError
-from ..strategies.optimizers import Optimizer
+from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace
 from .drift import snapshot, weight_drift, weight_sums
@@ -247,7 +247,8 @@ class FullParameterSpace(FactoredSpace):
         missing = set(self.master) - set(tensors)
         if missing:
             raise ConfigError(f"checkpoint lacks {len(missing)} parameters of the model (e.g. {sorted(missing)[0]!r}): "
-                              "it was written for another model or `parameters` selection; resume with the same config.")
+                              "it was written for another model or `parameters` selection; resume with the same "
+                              "config.")
         if self._prefetcher is not None:
             self._prefetcher.settle()
         for name in self.master:

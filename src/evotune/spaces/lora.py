@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..strategies.optimizers import Optimizer
+from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace, ModelWriter
 from .drift import factor_product_squares, ratio, sum_of_squares
@@ -44,7 +45,7 @@ def init_lora_adapter(model: torch.nn.Module, rank: int = 8,
     """
     from peft import LoraConfig, get_peft_model
 
-    from ..backends.adapters import check_target_modules
+    from ..files.adapters import check_target_modules
 
     if init not in LORA_INITS:
         raise ConfigError(f"LoRA init={init!r} is unknown; choose one of {sorted(LORA_INITS)}.")

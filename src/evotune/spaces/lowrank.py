@@ -34,13 +34,13 @@ oracle the batched path is tested against, and what a Ray actor evaluates.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
 from ..errors import ConfigError
-from ..strategies.optimizers import Optimizer
+from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace
 from .full import FullParameterSpace, select_parameters

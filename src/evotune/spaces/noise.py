@@ -8,7 +8,6 @@ tensors (two same-shape tensors do not share noise) and the same in every proces
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 

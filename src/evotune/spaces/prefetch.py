@@ -16,8 +16,9 @@ so the bits are identical; restore() is prefetched the same way (the mean copied
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -15,8 +15,8 @@ of the tensor, so noise generation per rank does not shrink with TP (the matmuls
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
-from ..strategies.optimizers import Optimizer
+from ..optimizers import Optimizer
 from .lora import AdapterSpace
 
 

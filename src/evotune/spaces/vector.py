@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..strategies.optimizers import Optimizer
+from ..optimizers import Optimizer
 from ..types import Member
 from .base import Space
 from .noise import noise
@@ -48,7 +48,7 @@ class VectorSpace(Space):
         optimizer = self.require_optimizer()
         optimizer.begin_step()
         self.mean = self.mean + optimizer.step("vector", gradient, self.mean)
-        if fraction := optimizer.anchor_fraction():  # anchored weight decay (strategies/optimizers.py)
+        if fraction := optimizer.anchor_fraction():  # anchored weight decay (optimizers/rules.py)
             self.mean.lerp_(self.start, fraction)
         self.current = self.mean.clone()
 

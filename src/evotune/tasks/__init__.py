@@ -1,7 +1,8 @@
 """Tasks: prompt datasets plus reward functions with TRL's signature.
 
 ``get_task(name, ...)`` builds a :class:`Task` by name: ``arithmetic``, ``countdown``,
-``conciseness``, ``gsm8k``, ``math``, ``ifeval``, ``reward_model`` or ``custom`` (your file and your reward functions). Reward functions take
+``conciseness``, ``gsm8k``, ``math``, ``ifeval``, ``reward_model`` or ``custom`` (your file and your reward functions).
+Reward functions take
 ``(prompts, completions, **columns)`` and return one float (or None to skip) per completion,
 so the same functions work with TRL's GRPOTrainer.
 """
@@ -15,8 +16,7 @@ from ..errors import ConfigError
 from .arithmetic import arithmetic_reward, build_arithmetic
 from .base import RewardFn, Task, completion_text, prompt_text
 from .conciseness import build_conciseness, conciseness_reward
-from .countdown import (build_countdown, countdown_answer_reward, countdown_format_reward, countdown_reward,
-                        solve)
+from .countdown import build_countdown, countdown_answer_reward, countdown_format_reward, countdown_reward, solve
 from .custom import build_custom, import_reward_fn, resolve_reward_fns
 from .ifeval import build_ifeval, ifeval_reward
 from .math_answers import build_gsm8k, build_math, math_answer_reward

@@ -91,7 +91,8 @@ def _draw(rng: random.Random, count: int, low: int, high: int, operations: str,
 
 
 # Held-out answers need more tokens than the 10 a short training budget gives: SmolLM2 writes "93 + 71 = 164".
-# Base accuracy on 256 test questions (bench/eval_budget/eval_budget.sh): 8.2% at 10 new tokens, 23.0% at 16 to 32. Trained
+# Base accuracy on 256 test questions (bench/eval_budget/eval_budget.sh):
+# 8.2% at 10 new tokens, 23.0% at 16 to 32. Trained
 # models can answer at greater length ("The answer is 169, but ... 83 + 86 = 169."): two of the stability study's
 # ES runs scored 22.9% and 17.0% at 24 tokens but 30.7% and 31.3% at 48, where all ten of its final models had
 # stopped changing up to 128 (bench/stability/stability_eval_budget.py).

@@ -112,7 +112,8 @@ def contains_solution(completions: list[Any], solution: list[Any], **kwargs: Any
 
 
 # Held-out completions at a budget that does not cut them: SmolLM2-135M-Instruct's `contains_solution` on 128
-# held-out questions (bench/eval_budget/eval_budget.sh conciseness 128, float32, greedy) is 71.1% at 32 new tokens, 74.2% at 64
+# held-out questions (bench/eval_budget/eval_budget.sh conciseness 128, float32, greedy)
+# is 71.1% at 32 new tokens, 74.2% at 64
 # and 75.8% at 128 and 256; at 32 the reward also hides how long the answers would run (length 75 vs 131 characters).
 EVAL_MAX_NEW_TOKENS = 128
 

@@ -46,7 +46,8 @@ class RewardModelScorer:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"reward model {self.model_name!r} could not be loaded as a sequence-classification "
                               f"model ({type(exc).__name__}: {str(exc)[:200]}); give a local directory or a cached "
-                              "hub id (set `trust_remote_code: true` in task_args for custom heads like ArmoRM).") from exc
+                              "hub id (set `trust_remote_code: true` in task_args for custom heads "
+                              "like ArmoRM).") from exc
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id

@@ -20,13 +20,14 @@ import json
 import math
 import shutil
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..errors import ConfigError, EvotuneError
-from .directory import final_is_complete
-from .sweep_grid import GridPoint, grid_points, point_directories
+from .errors import ConfigError, EvotuneError
+from .runs.directory import final_is_complete, writing
+from .runs.sweep_grid import GridPoint, grid_points, point_directories
 
 STATES = {"done": "skipped (done)", "partial": "partial", "new": "new"}
 
@@ -47,8 +48,8 @@ def training_seconds(records: list[dict]) -> float:
 def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.0, command: str = "train") -> str:
     """done (a complete final/ written after the last iteration, or once `max_training_seconds` of training
     were spent), partial (a checkpoint: resumed, which also writes an incomplete final/ again), or new."""
-    from .checkpoint import find_checkpoint
-    from ..tracking.tracker import read_metrics
+    from .files.checkpoint import find_checkpoint
+    from .tracking.tracker import read_metrics
 
     metrics = directory / "metrics.jsonl"
     if final_is_complete(directory / "final", command) and metrics.exists():
@@ -57,7 +58,7 @@ def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.
         trained = training_seconds(records)
         if steps and (max(steps) >= iterations or (max_training_seconds and trained >= max_training_seconds)):
             return "done"
-    from ..baselines.grpo import complete_checkpoints  # a TRL checkpoint cut short by a kill does not count
+    from .baselines.grpo import complete_checkpoints  # a TRL checkpoint cut short by a kill does not count
 
     if find_checkpoint(directory / "checkpoint") is not None or complete_checkpoints(directory):
         return "partial"
@@ -70,13 +71,13 @@ def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) 
     if state == "partial" and final.exists() and not final_is_complete(final, command):
         shutil.rmtree(final)  # torn by a kill while it was written: the resume writes all of it again
     if command == "grpo":
-        from ..baselines.grpo import GRPORunConfig, run_grpo
+        from .baselines.grpo import GRPORunConfig, run_grpo
 
         run_grpo(GRPORunConfig.from_dict(values, source="sweep"), str(directory), resume=state == "partial",
                  overwrite=state == "new")
         return
-    from ..config.train import TrainConfig
-    from ..trainer import Trainer
+    from .config.train import TrainConfig
+    from .trainer import Trainer
 
     # a run that died before its first checkpoint left files but nothing to resume: start it over
     Trainer(TrainConfig.from_dict(values, source="sweep"), directory, resume=state == "partial",
@@ -84,7 +85,7 @@ def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) 
 
 
 def summarize_run(directory: Path, metric: str) -> dict[str, Any]:
-    from ..tracking.tracker import read_metrics
+    from .tracking.tracker import read_metrics
 
     records = read_metrics(directory / "metrics.jsonl")
     evaluated = [r[metric] for r in records if r.get(metric) is not None]
@@ -117,14 +118,15 @@ def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[i
     configs = {(point, seed): {**base, **dict(point.values), "seed": seed} for point in points for seed in seeds}
     typed = _validate(command, configs)
     directories = point_directories(output, points, {point: typed[point, seeds[0]].to_dict() for point in points})
-    pending = _plan(command, configs, typed, directories)  # {(point, seed): (name, run)} of the runs to do
-    failures = _run_all(list(pending.values()), parallel, cpus_per_run, ray_address)
-    failed = {run: _describe(failures[name]) for run, (name, _) in pending.items() if name in failures}
-    message = _failure_message(failed, len(pending), output)
-    try:
-        result = write_table(output, points, seeds, [key for key, _ in grid], metric, directories, failed)
-    except ConfigError as error:  # an unknown --metric: the failures must still be named
-        raise ConfigError(f"{error} {message}".strip()) from error
+    with writing(output):  # one sweep per directory; each run locks its own directory too
+        pending = _plan(command, configs, typed, directories)  # {(point, seed): (name, run)} of the runs to do
+        failures = _run_all(list(pending.values()), parallel, cpus_per_run, ray_address)
+        failed = {run: _describe(failures[name]) for run, (name, _) in pending.items() if name in failures}
+        message = _failure_message(failed, len(pending), output)
+        try:
+            result = write_table(output, points, seeds, [key for key, _ in grid], metric, directories, failed)
+        except ConfigError as error:  # an unknown --metric: the failures must still be named
+            raise ConfigError(f"{error} {message}".strip()) from error
     if failures:
         raise SweepFailed(message, result)
     return result
@@ -150,12 +152,12 @@ def _check_arguments(grid: list[tuple[str, list[Any]]], seeds: list[int], comman
 def _validate(command: str, configs: dict) -> dict:
     """The typed config of every (point, seed), all checked before any run starts; the bad ones are named
     together, and two points that give the same config are refused."""
-    from ..config.files import absolutize_paths
+    from .config.files import absolutize_paths
 
     if command == "grpo":
-        from ..baselines.grpo import GRPORunConfig as Config
+        from .baselines.grpo import GRPORunConfig as Config
     else:
-        from ..config.train import TrainConfig as Config
+        from .config.train import TrainConfig as Config
     typed, problems = {}, []
     for (point, seed), values in configs.items():
         source = f"sweep point {point.name}, seed {seed}"
@@ -171,7 +173,7 @@ def _validate(command: str, configs: dict) -> dict:
         raise ConfigError(f"{len(problems)} of {len(configs)} sweep runs have a bad config, so none was started: "
                           f"{shown}")
     seen: dict[str, GridPoint] = {}
-    for (point, seed), config in typed.items():
+    for (point, _seed), config in typed.items():
         same = seen.setdefault(json.dumps(config.to_dict(), sort_keys=True, default=repr), point)
         if same != point:
             raise ConfigError(f"sweep points {same.name} and {point.name} give the same config (the values read "
@@ -187,11 +189,11 @@ def _plan(command: str, configs: dict, typed: dict, directories: dict[GridPoint,
         config = typed[point, seed]
         state = run_state(directory, config.iterations, config.max_training_seconds, command)
         if state != "new" and command == "train":
-            from .directory import check_resume
+            from .runs.directory import check_resume
 
             check_resume(directory, config)
         elif state != "new":  # a GRPO point run before with other settings is refused, never "skipped (done)"
-            from ..baselines.grpo import check_grpo_resume
+            from .baselines.grpo import check_grpo_resume
 
             check_grpo_resume(directory, config)
         torn = state == "partial" and (directory / "final").exists() and not final_is_complete(directory / "final",
@@ -207,7 +209,7 @@ def _run_all(runs: list[tuple[str, Callable[[], None]]], parallel: int, cpus_per
              ray_address: str | None) -> dict[str, BaseException]:
     """{name: error} of the runs that failed; a failure does not stop the others (Ctrl-C does)."""
     if parallel > 1 and runs:
-        from ..distributed.ray import run_tasks
+        from .distributed.ray import run_tasks
 
         return run_tasks(runs, parallel, cpus_per_run, ray_address)
     failures = {}
@@ -237,7 +239,7 @@ def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: l
                 directories: dict[GridPoint, Path] | None = None, failed: dict | None = None) -> dict[str, Any]:
     """sweep.json, sweep.md and heatmap.png of the finished runs; `failed` ({(point, seed): error}) are
     left out of the numbers and listed under the table."""
-    from ..tracking.tracker import dumps_strict
+    from .tracking.tracker import dumps_strict
 
     directories = directories or {point: output / point.directory_name for point in points}
     failed = failed or {}
@@ -267,7 +269,7 @@ def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: l
 
 def _resolve_metric(requested: str | None, runs: list[Path]) -> str:
     """--metric, checked against what the runs logged; by default eval/accuracy, else eval/reward."""
-    from ..tracking.tracker import read_metrics
+    from .tracking.tracker import read_metrics
 
     logged = sorted({key for run in runs for record in read_metrics(run / "metrics.jsonl") for key in record})
     if requested is None:

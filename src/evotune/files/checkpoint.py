@@ -22,7 +22,6 @@ import os
 import shutil
 import warnings
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..errors import CheckpointError
+from .atomic import fsync_directory, fsync_file, staged  # noqa: F401 - staged: re-exported for old callers
 
 STATE_FILE = "state.json"
 MANIFEST_FILE = "manifest.json"
@@ -143,48 +143,6 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     _step(f"rmdir {path.name}")
     path.rmdir()
-
-
-def fsync_file(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def fsync_directory(path: Path) -> None:
-    fsync_file(path)  # a directory is fsynced through a read-only descriptor, as a file is
-
-
-@contextmanager
-def staged(output: Path):
-    """A fresh hidden sibling of `output` to write into; moved into `output` once the body returns (as one rename
-    when `output` is new or empty, else file by file with --overwrite, each file whole); removed on an error. A
-    kill leaves only the sibling, which the next write of the same directory clears. Every file is fsynced before
-    the move, and the move's directory after it, so a power cut leaves the old directory or the whole new one."""
-    output = output.resolve()  # "." has no name to put beside it
-    staging = output.with_name(f".{output.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        yield str(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts), reverse=True):  # files, then directories
-        fsync_file(path)
-    fsync_directory(staging)
-    if output.is_dir() and not any(output.iterdir()):
-        output.rmdir()
-    if not output.exists():
-        os.rename(staging, output)
-        fsync_directory(output.parent)
-        return
-    for entry in staging.iterdir():  # --overwrite: each file written replaces its namesake whole; others stay
-        os.replace(entry, output / entry.name)
-    staging.rmdir()
-    fsync_directory(output)
 
 
 def _sha256(path: Path) -> str:
