@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, get_args
 
 from ..tasks.arithmetic import EVAL_MAX_NEW_TOKENS as ARITHMETIC_BUDGET
-from .fields import _opt
+from .fields import option
 from .train import DtypeName, Quantization
 
 # New tokens per completion for a task that names no evaluation budget of its own (Task.eval_max_new_tokens).
@@ -19,24 +19,24 @@ class EvalOptions:
     """How `evotune eval` scores models; the one source of its defaults and help (`cli_options` builds the
     command's flags from these fields)."""
 
-    max_new_tokens: int | None = _opt(None, "new tokens per completion (default: the task's own evaluation budget, "
-                                            "one checked not to cut its answers, e.g. arithmetic's "
-                                            f"{ARITHMETIC_BUDGET}; {FALLBACK_MAX_NEW_TOKENS} for a task without one)")
-    dtype: DtypeName = _opt("auto", "weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs "
-                                    "with AMX)")
-    device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
-    seed: int = _opt(0, "seeds the held-out split and sampling")
-    num_samples: int = _opt(0, "also sample K completions per prompt: avg@K and pass@K (0: greedy only)")
-    temperature: float = _opt(1.0, "sampling temperature for --num-samples")
-    top_p: float = _opt(1.0, "nucleus sampling for --num-samples")
-    kl_reference: str | None = _opt(None, "also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
-    quantization: Quantization | None = _opt(None, "base weights: none, int8 or int4 (bitsandbytes, cpu or cuda); "
-                                                   "default: a run's own (its config.yaml's `quantization` and int4 "
-                                                   "keys, for a run directory, its final/ or checkpoint/, or an sft "
-                                                   "adapter/), else none")
-    chunk_size: int = _opt(64, "prompts per generate call")
-    samples_path: str | None = _opt(None, "also append (model, prompt, completion, reward) rows to this JSONL")
-    plot_path: str | None = _opt(None, "reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
+    max_new_tokens: int | None = option(None, "new tokens per completion (default: the task's own evaluation budget, "
+                                              "one checked not to cut its answers, e.g. arithmetic's "
+                                              f"{ARITHMETIC_BUDGET}; {FALLBACK_MAX_NEW_TOKENS} for a task without one)")
+    dtype: DtypeName = option("auto", "weights dtype (auto: bfloat16 where it runs faster than float32: CUDA, CPUs "
+                                      "with AMX)")
+    device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
+    seed: int = option(0, "seeds the held-out split and sampling")
+    num_samples: int = option(0, "also sample K completions per prompt: avg@K and pass@K (0: greedy only)")
+    temperature: float = option(1.0, "sampling temperature for --num-samples")
+    top_p: float = option(1.0, "nucleus sampling for --num-samples")
+    kl_reference: str | None = option(None, "also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
+    quantization: Quantization | None = option(None, "base weights: none, int8 or int4 (bitsandbytes, cpu or cuda); "
+                                                     "default: a run's own (its config.yaml's `quantization` and int4 "
+                                                     "keys, for a run directory, its final/ or checkpoint/, or an sft "
+                                                     "adapter/), else none")
+    chunk_size: int = option(64, "prompts per generate call")
+    samples_path: str | None = option(None, "also append (model, prompt, completion, reward) rows to this JSONL")
+    plot_path: str | None = option(None, "reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
 
 
 # EvalOptions fields that `evotune eval` takes as flags of the same name (the paths have flags of their own).

