@@ -178,3 +178,15 @@ def test_plot_curves_draws_train_and_each_eval_metric_with_gaps_for_null(tmp_pat
     write_metrics(path, [{"iteration": 1, "reward_mean": 0.2}])  # a GRPO run logs no reward_max, no eval
     height, width = matplotlib.image.imread(plot_curves(path, tmp_path / "one.png")).shape[:2]
     assert math.isclose(width / height, 5 / 3.6, rel_tol=0.05)  # one panel
+
+
+def test_max_training_seconds_stops_at_the_step_boundary_nearest_the_budget():
+    from evotune.tracking.tracker import out_of_time
+
+    assert not out_of_time(500.0, 0.0, 200.0)  # no budget
+    assert out_of_time(600.0, 600.0)  # used up
+    # 180 s iterations and a 600 s budget: after 540 s a fourth iteration would end 120 s over, more than the
+    # 60 s the run is short: stop at 540; after 450 s one more ends at 630, 30 s over but 150 s short before: go on
+    assert out_of_time(540.0, 600.0, 180.0) and not out_of_time(450.0, 600.0, 180.0)
+    assert not out_of_time(599.0, 600.0, 1.0)  # short steps (GRPO) run to the budget
+    assert not out_of_time(0.0, 600.0, 1000.0)  # the first step is always taken

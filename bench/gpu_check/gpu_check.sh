@@ -10,7 +10,7 @@
 #   bash bench/gpu_check/gpu_check.sh run        # the measurement (bench/gpu_check/check.py), one timeout
 # `run` writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT), rewritten after every step.
 # It imports evotune from the installed target only (PYTHONPATH, and the checkout's src/ is not on the path).
-# DEVICE=cpu MODEL=<dir> with tiny settings is the dry run CI does (tests/bench/test_gpu_check.py).
+# DEVICE=cpu MODEL=<dir> with tiny settings is the dry run CI does (test_gpu_check.py in tests/bench/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=${SITE:-/tmp/evotune_site}

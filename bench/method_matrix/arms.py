@@ -43,14 +43,18 @@ METHODS: dict[str, dict[str, Any]] = {
     "full_es": {
         "label": "full ES", "command": "train",
         "keys": {**ES, "space": "full", "population_size": 16, "batch_size": 16},
-        "grid": [{"sigma": 2e-3, "learning_rate": 4e-3}, {"sigma": 2e-3, "learning_rate": 8e-3},
-                 {"sigma": 2e-3, "learning_rate": 1.6e-2}, {"sigma": 4e-3, "learning_rate": 8e-3}]},
+        # the quickstart's settings first; at one thread an iteration takes ~3 minutes, so half the prompts per
+        # member (twice the iterations) is a setting too
+        "grid": [{"sigma": 2e-3, "learning_rate": 8e-3}, {"sigma": 2e-3, "learning_rate": 1.6e-2},
+                 {"sigma": 2e-3, "learning_rate": 8e-3, "batch_size": 8},
+                 {"sigma": 2e-3, "learning_rate": 1.6e-2, "batch_size": 8}]},
     "es_lora": {
         "label": "ES on a LoRA", "command": "train",
         # GRPO's LoRA: rank 8 on q/k/v/o, a fresh adapter (B = 0), every entry of A and B searched
         "keys": {**ES, **LORA, "space": "lora", "population_size": 16, "batch_size": 16},
-        "grid": [{"sigma": 1e-2, "learning_rate": 2e-2}, {"sigma": 1e-2, "learning_rate": 4e-2},
-                 {"sigma": 3e-2, "learning_rate": 6e-2}, {"sigma": 3e-2, "learning_rate": 1.2e-1}]},
+        "grid": [{"sigma": 1e-2, "learning_rate": 4e-2}, {"sigma": 3e-2, "learning_rate": 1.2e-1},
+                 {"sigma": 1e-2, "learning_rate": 4e-2, "batch_size": 8},
+                 {"sigma": 3e-2, "learning_rate": 1.2e-1, "batch_size": 8}]},
     "lowrank": {
         "label": "low-rank ES", "command": "train",
         "keys": {**ES, "space": "lowrank", "perturbation_rank": 1, "population_size": 64, "batch_size": 4},
@@ -60,8 +64,10 @@ METHODS: dict[str, dict[str, Any]] = {
         "label": "ESSA", "command": "essa",
         "keys": {**ES, "antithetic": False, "noise": "gaussian", "space": "svd_lora", "strategy": "cma",
                  "singular_value_fraction": 0.5, "population_size": 24, "batch_size": 16},
-        "grid": [{"svd_offsets": "absolute", "sigma": 0.01}, {"svd_offsets": "absolute", "sigma": 0.02},
-                 {"svd_offsets": "absolute", "sigma": 0.04}, {"svd_offsets": "relative", "sigma": 0.2}]},
+        "grid": [{"svd_offsets": "absolute", "sigma": 0.02},
+                 {"svd_offsets": "absolute", "sigma": 0.02, "batch_size": 8},
+                 {"svd_offsets": "absolute", "sigma": 0.04, "batch_size": 8},
+                 {"svd_offsets": "relative", "sigma": 0.2, "batch_size": 8}]},
     "grpo_lora": {
         "label": "GRPO on a LoRA", "command": "grpo",
         "keys": {**LORA, "lora": True, "batch_size": 8, "num_generations": 8, "temperature": 0.7, "beta": 0.0,
@@ -93,3 +99,25 @@ def run_keys(method: str, task: str, setting: dict[str, Any], seed: int, phase: 
 def sft_keys(task: str, seed: int) -> dict[str, Any]:
     return {"model": COMMON["model"], "dtype": DTYPE, "max_new_tokens": MAX_NEW_TOKENS, "num_eval": MAIN_NUM_EVAL,
             **TASKS[task]["keys"], **SFT, "seed": seed, "report_to": []}
+
+
+# Peak memory, measured apart from the timed runs (2 steps each, the method's chosen setting): (method, variant).
+# default: the setting as it ran; no_drift: ES without `log_drift`'s fp32 copy of the starting weights (the timed
+# ES runs keep it off; a user's run has it on by default, so `default` turns it on); accumulation4: GRPO's
+# completions in 4 slices for the loss (`gradient_accumulation_steps: 4`).
+MEMORY_PROBES = [("full_es", "default"), ("full_es", "no_drift"), ("es_lora", "default"), ("lowrank", "default"),
+                 ("essa", "default"), ("grpo_lora", "default"), ("grpo_lora", "accumulation4"),
+                 ("grpo_full", "default"), ("grpo_full", "accumulation4")]
+MEMORY_VARIANTS = {"default": {"log_drift": True}, "no_drift": {"log_drift": False},
+                   "accumulation4": {"gradient_accumulation_steps": 4}}
+
+
+def memory_keys(method: str, setting: dict[str, Any], variant: str) -> dict[str, Any]:
+    keys = {**run_keys(method, "arithmetic", setting, TUNING_SEED), "iterations": 2, "max_training_seconds": 0.0,
+            "num_eval": 16}
+    variant_keys = dict(MEMORY_VARIANTS[variant])
+    if METHODS[method]["command"] == "grpo":
+        variant_keys.pop("log_drift", None)  # GRPO has no drift copy
+    elif "log_drift" in variant_keys and method != "full_es":
+        variant_keys["log_drift"] = True
+    return {**keys, **variant_keys}

@@ -141,6 +141,40 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
     return result
 
 
+def memory(job: dict, runs: Path) -> dict[str, Any]:
+    """Peak resident memory of 2 steps of a method's run (its process alone, model load and evaluation included),
+    and the sizes of the copies of the weights it keeps, from the parameter count."""
+    from .arms import memory_keys
+
+    method = METHODS[job["method"]]
+    run = runs / "memory" / f"{job['method']}_{job['variant']}"
+    start, _ = start_of({**job, "task": "arithmetic"}, runs)
+    keys = {**memory_keys(job["method"], method["grid"][job["setting"]], job["variant"]), **start}
+    if method["command"] == "grpo" and "adapter" in start:
+        keys["lora"] = True
+    config = write_config(run, keys)
+    command = "grpo" if method["command"] == "grpo" else "train"
+    cost = run_command([command, str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
+    return {"keys": keys, "variant": job["variant"], **cost, "weights": weight_copies(job["method"], keys)}
+
+
+def weight_copies(method: str, keys: dict[str, Any]) -> dict[str, float]:
+    """MiB of each copy of the model's weights the method holds besides activations, for SmolLM2-135M
+    (134,515,008 parameters; float32 here): the model itself; full ES's fp32 master of the mean (exact restore)
+    and, with log_drift, its fp32 copy of the starting weights; GRPO full-parameter's gradients and AdamW's two
+    moments; LoRA methods' adapter is small (rank 8 on q/k/v/o: 1.7M parameters)."""
+    parameters = 134_515_008
+    weights = parameters * 4 / 2**20
+    copies = {"model_weights": round(weights, 1)}
+    if method in ("full_es", "lowrank"):
+        copies["fp32_master_of_the_mean"] = round(weights, 1)
+        if keys.get("log_drift"):
+            copies["fp32_drift_base"] = round(weights, 1)
+    if method == "grpo_full":
+        copies.update(gradients=round(weights, 1), adamw_moments=round(2 * weights, 1))
+    return copies
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("job", type=json.loads)
@@ -153,6 +187,8 @@ def main() -> None:
         payload = {"training": warm_start(job, args.runs)}
     elif job["kind"] == "base":
         payload = base(job)
+    elif job["kind"] == "memory":
+        payload = {"memory": memory(job, args.runs)}
     else:
         payload = train(job, args.runs)
     output = args.results / job["path"]

@@ -9,8 +9,10 @@ finished job's small result file is committed at once when --commit is given.
 
 Order: the tuning runs (arithmetic, TUNING_SEED), the base model's held-out scores, then per method, once its
 tuning is complete, its main runs with the best validation setting (arithmetic seeds, then countdown's, each
-from the same SFT warm start on countdown). Run it from a fixed commit (a git worktree), with that
-worktree's src/ first on PYTHONPATH: each result file records the commit it ran.
+from the same SFT warm start on countdown), then short memory probes (peak memory of each method's process
+in the study's dtype, GRPO with and without gradient accumulation, ES with and without its drift-base copy).
+Run it from a fixed commit (a git worktree), with that worktree's src/ first on PYTHONPATH: each result file
+records the commit it ran.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .arms import METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
+from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +66,12 @@ def plan(results: Path) -> list[dict]:
                 jobs.append({"kind": "train", "phase": "main", "task": task, "method": method,
                              "setting": chosen, "seed": seed, "needs": needs,
                              "path": f"main/{task}/{method}/seed{seed}.json"})
+    for method, variant in MEMORY_PROBES:
+        tuned = [f"tune/arithmetic/{method}/s{index}_seed{TUNING_SEED}.json" for index in range(TUNING_SETTINGS)]
+        sft = [f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"] if method == "essa" else []
+        jobs.append({"kind": "memory", "task": "arithmetic", "method": method, "variant": variant,
+                     "setting": selection(results, method), "seed": TUNING_SEED, "needs": tuned + sft,
+                     "path": f"memory/{method}_{variant}.json"})
     for job in jobs:
         if job.get("method") == "essa" and job["task"] == "arithmetic":
             job["sft_result"] = str(results / f"warm_start/arithmetic/sft_seed{job['seed']}.json")
@@ -81,6 +89,29 @@ def commit(results: Path, path: Path, message: str) -> None:
             return
         time.sleep(3 + attempt)  # another git command holds the index lock
     print(f"method_matrix: could not commit {path}; commit it by hand", file=sys.stderr, flush=True)
+
+
+def machine_type() -> dict:
+    """What makes two machines one machine type for the study: the CPU model, its AMX bfloat16 flag, the cores."""
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "unknown")
+    flags = next((line for line in info if line.startswith("flags")), "")
+    return {"cpu": model, "amx_bf16": "amx_bf16" in flags, "cores": os.cpu_count()}
+
+
+def check_machine(results: Path, commit_it: bool) -> None:
+    """The study runs on one machine type: the first run records it, later ones (other sessions) must match."""
+    path = results / "machine.json"
+    here = machine_type()
+    if not path.exists():
+        path.write_text(json.dumps(here, indent=1) + "\n")
+        if commit_it:
+            commit(results, path, "method matrix: the study's machine type")
+        return
+    recorded = json.loads(path.read_text())
+    if recorded != here:
+        raise SystemExit(f"method_matrix: this machine ({here}) is not the study's machine type ({recorded}); "
+                         "finish the study on that type, or start it over in another --results folder.")
 
 
 def launch(job: dict, results: Path, runs: Path, log_dir: Path) -> subprocess.Popen:
@@ -108,6 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
+    check_machine(results, args.commit)
     if args.plan:
         for job in plan(results):
             print(("done    " if (results / job["path"]).exists() else "missing ") + job["path"])

@@ -220,7 +220,7 @@ def reserve_driver_gpus(config: TrainConfig) -> tuple[Any, str | None]:
     from .distributed.ray import reserve_driver_gpus as reserve
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    holder, ids = reserve(gpus, config.ray_address, config.worker_num_cpus * config.workers)
+    holder, ids = reserve(gpus, config.ray_address, config.ray_timeout)
     if config.backend == "vllm":
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
         return holder, None
@@ -245,7 +245,8 @@ def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
                             checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
                             num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
                             driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint,
-                            shards=config.prompt_shards, straggler_factor=config.straggler_factor)
+                            shards=config.prompt_shards, straggler_factor=config.straggler_factor,
+                            timeout=config.ray_timeout)
 
     batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
     if config.space == "full" and config.backend != "hf":  # stacked full-rank copies are the hf backend's

@@ -32,3 +32,7 @@ class OutputError(EvotuneError):
 
 class CheckpointError(EvotuneError):
     """A checkpoint is missing files, fails its checksum, or holds something other than evotune's state."""
+
+
+class OutOfMemoryError(EvotuneError):
+    """Generation does not fit in the device's memory even one candidate at a time."""

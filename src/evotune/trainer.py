@@ -49,6 +49,7 @@ class Trainer:
         self.new_run = existing is None and not resume
         self.update_log: list[dict] = []
         self.training_seconds = 0.0  # summed over resumes, for max_training_seconds
+        self.last_step_seconds = 0.0  # this process's last iteration: where max_training_seconds stops
         try:
             with run_directory.removed_if_start_fails(self.output_dir, self.new_run, self.created_output_dir):
                 self._build(backend, task)
@@ -139,7 +140,7 @@ class Trainer:
         self._notify("on_evaluate", record)
 
     def out_of_time(self) -> bool:
-        return out_of_time(self.training_seconds, self.config.max_training_seconds)
+        return out_of_time(self.training_seconds, self.config.max_training_seconds, self.last_step_seconds)
 
     def is_final_iteration(self, iteration: int) -> bool:
         return iteration == self.config.iterations or self.out_of_time()
@@ -174,6 +175,7 @@ class Trainer:
         samples = (iteration + 1) * len(population) * len(indices)
         elapsed = time.perf_counter() - started
         self.training_seconds += elapsed
+        self.last_step_seconds = elapsed
         return {"iteration": iteration + 1, **metrics, **self.evaluator.iteration_metrics,
                 "samples_seen": samples, "peak_rss_mib": peak_memory_mib(), "time_s": elapsed}
 

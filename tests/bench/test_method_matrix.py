@@ -70,3 +70,18 @@ def test_the_plan_tunes_first_and_runs_the_main_runs_with_the_best_validation_se
     assert "warm_start/arithmetic/sft_seed2.json" in essa["needs"] and essa["sft_result"].endswith("sft_seed2.json")
     countdown = next(job for job in main if job["method"] == "full_es" and job["task"] == "countdown")
     assert f"warm_start/countdown/sft_seed{countdown['seed']}.json" in countdown["needs"]
+
+
+def test_memory_probes_are_short_runs_of_the_chosen_setting_with_each_variant():
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config import TrainConfig
+
+    for method, variant in arms.MEMORY_PROBES:
+        spec = arms.METHODS[method]
+        keys = arms.memory_keys(method, spec["grid"][0], variant)
+        config = (GRPORunConfig if spec["command"] == "grpo" else TrainConfig)(**keys)
+        assert config.iterations == 2 and config.max_training_seconds == 0.0
+        if variant == "accumulation4":
+            assert config.gradient_accumulation_steps == 4
+        if spec["command"] != "grpo":
+            assert config.log_drift is (variant != "no_drift")

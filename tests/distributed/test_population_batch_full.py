@@ -205,3 +205,54 @@ def test_population_batch_size_values(tiny_model_dir, value, overrides, message)
     with pytest.raises(ConfigError, match=message):
         run_config(tiny_model_dir, population_batch_size=value, **overrides)
     assert run_config(tiny_model_dir, population_batch_size="auto").population_batch_size == "auto"
+
+
+# --- memory faults: the allocator's exception injected on CPU --------------------------------------------------
+
+
+def failing_above(backend, limit: int, error: type[BaseException] = torch.OutOfMemoryError) -> list[int]:
+    """Make `backend.generate_population` raise the allocator's exception for more than `limit` candidates at once,
+    as CUDA (or the CPU allocator) would; returns the list of candidate counts it was called with."""
+    real, calls = backend.generate_population, []
+
+    def generate_population(prompts, max_new_tokens, factors, stacked):
+        calls.append(int(stacked[0].shape[0]))
+        if calls[-1] > limit:
+            raise error("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total capacity)")
+        return real(prompts, max_new_tokens, factors, stacked)
+
+    backend.generate_population = generate_population
+    return calls
+
+
+def test_out_of_memory_halves_the_batch_and_ends_on_the_same_weights(tiny_model_dir, tmp_path, capsys):
+    from evotune.trainer import Trainer
+
+    one = Trainer(run_config(tiny_model_dir), tmp_path / "one")
+    one.train()
+    batched = Trainer(run_config(tiny_model_dir, population_batch_size=4), tmp_path / "batched")
+    calls = failing_above(batched.backend, limit=1)
+    batched.train()
+    assert calls[:3] == [4, 2, 1] and set(calls[3:]) == {1}  # halved once per failure, then kept at 1
+    assert batched.evaluator.population_batch_size == 1
+    assert "4 candidates per generate ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB" in (
+        capsys.readouterr().err)
+    expected, got = masters(one), masters(batched)
+    assert expected.keys() == got.keys() and all(torch.equal(expected[name], got[name]) for name in expected)
+
+
+def test_cpu_allocator_failure_counts_as_out_of_memory_and_one_candidate_that_fails_stops_the_run(backend):
+    from evotune.errors import OutOfMemoryError
+
+    space = FullParameterSpace(backend.model)
+    evaluator = BatchedEvaluator(space, backend, make_task(), MAX_NEW_TOKENS, 2)
+    failing_above(backend, limit=0, error=lambda text: RuntimeError(
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 17179869184 bytes."))
+    with pytest.raises(OutOfMemoryError, match=r"one candidate ran out of memory \(DefaultCPUAllocator: can't "
+                                               r"allocate memory: you tried to allocate 17179869184 bytes.\).*"
+                                               r"Lower `batch_size`"):
+        list(evaluator.completions(candidates(), [row["prompt"] for row in ROWS]))
+    other = BatchedEvaluator(space, backend, make_task(), MAX_NEW_TOKENS, 2)
+    backend.generate_population = lambda *args: (_ for _ in ()).throw(ValueError("not memory"))
+    with pytest.raises(ValueError, match="not memory"):  # other errors are not retried
+        list(other.completions(candidates(), [row["prompt"] for row in ROWS]))

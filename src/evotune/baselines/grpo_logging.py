@@ -5,8 +5,8 @@ rewards), `samples_seen` (completions sampled so far), `time_s` (the step's wall
 `peak_rss_mib`, TRL's own diagnostics (kl, completion length, ...) under `grpo/`, and the
 greedy held-out `eval/<metric>` (with `retention_tasks`, also `retain/<task>/<metric>`, as `evotune train`
 logs them) before training, every `eval_every` steps and at the end. With
-`max_training_seconds`, training stops (evaluated, as at the last step) once the steps' summed wall time
-reaches it, as `evotune train` does, so both methods can be run for the same minutes.
+`max_training_seconds`, training stops (evaluated, as at the last step) at the step boundary nearest it, by the
+same rule as `evotune train` (tracking.tracker.out_of_time), so both methods can be run for the same minutes.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class EvotuneMetricsCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self._step_time = time.perf_counter() - self._step_started
         self.training_seconds += self._step_time
-        if out_of_time(self.training_seconds, self.config.max_training_seconds):
+        if out_of_time(self.training_seconds, self.config.max_training_seconds, self._step_time):
             # saved too: a resume with a larger budget continues from this step, not from an earlier checkpoint
             self.out_of_time = control.should_training_stop = control.should_save = True
 

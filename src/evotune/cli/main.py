@@ -115,7 +115,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _prepare_output_file(flag: str, path: Path) -> None:
-    """Create the file's directory now, or say why it cannot be written."""
+    """Create the file's directory now and open the file for writing once, or say why it cannot be written: a
+    command that runs for minutes must not fail only when it writes its result."""
     from ..errors import ConfigError
 
     if path.is_dir():
@@ -125,6 +126,14 @@ def _prepare_output_file(flag: str, path: Path) -> None:
     except OSError as exc:  # a part of the path is a file, or no permission
         raise ConfigError(f"{flag} {path}: cannot create its directory {path.parent} ({exc.strerror}); choose "
                           "another path.") from exc
+    existed = path.exists()
+    try:
+        with path.open("a"):  # appends nothing: an existing file keeps its content until the result replaces it
+            pass
+    except OSError as exc:  # read-only, /sys, /proc, no permission
+        raise ConfigError(f"{flag} {path} cannot be written ({exc.strerror or exc}); choose another path.") from exc
+    if not existed:
+        path.unlink()
 
 
 def _require_output_dir(args: argparse.Namespace) -> str:

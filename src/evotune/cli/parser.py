@@ -37,7 +37,24 @@ class DeprecatedAlias(argparse.Action):
                  option_string: str | None = None) -> None:
         print(f"evotune: {option_string} is deprecated here; write {self.replacement} (it names a directory).",
               file=sys.stderr)
+        refuse_two_values(parser, namespace, self.dest, values, f"{option_string} and {self.replacement}")
         setattr(namespace, self.dest, values)
+
+
+class StoreOnce(argparse.Action):
+    """--output-dir: refused when its deprecated spelling already named another directory."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        refuse_two_values(parser, namespace, self.dest, values, f"{option_string} and its old spelling --output")
+        setattr(namespace, self.dest, values)
+
+
+def refuse_two_values(parser: argparse.ArgumentParser, namespace: argparse.Namespace, dest: str, value: Any,
+                      names: str) -> None:
+    current = getattr(namespace, dest, None)
+    if current is not None and current != value:
+        parser.error(f"{names} name two directories ({current} and {value}); give only --output-dir.")
 
 
 def _add_command(commands: Any, name: str, help_text: str, examples: str, more: str = "") -> argparse.ArgumentParser:
@@ -70,7 +87,8 @@ RUN_LENGTH = {
 
 def _add_output_dir(command: argparse.ArgumentParser, help_text: str, required: bool = False) -> None:
     """--output-dir, with the old --output accepted (deprecated) for the commands that once spelled it so."""
-    command.add_argument("--output-dir", required=False, help=help_text + (" (required)" if required else ""))
+    command.add_argument("--output-dir", required=False, action=StoreOnce,
+                         help=help_text + (" (required)" if required else ""))
     command.add_argument("--output", dest="output_dir", action=DeprecatedAlias, replacement="--output-dir")
 
 

@@ -111,3 +111,18 @@ def check_population_batch_size(value: Any, space: str) -> None:
     if space != "full":
         raise ConfigError(f"`population_batch_size: auto` sizes batches of full-rank candidates from free GPU memory "
                           f"(`space: full`); for `space: {space}` give a whole number, or remove it.")
+
+
+def check_ray_address(address: str | None) -> None:
+    """`ray_address` must name a cluster in a form Ray reads: HOST:PORT, ray://HOST:PORT, [IPv6]:PORT or auto;
+    checked before anything starts, since ray.init reports a bad one only as a traceback."""
+    if address is None or address == "auto":
+        return
+    form = ("give HOST:PORT of the cluster's head (e.g. 10.0.0.5:6379, the port `ray start --head` printed), "
+            "ray://HOST:10001 for Ray Client, or auto for the cluster `ray start` runs on this machine; leave it unset "
+            "for a local Ray instance")
+    text = address.removeprefix("ray://")
+    host, separator, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not separator or not host or " " in host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"`ray_address` is {address!r}, which is not a cluster address: {form}.")

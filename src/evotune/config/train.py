@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from .checks import check_device, check_int4_keys, check_population_batch_size, check_retention, check_rewards
+from .checks import (
+    check_device,
+    check_int4_keys,
+    check_population_batch_size,
+    check_ray_address,
+    check_retention,
+    check_rewards,
+)
 from .fields import ConfigMixin, option
 from .files import read_config_values
 
@@ -180,10 +187,12 @@ class TrainConfig(RunConfig):
     cma_diagonal: bool = option(False, "cma: separable (diagonal covariance) CMA-ES, linear cost in the dimension.")
     # the loop
     iterations: int = option(100, "Optimizer steps (ES: iterations of ask, evaluate, tell).")
-    max_training_seconds: float = option(0.0, "Also stop once this many seconds of training (evaluation excluded, "
-                                               "summed over resumes) have run; the stop evaluates, checkpoints and "
-                                               "writes final/ as the last iteration does (0: no limit). For "
-                                               "comparisons at equal wall-clock time.")
+    max_training_seconds: float = option(0.0, "Also stop after about this many seconds of training (evaluation "
+                                               "excluded, summed over resumes): at the iteration boundary nearest "
+                                               "it, judged by the last iteration's time, so a run is never a whole "
+                                               "iteration over; the stop evaluates, checkpoints and writes final/ as "
+                                               "the last iteration does (0: no limit). For comparisons at equal "
+                                               "wall-clock time.")
     batch_size: int = option(32, "Prompts per candidate per iteration (reward = mean over them).")
     generation_batch_size: int | None = option(None, "Prompts per generate() call (default: the whole batch).")
     shared_prefix: bool | None = option(None, "hf: run the token prefix that a generate() call's prompts share "
@@ -246,7 +255,13 @@ class TrainConfig(RunConfig):
     workers: int = option(1, "Model replicas evaluating the population (more than 1 needs distributed: ray).")
     distributed: DistributedName = option("local", "local (this process) or ray (an actor pool of `workers` "
                                                    "replicas).")
-    ray_address: str | None = option(None, "ray: cluster to join (default: $RAY_ADDRESS, else a local Ray instance).")
+    ray_address: str | None = option(None, "ray: cluster to join, HOST:PORT of its head (the GCS port, 6379 unless "
+                                           "`ray start --head --port` set another), ray://HOST:PORT, or auto (the "
+                                           "cluster `ray start` runs on this machine); default: $RAY_ADDRESS, else a "
+                                           "local Ray instance with this machine's CPUs and GPUs.")
+    ray_timeout: float = option(30.0, "ray: seconds to wait for the cluster at `ray_address` to answer, and, "
+                                      "multiplied by 10, for every worker to find room on it; then the run stops "
+                                      "with what it waited for.")
     checksum_every: int = option(10, "ray: compare every replica's weights with the driver's every this many "
                                      "iterations (0: never).")
     worker_num_cpus: float = option(1.0, "ray: CPU cores per replica (also its torch threads).")
@@ -366,9 +381,15 @@ class TrainConfig(RunConfig):
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"`gpu_memory_utilization` is {self.gpu_memory_utilization}; set a fraction in (0, 1], "
                               "e.g. 0.4 for two engines on one GPU.")
-        if self.workers < 1 or (self.workers > 1 and self.distributed != "ray"):
+        if self.workers < 1:
+            raise ConfigError(f"`workers` is {self.workers}; give the number of model replicas that evaluate the "
+                              "population, at least 1.")
+        if self.workers > 1 and self.distributed != "ray":
             raise ConfigError(f"`workers` is {self.workers}; more than one replica runs on Ray: set `distributed: "
                               "ray` (pip install 'evotune[ray]'), or `workers: 1`.")
+        check_ray_address(self.ray_address)
+        if not self.ray_timeout > 0:
+            raise ConfigError(f"`ray_timeout` is {self.ray_timeout}; give the seconds to wait for a cluster, e.g. 30.")
         if self.distributed == "ray" and self.population_batch_size:
             raise ConfigError("`population_batch_size` batches candidates inside one process; with `distributed: "
                               "ray` each replica evaluates one candidate at a time. Remove one of the two.")
@@ -378,10 +399,12 @@ class TrainConfig(RunConfig):
         if not self.worker_num_cpus > 0 or (self.worker_num_gpus is not None and self.worker_num_gpus < 0):
             raise ConfigError(f"`worker_num_cpus` is {self.worker_num_cpus} and `worker_num_gpus` "
                               f"{self.worker_num_gpus}; give a positive number of CPUs and a number of GPUs >= 0.")
-        if (self.prompt_shards is not None and self.prompt_shards < 1) or not (
-                self.straggler_factor == 0 or self.straggler_factor > 1):
-            raise ConfigError(f"`prompt_shards` is {self.prompt_shards} and `straggler_factor` {self.straggler_factor}"
-                              "; give shards >= 1 (or null: automatic) and a factor above 1 (or 0: no re-sends).")
+        if self.prompt_shards is not None and self.prompt_shards < 1:
+            raise ConfigError(f"`prompt_shards` is {self.prompt_shards}; give at least 1 work unit per candidate, or "
+                              "null (automatic).")
+        if not (self.straggler_factor == 0 or self.straggler_factor > 1):
+            raise ConfigError(f"`straggler_factor` is {self.straggler_factor}; give a factor above 1 (a unit is sent "
+                              "again after that many median unit times), or 0 for no re-sends.")
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None,

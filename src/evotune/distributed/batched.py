@@ -13,10 +13,11 @@ low-rank delta to the shared base matmul. And for `space: full` (ES at Scale, Qi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 from ..backends.base import Backend
-from ..errors import ConfigError
+from ..errors import ConfigError, OutOfMemoryError
 from ..spaces.base import FactoredSpace, Space
 from ..tasks.base import Task
 from ..types import Population
@@ -42,11 +43,57 @@ class BatchedEvaluator(LocalEvaluator):
         self.population_batch_size = population_batch_size
 
     def completions(self, candidates: Population, prompts: list) -> Iterator[tuple[int, list[str]]]:
-        """(candidate index, its greedy completions), `population_batch_size` candidates per generate."""
-        for start in range(0, len(candidates), self.population_batch_size):
-            chunk = candidates[start:start + self.population_batch_size]
-            stacked = self.space.candidate_factors(chunk)  # per factor: (chunk, *weight shape)
-            per_candidate = self.backend.generate_population(prompts, self.max_new_tokens, self.space.factors,
-                                                             stacked)
+        """(candidate index, its greedy completions), `population_batch_size` candidates per generate. A generate
+        that runs out of memory (CUDA, or the CPU allocator) is tried again with half the candidates, down to one,
+        and the smaller size is kept for the rest of the run: the completions, and so the rewards, are the same
+        at any batch size."""
+        start = 0
+        while start < len(candidates):
+            size = min(self.population_batch_size, len(candidates) - start)
+            try:
+                stacked = self.space.candidate_factors(candidates[start:start + size])  # (size, *weight shape) each
+                per_candidate = self.backend.generate_population(prompts, self.max_new_tokens, self.space.factors,
+                                                                 stacked)
+            except Exception as error:
+                if not is_out_of_memory(error):
+                    raise
+                stacked = None
+                release_cached_memory()
+                if size == 1:
+                    raise OutOfMemoryError(
+                        f"generating for one candidate ran out of memory ({first_line(error)}): its "
+                        f"{len(prompts)} prompts x {self.max_new_tokens} new tokens do not fit. Lower `batch_size` "
+                        "or `generation_batch_size` (prompts per generate), `max_new_tokens`, or load the model in a "
+                        "smaller `dtype`.") from error
+                self.population_batch_size = size // 2
+                print(f"evotune: note: {size} candidates per generate ran out of memory ({first_line(error)}); "
+                      f"trying {self.population_batch_size} (the rewards do not change).", file=sys.stderr,
+                      flush=True)
+                continue
             for offset, completions in enumerate(per_candidate):
                 yield start + offset, completions
+            start += size
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
+    import torch
+
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def release_cached_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()  # the failed generate's tensors
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,16 +50,83 @@ def _ray():
     return ray
 
 
-def _connect(address: str | None, local_cpus: float) -> Any:
-    """Ray, initialized once: the cluster at `address` (or $RAY_ADDRESS), else a local instance with
-    `local_cpus` cores (rounded up). "local" is explicit because a bare ray.init() joins any cluster that
-    `ray start` left running on this machine, and then refuses the num_cpus a local instance needs."""
+def machine_cpus() -> int:
+    """The CPU cores this process may use (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _connect(address: str | None, timeout: float = 30.0) -> Any:
+    """Ray, initialized once: the cluster at `address` (or $RAY_ADDRESS), else a local instance with this
+    machine's cores (and the GPUs Ray finds). "local" is explicit because a bare ray.init() joins any cluster
+    that `ray start` left running on this machine. Joining a cluster is bounded by `timeout` seconds, and every
+    failure is one line naming the address, what was tried and what to check."""
     ray = _ray()
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        ray.init(address=address or "local", include_dashboard=False, logging_level="ERROR",
-                 **({} if address else {"num_cpus": max(int(np.ceil(local_cpus)), 1)}))
+    if ray.is_initialized():
+        return ray
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address or address == "local":
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", num_cpus=machine_cpus())
+        return ray
+    source = "`ray_address`" if address != os.environ.get("RAY_ADDRESS") else "$RAY_ADDRESS"
+    if address != "auto":
+        _probe(address, source, timeout)
+    _init_bounded(ray, address, source, timeout)
     return ray
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _probe(address: str, source: str, timeout: float) -> None:
+    """A TCP connection to the head's port first: a closed port or an unreachable host fails here in seconds,
+    where ray.init would retry for minutes."""
+    import socket
+
+    host, port = _host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=min(timeout, 10.0)).close()
+    except OSError as error:
+        raise ConfigError(f"{source} {address}: nothing answers at {host} port {port} ({error.strerror or error}). "
+                          f"Check that `ray start --head` runs on {host} and that {port} is the port it printed "
+                          "(the GCS port, 6379 unless --port set another; ray:// addresses use the Ray Client port, "
+                          "10001), and that no firewall is between; unset ray_address and $RAY_ADDRESS for a local "
+                          "Ray instance.") from None
+
+
+def _init_bounded(ray: Any, address: str, source: str, timeout: float) -> None:
+    """ray.init on a thread, waited for at most `timeout` seconds."""
+    import threading
+
+    outcome: dict[str, BaseException | None] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR")
+            outcome["error"] = None
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=init, name="evotune-ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    checks = ("Check that the cluster runs (`ray status` on its head) and that this is its address; a cluster "
+              "started by `ray start` with token authentication (Ray 2.60's default) needs RAY_AUTH_MODE=token and "
+              "its token in this shell too (docs/ray-cluster.md); and that this machine's Ray version is the "
+              "cluster's.")
+    if "error" not in outcome:
+        raise ConfigError(f"{source} {address}: something answers there but did not complete Ray's handshake within "
+                          f"{timeout:g} s (ray_timeout). {checks}")
+    if outcome["error"] is not None:
+        if address == "auto":
+            raise ConfigError(f"{source} auto: no running Ray cluster was found on this machine "
+                              f"({type(outcome['error']).__name__}). Start one with `ray start --head`, give the "
+                              "head's HOST:PORT, or unset ray_address and $RAY_ADDRESS for a local Ray "
+                              "instance.") from None
+        raise ConfigError(f"{source} {address}: Ray could not join the cluster ({type(outcome['error']).__name__}: "
+                          f"{str(outcome['error']).splitlines()[0] if str(outcome['error']) else ''}). "
+                          f"{checks}") from None
 
 
 class ReplicaWorker:
@@ -143,10 +211,10 @@ class GPUReservation:
         return [str(gpu) for gpu in _ray().get_gpu_ids()]
 
 
-def reserve_driver_gpus(num_gpus: float, address: str | None, local_cpus: float) -> tuple[Any, list[str]]:
+def reserve_driver_gpus(num_gpus: float, address: str | None, timeout: float = 30.0) -> tuple[Any, list[str]]:
     """Book `num_gpus` GPUs of the driver's node for the driver's replica; returns (the holding actor, the GPU
     ids Ray gave it). Keep the actor alive for as long as the driver's engine runs (ray.kill releases them)."""
-    ray = _connect(address, local_cpus)
+    ray = _connect(address, timeout)
     free = ray.available_resources().get("GPU", 0.0)
     if free < num_gpus:
         raise ConfigError(f"the driver's own engine needs {num_gpus:g} GPUs and Ray has {free:g} free; free some, "
@@ -172,13 +240,17 @@ class RayEvaluator(UnitEvaluator):
                  address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
                  driver_checksum: Callable[[], str] | None = None, driver_reservation: Any = None,
                  driver_fingerprint: Callable[[], str] | None = None, shards: int | None = None,
-                 straggler_factor: float = 0.0):
+                 straggler_factor: float = 0.0, timeout: float = 30.0):
         """driver_reservation: reserve_driver_gpus' holder, released by close(); driver_fingerprint: which noise
         the driver's replica draws (Space.noise_fingerprint), checked against every actor's at start; shards and
-        straggler_factor: see UnitEvaluator."""
+        straggler_factor: see UnitEvaluator; timeout: the cluster must answer within it, and every worker find room
+        within 10 times it."""
         super().__init__(num_workers, shards, straggler_factor)
         self.driver_fingerprint = driver_fingerprint
-        self.ray = ray = _connect(address, num_cpus * num_workers)
+        self.local = not (address or os.environ.get("RAY_ADDRESS"))
+        self.ray = ray = _connect(address, timeout)
+        self.num_cpus = num_cpus
+        self.start_timeout = 10 * timeout
         self.driver_reservation = driver_reservation
         self.num_gpus = num_gpus
         self.replica_factory = replica_factory
@@ -218,10 +290,42 @@ class RayEvaluator(UnitEvaluator):
                     f"GPUs and Ray has {free:g} free (the driver's own engine holds its share). Set `workers` to "
                     f"{int(free // self.num_gpus) or 1}, or share GPUs: `worker_num_gpus: 0.5` with "
                     "`gpu_memory_utilization: 0.4`.")
+            cpus = self.ray.cluster_resources().get("CPU", 0.0)
+            if self.local and cpus < self.num_cpus * self.num_workers:
+                raise ConfigError(
+                    f"`workers` {self.num_workers} x `worker_num_cpus` {self.num_cpus:g} need "
+                    f"{self.num_workers * self.num_cpus:g} CPUs; the local Ray has this machine's {cpus:g}. Set "
+                    f"`workers` to {max(int(cpus // self.num_cpus), 1)} or fewer (or lower `worker_num_cpus`), or "
+                    "join a cluster with `ray_address`.")
             self.workers = [self._spawn() for _ in range(self.num_workers)]
-            self.ray.get([worker.ready.remote() for worker in self.workers])
+            self._wait_ready([worker.ready.remote() for worker in self.workers])
             self.idle = deque(self.workers)
             self.check_noise()
+
+    def _wait_ready(self, references: list[Any]) -> None:
+        """Every actor up, or a note every 30 s on how many still wait and for what; after `start_timeout`
+        seconds the run stops, naming them, rather than waiting forever for a cluster that has no room."""
+        started, pending = self.now(), list(references)
+        while pending:
+            left = self.start_timeout - (self.now() - started)
+            if left <= 0:
+                free = self.ray.available_resources()
+                for worker in self.workers:
+                    self.ray.kill(worker)
+                raise ConfigError(
+                    f"{len(pending)} of {self.num_workers} workers were not up after {self.start_timeout:g} s (each "
+                    f"needs {self.num_cpus:g} CPUs and {self.num_gpus:g} GPUs; the cluster has "
+                    f"{free.get('CPU', 0.0):g} CPUs and {free.get('GPU', 0.0):g} GPUs free). Lower `workers`, add "
+                    "nodes, or raise `ray_timeout`.")
+            done, pending = self.ray.wait(pending, num_returns=len(pending), timeout=min(30.0, left))
+            self.ray.get(done)  # an actor that failed to build its replica raises here
+            if pending:
+                free = self.ray.available_resources()
+                print(f"evotune: {len(pending)} of {self.num_workers} workers not up yet after "
+                      f"{self.now() - started:.0f} s, waiting for room or for their model to load (each needs "
+                      f"{self.num_cpus:g} CPUs and {self.num_gpus:g} GPUs; free now: {free.get('CPU', 0.0):g} CPUs, "
+                      f"{free.get('GPU', 0.0):g} GPUs); stopping after {self.start_timeout:g} s.",
+                      file=sys.stderr, flush=True)
 
     def node_of(self) -> dict[Any, str]:
         """Each ready actor's node id (where SPREAD placed it)."""
@@ -340,7 +444,7 @@ def run_tasks(functions: list[tuple[str, Callable[[], Any]]], max_parallel: int,
     """Run independent (name, function) jobs as Ray tasks, at most `max_parallel` at once, each with
     `num_cpus` cores; returns {name: exception} of the jobs that failed (the others' results are their
     side effects, e.g. run directories). Used by `evotune sweep --parallel` for one run per task."""
-    ray = _connect(address, num_cpus * max_parallel)
+    ray = _connect(address)
     remote = ray.remote(num_cpus=num_cpus, max_retries=0)(_run_task)
     queue, running, failures = deque(functions), {}, {}
     while queue or running:

@@ -42,7 +42,7 @@ RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "eval_max_
                   "report_to", "log_samples", "distributed", "workers", "ray_address", "prompt_shards",
                   "straggler_factor", "checksum_every", "worker_num_cpus", "worker_num_gpus", "engine_core",
                   "tensor_parallel_size", "gpu_memory_utilization", "retention_tasks", "retention_num_eval",
-                  "retention_kl", "prefetch_candidates")
+                  "retention_kl", "prefetch_candidates", "ray_timeout")
 
 
 def read_run_config(output_dir: Path) -> dict[str, Any]:
@@ -283,12 +283,16 @@ def locked_for_start(output_dir: Path) -> Iterator[None]:
 def writing(output_dir: str | Path) -> Iterator[None]:
     """Hold `output_dir`'s lock for a whole command (sft, grpo, sweep); given back when the command ends."""
     output_dir = Path(output_dir)
+    made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
     with locked_for_start(output_dir):
         pass
     try:
         yield
     finally:
         run_lock.release(output_dir)
+        for directory in made:  # a command that failed before writing anything leaves no directory behind
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def _prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:

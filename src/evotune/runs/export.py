@@ -42,7 +42,7 @@ def _export(model: str, output_dir: str, merge: bool, dtype: str, average_last: 
         return {**_save_backend(backend, output_dir, merge, dtype), "model": model, "base": model, **summary}
     if is_checkpoint_directory(Path(model)):
         return _export_checkpoint(Path(model), output_dir, merge, dtype)
-    require_final(Path(model))
+    require_final(Path(model), command="export")
     if (Path(model) / "final" / "config.json").exists():  # a full-parameter or low-rank run: final/ is the model
         model = str(Path(model) / "final")
     adapter = find_adapter(model)

@@ -32,10 +32,15 @@ def peak_memory_mib() -> float:
     return round(peak, 1)
 
 
-def out_of_time(training_seconds: float, max_training_seconds: float) -> bool:
-    """Whether a run with a `max_training_seconds` budget (0: none) has used it up; shared by the ES loop
-    and the GRPO baseline so both methods stop by the same rule."""
-    return bool(max_training_seconds) and training_seconds >= max_training_seconds
+def out_of_time(training_seconds: float, max_training_seconds: float, last_step_seconds: float = 0.0) -> bool:
+    """Whether a run with a `max_training_seconds` budget (0: none) should take no further step; shared by the ES
+    loop and the GRPO baseline so both methods stop by the same rule. A run stops at the step boundary nearest its
+    budget, judged by its last step's time: another step that would end further past the budget than the run is
+    short of it is not taken. So methods with long steps (an ES iteration) and short ones (a GRPO step) train
+    for the budget on average, neither up to a whole step longer."""
+    if not max_training_seconds:
+        return False
+    return training_seconds >= max_training_seconds or training_seconds + last_step_seconds / 2 > max_training_seconds
 
 
 def strict_json(value: Any) -> Any:

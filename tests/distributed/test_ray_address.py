@@ -1,0 +1,105 @@
+"""Cluster addresses fail fast and clearly (loopback addresses only): the form is checked before anything starts,
+joining is bounded by `ray_timeout`, every failure is one line naming the address and what to check, and a
+local Ray is sized to the machine, refusing workers it cannot place."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import requires_ray, tiny_config
+
+from evotune.config.checks import check_ray_address
+from evotune.errors import ConfigError
+
+
+@pytest.mark.parametrize("address", ["not_an_address", "host:", ":6379", "10.0.0.5:99999", "http://10.0.0.5:80",
+                                     "10.0.0.5", "two words:6379"])
+def test_a_malformed_address_is_refused_before_anything_starts(address):
+    with pytest.raises(ConfigError, match="is not a cluster address: give HOST:PORT"):
+        check_ray_address(address)
+
+
+@pytest.mark.parametrize("address", [None, "auto", "10.0.0.5:6379", "ray://head.example:10001", "[::1]:6379",
+                                     "localhost:1"])
+def test_well_formed_addresses_pass(address):
+    check_ray_address(address)
+
+
+def test_the_config_names_only_the_key_that_is_wrong(tiny_model_dir):
+    with pytest.raises(ConfigError, match=r"^`straggler_factor` is -1\.0; give a factor above 1"):
+        tiny_config(tiny_model_dir, distributed="ray", workers=2, straggler_factor=-1.0)
+    with pytest.raises(ConfigError, match=r"^`prompt_shards` is 0; give at least 1"):
+        tiny_config(tiny_model_dir, distributed="ray", workers=2, prompt_shards=0)
+    with pytest.raises(ConfigError, match=r"^`workers` is 0; give the number of model replicas") as refused:
+        tiny_config(tiny_model_dir, distributed="ray", workers=0)
+    assert "set `distributed: ray`" not in str(refused.value)
+    with pytest.raises(ConfigError, match="`ray_address` is 'nowhere'"):
+        tiny_config(tiny_model_dir, distributed="ray", workers=2, ray_address="nowhere")
+    with pytest.raises(ConfigError, match="`ray_timeout` is 0"):
+        tiny_config(tiny_model_dir, distributed="ray", workers=2, ray_timeout=0)
+
+
+def train_with(tiny_model_dir, tmp_path, *settings, timeout=120) -> tuple[subprocess.CompletedProcess, float]:
+    """`evotune train` on the tiny model in its own process (no Ray of this test process involved)."""
+    command = [sys.executable, "-m", "evotune.cli.main", "train", "--output-dir", str(tmp_path / "run"),
+               "--set", f"model={tiny_model_dir}", "--set", "report_to=[]", "--set", "iterations=1",
+               "--set", "population_size=2", "--set", "batch_size=2", "--set", "distributed=ray", *settings]
+    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+    return done, time.perf_counter() - started
+
+
+def one_line_error(done: subprocess.CompletedProcess) -> str:
+    """evotune's error paragraph (the CLI wraps it at the terminal's width), its whitespace made single spaces."""
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    message = done.stderr[done.stderr.index("evotune: error:"):]
+    return " ".join(message.split())
+
+
+@requires_ray
+def test_a_closed_port_fails_in_seconds_naming_what_to_check(tiny_model_dir, tmp_path):
+    done, seconds = train_with(tiny_model_dir, tmp_path, "--set", "workers=2", "--set", "ray_address=127.0.0.1:1")
+    error = one_line_error(done)
+    assert "`ray_address` 127.0.0.1:1: nothing answers at 127.0.0.1 port 1" in error and "ray start --head" in error
+    assert seconds < 60
+    assert not (tmp_path / "run" / "checkpoint").exists()
+
+
+@requires_ray
+def test_an_address_where_no_ray_answers_stops_after_ray_timeout(tiny_model_dir, tmp_path):
+    """Something listens on the port but never speaks Ray's protocol: ray.init would retry for minutes."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(server.accept()) for _ in range(8)], daemon=True).start()
+    port = server.getsockname()[1]
+    try:
+        done, seconds = train_with(tiny_model_dir, tmp_path, "--set", "workers=2", "--set",
+                                   f"ray_address=127.0.0.1:{port}", "--set", "ray_timeout=5")
+    finally:
+        server.close()
+    error = one_line_error(done)
+    # Ray gives up by itself after its own GCS timeout (5 s), or evotune after ray_timeout: either way one line
+    assert (f"127.0.0.1:{port}: something answers there but did not complete Ray's handshake within 5 s" in error
+            or f"127.0.0.1:{port}: Ray could not join the cluster" in error), error
+    assert "RAY_AUTH_MODE=token" in error and "ray status" in error
+    assert seconds < 90
+
+
+@requires_ray
+def test_workers_a_local_ray_cannot_place_are_refused_up_front(tiny_model_dir, tmp_path):
+    done, seconds = train_with(tiny_model_dir, tmp_path, "--set", "workers=1000")
+    error = one_line_error(done)
+    cores = len(os.sched_getaffinity(0))
+    assert f"`workers` 1000 x `worker_num_cpus` 1 need 1000 CPUs; the local Ray has this machine's {cores}" in error
+    assert f"Set `workers` to {cores} or fewer" in error
+    assert seconds < 90
