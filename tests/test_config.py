@@ -74,11 +74,17 @@ def test_the_shared_keys_are_declared_once_in_the_base():
     base = RunConfig.help()
     for config, _ in CONFIGS:
         assert set(base) <= set(config.help())
-    # only SFT gives `task` and `dataset` another meaning, and SFT/GRPO another `dtype` default
-    for key in set(base) - {"task", "dataset", "dtype"}:
+    # only SFT gives `task`, `dataset` and `max_new_tokens` (it generates only to evaluate) another meaning, and
+    # SFT/GRPO another `dtype` default
+    for key in set(base) - {"task", "dataset", "dtype", "max_new_tokens"}:
         assert SFTConfig.help()[key] == GRPORunConfig.help()[key] == TrainConfig.help()[key] == base[key], key
-    for key in ("eval_dataset", "reward_fns", "reward_weights", "iterations", "eval_every", "checkpoint_every"):
+    assert GRPORunConfig.help()["max_new_tokens"] == TrainConfig.help()["max_new_tokens"] == base["max_new_tokens"]
+    for key in ("eval_dataset", "reward_fns", "reward_weights", "eval_every", "checkpoint_every"):
         assert GRPORunConfig.help()[key] == TrainConfig.help()[key], key
+    # `iterations` counts ES iterations in train, GRPO optimizer steps in grpo: each command's help says its own
+    assert "GRPO optimizer steps" in GRPORunConfig.help()["iterations"]
+    assert "ES: iterations" in TrainConfig.help()["iterations"]
+    assert "SFT generates nothing" in SFTConfig.help()["max_new_tokens"]
     for key in ("lora_init", "weight_decay", "device"):
         assert SFTConfig.help()[key] == TrainConfig.help()[key], key
     assert GRPORunConfig().iterations == 20 and TrainConfig().iterations == 100  # same help, own default

@@ -32,7 +32,7 @@ from .config.files import absolutize_paths, read_config_values
 from .config.sft import SFTConfig
 from .errors import CheckpointError, ConfigError, DataError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
-from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config, writing
+from .runs.directory import RESUMABLE_KEYS, check_resume, existing_run_error, read_run_config, writing
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
@@ -88,9 +88,7 @@ def prepare_sft_run(output_dir: Path, config: SFTConfig, resume: bool, overwrite
         check_sft_resume(output_dir, config)
         return checkpoint
     if earlier and not overwrite:
-        resumable = " pass --resume to continue it from its checkpoint," if checkpoint else ""
-        raise ConfigError(f"{output_dir} already holds an earlier run's {', '.join(earlier)}:{resumable} choose a "
-                          "new --output-dir, or add --overwrite to replace them.")
+        raise existing_run_error(output_dir, earlier, resumable=checkpoint is not None, what="an earlier run's")
     for name in earlier:  # only what a run writes; other files in the directory are the user's
         shutil.rmtree(output_dir / name) if (output_dir / name).is_dir() else (output_dir / name).unlink()
     return None

@@ -26,7 +26,7 @@ from ..config.files import read_config_values
 from ..config.grpo import LOSS_TYPES, GRPORunConfig, LossType  # noqa: F401 - re-exported: their old home
 from ..errors import ConfigError
 from ..import_utils import is_trl_available
-from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config, writing
+from ..runs.directory import RESUMABLE_KEYS, changed_keys, existing_run_error, read_run_config, writing
 
 # What `evotune grpo` writes into a run directory: only these are removed by --overwrite.
 GRPO_ARTIFACTS = ("config.yaml", "metrics.jsonl", "trl", "final", "tensorboard", "curves.png", "loggers.json")
@@ -178,10 +178,7 @@ def _resume_checkpoint(output: Path, config: GRPORunConfig) -> Path:
 def _clear_for_new_run(output: Path, overwrite: bool) -> None:
     found = [name for name in GRPO_ARTIFACTS if (output / name).exists()]
     if found and not overwrite:
-        resumable = (" pass --resume to continue it," if complete_checkpoints(output) else
-                     " it has no complete checkpoint, so --resume cannot continue it:")
-        raise ConfigError(f"{output} already holds a run ({', '.join(found)}):{resumable} pass --overwrite to "
-                          "replace it, or choose a new --output-dir.")
+        raise existing_run_error(output, found, resumable=True if complete_checkpoints(output) else None)
     for name in found:  # only what a GRPO run writes; other files in the directory are the user's
         path = output / name
         shutil.rmtree(path) if path.is_dir() else path.unlink()

@@ -38,6 +38,8 @@ def _train(args: argparse.Namespace) -> int:
     given, source = read_config_values(args.config, args.set,
                                        missing_hint="pass a YAML file path or no config for the quickstart")
     config = TrainConfig.from_dict({**(base or {}), **given}, source=source)
+    if args.print_config:
+        return _print_config(config)
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
     if args.config and not args.resume:
         unlike = defaults_unlike_quickstart(config, given)
@@ -64,6 +66,23 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_config(config: Any) -> int:
+    """The resolved config as config.yaml would record it (`dtype: auto` as this machine resolves it); nothing
+    runs and nothing is written."""
+    import yaml
+
+    from ..backends.base import resolve_device
+    from ..backends.models import resolve_dtype
+    from ..config.files import absolutize_paths
+
+    absolutize_paths(config)
+    values = config.to_dict()
+    if values.get("dtype") == "auto":
+        values["dtype"] = resolve_dtype("auto", resolve_device(values.get("device", "auto")))
+    print(yaml.safe_dump(values, sort_keys=False), end="")
+    return 0
+
+
 def _sft(args: argparse.Namespace) -> int:
     from ..files.checkpoint import find_checkpoint
     from ..sft import load_sft_config, run_sft
@@ -71,6 +90,8 @@ def _sft(args: argparse.Namespace) -> int:
     output_dir = _output_dir(args, "runs/sft")
     # --resume: the run's own config.yaml; CONFIG and --set may change only what a resume allows
     config = load_sft_config(args.config, args.set, resume_dir=output_dir if args.resume else None)
+    if args.print_config:
+        return _print_config(config)
     print(f"evotune: LoRA SFT of {config.model} on {config.dataset or config.task} -> {output_dir}", file=sys.stderr)
     try:
         summary = run_sft(config, output_dir, overwrite=args.overwrite, resume=args.resume)
@@ -162,6 +183,8 @@ def _grpo(args: argparse.Namespace) -> int:
                           "(or --overwrite).")
     # --resume: the run's own config.yaml; CONFIG and --set may change only what a resume allows
     config = load_grpo_config(args.config, args.set, resume_dir=output_dir if args.resume else None)
+    if args.print_config:
+        return _print_config(config)
     if args.sweep_learning_rates:
         print(json.dumps(sweep_learning_rates(config, output_dir, args.sweep_learning_rates), indent=2))
     else:

@@ -19,7 +19,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS):
+        # `is`, not `in (...)`: 0 == False, and a default of 0 (--seed, --num-samples) is shown
+        if "default" in text or action.default is None or action.default is False or action.default == [] \
+                or action.default == argparse.SUPPRESS:
             return text
         if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
             return f"{text} (default: %(default)s)"
@@ -70,10 +72,14 @@ def _add_command(commands: Any, name: str, help_text: str, examples: str, more: 
 # How long each run command trains, and why the three do not share one key (docs/cli.md says the same): the
 # counts are of different things, so a number of one is no guide to the other; compare runs by `samples_seen` or
 # `max_training_seconds` (evotune compare --budget-time), not by these counts.
+SET_HELP = ("override a config key (repeatable); VALUE is read as YAML: 2e-3, true, null, [q_proj, v_proj], "
+            "{digits: 3}")
+
 RUN_LENGTH = {
-    "train": """How long: `iterations` ES iterations (default 100), each one population
-        evaluated (population_size members x batch_size prompts) and one update of the mean; or
-        `max_training_seconds`.""",
+    "train": """How long: `iterations` ES iterations (default 100) in a config file, 10 in the quickstart
+        (`evotune train` without a config), each one population evaluated (population_size members x batch_size
+        prompts) and one update of the mean; or `max_training_seconds`. `--print-config` shows what a command
+        line resolves to.""",
     "grpo": """How long: `iterations` GRPO optimizer steps (TRL's `max_steps`; default 20, a short baseline run),
         each batch_size prompts x num_generations sampled completions and one gradient step; or
         `max_training_seconds`. It shares train's key so that --resume, `evotune compare` and sweeps treat both
@@ -97,7 +103,10 @@ def _run_parser(commands: Any, name: str, help_text: str, examples: str, default
     command = _add_command(commands, name, help_text, examples, RUN_LENGTH[name])
     command.add_argument("config", nargs="?", help=f"YAML config (its keys: `evotune keys {name}`)")
     command.add_argument("--output-dir", help=f"run directory (default runs/<config name>, or {default_dir})")
-    command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+    command.add_argument("--print-config", action="store_true",
+                         help="print the resolved config (YAML: the file, --set and the defaults, as config.yaml "
+                              "would record it) and exit without running or writing anything")
     return command
 
 
@@ -136,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--eval-dataset", help="held-out data file (default: a seeded split of --dataset)")
     evaluate.add_argument("--plot", help="reward-vs-KL PNG file (default: next to --output when --kl-reference is set)")
 
-    export = _add_command(commands, "export", "write a plain transformers model (merging a LoRA run's adapter)", """
+    export = _add_command(commands, "export", "write a model directory from_pretrained loads (--merge folds a LoRA "
+                                              "adapter into the base)", """
         evotune export runs/essa_arithmetic --merge --output-dir runs/essa_arithmetic_merged
         evotune export runs/arith --average-last 5 --output-dir runs/arith_averaged""")
     export.add_argument("model", help="run directory (its final/), a run's checkpoint/, an adapter (with --merge: "
@@ -184,8 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a config key and its values (repeatable; the first two make the heatmap's axes)")
     sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per grid point")
     _add_output_dir(sweep, "directory of the runs, sweep.json, sweep.md, heatmap.png", required=True)
-    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (repeatable)")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     sweep.add_argument("--command", default="train", choices=["train", "grpo"], help="what each run is")
     sweep.add_argument("--metric", help="eval metric of the table (default eval/accuracy, else eval/reward)")
     sweep.add_argument("--parallel", type=int, default=1, metavar="N",
@@ -211,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
         evotune keys sft""")
     keys.add_argument("which", nargs="?", default="train", choices=["train", "sft", "grpo"], metavar="COMMAND",
                       help="whose keys: train, sft or grpo")
+    for command in (compare, sweep):  # required, though argparse cannot mark it so beside its old spelling
+        usage = command.format_usage().removeprefix("usage: ").strip()
+        command.usage = usage.replace("[--output-dir OUTPUT_DIR]", "--output-dir OUTPUT_DIR")
     return parser
 
 

@@ -30,7 +30,8 @@ class GRPORunConfig(RunConfig):
                                          "~1.3x slower on one with avx512_bf16 and no AMX (bench/results/"
                                          "dtype_speed_*); auto picks as for train.")
     # GRPO itself (defaults from the papers: group 8, learning rate 1e-5 for LoRA / 1e-6 full)
-    iterations: int = same_as(TrainConfig, "iterations", 20)
+    iterations: int = option(20, "GRPO optimizer steps (TRL's max_steps), each batch_size prompts x num_generations "
+                                 "sampled completions and one gradient step.")
     max_training_seconds: float = same_as(TrainConfig, "max_training_seconds")
     batch_size: int = option(4, "Prompts per step; each gets `num_generations` sampled completions.")
     num_generations: int = option(8, "Group size G (completions per prompt); the papers use 8 or 30.")

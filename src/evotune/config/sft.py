@@ -16,6 +16,10 @@ from .train import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, Ru
 class SFTConfig(RunConfig):
     KIND = "SFT"
 
+    max_new_tokens: int = option(32, "SFT generates nothing while it trains; its greedy evaluation before and after "
+                                     "generates this many new tokens per held-out prompt, or the task's own budget "
+                                     "where that is larger (eval_max_new_tokens, when set, replaces both).")
+
     task: TaskName | None = option(None, "Built-in task (e.g. arithmetic): its train rows are the SFT data "
                                          "(completion = their `solution` or `answer` column) and its held-out rows "
                                          "are evaluated before and after training (not custom: your own data goes in "

@@ -314,9 +314,7 @@ def _prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: boo
         found = existing_artifacts(output_dir)
         if found and not overwrite:
             # a run stopped before its first checkpoint resumes too (from iteration 0, see restart_unstarted)
-            resumable = " pass --resume to continue it," if checkpoint or "config.yaml" in found else ""
-            raise ConfigError(f"{output_dir} already holds a run ({', '.join(found)}):{resumable} pass --overwrite to "
-                              "replace it, or choose a new --output-dir.")
+            raise existing_run_error(output_dir, found, resumable=bool(checkpoint or "config.yaml" in found))
         for name in found:  # only what a run writes; other files in the directory are the user's
             path = output_dir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -329,6 +327,21 @@ def _prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: boo
     output_dir.mkdir(parents=True, exist_ok=True)
     write_run_config(output_dir, config)
     return checkpoint
+
+
+def existing_run_error(output_dir: Path, found: list[str], resumable: bool | None, what: str = "a run") -> ConfigError:
+    """The refusal to start a new run where one is (train, sft and grpo alike), worded for the command line and for
+    Python callers (Trainer, run_sft, run_grpo take resume= and overwrite=). resumable None: the run has no
+    complete checkpoint to continue, which the message says."""
+    if resumable:
+        resume = " pass --resume (resume=True) to continue it,"
+    elif resumable is None:
+        resume = " it has no complete checkpoint, so --resume cannot continue it:"
+    else:
+        resume = ""
+    listed = f"{what} {', '.join(found)}" if what.endswith("'s") else f"{what} ({', '.join(found)})"
+    return ConfigError(f"{output_dir} already holds {listed}:{resume} pass --overwrite (overwrite=True) to replace "
+                       "it, or choose a new --output-dir (output_dir).")
 
 
 def write_run_config(output_dir: Path, config: TrainConfig) -> None:

@@ -1,0 +1,52 @@
+"""What a user reads before a run: `--print-config` shows the resolved config and runs nothing, the help shows the
+defaults that run and the options that are required, and a run directory that exists is refused in words that a
+command-line user and a Python caller can both act on."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from helpers import tiny_config
+
+from evotune.cli.main import main
+from evotune.cli.parser import build_parser
+from evotune.errors import ConfigError
+
+
+def subcommand(name: str):
+    return build_parser()._subparsers._group_actions[0].choices[name]
+
+
+@pytest.mark.parametrize("command, key, value", [("train", "iterations", 10), ("grpo", "iterations", 20),
+                                                 ("sft", "epochs", 1)])
+def test_print_config_prints_the_resolved_config_and_writes_nothing(command, key, value, tmp_path, capsys):
+    run = tmp_path / "run"
+    settings = ["--set", "task=arithmetic"] if command == "sft" else []
+    assert main([command, "--output-dir", str(run), "--print-config", "--set", "seed=7", *settings]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["seed"] == 7 and printed[key] == value  # train without a config: the quickstart's 10
+    assert printed["dtype"] != "auto"  # resolved as config.yaml would record it
+    assert not run.exists()
+
+
+def test_help_shows_the_defaults_that_run_and_the_options_that_are_required():
+    train = subcommand("train").format_help()
+    assert "VALUE is read as YAML" in " ".join(train.split()) and "--print-config" in train
+    assert "10 in the quickstart" in " ".join(subcommand("train").description.split())
+    evaluate = " ".join(subcommand("eval").format_help().split())
+    assert "seeds the held-out split and sampling (default: 0)" in evaluate
+    assert "(0: greedy only) (default: 0)" in evaluate
+    for name in ("compare", "sweep"):
+        usage = subcommand(name).format_usage()
+        assert "--output-dir OUTPUT_DIR" in usage and "[--output-dir" not in usage, usage
+    assert "--merge folds a LoRA adapter" in subcommand("export").description
+
+
+def test_an_existing_run_is_refused_with_the_python_arguments_too(tiny_model_dir, tmp_path):
+    from evotune.trainer import Trainer
+
+    run = tmp_path / "run"
+    Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run).train()
+    with pytest.raises(ConfigError, match=r"--resume \(resume=True\).*--overwrite \(overwrite=True\).*"
+                                          r"--output-dir \(output_dir\)"):
+        Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run)
