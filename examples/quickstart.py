@@ -1,5 +1,5 @@
-"""End to end in a few lines: ES-train the built-in SmolLM2-135M-Instruct on addition,
-then reload the result with plain transformers.
+"""End to end in a few lines: ES-train the built-in SmolLM2-135M-Instruct on addition with the quickstart's
+settings (what `evotune train` runs without a config), then reload the result with plain transformers.
 
     python examples/quickstart.py
 
@@ -10,16 +10,20 @@ with `spawn`, which re-imports this script.
 from transformers import AutoModelForCausalLM
 
 from evotune import TrainConfig, Trainer
+from evotune.config import QUICKSTART
 
 
-def main() -> None:
-    config = TrainConfig(task="arithmetic", population_size=16, antithetic=True, sigma=2e-3, learning_rate=4e-3,
-                         iterations=10, batch_size=32, max_new_tokens=10, eval_every=5)
-    final_metrics = Trainer(config, "runs/example").train()
+def main(output_dir: str = "runs/quickstart_python", **overrides) -> Trainer:
+    # QUICKSTART: full-parameter ES, 16 members (antithetic) x 16 prompts, sigma 2e-3, learning rate 8e-3,
+    # Rademacher noise, 10 iterations, answers generated whole (48 new tokens); overrides replace any of them
+    config = TrainConfig(**{**QUICKSTART, **overrides})
+    trainer = Trainer(config, output_dir)
+    final_metrics = trainer.train()
     print("held-out accuracy after training:", final_metrics["eval/accuracy"])
 
-    model = AutoModelForCausalLM.from_pretrained("runs/example/final")  # a standard HF model directory
+    model = AutoModelForCausalLM.from_pretrained(f"{output_dir}/final")  # a standard HF model directory
     print(type(model).__name__, sum(p.numel() for p in model.parameters()), "parameters")
+    return trainer
 
 
 if __name__ == "__main__":

