@@ -37,8 +37,8 @@ def holder(tmp_path):
 
     def start(directory: Path) -> subprocess.Popen:
         directory.mkdir(parents=True, exist_ok=True)
-        process = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), "--fake-flag"], stdout=subprocess.PIPE,
-                                   text=True)
+        process = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), "--fake-flag"],
+                                   stdout=subprocess.PIPE, text=True)
         assert process.stdout.readline().strip() == "held"
         processes.append(process)
         return process
