@@ -140,3 +140,22 @@ def test_reward_error_mid_run_leaves_a_run_that_resumes_to_the_same_weights(tiny
     resumed.train()
     for name, tensor in clean.space.master.items():
         assert torch.equal(tensor, resumed.space.master[name]), name
+
+
+def test_curves_are_redrawn_at_every_evaluation_while_the_run_trains(tiny_model_dir, tmp_path):
+    """curves.png is there after the iteration-2 evaluation, before training ends (a user watching the run sees it)."""
+    from evotune.callbacks import ESCallback
+
+    seen = []
+
+    class Peek(ESCallback):
+        def on_iteration_end(self, trainer, record):
+            curves = trainer.output_dir / "curves.png"
+            seen.append((record["iteration"], curves.exists() and curves.stat().st_size > 0))
+
+    Trainer(tiny_config(tiny_model_dir, iterations=4, eval_every=2, report_to=[]), tmp_path / "run",
+            callbacks=[Peek()]).train()
+    # the user's callback runs before the metrics callback of the same iteration: iteration 1 sees the plot of
+    # the baseline evaluation, 3 that of iteration 2's
+    assert seen == [(1, True), (2, True), (3, True), (4, True)]
+    assert not list((tmp_path / "run").glob(".*partial*"))  # written beside, then renamed

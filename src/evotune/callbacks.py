@@ -83,19 +83,32 @@ class MetricsCallback(ESCallback):
     def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         if record["iteration"] == 0:  # iteration records are logged whole in on_iteration_end
             trainer.logger.log(record)
+            self.redraw(trainer)
 
     def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         trainer.logger.log(record)
+        if any(key.startswith("eval/") for key in record):  # an evaluation: curves.png shows it while training
+            self.redraw(trainer)
+
+    @staticmethod
+    def redraw(trainer: ESLoop) -> Path | None:
+        """curves.png from metrics.jsonl so far (written whole); a plot that fails warns and the run goes on."""
+        try:
+            return plot_curves(trainer.logger.path, trainer.output_dir / "curves.png",
+                               title=f"{trainer.config.model} on {trainer.config.task}")
+        except Exception as exc:  # noqa: BLE001 - a plot must not stop the run or hide its own error
+            warnings.warn(f"could not plot curves.png: {exc}", stacklevel=2)
+            return None
 
     def on_train_end(self, trainer: ESLoop) -> None:
         """curves.png from metrics.jsonl, sent to the loggers as their last entry, then the loggers closed."""
         try:
-            try:
-                curves = plot_curves(trainer.logger.path, trainer.output_dir / "curves.png",
-                                     title=f"{trainer.config.model} on {trainer.config.task}")
-                trainer.logger.log_image("curves", curves, trainer.strategy.iteration)
-            except Exception as exc:  # noqa: BLE001 - a plot must not hide the run's own error or lose the logs
-                warnings.warn(f"could not plot or log curves.png: {exc}", stacklevel=2)
+            curves = self.redraw(trainer)
+            if curves is not None:
+                try:
+                    trainer.logger.log_image("curves", curves, trainer.strategy.iteration)
+                except Exception as exc:  # noqa: BLE001 - a logger must not hide the run's own error or lose the logs
+                    warnings.warn(f"could not log curves.png: {exc}", stacklevel=2)
         finally:
             trainer.logger.close()
 

@@ -12,6 +12,7 @@ same rule as `evotune train` (tracking.tracker.out_of_time), so both methods can
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,7 +21,7 @@ from transformers import TrainerCallback
 from ..backends.base import Backend
 from ..evaluation.generation import eval_budget, eval_record, evaluate_model
 from ..tasks.base import Task
-from ..tracking.tracker import MetricsLogger, out_of_time, peak_memory_mib
+from ..tracking.tracker import MetricsLogger, out_of_time, peak_memory_mib, plot_curves
 
 if TYPE_CHECKING:
     from ..evaluation.retention import Retention
@@ -33,6 +34,8 @@ class EvalSchedule(Protocol):
     eval_max_new_tokens: int | None  # greedy held-out evaluation (None: the task's own budget)
     eval_every: int  # steps between evaluations (0: before and after training only)
     max_training_seconds: float  # 0: no time budget
+    model: str  # named in curves.png's title
+    task: str
 
 
 class EvotuneMetricsCallback(TrainerCallback):
@@ -86,7 +89,14 @@ class EvotuneMetricsCallback(TrainerCallback):
                   "time_s": self._step_time}
         record.update({f"grpo/{key}": float(value) for key, value in logs.items()
                        if isinstance(value, (int, float)) and key not in ("reward", "reward_std", "epoch")})
-        if (step == state.max_steps or self.out_of_time
-                or (self.config.eval_every and step % self.config.eval_every == 0)):
+        evaluated = (step == state.max_steps or self.out_of_time
+                     or (self.config.eval_every and step % self.config.eval_every == 0))
+        if evaluated:
             record.update(self.evaluate())
         self.logger.log(record)
+        if evaluated:  # curves.png shows every evaluation while the run trains
+            try:
+                plot_curves(self.logger.path, self.logger.path.parent / "curves.png",
+                            title=f"GRPO: {self.config.model} on {self.config.task}")
+            except Exception as exc:  # noqa: BLE001 - a plot must not stop the run
+                warnings.warn(f"could not plot curves.png: {exc}", stacklevel=2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -185,8 +186,11 @@ def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(output_png, dpi=110)
+    # beside, then renamed over: the file is redrawn while a run trains, and a viewer must never read half of it
+    partial = Path(output_png).with_name(f".{Path(output_png).name}.partial.png")
+    figure.savefig(partial, dpi=110)
     plt.close(figure)
+    os.replace(partial, output_png)
     return Path(output_png)
 
 
