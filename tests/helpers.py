@@ -61,8 +61,8 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 
 
 # Held-out completions of the tiny model's runs get 16 new tokens: the random model never stops early, so a task's own
-# evaluation budget (conciseness: 128) would make evaluation most of a short run's time. tests/test_eval_budget.py
-# covers the tasks' own budgets.
+# evaluation budget (conciseness: 128) would make evaluation most of a short run's time.
+# tests/evaluation/test_eval_budget.py covers the tasks' own budgets.
 TINY_EVAL_BUDGET = 16
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import ConfigError, ModelLoadError
 from .quantized import QUANTIZATIONS, QuantizationSettings, bitsandbytes_kwargs  # noqa: F401 (QUANTIZATIONS:
 
-# config.Quantization's choices, read here by tests/test_config.py)
+# config.Quantization's choices, read here by tests/config/test_config.py)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # config.DtypeName's choices; auto: resolve_dtype
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -6,7 +6,7 @@ parsed as YAML, so `--set antithetic=true --set sigma=2e-3` work).
 Every value is checked against its field's annotation (fields.py holds those checks); the
 choices of a key are a `Literal` type, the single source that both the check and `evotune keys` read.
 This module imports neither torch nor the registries that hold the
-same names (spaces.SPACES, strategies.STRATEGIES, ...): tests/test_config.py checks that each
+same names (spaces.SPACES, strategies.STRATEGIES, ...): tests/config/test_config.py checks that each
 registry's names equal its Literal's, so they cannot drift.
 """
 
