@@ -184,3 +184,26 @@ def test_two_real_train_processes_on_one_directory(tmp_path, tiny_model_dir):
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
+
+
+def test_a_second_export_to_the_same_directory_is_refused_while_the_first_writes(holder, tmp_path, tiny_model_dir):
+    from evotune.runs.export import export_model
+
+    target = tmp_path / "exported"
+    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from evotune.runs import lock
+        lock.acquire({str(tmp_path)!r}, ".exported.evotune-lock")
+        print("held", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "held"
+        with pytest.raises(run_lock.RunLockedError, match=f"pid {process.pid}"):
+            export_model(tiny_model_dir, str(target))
+        assert not target.exists()
+    finally:
+        process.kill()
+        process.wait()
+    export_model(tiny_model_dir, str(target))  # the holder gone: the export runs, and leaves no lock behind
+    assert (target / "config.json").exists() and not list(tmp_path.glob(".*evotune-lock"))

@@ -17,6 +17,7 @@ from ..backends.models import find_adapter, load_model, torch_dtype
 from ..errors import ConfigError
 from ..files.atomic import staged  # the write-beside-then-rename, shared with the GGUF cache (backends/vllm.py)
 from .loading import is_checkpoint_directory, load_for_eval, require_final
+from .lock import held
 
 
 def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = "float32",
@@ -29,8 +30,13 @@ def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = 
     silently replace a config.json or weights someone keeps there."""
     check_output_dir(Path(output_dir), Path(model), overwrite)
     torch_dtype(dtype)  # an unknown dtype fails now, not after loading and merging the model
-    with staged(Path(output_dir)) as staging:
-        record = _export(model, staging, merge, dtype, average_last)
+    output = Path(output_dir).resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    # one writer: the lock sits beside the directory, which is written whole elsewhere and renamed into place
+    with held(output.parent, f".{output.name}.evotune-lock"):
+        check_output_dir(Path(output_dir), Path(model), overwrite)  # again: another export may have written it
+        with staged(Path(output_dir)) as staging:
+            record = _export(model, staging, merge, dtype, average_last)
     return {key: output_dir if value == staging else value for key, value in record.items()}  # where it now lies
 
 

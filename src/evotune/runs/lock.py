@@ -63,13 +63,18 @@ def _read(descriptor: int) -> dict:
     return {}
 
 
-def acquire(output_dir: str | Path) -> RunLock:
-    """Hold `output_dir`'s lock (the directory must exist); raises RunLockedError naming a live holder."""
-    key = str(Path(output_dir).resolve())
+def lock_path(output_dir: str | Path, name: str = LOCK_FILE) -> Path:
+    return Path(output_dir).resolve() / name
+
+
+def acquire(output_dir: str | Path, name: str = LOCK_FILE) -> RunLock:
+    """Hold `output_dir`'s lock (the directory must exist; `name`: the lock file in it); raises RunLockedError
+    naming a live holder."""
+    path = lock_path(output_dir, name)
+    key = str(path)
     if key in _HELD:
         _HELD[key].holders += 1
         return _HELD[key]
-    path = Path(key) / LOCK_FILE
     while True:
         # read-only: a file open for writing would keep the file system from being remounted read-only (an
         # admin's remount must stop the run with a clear error, not fail); flock needs no write access
@@ -100,9 +105,9 @@ def acquire(output_dir: str | Path) -> RunLock:
     return lock
 
 
-def release(output_dir: str | Path) -> None:
+def release(output_dir: str | Path, name: str = LOCK_FILE) -> None:
     """Give back one hold of `output_dir`'s lock; the last one removes the lock file. Nothing if not held."""
-    key = str(Path(output_dir).resolve())
+    key = str(lock_path(output_dir, name))
     lock = _HELD.get(key)
     if lock is None:
         return
@@ -133,15 +138,15 @@ def holder(output_dir: str | Path) -> dict | None:
         os.close(descriptor)
 
 
-def is_held(output_dir: str | Path) -> bool:
-    return str(Path(output_dir).resolve()) in _HELD
+def is_held(output_dir: str | Path, name: str = LOCK_FILE) -> bool:
+    return str(lock_path(output_dir, name)) in _HELD
 
 
 @contextlib.contextmanager
-def held(output_dir: str | Path) -> Iterator[RunLock]:
-    """The lock for the duration of a block (sweep, export)."""
-    lock = acquire(output_dir)
+def held(output_dir: str | Path, name: str = LOCK_FILE) -> Iterator[RunLock]:
+    """The lock for the duration of a block (an export's, beside the directory it writes)."""
+    lock = acquire(output_dir, name)
     try:
         yield lock
     finally:
-        release(output_dir)
+        release(output_dir, name)
