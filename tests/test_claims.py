@@ -65,3 +65,21 @@ def test_no_inline_claim_starts_a_continuation_line():
             if match and previous.strip() and not match["text"].startswith("\n"):
                 raise AssertionError(f"{path.relative_to(ROOT)}:{number}: the claim {match['name']!r} starts a line "
                                      "inside a paragraph; join it to the line before")
+
+
+def test_the_hardware_table_is_generated_and_names_a_file_or_says_not_run():
+    """Every cell of the status-by-hardware table names the result file behind it, or says it has not run; a
+    file that is gone turns its cell into "not run" (nothing is claimed without a file)."""
+    table = claims.render("hardware-status")
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| capability")]
+    assert len(rows) == len(claims.HARDWARE_ROWS)
+    for row in rows:
+        for cell in row.strip("|").split(" | ")[1:]:
+            assert cell.strip() == "not run" or ".json`" in cell, row
+    assert "| Ray across machines | not run | not run |" in table
+    original = claims.HARDWARE_ROWS[:]
+    try:
+        claims.HARDWARE_ROWS[:] = [("compiled decoding", ["no_such_result.json"], None)]
+        assert "| compiled decoding | not run | not run |" in claims.render("hardware-status")
+    finally:
+        claims.HARDWARE_ROWS[:] = original

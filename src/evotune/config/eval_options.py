@@ -30,7 +30,7 @@ class EvalOptions:
     temperature: float = option(1.0, "sampling temperature for --num-samples")
     top_p: float = option(1.0, "nucleus sampling for --num-samples")
     kl_reference: str | None = option(None, "also estimate KL(model || MODEL) per token (k3) and plot reward vs KL")
-    quantization: Quantization | None = option(None, "base weights: none, int8 or int4 (bitsandbytes, cpu or cuda); "
+    quantization: Quantization | None = option(None, "base weights: none, int8 or int4 (bitsandbytes, tested on cpu); "
                                                      "default: a run's own (its config.yaml's `quantization` and int4 "
                                                      "keys, for a run directory, its final/ or checkpoint/, or an sft "
                                                      "adapter/), else none")

@@ -241,7 +241,7 @@ class TrainConfig(RunConfig):
                                                  "to share a GPU).")
     device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available).")
     quantization: Quantization = option("none", "lora/svd_lora (and sft) base weights: int8 (LLM.int8) or int4, with "
-                                                "bitsandbytes on cpu or cuda (pip install 'evotune[quantization]'); "
+                                                "bitsandbytes (tested on CPU; pip install 'evotune[quantization]'); "
                                                 "the adapter stays fp32. Needs a model directory, not a GGUF file.")
     int4_type: Int4Type = option("nf4", "quantization int4: the 4-bit data type, nf4 (NormalFloat, QLoRA's and the "
                                         "ESSA paper's) or fp4.")
