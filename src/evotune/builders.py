@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import Backend, resolve_device
-from .config.train import TrainConfig
+from .config.train import ADAPTER_SPACES, TrainConfig
 from .distributed.base import Evaluator, Replica
 from .errors import ConfigError
 from .spaces import FullParameterSpace, Space
 from .strategies import Strategy
 from .tasks import Task, get_task
-
-ADAPTER_SPACES = ("lora", "svd_lora")
 
 
 def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None,

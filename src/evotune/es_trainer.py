@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .callbacks import ESCallback
 from .config.fields import option
-from .config.train import TrainConfig
+from .config.train import ADAPTER_SPACES, TrainConfig
 from .errors import ConfigError
 from .tasks import Task
 from .tasks.trl_inputs import dataset_rows, import_path, jsonl_text, resolve_reward_funcs
@@ -176,7 +176,7 @@ class ESTrainer:
 
     def _adapter_keys(self, peft_config: Any, values: dict[str, Any]) -> dict[str, Any]:
         """LoraConfig -> the adapter keys (ESSA evolves the adapter's singular values)."""
-        if values["space"] not in ("lora", "svd_lora"):
+        if values["space"] not in ADAPTER_SPACES:
             raise ConfigError("peft_config gives ES an adapter to evolve: set ESConfig(space='svd_lora') (ESSA: the "
                               "adapter's singular values) or space='lora' (every adapter entry).")
         if not all(hasattr(peft_config, key) for key in ("r", "lora_alpha", "target_modules")):

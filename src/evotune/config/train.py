@@ -33,6 +33,7 @@ from .files import read_config_values
 TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",
                    "custom"]  # tasks.TASKS
 SpaceName = Literal["full", "lora", "svd_lora", "lowrank"]  # spaces.SPACES
+ADAPTER_SPACES = ("lora", "svd_lora")  # the spaces that evolve a PEFT LoRA adapter over a frozen base
 StrategyName = Literal["openes", "cma"]  # strategies.STRATEGIES
 OptimizerName = Literal["sgd", "adam"]  # optimizers.OPTIMIZERS
 FitnessShaping = Literal["z_score", "centered_rank", "none"]  # strategies.shaping.SHAPINGS
@@ -47,7 +48,8 @@ DistributedName = Literal["local", "ray"]
 Logger = Literal["tensorboard", "wandb", "trackio"]  # loggers.LOGGERS
 
 __all__ = [
-    "RunConfig", "TrainConfig", "load_config", "defaults_unlike_quickstart", "searched_count", "QUICKSTART",
+    "ADAPTER_SPACES", "RunConfig", "TrainConfig", "load_config", "defaults_unlike_quickstart", "searched_count",
+    "QUICKSTART",
     "MAX_SIGMA", "TaskName", "SpaceName", "StrategyName", "OptimizerName", "FitnessShaping", "NoiseKind",
     "DtypeName", "Quantization", "Int4Type", "ComputeDtype", "LoraInit", "BackendName", "DistributedName",
     "Logger",
@@ -314,7 +316,7 @@ class TrainConfig(RunConfig):
                               "or `strategy: openes`.")
 
     def _validate_space_keys(self) -> None:
-        adapter_spaces = ("lora", "svd_lora")
+        adapter_spaces = ADAPTER_SPACES
         if self.quantization != "none" and self.space not in adapter_spaces:
             raise ConfigError(f"`quantization: {self.quantization}` keeps the base weights packed in bitsandbytes' "
                               f"INT8/INT4 storage, which ES cannot write: `space: {self.space}` perturbs and updates "

