@@ -12,17 +12,15 @@ import pytest
 import torch
 
 from evotune.backends import HFBackend
+from evotune.backends.vllm import adapter_rank
+from evotune.backends.vllm_spaces import hf_linear_weight_names, hf_parameter_shapes
 from evotune.builders import (
     ReplicaFactory,
-    adapter_rank,
     build_evaluator,
     build_space,
     build_strategy,
     build_task,
-    hf_linear_weight_names,
-    hf_parameter_shapes,
     on_hf_backend,
-    read_adapter_config,
     replica_num_gpus,
     reserve_driver_gpus,
 )
@@ -30,6 +28,7 @@ from evotune.config import TrainConfig
 from evotune.distributed import BatchedEvaluator, LocalEvaluator
 from evotune.distributed.base import Replica
 from evotune.errors import ConfigError
+from evotune.files.adapters import read_adapter_config
 from evotune.optimizers import SGD, Adam
 from evotune.spaces import FullParameterSpace, LowRankSpace
 from evotune.spaces.lora import LoRASpace

@@ -10,6 +10,7 @@ fresh one, and evolve only that adapter; the base weights are never written.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from .backends.base import Backend, resolve_device
 from .config.train import ADAPTER_SPACES, TrainConfig
 from .distributed.base import Evaluator, Replica
 from .errors import ConfigError
-from .spaces import FullParameterSpace, Space
+from .spaces import Space
 from .strategies import Strategy
 from .tasks import Task, get_task
 
@@ -40,26 +41,23 @@ def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None,
                     or None, **config.task_args)
 
 
-def read_adapter_config(adapter: str) -> dict[str, Any]:
-    """The PEFT adapter_config.json of `adapter` (valid JSON with PEFT's keys), or an error naming the fix."""
-    from .files.adapters import read_adapter_config as read
+# Registries: name -> the class that builds itself from a config (`from_config`). Per backend: its class and the
+# space classes it runs, imported when asked for (vLLM's modules load only for `backend: vllm`).
+BACKENDS = {"hf": ("evotune.backends.hf:HFBackend", "evotune.spaces:SPACES"),
+            "vllm": ("evotune.backends.vllm:VLLMBackend", "evotune.backends.vllm_spaces:SPACES")}
 
-    return read(adapter)
+
+def _named(path: str) -> Any:
+    module, attribute = path.split(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
-def attach_adapter(model: Any, config: TrainConfig) -> Any:
-    """The model wrapped in its "default" LoRA adapter: loaded from `config.adapter`, or fresh."""
-    from .spaces.lora import init_lora_adapter
+def backend_class(name: str) -> type:
+    return _named(BACKENDS[name][0])
 
-    if config.adapter is None:
-        return init_lora_adapter(model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
-                                 config.lora_init, config.seed)
-    from peft import PeftModel
 
-    from .files.adapters import check_adapter
-
-    check_adapter(config.adapter, model, config.model)  # a clear error before PEFT's own
-    return PeftModel.from_pretrained(model, config.adapter, adapter_name="default").eval()
+def space_classes(backend: str) -> dict[str, type]:
+    return _named(BACKENDS[backend][1])
 
 
 def build_space(config: TrainConfig, backend: Backend) -> Space:
@@ -67,44 +65,14 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
     becomes the PEFT-wrapped model."""
     from .optimizers import make_optimizer
 
-    optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.anchor_decay)
-    # the base weights (anchor_decay, log_drift) are snapshotted as the space is built: before any checkpoint loads
-    base = dict(anchor_decay=config.anchor_decay, keep_base=config.log_drift)
-    if config.prefetch_candidates and (config.space != "full" or config.backend != "hf"):
+    space_class = space_classes(config.backend)[config.space]
+    if config.prefetch_candidates and not getattr(space_class, "prefetches", False):
         raise ConfigError(f"`prefetch_candidates` writes the next candidate into a second copy of a model's weights, "
                           f"which only `space: full` with `backend: hf` has (here space {config.space}, backend "
                           f"{config.backend}); set `prefetch_candidates: false`.")
-    if config.backend == "vllm" and config.space == "full":  # the engine holds the weights: a proxy space
-        from .backends.vllm_spaces import EngineSpace
-
-        return EngineSpace(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
-                           config.exclude_parameters or None, config.noise, config.optimizer, config.learning_rate,
-                           config.weight_decay, master_device=config.master_device, **base)
-    if config.space == "full":
-        return FullParameterSpace(backend.model, config.parameters or None, config.exclude_parameters or None,
-                                  noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift,
-                                  prefetch=config.prefetch_candidates)
-    if config.space == "lowrank":  # EGGROLL: rank-r members of a full-parameter mean (spaces/lowrank.py)
-        from .spaces.lowrank import LowRankSpace
-
-        if config.backend == "vllm":  # the engine holds the mean; members are LoRA requests
-            from .backends.vllm_spaces import EngineLowRankSpace
-
-            shapes, linear = hf_parameter_shapes(backend.model_name), hf_linear_weight_names(backend.model_name)
-            return EngineLowRankSpace(backend, shapes, linear, config.perturbation_rank, config.parameters or None,
-                                      config.exclude_parameters or None, config.noise, config.optimizer,
-                                      config.learning_rate, config.weight_decay, **base)
-        return LowRankSpace(backend.model, config.perturbation_rank, config.parameters or None,
-                            config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer,
-                            keep_base=config.log_drift)
-    from .spaces.lora import LoRASpace
-    from .spaces.svd_lora import SVDLoRASpace
-
-    backend.model = attach_adapter(backend.model, config)
-    if config.space == "lora":
-        return LoRASpace(backend.model, noise_kind=config.noise, optimizer=optimizer)
-    return SVDLoRASpace(backend.model, alpha=config.singular_value_fraction, noise_kind=config.noise,
-                        optimizer=optimizer, offsets=config.svd_offsets)
+    optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.anchor_decay)
+    # the base weights (anchor_decay, log_drift) are snapshotted as the space is built: before any checkpoint loads
+    return space_class.from_config(config, backend, optimizer)
 
 
 def on_hf_backend(config: TrainConfig) -> TrainConfig:
@@ -114,57 +82,8 @@ def on_hf_backend(config: TrainConfig) -> TrainConfig:
                                   "distributed": "local", "workers": 1, "worker_num_gpus": None})
 
 
-def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
-    """Parameter names and shapes of an HF model, from its config alone (meta device: no weights loaded)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
-    return {name: list(param.shape) for name, param in skeleton.named_parameters()}
-
-
-def hf_linear_weight_names(model: str) -> list[str]:
-    """Names of an HF model's Linear weights that `space: lowrank` perturbs (tied heads left out), from its
-    config alone."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from .spaces.lowrank import linear_weights
-
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
-    return [name for _, name, _ in linear_weights(skeleton)]
-
-
 def load_backend(config: TrainConfig, device: str) -> Backend:
-    if config.backend == "vllm":
-        from .backends.vllm import VLLMBackend
-
-        engine = dict(seed=config.seed, engine_core=config.engine_core,
-                      tensor_parallel_size=config.tensor_parallel_size,
-                      gpu_memory_utilization=config.gpu_memory_utilization)
-        if config.space == "lowrank":  # members as rank-r LoRA requests over the engine's own (mean) weights
-            return VLLMBackend(config.model, config.dtype, lora_rank=config.perturbation_rank,
-                               max_loras=vllm_population_batch(config), host_model=False, **engine)
-        if config.space not in ADAPTER_SPACES:
-            return VLLMBackend(config.model, config.dtype, **engine)
-        # Adapter spaces: the engine serves the population as LoRA adapters, all in one batch by default.
-        return VLLMBackend(config.model, config.dtype, quantization=config.quantization,
-                           lora_rank=adapter_rank(config), max_loras=vllm_population_batch(config), **engine)
-    from .backends import HFBackend
-    from .backends.quantized import QuantizationSettings
-
-    return HFBackend.load(config.model, config.dtype, device, config.generation_batch_size,
-                          QuantizationSettings.from_config(config),
-                          shared_prefix=config.shared_prefix, compile_generation=bool(config.compile_generation))
-
-
-def adapter_rank(config: TrainConfig) -> int:
-    """The rank of the adapter the run evolves: the loaded adapter's `r`, else `lora_rank`."""
-    if config.adapter is None:
-        return config.lora_rank
-    return int(read_adapter_config(config.adapter)["r"])
+    return backend_class(config.backend).from_config(config, device)
 
 
 def vllm_population_batch(config: TrainConfig) -> int:
@@ -173,12 +92,9 @@ def vllm_population_batch(config: TrainConfig) -> int:
 
 
 def build_strategy(config: TrainConfig, space: Space) -> Strategy:
-    from .strategies import CMAES, OpenES
+    from .strategies import STRATEGIES
 
-    if config.strategy == "cma":  # CMA-ES owns the mean; it starts where the space is (zero offsets)
-        return CMAES(config.population_size, config.sigma, initial_mean=space.mean_vector(),
-                     diagonal=config.cma_diagonal, seed=config.seed)
-    return OpenES(config.population_size, config.sigma, config.antithetic, config.fitness_shaping, config.seed)
+    return STRATEGIES[config.strategy].from_config(config, space)
 
 
 @dataclass(frozen=True)
@@ -206,27 +122,16 @@ def replica_num_gpus(config: TrainConfig) -> float:
 
 
 def reserve_driver_gpus(config: TrainConfig) -> tuple[Any, str | None]:
-    """`distributed: ray` with GPU replicas: book the GPUs of the driver's own replica in Ray before it loads,
-    so that no actor is given them. Returns (the reservation, for build_evaluator; the device the driver's
-    hf model goes to, or None). A vLLM engine is pointed at them through CUDA_VISIBLE_DEVICES, which its
-    processes read when they start."""
+    """`distributed: ray` with GPU replicas: the driver's own replica's GPUs booked in Ray before it loads, so that
+    no actor is given them (distributed.ray.reserve_for_driver does it, and points the driver's engine at them).
+    Returns (the reservation, for build_evaluator; the device of the driver's hf model, or None)."""
     gpus = replica_num_gpus(config)
     if config.distributed != "ray" or gpus == 0:
         return None, None
-    import os
+    from .distributed.ray import reserve_for_driver
 
-    from .distributed.ray import reserve_driver_gpus as reserve
-
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    holder, ids = reserve(gpus, config.ray_address, config.ray_timeout)
-    if config.backend == "vllm":
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
-        return holder, None
-    if not ids or not resolve_device(config.device).startswith("cuda"):
-        return holder, None
-    # hf in this process: CUDA may already be initialised here, so name the device instead
-    order = visible.split(",") if visible else None
-    return holder, f"cuda:{order.index(ids[0]) if order else int(ids[0])}"
+    return reserve_for_driver(gpus, config.ray_address, config.ray_timeout, engine=config.backend == "vllm",
+                              device=resolve_device(config.device))
 
 
 def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,

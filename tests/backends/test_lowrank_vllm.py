@@ -16,7 +16,7 @@ from helpers import (
 )
 
 from evotune.backends import HFBackend
-from evotune.builders import hf_linear_weight_names, hf_parameter_shapes
+from evotune.backends.vllm_spaces import hf_linear_weight_names, hf_parameter_shapes
 from evotune.config import TrainConfig
 from evotune.optimizers import SGD
 from evotune.spaces.lowrank import LowRankSpace

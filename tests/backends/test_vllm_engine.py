@@ -42,8 +42,7 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module", params=ENGINE_CORES_IN_PROCESS_SLOW)
 def shared_engine(model_dir, request):
-    from evotune.backends.vllm_spaces import EngineSpace
-    from evotune.builders import hf_parameter_shapes
+    from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     backend = start_engine(model_dir, engine_core=request.param)
     space = EngineSpace(backend, hf_parameter_shapes(model_dir), None, None, "gaussian", "sgd", 0.0, 0.0)
@@ -64,8 +63,7 @@ def engine(shared_engine):
 
 
 def engine_space(engine, parameters=None, noise="rademacher", learning_rate=0.1, weight_decay=0.0):
-    from evotune.backends.vllm_spaces import EngineSpace
-    from evotune.builders import hf_parameter_shapes
+    from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     return EngineSpace(engine, hf_parameter_shapes(engine.model_name), parameters, None, noise, "sgd",
                        learning_rate, weight_decay)
@@ -157,8 +155,7 @@ def test_update_equals_the_hf_space_bit_for_bit(engine, model_dir):
 def test_anchor_decay_and_drift_equal_the_hf_space(engine, model_dir):
     """anchor_decay inside the engine (its own base snapshot, in its process): two updates give the hf space's
     mean bit for bit, and the engine's drift/ numbers (sums from the engine, ratios here) are the hf space's."""
-    from evotune.backends.vllm_spaces import EngineSpace
-    from evotune.builders import hf_parameter_shapes
+    from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     hf = HFBackend.load(model_dir, dtype="float32")
     space = EngineSpace(engine, hf_parameter_shapes(model_dir), None, None, "gaussian", "sgd", 0.05, 0.0,

@@ -22,8 +22,7 @@ pytestmark = [*requires_vllm, pytest.mark.slow]
 @pytest.mark.parametrize("engine_core", ENGINE_CORES)
 def test_smollm2_on_the_engine_perturbs_restores_and_updates_like_the_hf_backend(engine_core):
     from evotune.backends.vllm import VLLMBackend
-    from evotune.backends.vllm_spaces import EngineSpace
-    from evotune.builders import hf_parameter_shapes
+    from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     engine = VLLMBackend("smollm2-135m-instruct", dtype="float32", seed=0, gpu_memory_utilization=0.3,
                          engine_core=engine_core)

@@ -27,8 +27,7 @@ def engine(tiny_model_dir, tmp_path_factory):
 
 
 def engine_space(engine):
-    from evotune.backends.vllm_spaces import EngineSpace
-    from evotune.builders import hf_parameter_shapes
+    from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     return EngineSpace(engine, hf_parameter_shapes(engine.model_name), None, None, "rademacher", "sgd", 0.0, 0.0)
 

@@ -147,8 +147,7 @@ def test_master_on_the_gpu_moves_no_bytes_and_gives_the_same_mean(tmp_path, tiny
     apply/restore then move nothing between host and GPU, and an update ends at the host master's mean."""
     from helpers import save_vllm_tiny_model, start_engine, stop_engine
 
-    from evotune.backends.vllm_spaces import EngineSpace
-    from evotune.builders import hf_parameter_shapes
+    from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     model_dir = save_vllm_tiny_model(str(tmp_path / "model"), tiny_model_dir)
     backend = start_engine(model_dir)

@@ -78,6 +78,13 @@ class HFBackend:
     Plain batches only: a shared prefix or a population-batched forward generates eagerly.
     """
 
+    @classmethod
+    def from_config(cls, config: Any, device: str) -> HFBackend:
+        """The run's model in this process (registry entry `hf`)."""
+        return cls.load(config.model, config.dtype, device, config.generation_batch_size,
+                        QuantizationSettings.from_config(config), shared_prefix=config.shared_prefix,
+                        compile_generation=bool(config.compile_generation))
+
     def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None,
                  shared_prefix: bool | None = None, compile_generation: bool = False):
         contiguous_head_input(model)

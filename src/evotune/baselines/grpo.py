@@ -154,7 +154,7 @@ def _check_adapter(config: GRPORunConfig, output: Path, resume: bool) -> None:
                           "there")
         raise ConfigError(f"`adapter` {config.adapter} does not exist{where}; point it at a PEFT adapter "
                           "directory (an `evotune sft` run writes DIR/adapter), or remove `adapter`.")
-    from ..builders import read_adapter_config
+    from ..files.adapters import read_adapter_config
 
     read_adapter_config(config.adapter)  # names a missing or unreadable adapter_config.json
 

@@ -227,6 +227,22 @@ def reserve_driver_gpus(num_gpus: float, address: str | None, timeout: float = 3
     return holder, ray.get(holder.gpu_ids.remote())
 
 
+def reserve_for_driver(num_gpus: float, address: str | None, timeout: float, engine: bool,
+                       device: str) -> tuple[Any, str | None]:
+    """Book the driver replica's GPUs (reserve_driver_gpus) and point its model at them: a vLLM engine through
+    CUDA_VISIBLE_DEVICES, which its processes read when they start; an hf model in this process, where CUDA may
+    already be initialised, by naming the device. Returns (the reservation, the hf model's device or None)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    holder, ids = reserve_driver_gpus(num_gpus, address, timeout)
+    if engine:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+        return holder, None
+    if not ids or not device.startswith("cuda"):
+        return holder, None
+    order = visible.split(",") if visible else None
+    return holder, f"cuda:{order.index(ids[0]) if order else int(ids[0])}"
+
+
 class RayEvaluator(UnitEvaluator):
     """The evaluator contract over `num_workers` Ray actors, spread over the cluster's nodes: units (candidate,
     shard of the prompts) go to whichever actor is free (units.py); sync() sends each update to every actor.

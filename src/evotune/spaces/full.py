@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -66,6 +67,15 @@ class StackedWeight:
 class FullParameterSpace(FactoredSpace):
     """All (or a regex-selected subset of) a model's parameters, perturbed in place, or (candidate_factors) as
     one stacked copy per member for a population-batched forward."""
+
+    prefetches = True  # `prefetch_candidates`: the next candidate written into a second copy of the weights
+
+    @classmethod
+    def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> FullParameterSpace:
+        """The run's space (registry entry `full` on the hf backend) over `backend.model`."""
+        return cls(backend.model, config.parameters or None, config.exclude_parameters or None,
+                   noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift,
+                   prefetch=config.prefetch_candidates)
 
     def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",

@@ -34,6 +34,20 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 LORA_INITS = {"kaiming": True, "gaussian": "gaussian"}  # our name -> PEFT's init_lora_weights
 
 
+def attach_adapter(model: torch.nn.Module, config: Any) -> Any:
+    """The model wrapped in its "default" LoRA adapter: loaded from `config.adapter` (checked first, with a clear
+    error before PEFT's own), or a fresh one of `lora_rank` on `lora_target_modules`."""
+    if config.adapter is None:
+        return init_lora_adapter(model, config.lora_rank, config.lora_target_modules, config.lora_alpha,
+                                 config.lora_init, config.seed)
+    from peft import PeftModel
+
+    from ..files.adapters import check_adapter
+
+    check_adapter(config.adapter, model, config.model)
+    return PeftModel.from_pretrained(model, config.adapter, adapter_name="default").eval()
+
+
 def init_lora_adapter(model: torch.nn.Module, rank: int = 8,
                       target_modules: Sequence[str] = DEFAULT_TARGET_MODULES, lora_alpha: float = 16,
                       init: str = "kaiming", seed: int = 0) -> Any:
@@ -254,6 +268,12 @@ class AdapterSpace(FactoredSpace):
 class LoRASpace(AdapterSpace):
     """Every entry of every lora_A / lora_B matrix: the vector is their concatenation
     (sorted module names, A (r, in) then B (out, r), row-major)."""
+
+    @classmethod
+    def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> LoRASpace:
+        """Every entry of the run's adapter (registry entry `lora`); `backend.model` becomes the PEFT model."""
+        backend.model = attach_adapter(backend.model, config)
+        return cls(backend.model, noise_kind=config.noise, optimizer=optimizer)
 
     def __init__(self, model: torch.nn.Module, noise_kind: str = "gaussian", adapter: str = "default",
                  optimizer: Optimizer | None = None):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -142,6 +143,15 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
     named_tensors: (parameter name, weight) pairs to use instead of the model's Linear weights (e.g. the
     HF-named views into a vLLM engine's fused weights; each must be a Linear weight (out, in)).
     """
+
+    prefetches = False
+
+    @classmethod
+    def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> LowRankSpace:
+        """EGGROLL's rank-r members of a full-parameter mean (registry entry `lowrank` on the hf backend)."""
+        return cls(backend.model, config.perturbation_rank, config.parameters or None,
+                   config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer,
+                   keep_base=config.log_drift)
 
     def __init__(self, model: torch.nn.Module | None, rank: int = 1, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian", optimizer: Optimizer | None = None,

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..errors import ConfigError
 from ..optimizers import Optimizer
-from .lora import AdapterSpace
+from .lora import AdapterSpace, attach_adapter
 
 
 @dataclass
@@ -70,6 +71,13 @@ class SVDLoRASpace(AdapterSpace):
     dimension = num_lora_modules * k * 2. The zero vector reproduces the original adapter.
     offsets: "absolute" (S + x) or "relative" (S * (1 + x); see the module docstring).
     """
+
+    @classmethod
+    def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> SVDLoRASpace:
+        """ESSA's space (registry entry `svd_lora`) over the run's adapter; `backend.model` becomes the PEFT model."""
+        backend.model = attach_adapter(backend.model, config)
+        return cls(backend.model, alpha=config.singular_value_fraction, noise_kind=config.noise, optimizer=optimizer,
+                   offsets=config.svd_offsets)
 
     def __init__(self, model: torch.nn.Module, alpha: float = 1.0, noise_kind: str = "gaussian",
                  adapter: str = "default", optimizer: Optimizer | None = None, offsets: str = "absolute"):

@@ -50,6 +50,12 @@ class CMAES(Strategy):
     """ESSA's strategy: pycma's CMA-ES (full covariance, or separable with `diagonal`) over a small vector;
     members are absolute points, `tell` emits the new mean as a MeanUpdate."""
 
+    @classmethod
+    def from_config(cls, config: Any, space: Any) -> CMAES:
+        """The run's CMA-ES (registry entry `cma`): it owns the mean and starts where the space is (zero offsets)."""
+        return cls(config.population_size, config.sigma, initial_mean=space.mean_vector(),
+                   diagonal=config.cma_diagonal, seed=config.seed)
+
     def __init__(self, population_size: int, sigma: float, dimension: int | None = None,
                  initial_mean: np.ndarray | None = None, diagonal: bool = False, seed: int = 0):
         super().__init__(population_size, "none", seed)  # CMA-ES ranks internally

@@ -11,6 +11,8 @@ sampling evaluates +eps and -eps from one seed; the paper lists it as future wor
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..seeds import derive_seed
@@ -21,6 +23,11 @@ from .base import Strategy
 class OpenES(Strategy):
     """ES at Scale's strategy: members are integer seeds (pairs of +/- seeds when `antithetic`), rewards are
     shaped (z-score by default), and `tell` emits the SeedUpdate the space applies through its optimizer."""
+
+    @classmethod
+    def from_config(cls, config: Any, space: Any) -> OpenES:
+        """The run's OpenES (the registry entry `openes`): seeds and a mean the space holds."""
+        return cls(config.population_size, config.sigma, config.antithetic, config.fitness_shaping, config.seed)
 
     def __init__(self, population_size: int = 30, sigma: float = 1e-3, antithetic: bool = False,
                  fitness_shaping: str = "z_score", seed: int = 0):
