@@ -47,6 +47,6 @@ def test_an_existing_run_is_refused_with_the_python_arguments_too(tiny_model_dir
 
     run = tmp_path / "run"
     Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run).train()
-    with pytest.raises(ConfigError, match=r"--resume \(resume=True\).*--overwrite \(overwrite=True\).*"
-                                          r"--output-dir \(output_dir\)"):
+    with pytest.raises(ConfigError, match=r"--resume to continue it \(resume=True from Python\).*--overwrite to "
+                                          r"replace it \(overwrite=True\).*--output-dir \(output_dir\)"):
         Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run)

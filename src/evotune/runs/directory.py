@@ -334,14 +334,14 @@ def existing_run_error(output_dir: Path, found: list[str], resumable: bool | Non
     Python callers (Trainer, run_sft, run_grpo take resume= and overwrite=). resumable None: the run has no
     complete checkpoint to continue, which the message says."""
     if resumable:
-        resume = " pass --resume (resume=True) to continue it,"
+        resume = " pass --resume to continue it (resume=True from Python),"
     elif resumable is None:
         resume = " it has no complete checkpoint, so --resume cannot continue it:"
     else:
         resume = ""
     listed = f"{what} {', '.join(found)}" if what.endswith("'s") else f"{what} ({', '.join(found)})"
-    return ConfigError(f"{output_dir} already holds {listed}:{resume} pass --overwrite (overwrite=True) to replace "
-                       "it, or choose a new --output-dir (output_dir).")
+    return ConfigError(f"{output_dir} already holds {listed}:{resume} pass --overwrite to replace it "
+                       "(overwrite=True), or choose a new --output-dir (output_dir).")
 
 
 def write_run_config(output_dir: Path, config: TrainConfig) -> None:
