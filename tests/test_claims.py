@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from bench import claims
+
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("claims", ROOT / "bench" / "claims.py")
-claims = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(claims)
 
 
 def quoted_spans() -> list[tuple[str, str, str]]:
