@@ -53,6 +53,23 @@ def seed_summary(values, seeds: list) -> dict:
             "range": spread["final_range"], "std_ci95": spread["final_std_ci95"]}
 
 
+def accuracy_by_budget(backend, task, rows: list[dict], budgets: list[int]) -> dict:
+    """Accuracy per prompt with the answer cut at each budget, {budget: (prompts,)}: one greedy generation at the
+    largest budget, re-decoded at each smaller one (greedy decoding's first K tokens do not depend on the budget)."""
+    import numpy as np
+
+    from evotune.evaluation.generation import generate_in_chunks
+
+    completions = generate_in_chunks(backend, rows, max(budgets))
+    tokenizer = backend.tokenizer
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
+    result = {}
+    for budget in budgets:
+        cut = [tokenizer.decode(row[:budget], skip_special_tokens=True) for row in ids]
+        result[budget] = np.asarray(task.metric_values("accuracy", rows, cut), dtype=float)  # (prompts,)
+    return result
+
+
 def write_result(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

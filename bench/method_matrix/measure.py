@@ -12,8 +12,7 @@ import json
 import os
 from typing import Any
 
-import numpy as np
-
+from ..common import accuracy_by_budget
 from .arms import MAIN_NUM_EVAL, MAX_NEW_TOKENS, TASKS, TUNING_SEED, VALIDATION_SIZE
 
 HELDOUT_SEED = 20261127
@@ -41,21 +40,6 @@ def heldout_rows(task_name: str) -> list[dict]:
     return fresh[:HELDOUT_SIZE]
 
 
-def accuracy_by_budget(backend: Any, task: Any, rows: list[dict]) -> dict[int, np.ndarray]:
-    """Per-question accuracy with the completion cut at each budget: one greedy generation at the largest,
-    re-decoded at each smaller one (greedy decoding's first K tokens do not depend on the budget)."""
-    from evotune.evaluation.generation import generate_in_chunks
-
-    completions = generate_in_chunks(backend, rows, max(BUDGETS))
-    tokenizer = backend.tokenizer
-    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
-    scores = {}
-    for budget in BUDGETS:
-        cut = [tokenizer.decode(row[:budget], skip_special_tokens=True) for row in ids]
-        scores[budget] = np.asarray(task.metric_values("accuracy", rows, cut), dtype=float)  # (questions,)
-    return scores
-
-
 def retention(backend: Any, start_model: str, seed: int) -> dict[str, float]:
     """retain/<task>/<metric> and /kl (per-token k3 KL to the starting model on the model's own completions)."""
     from evotune.evaluation.retention import Retention, reference_for
@@ -79,7 +63,7 @@ def measure(model: str, task_name: str, start_model: str, seed: int, with_retent
     task = get_task(task_name, seed=HELDOUT_SEED, num_eval=8, **keys.get("task_args", {}))  # its metrics only
     rows = heldout_rows(task_name)
     backend = load_for_eval(model, "float32", "cpu")
-    scores = accuracy_by_budget(backend, task, rows)
+    scores = accuracy_by_budget(backend, task, rows, BUDGETS)
     result = {"n": len(rows), "scored_budget": MAX_NEW_TOKENS,
               "accuracy": round(float(scores[MAX_NEW_TOKENS].mean()), 4),
               "accuracy_by_budget": {str(budget): round(float(value.mean()), 4) for budget, value in scores.items()},

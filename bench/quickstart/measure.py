@@ -21,27 +21,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from common import seed_summary, write_result  # noqa: E402
+from common import accuracy_by_budget, seed_summary, write_result  # noqa: E402
 
 from evotune.backends import HFBackend  # noqa: E402
 from evotune.builders import build_task  # noqa: E402
 from evotune.config import load_config  # noqa: E402
-from evotune.evaluation.generation import eval_budget, generate_in_chunks  # noqa: E402
+from evotune.evaluation.generation import eval_budget  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
 
 
 def scores_by_budget(model: str, dtype: str, task, rows: list[dict], budgets: list[int]) -> dict[int, np.ndarray]:
-    """Accuracy per prompt with the answer cut at each budget: one greedy generation at the largest budget,
-    re-decoded at each smaller one (greedy decoding's first K tokens do not depend on the budget)."""
-    backend = HFBackend.load(model, dtype)
-    completions = generate_in_chunks(backend, rows, max(budgets))
-    tokenizer = backend.tokenizer
-    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
-    result = {}
-    for budget in budgets:
-        cut = [tokenizer.decode(row[:budget], skip_special_tokens=True) for row in ids]
-        result[budget] = np.asarray(task.metric_values("accuracy", rows, cut), dtype=float)  # (prompts,)
-    return result
+    """Accuracy per prompt with the answer cut at each budget (common.accuracy_by_budget) of `model`."""
+    return accuracy_by_budget(HFBackend.load(model, dtype), task, rows, budgets)
 
 
 def paired_gain(trained: np.ndarray, base: np.ndarray, draws: int = 10_000, seed: int = 0) -> dict:

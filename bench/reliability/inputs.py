@@ -497,15 +497,19 @@ def main() -> None:
     finally:
         if not arguments.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    categories = {}
+    write_round("reliability_round3", "python bench/reliability/inputs.py", outcomes, started)
+
+
+def write_round(name: str, command: str, outcomes: list[dict], started: float) -> None:
+    """A round's result file: how many inputs held, per category and in all, and every input's outcome."""
+    categories: dict[str, dict[str, int]] = {}
     for outcome in outcomes:
         counts = categories.setdefault(outcome["category"], {"held": 0, "total": 0})
         counts["held"] += outcome["held"]
         counts["total"] += 1
-    write_result("reliability_round3", {
-        "command": "python bench/reliability/inputs.py", "held": sum(o["held"] for o in outcomes),
-        "total": len(outcomes), "by_category": categories, "seconds": round(time.perf_counter() - started),
-        "failed": [o for o in outcomes if not o["held"]], "inputs": outcomes})
+    write_result(name, {"command": command, "held": sum(o["held"] for o in outcomes), "total": len(outcomes),
+                        "by_category": categories, "seconds": round(time.perf_counter() - started),
+                        "failed": [o for o in outcomes if not o["held"]], "inputs": outcomes})
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from inputs import (  # noqa: E402
     prepare,
     run,
     try_all,
-    write_result,
+    write_round,
     write_yaml,
 )
 
@@ -203,16 +203,7 @@ def main() -> None:
     finally:
         if not arguments.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    categories: dict[str, dict[str, int]] = {}
-    for outcome in outcomes:
-        counts = categories.setdefault(outcome["category"], {"held": 0, "total": 0})
-        counts["held"] += outcome["held"]
-        counts["total"] += 1
-    write_result("reliability_round4", {
-        "command": "python bench/reliability/round4.py", "held": sum(o["held"] for o in outcomes),
-        "total": len(outcomes), "by_category": categories, "seconds": round(time.perf_counter() - started),
-        "failed": [o for o in outcomes if not o["held"]], "inputs": outcomes})
-
+    write_round("reliability_round4", "python bench/reliability/round4.py", outcomes, started)
 
 if __name__ == "__main__":
     main()
