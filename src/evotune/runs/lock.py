@@ -50,6 +50,8 @@ def holder_record() -> dict:
 
 
 def describe(record: dict) -> str:
+    if not record:  # the holder took the lock an instant ago and has not written its name yet
+        return "another evotune process that is starting (its name is not written yet)"
     return (f"pid {record.get('pid', '?')} on {record.get('host', '?')}, `{record.get('command') or '?'}`, "
             f"started {record.get('started', '?')}")
 
