@@ -30,7 +30,9 @@ TASKS: dict[str, dict[str, Any]] = {
                            "task_args": {"min_numbers": 3, "max_numbers": 3, "max_number": 20, "max_target": 50}}},
 }
 
-COMMON = {"model": "smollm2-135m-instruct", "dtype": DTYPE, "max_new_tokens": MAX_NEW_TOKENS,
+# METHOD_MATRIX_MODEL: another model for a dry run of the machinery (tests/bench/test_method_matrix.py)
+MODEL = os.environ.get("METHOD_MATRIX_MODEL", "smollm2-135m-instruct")
+COMMON = {"model": MODEL, "dtype": DTYPE, "max_new_tokens": MAX_NEW_TOKENS,
           "num_eval": VALIDATION_SIZE, "eval_every": 0, "report_to": [], "iterations": 100000,
           "max_training_seconds": TRAINING_SECONDS}
 ES = {"antithetic": True, "noise": "rademacher", "checkpoint_every": 100000, "log_drift": False}

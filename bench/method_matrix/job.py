@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .arms import ADAPTER_METHODS, METHODS, TASKS, TRAINING_SECONDS, run_keys, sft_keys
+from .arms import ADAPTER_METHODS, METHODS, MODEL, TASKS, TRAINING_SECONDS, run_keys, sft_keys
 
 
 def machine() -> dict[str, Any]:
@@ -85,11 +85,9 @@ def warm_start(job: dict, runs: Path) -> dict[str, Any]:
 
 
 def base(job: dict) -> dict[str, Any]:
-    from evotune.backends.models import DEFAULT_MODEL
-
     from .measure import measure
 
-    return {"heldout": measure(DEFAULT_MODEL, job["task"], DEFAULT_MODEL, 0)}
+    return {"heldout": measure(MODEL, job["task"], MODEL, 0)}
 
 
 def start_of(job: dict, runs: Path) -> tuple[dict[str, Any], float]:
@@ -113,7 +111,9 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
     keys = {**run_keys(job["method"], job["task"], method["grid"][job["setting"]], job["seed"], job["phase"]), **start}
     if method["command"] == "grpo" and "adapter" in start:
         keys["lora"] = True
-    keys["max_training_seconds"] = round(TRAINING_SECONDS - charged, 1)
+    # what the SFT left of the budget; where it took all of it (a dry run's seconds) the run still takes its first
+    # step, and the result records the seconds actually spent
+    keys["max_training_seconds"] = max(round(TRAINING_SECONDS - charged, 1), 0.001)
     command = "grpo" if method["command"] == "grpo" else "train"
     config = write_config(run, keys)
     cost = run_command([command, str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
@@ -131,12 +131,10 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
               "validation_after": evals[-1], "reward_curve": curve, **cost}
     result = {"training": result}
     if job["phase"] != "tune":
-        from evotune.backends.models import DEFAULT_MODEL
-
         from .measure import measure
 
         start_model = start.get("model") or (str(runs / job["task"] / f"sft_seed{job['seed']}" / "merged")
-                                             if TASKS[job["task"]]["warm_start"] else DEFAULT_MODEL)
+                                             if TASKS[job["task"]]["warm_start"] else MODEL)
         result["heldout"] = measure(str(run), job["task"], start_model, job["seed"])
     return result
 

@@ -85,3 +85,47 @@ def test_memory_probes_are_short_runs_of_the_chosen_setting_with_each_variant():
             assert config.gradient_accumulation_steps == 4
         if spec["command"] != "grpo":
             assert config.log_drift is (variant != "no_drift")
+
+
+@pytest.mark.slow
+def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
+    """The study's jobs, each in its own process as the runner starts them, on the tiny model with seconds of
+    training: a warm start (SFT and merge) on countdown, a countdown main run from it for a full-parameter and an
+    adapter method, an arithmetic main run of ESSA charged its SFT, GRPO full-parameter, the base measurement and
+    a memory probe. Each leaves its result file with what the pages read from it."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.method_matrix import arms as arms_module
+
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    environment = {**os.environ, "METHOD_MATRIX_MODEL": tiny_model_dir, "METHOD_MATRIX_SECONDS": "2",
+                   "METHOD_MATRIX_HELDOUT": "16", "OMP_NUM_THREADS": "1"}
+    for method in arms_module.METHODS:  # the tuning as done: every method picks setting 0 (the first of a tie)
+        for setting in range(arms_module.TUNING_SETTINGS):
+            path = results / "tune" / "arithmetic" / method / f"s{setting}_seed{arms_module.TUNING_SEED}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"training": {"validation_after": 0.0}}))
+    plan = {job["path"]: job for job in run.plan(results)}
+    wanted = ["warm_start/countdown/sft_seed0.json", "main/countdown/full_es/seed0.json",
+              "main/countdown/es_lora/seed0.json", "warm_start/arithmetic/sft_seed0.json",
+              "main/arithmetic/essa/seed0.json", "main/arithmetic/grpo_full/seed0.json", "base/arithmetic.json",
+              "memory/grpo_lora_accumulation4.json"]
+    for path in wanted:
+        job = {key: value for key, value in plan[path].items() if key != "needs"}
+        done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
+                               str(results), "--runs", str(runs)], env=environment, capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, (path, done.stdout[-2000:], done.stderr[-4000:])
+        result = json.loads((results / path).read_text())
+        assert result["machine"]["threads"] == 1
+    countdown = json.loads((results / "main/countdown/es_lora/seed0.json").read_text())
+    assert countdown["training"]["keys"]["adapter"].endswith("sft_seed0/adapter")  # from the warm start
+    assert countdown["heldout"]["n"] == 16 and set(countdown["heldout"]["accuracy_by_budget"]) == {"32", "48", "64"}
+    assert any(key.endswith("/kl") for key in countdown["heldout"]["retention"])
+    essa = json.loads((results / "main/arithmetic/essa/seed0.json").read_text())
+    sft = json.loads((results / "warm_start/arithmetic/sft_seed0.json").read_text())
+    assert essa["training"]["sft_seconds_charged"] == sft["training"]["training_seconds"] > 0
+    memory = json.loads((results / "memory/grpo_lora_accumulation4.json").read_text())["memory"]
+    assert memory["keys"]["gradient_accumulation_steps"] == 4 and memory["peak_rss_mib"] > 0
