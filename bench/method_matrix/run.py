@@ -91,6 +91,17 @@ def commit(results: Path, path: Path, message: str) -> None:
     print(f"method_matrix: could not commit {path}; commit it by hand", file=sys.stderr, flush=True)
 
 
+def is_grpo(path: str) -> bool:
+    return "/grpo_" in path or path.startswith("memory/grpo_")
+
+
+def next_job(ready: list[dict], running: list[str]) -> dict | None:
+    """The first ready job that may start beside the running ones: at most one GRPO job at a time (two GRPO
+    processes at 48 tokens, ~11 GiB each, were killed for memory on a 24 GiB machine)."""
+    grpo_running = any(is_grpo(path) for path in running)
+    return next((job for job in ready if not (grpo_running and is_grpo(job["path"]))), None)
+
+
 def machine_type() -> dict:
     """What makes two machines one machine type for the study: the CPU model, its AMX bfloat16 flag, the cores."""
     info = Path("/proc/cpuinfo").read_text().splitlines()
@@ -170,8 +181,11 @@ def main() -> None:
             print(f"method_matrix: {len(jobs)} jobs wait on failed ones: {sorted(failed)}", flush=True)
             return
         paused = (results / "PAUSE").exists()
-        while ready and len(running) < args.parallel and not paused:
-            job = ready.pop(0)
+        while len(running) < args.parallel and not paused:
+            job = next_job(ready, list(running))
+            if job is None:
+                break
+            ready.remove(job)
             print(f"method_matrix: start {job['path']}", flush=True)
             running[job["path"]] = launch(job, results, args.runs, args.runs / "logs")
         time.sleep(5)

@@ -129,3 +129,10 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     assert essa["training"]["sft_seconds_charged"] == sft["training"]["training_seconds"] > 0
     memory = json.loads((results / "memory/grpo_lora_accumulation4.json").read_text())["memory"]
     assert memory["keys"]["gradient_accumulation_steps"] == 4 and memory["peak_rss_mib"] > 0
+
+
+def test_two_grpo_jobs_never_run_at_once():
+    ready = [{"path": "tune/arithmetic/grpo_full/s0_seed10.json"}, {"path": "tune/arithmetic/full_es/s1_seed10.json"}]
+    assert run.next_job(ready, ["tune/arithmetic/grpo_lora/s0_seed10.json"])["path"].endswith("full_es/s1_seed10.json")
+    assert run.next_job(ready, ["tune/arithmetic/lowrank/s0_seed10.json"])["path"].endswith("grpo_full/s0_seed10.json")
+    assert run.next_job(ready[:1], ["memory/grpo_lora_default.json"]) is None
