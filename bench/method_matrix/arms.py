@@ -30,7 +30,7 @@ TASKS: dict[str, dict[str, Any]] = {
                            "task_args": {"min_numbers": 3, "max_numbers": 3, "max_number": 20, "max_target": 50}}},
 }
 
-# METHOD_MATRIX_MODEL: another model for a dry run of the machinery (tests/bench/test_method_matrix.py)
+# METHOD_MATRIX_MODEL: another model for a dry run of the machinery (the slow test of test_method_matrix.py)
 MODEL = os.environ.get("METHOD_MATRIX_MODEL", "smollm2-135m-instruct")
 COMMON = {"model": MODEL, "dtype": DTYPE, "max_new_tokens": MAX_NEW_TOKENS,
           "num_eval": VALIDATION_SIZE, "eval_every": 0, "report_to": [], "iterations": 100000,
