@@ -62,6 +62,7 @@ from evotune.backends import render_prompt  # noqa: E402
 from evotune.backends.decoding import transformers_loop  # noqa: E402
 from evotune.builders import hf_parameter_shapes  # noqa: E402
 from evotune.config import TrainConfig  # noqa: E402
+from evotune.optimizers import make_optimizer  # noqa: E402
 from evotune.trainer import Trainer  # noqa: E402
 
 
@@ -191,8 +192,9 @@ def main() -> None:
         from evotune.backends.vllm_spaces import EngineSpace
 
         space = trainer.space = trainer.evaluator.space = EngineSpace(
-            backend, hf_parameter_shapes(backend.model_name), None, None, config.noise, config.optimizer,
-            config.learning_rate, config.weight_decay, master_device=args.master_device)
+            backend, hf_parameter_shapes(backend.model_name), None, None, config.noise,
+            make_optimizer(config.optimizer, config.learning_rate, config.weight_decay),
+            master_device=args.master_device)
     # the same tokens in both arms: every completion runs to max_new_tokens
     if args.backend == "hf":
         backend.model.generation_config.min_new_tokens = config.max_new_tokens

@@ -20,6 +20,7 @@ import time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from common import write_result  # noqa: E402
 
+from evotune.optimizers import make_optimizer  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
 from evotune.types import Candidate  # noqa: E402
 
@@ -49,7 +50,7 @@ def engines(model: str) -> dict:
         backend = VLLMBackend(model, dtype="float32", seed=0, engine_core="in_process", prefix_caching=caching)
         backend.ignore_eos = True  # every completion runs to max_new_tokens: one workload in both arms
         shapes = hf_parameter_shapes(backend.model_name)
-        arms[name] = (backend, EngineSpace(backend, shapes, None, None, "gaussian", "sgd", 0.0, 0.0))
+        arms[name] = (backend, EngineSpace(backend, shapes, None, None, "gaussian", make_optimizer("sgd", 0.0)))
     return arms
 
 

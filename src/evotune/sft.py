@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from .config.files import absolutize_paths, read_config_values
 from .config.sft import SFTConfig
 from .errors import CheckpointError, ConfigError, DataError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
-from .runs.directory import RESUMABLE_KEYS, check_resume, existing_run_error, read_run_config, writing
+from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config
+from .runs.lifecycle import RunLifecycle
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
@@ -71,27 +69,33 @@ def check_sft_resume(output_dir: Path, config: SFTConfig) -> None:
     check_resume(Path(output_dir), config, SFT_RESUMABLE_KEYS, command="sft")
 
 
-def prepare_sft_run(output_dir: Path, config: SFTConfig, resume: bool, overwrite: bool) -> Path | None:
-    """Check the directory against the request (nothing is written before every check passed) and return the
-    checkpoint to resume from (None for a new run)."""
+def inspect_sft_run(run: RunLifecycle, config: SFTConfig) -> Path | None:
+    """`evotune sft`'s checks of its directory (RunLifecycle's inspect; reads only): the checkpoint to resume from,
+    or None for a new run."""
     from .files.checkpoint import find_checkpoint
 
-    checkpoint = find_checkpoint(output_dir / "checkpoint")
-    earlier = [name for name in SFT_RUN_FILES if (output_dir / name).exists()]
-    if resume:
-        if overwrite:
-            raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
-        if checkpoint is None:
-            raise ConfigError(f"--resume: no complete checkpoint in {output_dir / 'checkpoint'} (the run stopped "
-                              "before its first one, or it has `checkpoint_every: 0`); start it again with "
-                              "--overwrite, or choose a new --output-dir.")
-        check_sft_resume(output_dir, config)
-        return checkpoint
-    if earlier and not overwrite:
-        raise existing_run_error(output_dir, earlier, resumable=checkpoint is not None, what="an earlier run's")
-    for name in earlier:  # only what a run writes; other files in the directory are the user's
-        shutil.rmtree(output_dir / name) if (output_dir / name).is_dir() else (output_dir / name).unlink()
-    return None
+    checkpoint = find_checkpoint(run.output_dir / "checkpoint")
+    if not run.resume:
+        run.refuse_existing(resumable=checkpoint is not None)
+        return None
+    if checkpoint is None:
+        raise ConfigError(f"--resume: no complete checkpoint in {run.output_dir / 'checkpoint'} (the run stopped "
+                          "before its first one, or it has `checkpoint_every: 0`); start it again with "
+                          "--overwrite, or choose a new --output-dir.")
+    check_sft_resume(run.output_dir, config)
+    return checkpoint
+
+
+def sft_run(output_dir: str | Path, config: SFTConfig, resume: bool = False, overwrite: bool = False) -> RunLifecycle:
+    """The lifecycle of an `evotune sft` run directory (runs/lifecycle.py)."""
+    return RunLifecycle(output_dir, SFT_RUN_FILES, resume, overwrite, inspect=lambda run: inspect_sft_run(run, config),
+                        what="an earlier run's")
+
+
+def _optimizer_steps_logged(output_dir: Path) -> int:
+    """Training steps metrics.jsonl records (a run that failed before the first one leaves nothing)."""
+    path = output_dir / "metrics.jsonl"
+    return path.read_text(errors="replace").count('"loss"') if path.is_file() else 0
 
 
 def dataset_completion(row: dict, number: int, source: str) -> str:
@@ -320,12 +324,13 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
     """
     output_dir = Path(output_dir)
     absolutize_paths(config)
-    with writing(output_dir):
-        return _run_sft(config, output_dir, backend, overwrite, resume)
+    run = sft_run(output_dir, config, resume, overwrite)
+    run.inspect()  # every refusal before anything is written
+    with run.opened(config, lambda: _optimizer_steps_logged(output_dir)):
+        return _run_sft(config, run, backend)
 
 
-def _run_sft(config: SFTConfig, output_dir: Path, backend: HFBackend | None, overwrite: bool,
-             resume: bool) -> dict[str, Any]:
+def _run_sft(config: SFTConfig, run: RunLifecycle, backend: HFBackend | None) -> dict[str, Any]:
     from .backends import HFBackend
     from .backends.base import resolve_device
     from .backends.quantized import QuantizationSettings
@@ -333,11 +338,9 @@ def _run_sft(config: SFTConfig, output_dir: Path, backend: HFBackend | None, ove
     from .spaces.lora import init_lora_adapter
     from .tracking.tracker import MetricsLogger, read_metrics
 
-    checkpoint = prepare_sft_run(output_dir, config, resume, overwrite)
+    output_dir, checkpoint = run.output_dir, run.checkpoint
     started = time.perf_counter()
     rows, task = sft_rows(config)  # data errors surface before the model loads
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     backend = backend or HFBackend.load(config.model, config.dtype, resolve_device(config.device),
                                         quantization=QuantizationSettings.from_config(config))
     if config.quantization != "none":
@@ -372,8 +375,9 @@ def _run_sft(config: SFTConfig, output_dir: Path, backend: HFBackend | None, ove
             summary["eval_after"] = evaluate_and_log(backend, task, config, logger, len(losses), retention)
     finally:
         logger.close()
-    backend.model.save_pretrained(output_dir / "adapter")
-    backend.tokenizer.save_pretrained(output_dir / "adapter")
+    with run.staged("adapter") as adapter:  # moved into place whole: a kill leaves no half-written adapter
+        backend.model.save_pretrained(adapter)
+        backend.tokenizer.save_pretrained(adapter)
     summary.update(steps=len(losses), loss_first=losses[0], loss_last=losses[-1],
                    time_s=round(time.perf_counter() - started, 1), adapter=str(output_dir / "adapter"))
     title = f"LoRA SFT of {Path(config.model).name}"

@@ -19,7 +19,6 @@ from .evaluation.model_card import write_model_card
 from .evaluation.retention import build_retention
 from .files.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .runs import directory as run_directory
-from .runs import lock as run_lock
 from .seeds import derive_seed
 from .tasks import Task
 from .tasks.base import function_name, prompt_text
@@ -42,25 +41,16 @@ class Trainer:
         self.config = config
         self.output_dir = Path(output_dir)
         self.checkpoint_dir = self.output_dir / "checkpoint"
-        self.created_output_dir = not self.output_dir.exists()  # removed again if the run never starts
-        existing = run_directory.prepare(output_dir, config, resume, overwrite)  # holds the directory's lock
-        # a --resume with no checkpoint yet restarts from iteration 0 but stays a resume: a failure keeps its
-        # config.yaml, so the same --resume command runs it again
-        self.new_run = existing is None and not resume
+        # nothing is written until train(): here the directory is only checked (a refusal leaves it as it was)
+        self.run = run_directory.train_run(self.output_dir, config, resume, overwrite)
+        existing = self.run.inspect()
         self.update_log: list[dict] = []
         self.training_seconds = 0.0  # summed over resumes, for max_training_seconds
         self.last_step_seconds = 0.0  # this process's last iteration: where max_training_seconds stops
-        try:
-            with run_directory.removed_if_start_fails(self.output_dir, self.new_run, self.created_output_dir):
-                self._build(backend, task)
-                if existing:
-                    self._load(existing)
-                self.logger = MetricsLogger(self.output_dir, config.report_to,
-                                            resume_iteration=self.strategy.iteration if existing else None,
-                                            config=config.to_dict())
-        except BaseException:
-            run_lock.release(self.output_dir)
-            raise
+        self._build(backend, task)
+        if existing:
+            self._load(existing)
+        self.logger: MetricsLogger | None = None  # opened with the run, in train()
         built_in = default_callbacks()  # evaluation first, the user's next, then metrics, samples, checkpoint, progress
         self.callbacks: list[ESCallback] = [built_in[0], *(callbacks or []), *built_in[1:]]
         self.should_stop = False
@@ -186,29 +176,29 @@ class Trainer:
     def train(self) -> dict[str, float]:
         """Run to `iterations`, `max_training_seconds` or a callback's should_stop; returns the last eval metrics."""
         self.should_stop = False
-        if not run_lock.is_held(self.output_dir):  # a second train() of this trainer: the first gave it back
-            run_lock.acquire(self.output_dir)
-        try:
-            with run_directory.writes_reported(self.output_dir), run_directory.removed_if_no_iteration_done(
-                    self.output_dir, self.new_run, lambda: self.strategy.iteration, self.created_output_dir):
-                try:
-                    self._notify("on_train_begin")
-                    if self.strategy.iteration == 0:  # the baseline, so the gain is visible
-                        self.run_evaluation({"iteration": 0})
-                    while (self.strategy.iteration < self.config.iterations and not self.should_stop
-                           and not self.out_of_time()):
-                        record = self.step()
-                        self._notify("on_iteration_end", record)
-                finally:
-                    self._notify("on_train_end")
-                self.finish()
-        finally:
-            run_lock.release(self.output_dir)
+        with self.run.opened(self.config, lambda: self.strategy.iteration), \
+                run_directory.writes_reported(self.output_dir):
+            if self.logger is None:
+                resumed = self.strategy.iteration if self.run.checkpoint is not None else None
+                self.logger = MetricsLogger(self.output_dir, self.config.report_to, resume_iteration=resumed,
+                                            config=self.config.to_dict())
+            try:
+                self._notify("on_train_begin")
+                if self.strategy.iteration == 0:  # the baseline, so the gain is visible
+                    self.run_evaluation({"iteration": 0})
+                while (self.strategy.iteration < self.config.iterations and not self.should_stop
+                       and not self.out_of_time()):
+                    record = self.step()
+                    self._notify("on_iteration_end", record)
+            finally:
+                self._notify("on_train_end")
+            self.finish()
         return self.last_eval
 
     def finish(self) -> None:
         """Release workers; write final/ (a model, or a PEFT adapter for adapter spaces) with its model card
         (curves.png was written by MetricsCallback.on_train_end)."""
         self.evaluator.close()
-        self.space.save_pretrained(str(self.output_dir / "final"), self.backend)
-        write_model_card(self.output_dir, self.config, self.task)
+        with self.run.staged("final") as final:  # moved into place whole: a kill leaves the earlier final/ or none
+            self.space.save_pretrained(final, self.backend)
+            write_model_card(self.output_dir, self.config, self.task, Path(final) / "README.md")

@@ -18,7 +18,7 @@ from helpers import (
 from evotune.backends import HFBackend
 from evotune.backends.vllm_spaces import hf_linear_weight_names, hf_parameter_shapes
 from evotune.config import TrainConfig
-from evotune.optimizers import SGD
+from evotune.optimizers import SGD, make_optimizer
 from evotune.spaces.lowrank import LowRankSpace
 from evotune.strategies import OpenES
 from evotune.trainer import Trainer
@@ -48,7 +48,7 @@ def engine_space(engine, learning_rate: float = 0.0):
     from evotune.backends.vllm_spaces import EngineLowRankSpace
 
     return EngineLowRankSpace(engine, hf_parameter_shapes(engine.model_name), hf_linear_weight_names(engine.model_name),
-                              RANK, None, None, "gaussian", "sgd", learning_rate, 0.0)
+                              RANK, None, None, "gaussian", make_optimizer("sgd", learning_rate))
 
 
 def test_population_as_lora_requests_equals_the_hf_batched_population(engine, model_dir):

@@ -45,7 +45,7 @@ def shared_engine(model_dir, request):
     from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     backend = start_engine(model_dir, engine_core=request.param)
-    space = EngineSpace(backend, hf_parameter_shapes(model_dir), None, None, "gaussian", "sgd", 0.0, 0.0)
+    space = EngineSpace(backend, hf_parameter_shapes(model_dir), None, None, "gaussian", make_optimizer("sgd", 0.0))
     backend.base_state = space.state_tensors()  # fp32 copies of the loaded weights, to reset between tests
     yield backend
     stop_engine(backend)
@@ -65,8 +65,8 @@ def engine(shared_engine):
 def engine_space(engine, parameters=None, noise="rademacher", learning_rate=0.1, weight_decay=0.0):
     from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
-    return EngineSpace(engine, hf_parameter_shapes(engine.model_name), parameters, None, noise, "sgd",
-                       learning_rate, weight_decay)
+    return EngineSpace(engine, hf_parameter_shapes(engine.model_name), parameters, None, noise,
+                       make_optimizer("sgd", learning_rate, weight_decay))
 
 
 def first_token_logprobs(engine, prompts, top: int = 5) -> list[dict[int, float]]:
@@ -158,8 +158,8 @@ def test_anchor_decay_and_drift_equal_the_hf_space(engine, model_dir):
     from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
     hf = HFBackend.load(model_dir, dtype="float32")
-    space = EngineSpace(engine, hf_parameter_shapes(model_dir), None, None, "gaussian", "sgd", 0.05, 0.0,
-                        anchor_decay=4.0, keep_base=True)
+    space = EngineSpace(engine, hf_parameter_shapes(model_dir), None, None, "gaussian",
+                        make_optimizer("sgd", 0.05, 0.0, 4.0), keep_base=True)
     hf_space = FullParameterSpace(hf.model, noise_kind="gaussian", optimizer=make_optimizer("sgd", 0.05, 0.0, 4.0))
     for update in (SeedUpdate(0, [101, 102], [0.9, -0.4]), SeedUpdate(1, [103], [0.5])):
         space.apply_update(update)

@@ -27,8 +27,8 @@ def test_smollm2_on_the_engine_perturbs_restores_and_updates_like_the_hf_backend
     engine = VLLMBackend("smollm2-135m-instruct", dtype="float32", seed=0, gpu_memory_utilization=0.3,
                          engine_core=engine_core)
     try:
-        space = EngineSpace(engine, hf_parameter_shapes(engine.model_name), None, None, "rademacher", "sgd", 4e-3,
-                            0.0)
+        space = EngineSpace(engine, hf_parameter_shapes(engine.model_name), None, None, "rademacher",
+                            make_optimizer("sgd", 4e-3))
         assert space.num_parameters == 134_515_008
         prompts = [row["prompt"] for row in get_task("arithmetic", seed=0).train_rows[:16]]
         hf = HFBackend.load("smollm2-135m-instruct", dtype="float32")

@@ -7,6 +7,7 @@ import pytest
 from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
 from evotune.backends import HFBackend
+from evotune.optimizers import make_optimizer
 from evotune.spaces import FullParameterSpace
 from evotune.types import Candidate
 
@@ -29,7 +30,8 @@ def engine(tiny_model_dir, tmp_path_factory):
 def engine_space(engine):
     from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
 
-    return EngineSpace(engine, hf_parameter_shapes(engine.model_name), None, None, "rademacher", "sgd", 0.0, 0.0)
+    return EngineSpace(engine, hf_parameter_shapes(engine.model_name), None, None, "rademacher",
+                       make_optimizer("sgd", 0.0))
 
 
 def test_completions_follow_the_written_weights(engine):

@@ -102,7 +102,7 @@ def test_worker_extension_runs_on_an_engine_shaped_module(models, tmp_path):
     worker = EngineWeightsExtension()
     worker.model_runner = SimpleNamespace(model=engine)
     hf_shapes = {name: list(shape) for name, shape in shapes(hf_model).items()}
-    count = worker.evotune_init(hf_shapes, None, None, "gaussian", "sgd", 0.1, 0.0)
+    count = worker.evotune_init(hf_shapes, None, None, "gaussian", make_optimizer("sgd", 0.1).describe())
     assert count == sum(p.numel() for p in hf_model.parameters())
     before = {name: p.clone() for name, p in engine.named_parameters()}
     worker.evotune_apply(5, 0.1)
@@ -153,12 +153,13 @@ def test_master_on_the_gpu_moves_no_bytes_and_gives_the_same_mean(tmp_path, tiny
     backend = start_engine(model_dir)
     try:
         shapes = hf_parameter_shapes(model_dir)
-        host = EngineSpace(backend, shapes, None, None, "gaussian", "sgd", 0.05, 0.0, master_device="host")
+        host = EngineSpace(backend, shapes, None, None, "gaussian", make_optimizer("sgd", 0.05), master_device="host")
         assert host.transfer_bytes()["per_candidate"] == 8 * host.num_parameters
         base = host.state_tensors()
         host.apply_update(SeedUpdate(0, [1, 2], [0.5, -0.5]))
         expected = host.state_tensors()
-        device = EngineSpace(backend, shapes, None, None, "gaussian", "sgd", 0.05, 0.0, master_device="device")
+        device = EngineSpace(backend, shapes, None, None, "gaussian", make_optimizer("sgd", 0.05),
+                             master_device="device")
         device.load_state_tensors(base)
         assert device.transfer_bytes()["per_candidate"] == 0
         prompts = ["What is 2 + 2?", "Name a colour."]

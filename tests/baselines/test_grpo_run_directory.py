@@ -163,7 +163,7 @@ if point == "final":  # final/ half written: the adapter saved, the tokenizer no
     real_save = PeftModel.save_pretrained
     def dying_save(self, directory, *args, **kwargs):
         real_save(self, directory, *args, **kwargs)
-        if Path(directory).name == "final":
+        if Path(directory).name in ("final", ".final.partial"):  # final/ is written beside, then moved in
             os.kill(os.getpid(), signal.SIGKILL)
     PeftModel.save_pretrained = dying_save
 from evotune.cli.main import console_main

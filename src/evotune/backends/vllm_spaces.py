@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..optimizers import Optimizer
 from ..spaces import SPACES as HF_SPACES
 from ..spaces.base import FactoredSpace, Space
 
@@ -58,27 +59,27 @@ class EngineSpace(Space):
     @classmethod
     def from_config(cls, config: Any, backend: VLLMBackend, optimizer: Any) -> EngineSpace:
         """`space: full` on a vLLM engine (registry entry): the engine holds the weights, this is a proxy; the
-        engine builds its own optimizer from the same settings (`optimizer` is the hf spaces' and unused)."""
+        engine rebuilds `optimizer` from its description."""
         return cls(backend, hf_parameter_shapes(backend.model_name), config.parameters or None,
-                   config.exclude_parameters or None, config.noise, config.optimizer, config.learning_rate,
-                   config.weight_decay, master_device=config.master_device, anchor_decay=config.anchor_decay,
+                   config.exclude_parameters or None, config.noise, optimizer, master_device=config.master_device,
                    keep_base=config.log_drift)
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], include: list[str] | None,
-                 exclude: list[str] | None, noise_kind: str, optimizer: str, learning_rate: float,
-                 weight_decay: float, master_device: str = "host", perturbation_rank: int | None = None,
-                 linear_names: list[str] | None = None, anchor_decay: float = 0.0, keep_base: bool = False):
-        """perturbation_rank, linear_names: the engine side's LowRankSpace (EngineLowRankSpace). anchor_decay,
-        keep_base: the engine snapshots its own base weights in its process (spaces/drift.py); only the numbers
-        of drift_metrics come back."""
-        from ..optimizers import make_optimizer
-
+                 exclude: list[str] | None, noise_kind: str, optimizer: Optimizer, master_device: str = "host",
+                 perturbation_rank: int | None = None, linear_names: list[str] | None = None,
+                 keep_base: bool = False):
+        """optimizer: the chain every rank's space steps with; each rank builds the same one from
+        `optimizer.describe()` (plain values: msgpack carries them to an engine core in another process), and this
+        proxy keeps the driver's copy for the step counter the checkpoint records. perturbation_rank,
+        linear_names: the engine side's LowRankSpace (EngineLowRankSpace). keep_base (and an optimizer with
+        anchored decay): the engine snapshots its own base weights in its process (spaces/drift.py); only the
+        numbers of drift_metrics come back."""
         if master_device not in MASTER_DEVICES:
             raise ConfigError(f"`master_device` is {master_device!r}; set it to one of {', '.join(MASTER_DEVICES)}.")
         self.backend = backend
-        self.optimizer = make_optimizer(optimizer, learning_rate, weight_decay, anchor_decay)
-        counts = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer, learning_rate,
-                             weight_decay, master_device, perturbation_rank, linear_names, anchor_decay,
+        self.optimizer = optimizer
+        counts = backend.rpc("evotune_init", hf_shapes, include, exclude, noise_kind, optimizer.describe(),
+                             master_device, perturbation_rank, linear_names,
                              keep_base)  # one per tensor-parallel rank, all equal
         self.num_parameters = counts[0]
 
@@ -156,19 +157,17 @@ class EngineLowRankSpace(EngineSpace, FactoredSpace):
         """`space: lowrank` on a vLLM engine (registry entry): the engine holds the mean, members are LoRA requests."""
         return cls(backend, hf_parameter_shapes(backend.model_name), hf_linear_weight_names(backend.model_name),
                    config.perturbation_rank, config.parameters or None, config.exclude_parameters or None,
-                   config.noise, config.optimizer, config.learning_rate, config.weight_decay,
-                   anchor_decay=config.anchor_decay, keep_base=config.log_drift)
+                   config.noise, optimizer, keep_base=config.log_drift)
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], linear_names: list[str], rank: int,
-                 include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: str,
-                 learning_rate: float, weight_decay: float, master_device: str = "host", anchor_decay: float = 0.0,
-                 keep_base: bool = False):
+                 include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: Optimizer,
+                 master_device: str = "host", keep_base: bool = False):
         from ..spaces.full import select_parameters
         from ..spaces.lowrank import LowRankNoise
         from .vllm_lora import lowrank_adapter_config
 
-        super().__init__(backend, hf_shapes, include, exclude, noise_kind, optimizer, learning_rate, weight_decay,
-                         master_device, rank, list(linear_names), anchor_decay, keep_base)
+        super().__init__(backend, hf_shapes, include, exclude, noise_kind, optimizer, master_device, rank,
+                         list(linear_names), keep_base)
         selected = [name for name, _ in select_parameters(None, include, exclude,
                                                           [(name, None) for name in linear_names])]
         self.noise = LowRankNoise({name: tuple(hf_shapes[name]) for name in selected}, rank, noise_kind)

@@ -63,19 +63,20 @@ class EngineWeightsExtension:
     """
 
     def evotune_init(self, hf_shapes: dict[str, list[int]], include: list[str] | None, exclude: list[str] | None,
-                     noise_kind: str, optimizer: str, learning_rate: float, weight_decay: float,
-                     master_device: str = "host", perturbation_rank: int | None = None,
-                     linear_names: list[str] | None = None, anchor_decay: float = 0.0, keep_base: bool = False) -> int:
+                     noise_kind: str, optimizer: dict[str, Any], master_device: str = "host",
+                     perturbation_rank: int | None = None, linear_names: list[str] | None = None,
+                     keep_base: bool = False) -> int:
         """A FullParameterSpace over this rank's part of the engine's weights; with perturbation_rank, a
         LowRankSpace (space: lowrank) over the Linear weights named in `linear_names` (its members come as
-        LoRA requests). anchor_decay / keep_base: the space snapshots this rank's base weights on the host, in
-        this process, now (before any checkpoint's mean is loaded). Returns the number of weights the space
-        moves, summed over all ranks' shards."""
+        LoRA requests). optimizer: the driver's chain as `Chain.describe()` gives it. Anchored decay or
+        keep_base: the space snapshots this rank's base weights on the host, in this process, now (before any
+        checkpoint's mean is loaded). Returns the number of weights the space moves, summed over all ranks'
+        shards."""
         import math
 
         import torch
 
-        from ..optimizers import make_optimizer
+        from ..optimizers import Chain
         from ..spaces import FullParameterSpace
         from .vllm_cpu import packed_weight_layers
         from .vllm_weights import engine_pieces
@@ -100,11 +101,11 @@ class EngineWeightsExtension:
                                   "`tensor_parallel_size: 1`, or `space: full` (which shards its noise exactly).")
             linear = set(linear_names or ())
             self.evotune_space = LowRankSpace(None, perturbation_rank, include, exclude, noise_kind,
-                                              make_optimizer(optimizer, learning_rate, weight_decay, anchor_decay),
+                                              Chain.from_description(optimizer),
                                               named_tensors=[(name, view) for name, view in views if name in linear],
                                               keep_base=keep_base)
         else:
-            optimizer_object = make_optimizer(optimizer, learning_rate, weight_decay, anchor_decay)
+            optimizer_object = Chain.from_description(optimizer)
             self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind,
                                                     named_tensors=views, shards=shards, optimizer=optimizer_object,
                                                     keep_base=keep_base)

@@ -9,24 +9,21 @@ evaluation as `evotune train`, and writes the same run directory (config.yaml, m
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ..config.files import read_config_values
 from ..config.grpo import LOSS_TYPES, GRPORunConfig, LossType  # noqa: F401 - re-exported: their old home
 from ..errors import ConfigError
 from ..import_utils import is_trl_available
-from ..runs.directory import RESUMABLE_KEYS, changed_keys, existing_run_error, read_run_config, writing
+from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
+from ..runs.lifecycle import RunLifecycle
 
 # What `evotune grpo` writes into a run directory: only these are removed by --overwrite.
 GRPO_ARTIFACTS = ("config.yaml", "metrics.jsonl", "trl", "final", "tensorboard", "curves.png", "loggers.json")
@@ -175,48 +172,33 @@ def _resume_checkpoint(output: Path, config: GRPORunConfig) -> Path:
     return checkpoints[-1]
 
 
-def _clear_for_new_run(output: Path, overwrite: bool) -> None:
-    found = [name for name in GRPO_ARTIFACTS if (output / name).exists()]
-    if found and not overwrite:
-        raise existing_run_error(output, found, resumable=True if complete_checkpoints(output) else None)
-    for name in found:  # only what a GRPO run writes; other files in the directory are the user's
-        path = output / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-
-
-def prepare_grpo_run(output: Path, config: GRPORunConfig, resume: bool, overwrite: bool) -> Path | None:
-    """Check the directory against the request, then write config.yaml; the TRL checkpoint to resume from
-    (None: a new run). Nothing is written before every check has passed (as run_directory.prepare)."""
-    if resume and overwrite:
-        raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
-    output = Path(output)
-    _check_adapter(config, output, resume)
-    checkpoint = _resume_checkpoint(output, config) if resume else None
-    if not resume:
-        _clear_for_new_run(output, overwrite)
+def inspect_grpo_run(run: RunLifecycle, config: GRPORunConfig) -> Path | None:
+    """`evotune grpo`'s checks of its directory (RunLifecycle's inspect; reads only): the TRL checkpoint to resume
+    from, or None for a new run."""
+    _check_adapter(config, run.output_dir, run.resume)
+    checkpoint = _resume_checkpoint(run.output_dir, config) if run.resume else None
+    if not run.resume:
+        run.refuse_existing(resumable=True if complete_checkpoints(run.output_dir) else None)
     if config.dtype == "auto":  # config.yaml records this machine's choice, so a resume elsewhere keeps it
         from ..backends.models import resolve_dtype
 
         config.dtype = resolve_dtype("auto", "cpu")  # the device _policy loads the model on
-    for partial_save in (output / "trl").glob("checkpoint-*"):  # cut short by a kill: TRL would resume from it
-        if partial_save not in complete_checkpoints(output):
-            shutil.rmtree(partial_save)
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     return checkpoint
 
 
-@contextlib.contextmanager
-def _removed_if_start_fails(output: Path, new_run: bool) -> Iterator[None]:
-    """A new run whose start fails (a model that does not load, bad data) leaves no config.yaml that would
-    refuse the same command once the input is fixed; a resumed run's files are its record and stay."""
-    try:
-        yield
-    except BaseException:
-        for name in GRPO_ARTIFACTS if new_run else ():
-            path = output / name
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        raise
+def _drop_partial_saves(run: RunLifecycle) -> None:
+    """A resume first removes TRL checkpoints a kill cut short: TRL would resume from the newest, whole or not."""
+    complete = complete_checkpoints(run.output_dir)
+    for partial_save in (run.output_dir / "trl").glob("checkpoint-*"):
+        if partial_save not in complete:
+            shutil.rmtree(partial_save)
+
+
+def grpo_run(output_dir: str | Path, config: GRPORunConfig, resume: bool = False,
+             overwrite: bool = False) -> RunLifecycle:
+    """The lifecycle of an `evotune grpo` run directory (runs/lifecycle.py), as `evotune train`'s."""
+    return RunLifecycle(output_dir, GRPO_ARTIFACTS, resume, overwrite,
+                        inspect=lambda run: inspect_grpo_run(run, config), on_resume=_drop_partial_saves)
 
 
 def _max_steps(config: GRPORunConfig, output: Path, done: int) -> tuple[int, float]:
@@ -240,19 +222,21 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False, overw
     its config.yaml only in RESUMABLE_KEYS); overwrite: replace the run files there."""
     if not is_trl_available():
         raise ConfigError("`evotune grpo` runs TRL's GRPOTrainer: pip install 'evotune[grpo]'.")
-    output = Path(output_dir)
-    with writing(output):
-        return _run_grpo(config, output, resume, overwrite)
+    run = grpo_run(output_dir, config, resume, overwrite)
+    run.inspect()  # every refusal before anything is written
+    built: list[bool] = []  # a new run whose start fails (a model that does not load, bad data) leaves nothing
+    with run.opened(config, lambda: len(built)):
+        return _run_grpo(config, run, built)
 
 
-def _run_grpo(config: GRPORunConfig, output: Path, resume: bool, overwrite: bool) -> dict[str, Any]:
+def _run_grpo(config: GRPORunConfig, run: RunLifecycle, built: list[bool]) -> dict[str, Any]:
     from ..tracking.tracker import plot_curves
 
-    checkpoint = prepare_grpo_run(output, config, resume, overwrite)
+    output, checkpoint = run.output_dir, run.checkpoint
     done = checkpoint_step(checkpoint) if checkpoint else 0
     max_steps, spent = _max_steps(config, output, done)
-    with _removed_if_start_fails(output, new_run=checkpoint is None):
-        trainer, callback, tokenizer = _build_trainer(config, output, checkpoint, max_steps, spent)
+    trainer, callback, tokenizer = _build_trainer(config, output, checkpoint, max_steps, spent)
+    built.append(True)
     started = time.perf_counter()
     try:
         if done >= max_steps:  # finished, or out of time: train() would still take one more step
@@ -261,9 +245,9 @@ def _run_grpo(config: GRPORunConfig, output: Path, resume: bool, overwrite: bool
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         callback.logger.close()
-    final = output / "final"
-    trainer.model.save_pretrained(str(final))  # a PEFT adapter (lora) or a full model
-    tokenizer.save_pretrained(str(final))
+    with run.staged("final") as final:  # a PEFT adapter (lora) or a full model, moved into place whole
+        trainer.model.save_pretrained(final)
+        tokenizer.save_pretrained(final)
     plot_curves(callback.logger.path, output / "curves.png", title=f"GRPO: {config.model} on {config.task}")
     last_eval = callback.last_eval or _last_eval(output)  # a finished run resumed: no step, no new evaluation
     return {"output_dir": str(output), **last_eval, "time_s": round(time.perf_counter() - started, 1)}

@@ -300,12 +300,14 @@ def model_card(config: TrainConfig, records: list[dict[str, Any]], run_dir: str 
     return "\n".join(lines + _reproduce_lines(config, run_dir, paper))
 
 
-def write_model_card(run_dir: str | Path, config: TrainConfig, task: Task | None = None) -> Path:
-    """Write DIR/final/README.md (replacing PEFT's template card) from the config and DIR/metrics.jsonl."""
+def write_model_card(run_dir: str | Path, config: TrainConfig, task: Task | None = None,
+                     target: str | Path | None = None) -> Path:
+    """Write DIR/final/README.md (replacing PEFT's template card) from the config and DIR/metrics.jsonl; `target`:
+    another path for it (final/ being written beside, to be moved into place)."""
     run_dir = Path(run_dir)
     metrics = run_dir / "metrics.jsonl"
     records = read_metrics(metrics) if metrics.exists() else []
-    target = run_dir / "final" / "README.md"
+    target = Path(target) if target is not None else run_dir / "final" / "README.md"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(model_card(config, records, run_dir, task), encoding="utf-8")
     return target

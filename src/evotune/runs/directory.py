@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import stat
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +23,15 @@ import yaml
 from ..config.files import absolutize_paths
 from ..config.train import TrainConfig
 from ..errors import ConfigError, OutputError
-from ..files.atomic import fsync_file
 from ..files.checkpoint import find_checkpoint, load_state
 from . import lock as run_lock
+from .lifecycle import (  # noqa: F401 (check_writable, existing_run_error, writing: their earlier home)
+    RunLifecycle,
+    check_writable,
+    existing_run_error,
+    write_run_config,
+    writing,
+)
 
 # What `evotune train` writes into a run directory (files and directories).
 RUN_ARTIFACTS = ("config.yaml", "metrics.jsonl", "checkpoint", "checkpoint.old", "checkpoint.tmp", "final",
@@ -175,180 +178,46 @@ def writes_reported(output_dir: Path) -> Iterator[None]:
                           "then resume.") from exc
 
 
-def check_writable(output_dir: str | Path) -> None:
-    """Refuse an output directory the run could not write into (empty, under a file, read-only, /proc, ...)
-    before anything is loaded; directories made for the check are removed again."""
-    if not str(output_dir).strip():
-        raise ConfigError("the output directory is empty; name the run directory, e.g. --output-dir runs/my_run.")
-    output_dir = Path(output_dir)
-    for parent in (output_dir, *output_dir.parents):
-        # one stat per path, not exists() then is_dir(): `sweep --parallel` runs check at once, each removing the
-        # parents it made, so a shared parent (the sweep's directory) can vanish between two looks, and a
-        # directory seen existing and then gone is not a file (mkdir below makes it again)
-        try:
-            is_directory = stat.S_ISDIR(parent.stat().st_mode)
-        except (FileNotFoundError, NotADirectoryError):  # missing, or under a file (found further up)
-            continue
-        if not is_directory:
-            raise OutputError(f"output directory {output_dir}: {parent} is a file, not a directory; choose another "
-                              "path.")
-        break
-    made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=output_dir, prefix=".evotune-write-check-"):
-            pass
-    except OSError as exc:
-        raise OutputError(f"output directory {output_dir} cannot be written ({exc.strerror or exc}); choose a "
-                          "directory on a writable file system.") from exc
-    finally:
-        for directory in made:  # innermost first; nothing of the run is written before every check passed
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-
-
-@contextlib.contextmanager
-def removed_if_start_fails(output_dir: Path, new_run: bool, created: bool = False) -> Iterator[None]:
-    """Around the start of a new run: if building it fails (bad data, a model that does not load, a prompt
-    too long), remove what this attempt wrote (config.yaml, loggers' files), so the same command can simply
-    be run again once the input is fixed, instead of being refused as "already holds a run". A resumed run's
-    files are the run's record and stay."""
-    try:
-        yield
-    except BaseException:
-        if new_run:
-            remove_unstarted_run(output_dir, created)
-        raise
-
-
-@contextlib.contextmanager
-def removed_if_no_iteration_done(output_dir: Path, new_run: bool, iterations_done: Callable[[], int],
-                                 created: bool = False) -> Iterator[None]:
-    """Around a new run's loop: a failure before its first iteration completed (a reward function that raises on
-    the starting evaluation or the first population) leaves a config.yaml and an empty log, a run in name only;
-    they are removed as a failed start's are, so the same command simply runs again once the cause is fixed. A
-    failure after that keeps the run's record (its metrics say how far it got)."""
-    try:
-        yield
-    except BaseException:
-        if new_run and iterations_done() == 0:
-            remove_unstarted_run(output_dir, created)
-        raise
-
-
-def remove_unstarted_run(output_dir: Path, created: bool = False) -> None:
-    """What a run writes (RUN_ARTIFACTS, never the user's other files), unless it holds a checkpoint to resume;
-    `created`: the run made output_dir, which goes too when nothing else is in it."""
-    if find_checkpoint(Path(output_dir) / "checkpoint"):
-        return
-    for name in existing_artifacts(output_dir):
-        path = Path(output_dir) / name
-        with contextlib.suppress(OSError):  # what cannot be removed stays; the original error is the one to see
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    if created:
-        run_lock.release(output_dir)  # its lock file would keep the directory from being empty
-        with contextlib.suppress(OSError):  # not empty: someone else's files are in it
-            Path(output_dir).rmdir()
-
-
-def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
-    """Check the directory against the request, write config.yaml, and return the checkpoint to
-    resume from (None for a new run). Nothing is written before every check has passed, except the run
-    directory's lock (runs/lock.py), taken first: on success the caller holds it and gives it back with
-    `lock.release(output_dir)` when the run ends."""
-    check_writable(output_dir)
-    output_dir = Path(output_dir)
-    with locked_for_start(output_dir):
-        return _prepare(output_dir, config, resume, overwrite)
-
-
-@contextlib.contextmanager
-def locked_for_start(output_dir: Path) -> Iterator[None]:
-    """Take `output_dir`'s lock (making the directory) before a run changes anything in it; kept when the block
-    succeeds, given back when it fails, and then the directories this made are removed again if empty."""
-    made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
-    output_dir.mkdir(parents=True, exist_ok=True)
-    run_lock.acquire(output_dir)
-    try:
-        yield
-    except BaseException:
-        run_lock.release(output_dir)
-        for directory in made:  # innermost first
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-        raise
-
-
-@contextlib.contextmanager
-def writing(output_dir: str | Path) -> Iterator[None]:
-    """Hold `output_dir`'s lock for a whole command (sft, grpo, sweep); given back when the command ends."""
-    output_dir = Path(output_dir)
-    made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
-    with locked_for_start(output_dir):
-        pass
-    try:
-        yield
-    finally:
-        run_lock.release(output_dir)
-        for directory in made:  # a command that failed before writing anything leaves no directory behind
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-
-
-def _prepare(output_dir: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
+def inspect_train_run(run: RunLifecycle, config: TrainConfig) -> Path | None:
+    """`evotune train`'s checks of its directory (RunLifecycle's inspect; reads only): the checkpoint to resume from,
+    or None for a new run. Resolves `config` as the run will record it: paths absolute, and the dtype the run
+    started with (a resume stays exact) or this machine's choice for `auto`."""
+    output_dir = run.output_dir
     absolutize_paths(config)
     checkpoint = find_checkpoint(output_dir / "checkpoint")
-    if resume:
-        if overwrite:
-            raise ConfigError("--resume continues a run and --overwrite replaces it; pass only one of them.")
+    if run.resume:
         if checkpoint is None:
             check_restartable(output_dir)
         check_resume(output_dir, config)
-        if checkpoint is None:
-            restart_unstarted(output_dir)
-        else:
+        if checkpoint is not None:
             check_progress(output_dir, config, load_state(checkpoint))
-        # the dtype the run started with, not what `auto` would pick on this machine: resume stays exact
         config.dtype = read_run_config(output_dir).get("dtype", config.dtype)
     else:
-        found = existing_artifacts(output_dir)
-        if found and not overwrite:
-            # a run stopped before its first checkpoint resumes too (from iteration 0, see restart_unstarted)
-            raise existing_run_error(output_dir, found, resumable=bool(checkpoint or "config.yaml" in found))
-        for name in found:  # only what a run writes; other files in the directory are the user's
-            path = output_dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        # a run stopped before its first checkpoint resumes too (from iteration 0, see restart_unstarted)
+        run.refuse_existing(resumable=bool(checkpoint or "config.yaml" in run.found()))
         checkpoint = None
     if config.dtype == "auto":  # config.yaml records the machine's choice, so a resume elsewhere keeps it
         from ..backends.base import resolve_device
         from ..backends.models import resolve_dtype
 
         config.dtype = resolve_dtype("auto", resolve_device(config.device))
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_run_config(output_dir, config)
     return checkpoint
 
 
-def existing_run_error(output_dir: Path, found: list[str], resumable: bool | None, what: str = "a run") -> ConfigError:
-    """The refusal to start a new run where one is (train, sft and grpo alike), worded for the command line and for
-    Python callers (Trainer, run_sft, run_grpo take resume= and overwrite=). resumable None: the run has no
-    complete checkpoint to continue, which the message says."""
-    if resumable:
-        resume = " pass --resume to continue it (resume=True from Python),"
-    elif resumable is None:
-        resume = " it has no complete checkpoint, so --resume cannot continue it:"
-    else:
-        resume = ""
-    listed = f"{what} {', '.join(found)}" if what.endswith("'s") else f"{what} ({', '.join(found)})"
-    return ConfigError(f"{output_dir} already holds {listed}:{resume} pass --overwrite to replace it "
-                       "(overwrite=True), or choose a new --output-dir (output_dir).")
+def train_run(output_dir: str | Path, config: TrainConfig, resume: bool = False,
+              overwrite: bool = False) -> RunLifecycle:
+    """The lifecycle of an `evotune train` run directory (nothing written until its `opened` block)."""
+    return RunLifecycle(output_dir, RUN_ARTIFACTS, resume, overwrite,
+                        inspect=lambda run: inspect_train_run(run, config),
+                        on_resume=lambda run: run.checkpoint is None and restart_unstarted(run.output_dir))
 
 
-def write_run_config(output_dir: Path, config: TrainConfig) -> None:
-    """config.yaml written beside, then renamed over the old one: every resume rewrites it, and a kill mid-write
-    must not leave a torn file, the only record of the run's settings (a mapping cut short would resume on
-    defaults for the keys it lost)."""
-    partial = output_dir / ".config.yaml.partial"
-    partial.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    fsync_file(partial)
-    os.replace(partial, output_dir / "config.yaml")
+def prepare(output_dir: str | Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
+    """Start a train run in one call (what a kill right after the start leaves, for tests): check, lock, write
+    config.yaml; returns the checkpoint to resume from. The lock stays held: give it back with
+    `lock.release(output_dir)`."""
+    run = train_run(output_dir, config, resume, overwrite)
+    checkpoint = run.inspect()
+    with run.opened(config):
+        run_lock.acquire(run.output_dir)  # one more hold, kept past the block
+    return checkpoint

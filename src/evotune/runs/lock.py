@@ -56,6 +56,11 @@ def describe(record: dict) -> str:
             f"started {record.get('started', '?')}")
 
 
+def refusal(output_dir: str | Path, record: dict) -> str:
+    return (f"{output_dir} is being written by another run: {describe(record)}. Wait for it to end, or stop it and "
+            "resume this directory afterwards; to start a new run now, choose another output directory.")
+
+
 def _read(descriptor: int) -> dict:
     os.lseek(descriptor, 0, os.SEEK_SET)
     text = os.read(descriptor, 1 << 16).decode("utf-8", errors="replace")
@@ -86,9 +91,7 @@ def acquire(output_dir: str | Path, name: str = LOCK_FILE) -> RunLock:
         except BlockingIOError:
             record = _read(descriptor)
             os.close(descriptor)
-            raise RunLockedError(f"{output_dir} is being written by another run: {describe(record)}. Wait for it "
-                                 "to end, or stop it and resume this directory afterwards; to start a new run now, "
-                                 "choose another output directory.") from None
+            raise RunLockedError(refusal(output_dir, record)) from None
         with contextlib.suppress(FileNotFoundError):
             if os.stat(path).st_ino == os.fstat(descriptor).st_ino:
                 break  # the file we locked is still the lock file (its last holder did not just unlink it)
