@@ -2,7 +2,7 @@
 
 A quoted claim sits between `<!-- claim:NAME -->` and `<!-- /claim -->`. `tests/test_claims.py` fails when the
 text there differs from what NAME renders from `bench/results/`, so a number cannot outlive its data;
-`docs/hooks.py` renders the docs site's copies at build time; `python bench/claims.py --update` rewrites every
+`docs/hooks.py` renders the docs site's copies at build time; `python -m bench.claims --update` rewrites every
 quoted span from the result files (after a study re-ran).
 """
 

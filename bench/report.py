@@ -1,6 +1,6 @@
 """Collect every JSON in bench/results/ into bench/results/README.md (numbers are copied, never typed).
 
-    python bench/report.py
+    python -m bench.report
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def study_lines() -> list[str]:
 
 
 def main() -> None:
-    lines = ["# Benchmark results", "", "Written by `python bench/report.py` from the JSON files beside it; each JSON "
+    lines = ["# Benchmark results", "", "Written by `python -m bench.report` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
     learning = sorted(RESULTS.glob("learning_*.json"))
     if learning:

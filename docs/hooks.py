@@ -11,7 +11,7 @@
 - `<!-- evotune-cli -->` becomes the `--help` of `evotune` and of each of its commands, from the parsers
   themselves (a section per command).
 - `<!-- claim:NAME -->...<!-- /claim -->` spans are rendered anew from `bench/results/` (`bench/claims.py`).
-- `<!-- bench-results -->` becomes `bench/results/README.md`, the tables `python bench/report.py` writes
+- `<!-- bench-results -->` becomes `bench/results/README.md`, the tables `python -m bench.report` writes
   from the result JSON files (headings moved one level down).
 - Every plot under `bench/results/` is served at `benchmarks/plots/<its path under bench/results>`, so a page in
   `docs/benchmarks/` embeds `![...](plots/drift_arithmetic.png)` straight from the result files (no copies to

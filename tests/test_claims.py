@@ -39,7 +39,7 @@ def test_every_claim_is_quoted_and_every_benchmark_page_quotes_its_results():
 def test_quoted_number_equals_its_result_file(path, name, text):
     assert text == claims.render(name), (
         f"{path} quotes claim {name!r} as {text!r}, but its result file says {claims.render(name)!r}; "
-        "run `python bench/claims.py --update` after re-running the study, or fix the quote")
+        "run `python -m bench.claims --update` after re-running the study, or fix the quote")
 
 
 def test_an_edited_number_is_caught(tmp_path):

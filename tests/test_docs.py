@@ -207,6 +207,30 @@ def test_bench_scripts_named_in_the_docs_and_bench_exist():
     assert not missing, f"bench scripts named but not there (page, path): {sorted(missing)}"
 
 
+def test_bench_scripts_are_run_as_modules_of_the_bench_package():
+    """Every bench command the pages, the scripts and the result files give is `python -m bench.STUDY.SCRIPT` naming a
+    module that exists (the gpu_check carry, stdlib only and copied to machines without the checkout, runs as a file),
+    and no bench script edits sys.path to find its neighbours."""
+    module = re.compile(r"python3? -m (bench(?:\.[a-z0-9_]+)+)")
+    by_path = re.compile(r"python3? (bench/[a-z0-9_/]+\.py)")
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    pages += [path for path in (ROOT / "bench").rglob("*")
+              if path.suffix in {".md", ".py", ".sh", ".yaml", ".json"} and path.is_file()]
+    missing, by_file = set(), set()
+    for page in pages:
+        text = page.read_text()
+        missing |= {(str(page.relative_to(ROOT)), name) for name in module.findall(text)
+                    if not (ROOT / (name.replace(".", "/") + ".py")).is_file()
+                    and not (ROOT / name.replace(".", "/") / "__main__.py").is_file()}
+        by_file |= {(str(page.relative_to(ROOT)), name) for name in by_path.findall(text)
+                    if name != "bench/gpu_check/carry.py"}
+    assert not missing, f"`python -m` names a bench module that is not there (page, module): {sorted(missing)}"
+    assert not by_file, f"bench scripts run by file path instead of `python -m bench...`: {sorted(by_file)}"
+    editing = [str(path.relative_to(ROOT)) for path in (ROOT / "bench").rglob("*.py")
+               if "results" not in path.parts and "sys.path.insert" in path.read_text()]
+    assert not editing, f"bench scripts that edit sys.path: {editing}"
+
+
 def test_benchmark_pages_embed_plots_from_bench_results():
     """docs/hooks.py serves bench/results/**/*.png at benchmarks/plots/; every plot a study page embeds is a result
     file, and the study pages whose results include plots embed them."""

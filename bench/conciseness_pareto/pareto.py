@@ -1,7 +1,7 @@
 """Reward against KL to the base model, one point per trained run (Qiu et al.'s Pareto view), from the
-JSON that bench/eval_tasks.py writes with --kl-reference; correctness in a second panel.
+JSON that bench/learning/eval_tasks.py writes with --kl-reference; correctness in a second panel.
 
-    python bench/conciseness_pareto/pareto.py bench/results/eval_conciseness_pareto_seed*.json \\
+    python -m bench.conciseness_pareto.pareto bench/results/eval_conciseness_pareto_seed*.json \\
         --output bench/results/conciseness_pareto
 
 Runs are grouped by method and setting from their directory names (`.../es/learning_rate=0.004,sigma=0.002/seed0`),
@@ -38,7 +38,7 @@ def table(groups: dict[tuple[str, str], list[dict]], metrics: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("results", nargs="+", help="JSON files of bench/eval_tasks.py, e.g. one per seed")
+    parser.add_argument("results", nargs="+", help="JSON files of bench/learning/eval_tasks.py, e.g. one per seed")
     parser.add_argument("--output", required=True, help="path without extension for the .png and .md")
     args = parser.parse_args()
     # one file per seed's held-out set: the base model is a row of each, so its mean is over the same sets

@@ -68,7 +68,7 @@ if [ "$TABLE" != only ]; then
   done
 fi
 [ "$TABLE" = 0 ] && exit 0
-python bench/drift/drift_table.py "$RUNS" --budget "$BUDGET" --truncated-tokens "$TRUNCATED_TOKENS" --name "$NAME"
+python -m bench.drift.drift_table "$RUNS" --budget "$BUDGET" --truncated-tokens "$TRUNCATED_TOKENS" --name "$NAME"
 # stability: every seed of ES and GRPO, each seed's final accuracy, spread and bootstrap interval of the std
 evotune compare "$RUNS"/es-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
   --output-dir "bench/results/stability_${NAME#drift_}"

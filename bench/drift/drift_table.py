@@ -2,7 +2,7 @@
 budget), retention on the other tasks, KL to the base on their prompts, and the distance of the final weights from
 the base, with 95% intervals; curves over training time and retention against target accuracy.
 
-    python bench/drift/drift_table.py runs/drift --budget 1800 --name drift_arithmetic
+    python -m bench.drift.drift_table runs/drift --budget 1800 --name drift_arithmetic
 
 Proportions get a Wilson interval pooled over the method's seeds (each seed scores its own held-out questions);
 KL and distance, which have no per-question record here, get the seeds' range. The update distance of the final
@@ -15,15 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, write_result  # noqa: E402
-
+from bench.common import RESULTS, write_result
 from evotune.evaluation.statistics import wilson_interval
 from evotune.runs.compare import evaluations
 from evotune.tracking.tracker import read_metrics
@@ -236,7 +233,7 @@ def main() -> None:
     counts = retention_counts(config)
     table = {method: summarize(runs, config["num_eval"], counts) for method, runs in methods.items()}
     matched = at_equal_target(methods, config["num_eval"], counts)
-    command = (f"bash bench/drift/drift_study.sh  (tables: python bench/drift/drift_table.py {args.runs} "
+    command = (f"bash bench/drift/drift_study.sh  (tables: python -m bench.drift.drift_table {args.runs} "
                f"--budget {args.budget:g})")
     write_result(args.name, {"command": command, "budget_s": args.budget, "methods": table,
                              "at_equal_target": matched, "unfinished_left_out": unfinished})

@@ -13,7 +13,7 @@ drifting machine load hits all of them; reported are seconds per population (med
 this process's CPU time), candidate evaluations per second, and the speedup over `full`. One update
 step per space (the population's coefficients applied to the fp32 master) is timed too.
 
-    python bench/eggroll/lowrank_throughput.py --batch-sizes 2 8 32 --repeats 3 --threads 1
+    python -m bench.eggroll.lowrank_throughput --batch-sizes 2 8 32 --repeats 3 --threads 1
 
 --threads sets torch's intra-op threads. On a machine whose cores other jobs also use, 2 OpenMP
 threads were 20-30x slower than 1 (a thread spins while its partner is preempted: a 2-prompt
@@ -21,7 +21,7 @@ generate took 13-20 s instead of 0.65 s, measured here), which swamps any compar
 measures the work itself.
 
 Every completion is generated to exactly max_new_tokens (EOS suppressed until then, in all arms, as in
-bench/overhead.py), so perturbed members do not make the arms different workloads.
+bench/speed/overhead.py), so perturbed members do not make the arms different workloads.
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.backends import DEFAULT_MODEL, HFBackend  # noqa: E402
 from evotune.distributed import BatchedEvaluator, LocalEvaluator  # noqa: E402
 from evotune.optimizers import SGD  # noqa: E402
@@ -135,7 +133,7 @@ def main() -> None:
                                 "cpu": round(time.process_time() - cpu_started, 3)}
 
     payload = {
-        "command": "python bench/eggroll/lowrank_throughput.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.eggroll.lowrank_throughput " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": args.dtype, "noise": args.noise, "sigma": args.sigma,
         "perturbation_rank": args.rank, "population_size": len(members), "antithetic": True,
         "max_new_tokens": args.max_new_tokens, "fixed_length_generation": True, "repeats": args.repeats,

@@ -3,7 +3,7 @@ adapter by c^2: the all-ones direction of `svd_offsets: relative`) and measure g
 task's *training* questions (no held-out question is used). A gain at c > 1 would be a direction ESSA's
 search could find cheaply; none means the SFT adapter already sits at its best overall scale.
 
-    python bench/essa/adapter_scale.py --adapter runs/essa_vs_grpo/sft-seed0/adapter --seed 0
+    python -m bench.essa.adapter_scale --adapter runs/essa_vs_grpo/sft-seed0/adapter --seed 0
 """
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.builders import build_space, build_task, load_backend  # noqa: E402
 from evotune.config import TrainConfig  # noqa: E402
 
@@ -47,7 +44,7 @@ def main() -> None:
         points.append({"singular_value_scale": scale, "adapter_scale": scale * scale, "train_accuracy": accuracy})
         print(points[-1], flush=True)
     write_result(f"{args.name}_seed{args.seed}", {
-        "command": "python bench/essa/adapter_scale.py " + " ".join(sys.argv[1:]), "adapter": args.adapter,
+        "command": "python -m bench.essa.adapter_scale " + " ".join(sys.argv[1:]), "adapter": args.adapter,
         "num_prompts": len(rows), "max_new_tokens": config.max_new_tokens, "dimension": int(space.mean.numel()),
         "wall_time_s": round(time.perf_counter() - started, 1), "points": points})
 

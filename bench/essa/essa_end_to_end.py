@@ -5,7 +5,7 @@ strategy: cma` starting from that adapter (stages 2-3). The ES run's iteration-0
 is the SFT model (zero offsets reproduce the adapter), so one curve shows SFT -> ESSA; the
 base model is scored on the same held-out prompts. Writes bench/results/essa_<name>.{json,png}.
 
-    python bench/essa/essa_end_to_end.py --sft-config examples/sft_arithmetic.yaml \
+    python -m bench.essa.essa_end_to_end --sft-config examples/sft_arithmetic.yaml \
         --train-config examples/essa_arithmetic.yaml --seeds 0 1
 """
 
@@ -18,8 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, write_result  # noqa: E402
+from bench.common import RESULTS, write_result
 
 
 def read(path: Path) -> list[dict]:
@@ -89,7 +88,7 @@ def main() -> None:
     runs = [run_seed(args, seed) for seed in args.seeds]
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(args.name, runs, args.metric)
-    write_result(f"essa_{args.name}", {"command": "python bench/essa/essa_end_to_end.py " + " ".join(sys.argv[1:]),
+    write_result(f"essa_{args.name}", {"command": "python -m bench.essa.essa_end_to_end " + " ".join(sys.argv[1:]),
                                        "metric": args.metric, "runs": runs})
 
 

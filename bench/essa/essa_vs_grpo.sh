@@ -35,7 +35,7 @@ for seed in $SEEDS; do
 done
 evotune compare "$RUNS"/essa-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
   --output-dir bench/results/compare_essa_vs_grpo_arithmetic
-python bench/stage_table.py --runs "$RUNS" --methods essa ${TUNED:+essa_tuned} grpo --budget-time "$BUDGET" \
+python -m bench.learning.stage_table --runs "$RUNS" --methods essa ${TUNED:+essa_tuned} grpo --budget-time "$BUDGET" \
   --num-eval 512 --name stages_essa_vs_grpo_arithmetic
 [ -z "${TUNED:-}" ] || evotune compare "$RUNS"/essa_tuned-seed* "$RUNS"/grpo-seed* --metric eval/accuracy \
   --budget-time "$BUDGET" --output-dir bench/results/compare_essa_tuned_vs_grpo_arithmetic

@@ -36,6 +36,6 @@ for seed in $SEEDS; do
     "${task[@]}" --set adapter="$sft/adapter" --set batch_size=2 --set num_generations=4 --set iterations=1000 \
     --set max_training_seconds=$BUDGET --set eval_every=0 --set checkpoint_every=1000 --set method=sft-grpo; }
 done
-python bench/stage_table.py --runs "$RUNS" --methods essa grpo --budget-time "$BUDGET" --num-eval 200 --name stages_essa_gsm8k
+python -m bench.learning.stage_table --runs "$RUNS" --methods essa grpo --budget-time "$BUDGET" --num-eval 200 --name stages_essa_gsm8k
 evotune compare "$RUNS"/essa-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
   --output-dir bench/results/compare_essa_gsm8k

@@ -57,5 +57,5 @@ for seed in $SEEDS; do
       --set device=cpu --set eval_every=0 --set checkpoint_every=1 --set report_to=[]; fi
   done
 done
-python bench/essa_quantization/quantization_table.py --runs "$RUNS" --seeds $SEEDS --num-eval "$NUM_EVAL" \
+python -m bench.essa_quantization.quantization_table --runs "$RUNS" --seeds $SEEDS --num-eval "$NUM_EVAL" \
   --max-new-tokens "$MAX_NEW_TOKENS" --token-check $TOKEN_CHECK --name "$NAME"

@@ -11,7 +11,7 @@ process's RSS (after loading and a warm-up generate; after handing freed memory 
 RSS (loading included; then the timed generations alone), the top operators of one
 profiled generate (torch.profiler, self CPU time), and how many completions equal float32's.
 
-    python bench/essa_quantization/quantization_speed.py                 # bench/results/quantization_speed.json
+    python -m bench.essa_quantization.quantization_speed                 # bench/results/quantization_speed.json
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import peak_rss_bytes, reset_peak_rss, rss_bytes, write_result  # noqa: E402
+from bench.common import peak_rss_bytes, reset_peak_rss, rss_bytes, write_result
 
 PRECISIONS = ("float32", "int8", "int4")
 MIB = 1024 * 1024
@@ -142,12 +141,13 @@ def worker(args: argparse.Namespace) -> None:
 
 class Worker:
     def __init__(self, precision: str, args: argparse.Namespace):
-        command = [sys.executable, __file__, "--worker", precision, "--model-dir", str(args.model_dir),
-                   "--adapter", str(args.adapter), "--prompts", str(args.prompts), "--new-tokens",
-                   str(args.new_tokens)]
+        command = [sys.executable, "-m", "bench.essa_quantization.quantization_speed", "--worker", precision,
+                   "--model-dir", str(args.model_dir), "--adapter", str(args.adapter), "--prompts", str(args.prompts),
+                   "--new-tokens", str(args.new_tokens)]
         environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        root = Path(__file__).resolve().parents[2]  # `python -m bench...` finds the bench package from there
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        env=environment)
+                                        env=environment, cwd=root)
         self.loaded = self.read()
 
     def read(self) -> dict:
@@ -214,7 +214,7 @@ def main() -> None:
     finals = {precision: workers[precision].ask("done") for precision in PRECISIONS}
     reference = finals["float32"]["completions"]
     write_result(args.name, {
-        "command": "python bench/essa_quantization/quantization_speed.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.essa_quantization.quantization_speed " + " ".join(sys.argv[1:]),
         "model": "smollm2-135m-instruct (float32 HF export)", "adapter": "rank 8, q/k/v/o, the same file for all",
         "workload": f"greedy generate, {args.prompts} arithmetic prompts x {args.new_tokens} new tokens, 1 thread",
         "repeats": args.repeats, "paths": bitsandbytes_paths(),

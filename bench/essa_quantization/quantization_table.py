@@ -3,7 +3,7 @@ seed, held-out accuracy of the SFT adapter alone on that base and of ESSA from i
 intervals, the run's peak RSS and its median seconds per ESSA iteration; plus the token-budget check (the SFT adapter on
 each base at growing max_new_tokens) and the mean over seeds.
 
-    python bench/essa_quantization/quantization_table.py --runs runs/essa_quantization --seeds 0 1 --num-eval 512 \
+    python -m bench.essa_quantization.quantization_table --runs runs/essa_quantization --seeds 0 1 --num-eval 512 \
         --max-new-tokens 10 --token-check 6 32 --name essa_quantization
 (run directories RUNS/sft-seedS, with eval-PRECISION.json and eval-PRECISION-tokensT.json, and
 RUNS/essa-PRECISION-seedS, as bench/essa_quantization/essa_quantization.sh writes them)
@@ -17,9 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.evaluation.statistics import wilson_interval  # noqa: E402
 from evotune.tracking.tracker import read_metrics  # noqa: E402
 
@@ -99,7 +97,7 @@ def main() -> None:
                 ("peak_rss_mib", lambda row: row["essa"]["peak_rss_mib"]),
                 ("seconds_per_iteration", lambda row: row["essa"]["seconds_per_iteration"]))}
     lines = table(rows)
-    write_result(args.name, {"command": "python bench/essa_quantization/quantization_table.py "
+    write_result(args.name, {"command": "python -m bench.essa_quantization.quantization_table "
                                         + " ".join(sys.argv[1:]),
                              "num_eval": n, "max_new_tokens": args.max_new_tokens,
                              "token_check_sft_accuracy": token_check, "rows": rows, "mean_over_seeds": means,

@@ -7,7 +7,7 @@ greedy, at the task's untruncated evaluation budget (48 new tokens for arithmeti
 and also at growing budgets to show that budget does not cut the answers it scores. Each run's gain over the
 base is paired (the same prompts), with a bootstrap 95% interval over prompts.
 
-    python bench/quickstart/measure.py runs/quickstart_study/seed0 runs/quickstart_study/seed1 ...
+    python -m bench.quickstart.measure runs/quickstart_study/seed0 runs/quickstart_study/seed1 ...
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from common import accuracy_by_budget, seed_summary, write_result  # noqa: E402
-
+from bench.common import accuracy_by_budget, seed_summary, write_result
 from evotune.backends import HFBackend  # noqa: E402
 from evotune.builders import build_task  # noqa: E402
 from evotune.config import load_config  # noqa: E402
@@ -66,7 +64,7 @@ def main() -> None:
     budgets = sorted(set(args.budgets) | {budget, base.max_new_tokens})
     started = time.perf_counter()
     base_scores = scores_by_budget(base.model, base.dtype, task, rows, budgets)
-    result = {"command": "python bench/quickstart/measure.py " + " ".join(sys.argv[1:]), "task": base.task,
+    result = {"command": "python -m bench.quickstart.measure " + " ".join(sys.argv[1:]), "task": base.task,
               "training_max_new_tokens": base.max_new_tokens, "eval_max_new_tokens": budget,
               "num_prompts": len(rows), "dropped_as_seen_in_training": args.num_eval - len(rows),
               "quickstart": {key: getattr(base, key) for key in (

@@ -22,4 +22,4 @@ for seed in $SEEDS; do
 done
 runs=()
 for seed in $SEEDS; do runs+=("$RUNS/seed$seed"); done
-python3 bench/quickstart/measure.py "${runs[@]}"
+python3 -m bench.quickstart.measure "${runs[@]}"

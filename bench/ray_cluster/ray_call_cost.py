@@ -2,7 +2,7 @@
 this machine (ray.cluster_utils.Cluster: a head and 2 worker nodes, 1 CPU each), with replica stubs that load no
 model and answer at once, so the driver is the bottleneck and its CPU time is all coordination:
 
-    python bench/ray_cluster/ray_call_cost.py --iterations 5
+    python -m bench.ray_cluster.ray_call_cost --iterations 5
 
 Writes bench/results/ray_call_cost.json: the driver's CPU seconds per message (a unit sent, a result received, an
 update sent to one actor), which simulate.py adds to the simulated loop (that has no Ray in it).
@@ -13,13 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.distributed.base import Replica  # noqa: E402
 from evotune.strategies import OpenES  # noqa: E402
 
@@ -99,7 +96,7 @@ def main() -> None:
         cluster.shutdown()
     per_call = float(np.sum(cpu) / np.sum(messages))
     write_result("ray_call_cost", {
-        "command": "python bench/ray_cluster/ray_call_cost.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.ray_cluster.ray_call_cost " + " ".join(sys.argv[1:]),
         "cluster": "ray.cluster_utils.Cluster: head + 2 worker nodes, 1 CPU each, on this machine",
         "actors": 3, "actor_nodes": nodes, "population": args.population, "shards": args.shards,
         "messages_per_iteration": messages[0], "driver_cpu_s_each": [round(value, 4) for value in cpu],

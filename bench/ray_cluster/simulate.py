@@ -3,7 +3,7 @@ scheduling, tell, sync) over evotune.distributed.simulated's virtual-clock pool,
 generation time instead of running a model. Measures the driver's own CPU time per iteration, the bytes it sends
 and receives, and the share of a 60 s iteration that CPU time is (a bound on what the workers can lose to it).
 
-    python bench/ray_cluster/simulate.py --workers 10 100 1000 --iterations 5
+    python -m bench.ray_cluster.simulate --workers 10 100 1000 --iterations 5
 
 If bench/results/ray_call_cost.json exists (bench/ray_cluster/ray_call_cost.py, measured on a real Ray cluster),
 each row also estimates the share with Ray's per-call driver cost added for every message (the simulation has none).
@@ -16,13 +16,10 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import RESULTS, write_result  # noqa: E402
-
+from bench.common import RESULTS, write_result
 from evotune.distributed.simulated import SimulatedEvaluator  # noqa: E402
 from evotune.distributed.units import auto_shards  # noqa: E402
 from evotune.strategies import OpenES  # noqa: E402
@@ -86,7 +83,7 @@ def main() -> None:
     rows = [with_ray_cost(simulate(workers, args.population, args.prompts, args.iteration_seconds, args.iterations,
                                    args.slow_share, args.jitter), args.iteration_seconds)
             for workers in args.workers]
-    write_result(args.name, {"command": "python bench/ray_cluster/simulate.py " + " ".join(sys.argv[1:]),
+    write_result(args.name, {"command": "python -m bench.ray_cluster.simulate " + " ".join(sys.argv[1:]),
                              "iteration_seconds": args.iteration_seconds, "rows": rows,
                              "leaves_out": "Ray's own per-call cost (estimated separately from ray_call_cost.json), "
                                            "network latency and bandwidth, real generation variance beyond the "

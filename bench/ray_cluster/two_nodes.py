@@ -5,7 +5,7 @@ two actors (SPREAD) run on two nodes as on two machines, only without a network 
 `evotune train` in a process of its own, as a user runs it; time per iteration is metrics.jsonl's `time_s` (the
 first iteration of the Ray run includes starting the actors and loading the model in each):
 
-    python bench/ray_cluster/two_nodes.py --iterations 2
+    python -m bench.ray_cluster.two_nodes --iterations 2
 
 Writes bench/results/ray_two_nodes_arithmetic.json, with whether the two runs' final weights are bit-identical.
 """
@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import write_result  # noqa: E402
+from bench.common import write_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +65,7 @@ def main() -> None:
         runs["two_nodes"] = two_nodes(directory / "two-nodes", common)
     identical = same_weights(directory / "single", directory / "two-nodes") if len(runs) == 2 else None
     write_result(args.name, {
-        "command": "python bench/ray_cluster/two_nodes.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.ray_cluster.two_nodes " + " ".join(sys.argv[1:]),
         "config": "examples/arithmetic.yaml --set " + " --set ".join(common),
         "cluster": "ray.cluster_utils.Cluster on this machine: head + 1 worker node, 1 CPU each; 2 actors "
                    "(worker_num_cpus=1, SPREAD); the driver outside Ray holds a replica for evaluation and final/",

@@ -7,7 +7,7 @@ when it ends in the documented outcome (e.g. `compare --metric drift/l2` shows t
 fresh process, as a user's would. Writes bench/results/reliability_round3.json: the counts, and per input its
 command, exit code, verdict and (for a failure) why.
 
-    python bench/reliability/inputs.py [--work-dir DIR]     # about 5 minutes on 2 CPU cores
+    python -m bench.reliability.inputs [--work-dir DIR]     # about 5 minutes on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.common import write_result
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-from common import write_result  # noqa: E402
 
 CLI = [sys.executable, "-m", "evotune.cli.main"]
 TIMEOUT_S = 120  # a refusal is immediate; a command still running after this did the work it should have refused
@@ -497,7 +497,7 @@ def main() -> None:
     finally:
         if not arguments.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    write_round("reliability_round3", "python bench/reliability/inputs.py", outcomes, started)
+    write_round("reliability_round3", "python -m bench.reliability.inputs", outcomes, started)
 
 
 def write_round(name: str, command: str, outcomes: list[dict], started: float) -> None:

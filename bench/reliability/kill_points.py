@@ -21,7 +21,7 @@ entry point: between the two renames of a save is microseconds long, too short t
 A point whose run ended before the kill (an event it never reached) is reported as not reached, not counted.
 Writes bench/results/reliability_kill_points.json.
 
-    python bench/reliability/kill_points.py [--work-dir DIR] [--jobs 2]    # 45 points, ~9 min on 2 shared cores
+    python -m bench.reliability.kill_points [--work-dir DIR] [--jobs 2]    # 45 points, ~9 min on 2 shared cores
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import write_result
+from bench.common import write_result
 
 CLI = [sys.executable, "-m", "evotune.cli.main"]
 ENVIRONMENT = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -386,7 +385,7 @@ def main() -> None:
         if not arguments.work_dir:
             shutil.rmtree(work, ignore_errors=True)
     write_result("reliability_kill_points", {
-        "command": "python bench/reliability/kill_points.py", "config": CONFIG, "counts": counts(outcomes),
+        "command": "python -m bench.reliability.kill_points", "config": CONFIG, "counts": counts(outcomes),
         "by_kind": {kind: counts([o for o in outcomes if o["kind"] == kind]) for kind in ("time", "file", "step",
                                                                                        "call")},
         "reference_timeline_ms": {name: round(ms) for name, ms in timeline.items()}, "jobs": arguments.jobs,

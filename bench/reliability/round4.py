@@ -3,7 +3,7 @@ directory, memory faults, and three wordings), tried against the real CLI (and t
 model and loopback addresses only, each classified as held or failed by round 3's rules (inputs.py: a clear
 refusal names the key or file and the fix, prints no traceback and leaves nothing half-done).
 
-    python bench/reliability/round4.py [--work-dir DIR]      # writes bench/results/reliability_round4.json
+    python -m bench.reliability.round4 [--work-dir DIR]      # writes bench/results/reliability_round4.json
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from inputs import (  # noqa: E402
+from bench.reliability.inputs import (
     ENVIRONMENT,
     Case,
     Result,
@@ -203,7 +201,7 @@ def main() -> None:
     finally:
         if not arguments.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    write_round("reliability_round4", "python bench/reliability/round4.py", outcomes, started)
+    write_round("reliability_round4", "python -m bench.reliability.round4", outcomes, started)
 
 if __name__ == "__main__":
     main()

@@ -5,18 +5,16 @@ bench/conciseness_pareto/conciseness_pareto.sh (eval_conciseness_pareto_seed<S>.
 standard deviation (evotune compare's seed_spread, so the arithmetic table of `evotune compare` and this one agree).
 
     SEEDS="2 3 4" LEARNING_RATES=4e-3 SIGMAS=2e-3 BETAS=0.0 PARETO=0 bash bench/conciseness_pareto/conciseness_pareto.sh
-    python bench/stability/stability.py --seeds 0 1 2 3 4
+    python -m bench.stability.stability --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, seed_summary, write_result  # noqa: E402
+from bench.common import RESULTS, seed_summary, write_result
 
 METHODS = {"es (lr 4e-3, sigma 2e-3)": "es/learning_rate=0.004,sigma=0.002/", "grpo (beta 0)": "grpo/beta=0.0/"}
 # reward_gain: the run's reward minus its base model's on the same questions; the held-out splits differ by seed,
@@ -69,7 +67,7 @@ def main() -> None:
     parser.add_argument("--name", default="stability_conciseness")
     args = parser.parse_args()
     table = {method: summarize(records) for method, records in load(args.seeds).items()}
-    command = "python bench/stability/stability.py --seeds " + " ".join(map(str, args.seeds))
+    command = "python -m bench.stability.stability --seeds " + " ".join(map(str, args.seeds))
     write_result(args.name, {"command": command, "methods": table})
     Path(RESULTS / f"{args.name}.md").write_text(markdown(table, command))
 

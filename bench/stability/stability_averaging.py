@@ -2,18 +2,16 @@
 on the run's own held-out split at 32 new tokens (both), and across seeds the mean, standard deviation, range and a
 bootstrap 95% interval of the standard deviation (evotune compare's seed_spread).
 
-    python bench/stability/stability_averaging.py runs/drift --seeds 0 1 2 3 4 --counts 9 18
+    python -m bench.stability.stability_averaging runs/drift --seeds 0 1 2 3 4 --counts 9 18
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, seed_summary, write_result  # noqa: E402
+from bench.common import RESULTS, seed_summary, write_result
 
 
 def final_accuracy(run: Path) -> float:
@@ -44,7 +42,7 @@ def main() -> None:
             json.loads((args.runs / f"es-seed{seed}" / f"eval-averaged-last{count}.json").read_text())[0]["accuracy"]
             for seed in seeds]
     table = {name: seed_summary(values, seeds) for name, values in rows.items()}
-    command = (f"bash bench/stability/stability_averaging.sh  (table: python bench/stability/stability_averaging.py "
+    command = (f"bash bench/stability/stability_averaging.sh  (table: python -m bench.stability.stability_averaging "
                f"{args.runs} --seeds "
                + " ".join(map(str, seeds)) + " --counts " + " ".join(map(str, args.counts)) + ")")
     write_result(args.name, {"command": command, "seeds": seeds, "models": table})

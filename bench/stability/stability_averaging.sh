@@ -26,4 +26,4 @@ for seed in $SEEDS; do
     rm -rf "$averaged"  # 540 MB a model; `evotune export` rebuilds it exactly
   done
 done
-python bench/stability/stability_averaging.py "$RUNS" --seeds $SEEDS --counts $COUNTS --name "$NAME"
+python -m bench.stability.stability_averaging "$RUNS" --seeds $SEEDS --counts $COUNTS --name "$NAME"

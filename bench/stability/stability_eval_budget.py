@@ -11,11 +11,11 @@ evaluations that generated at K directly: `logged` is each run's own last evalua
 budget then: arithmetic 24, conciseness 128), `eval 32` an arithmetic run's `evotune eval` at 32 tokens
 (eval-final.json, bench/stability/stability_formats.sh); the columns at those budgets must reproduce them.
 
-    python bench/stability/stability_eval_budget.py runs/drift --methods es grpo --seeds 0 1 2 3 4
-    python bench/stability/stability_eval_budget.py runs/stability_sources --methods noise data --seeds 0 \\
+    python -m bench.stability.stability_eval_budget runs/drift --methods es grpo --seeds 0 1 2 3 4
+    python -m bench.stability.stability_eval_budget runs/stability_sources --methods noise data --seeds 0 \\
         --split-seeds 0 1 --name stability_eval_budget_sources
     E='runs/conciseness_pareto/es/learning_rate=0.004,sigma=0.002/seed{seed}'
-    python bench/stability/stability_eval_budget.py --task conciseness --num-eval 64 --metrics reward \\
+    python -m bench.stability.stability_eval_budget --task conciseness --num-eval 64 --metrics reward \\
         contains_solution --template "es=$E" --template 'grpo=runs/conciseness_pareto/grpo/beta=0.0/seed{seed}' \\
         --template base=smollm2-135m-instruct --seeds 0 1 2 3 4 --budgets 32 64 128 256 --spread-budgets 32 128 256 \\
         --gain-over base --name stability_eval_budget_conciseness
@@ -28,14 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, seed_summary, write_result  # noqa: E402
-
+from bench.common import RESULTS, seed_summary, write_result
 from evotune.backends.models import resolve_model
 from evotune.evaluation.generation import generate_in_chunks
 from evotune.runs.loading import load_for_eval
@@ -170,7 +167,7 @@ def main() -> None:
                 table[f"{method}-seed{seed}{suffix}"] = row
                 print(f"{method}-seed{seed}{suffix}", json.dumps(row["metrics"][largest]))
     metric = args.metrics[0]
-    command = ("python bench/stability/stability_eval_budget.py "
+    command = ("python -m bench.stability.stability_eval_budget "
                + (f"{args.runs} --methods {' '.join(args.methods)}" if args.runs and not args.template else
                   " ".join(f"--template '{item}'" for item in args.template))
                + f" --seeds {' '.join(map(str, args.seeds))}"

@@ -3,7 +3,7 @@ answers in each form, and how often it states the right sum and then writes anot
 reward (the last number in the completion) scores as wrong. Runs that end at different accuracies often differ
 here more than in their arithmetic, which is one place run-to-run spread comes from.
 
-    python bench/stability/stability_formats.py runs/drift --seeds 0 1 2 3 4 --num-eval 512
+    python -m bench.stability.stability_formats runs/drift --seeds 0 1 2 3 4 --num-eval 512
 
 Forms, first match wins: "number" (the completion is one number), "equation" (it starts with "a + b = c"),
 "answer is" (it says "the answer is ..."), "other". The columns are shares of the held-out questions.
@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, write_result  # noqa: E402
-
+from bench.common import RESULTS, write_result
 from evotune.tasks.arithmetic import build_arithmetic, numbers
 from evotune.tracking.tracker import read_metrics
 
@@ -74,7 +71,7 @@ def main() -> None:
     if not table:
         raise SystemExit(f"no samples-final.jsonl under {args.runs}/<method>-seed<N>: "
                          "run bench/stability/stability_formats.sh")
-    command = (f"bash bench/stability/stability_formats.sh  (table: python bench/stability/stability_formats.py "
+    command = (f"bash bench/stability/stability_formats.sh  (table: python -m bench.stability.stability_formats "
                f"{args.runs} --seeds "
                f"{' '.join(map(str, args.seeds))} --methods {' '.join(args.methods)} --num-eval {args.num_eval})")
     names = [name for name, _ in FORMS] + ["other"]

@@ -19,4 +19,4 @@ for method in $METHODS; do
     bash bench/stability/eval_samples.sh "$run/final" "$seed" "$run/eval-final.json" "$run/samples-final.jsonl" "$NUM_EVAL"
   done
 done
-python bench/stability/stability_formats.py "$RUNS" --seeds $SEEDS --methods $METHODS --num-eval "$NUM_EVAL" --name "$NAME"
+python -m bench.stability.stability_formats "$RUNS" --seeds $SEEDS --methods $METHODS --num-eval "$NUM_EVAL" --name "$NAME"

@@ -1,7 +1,7 @@
 """Where ES's run-to-run spread comes from (bench/stability/stability_sources.sh): each final model's accuracy on each
 held-out split, and the differences that isolate one source of randomness each, with 95% intervals.
 
-    python bench/stability/stability_sources.py runs/stability_sources --num-eval 512 \\
+    python -m bench.stability.stability_sources runs/stability_sources --num-eval 512 \\
         --name stability_sources_arithmetic
 
 Runs (seed, data_seed): es-seed0 (0, 0), es-seed1 (1, 1), noise-seed0 (1, 0), data-seed0 (0, 1). Differences:
@@ -23,14 +23,11 @@ import argparse
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, write_result  # noqa: E402
-
+from bench.common import RESULTS, write_result
 from evotune.evaluation.statistics import wilson_interval
 from evotune.tasks.arithmetic import arithmetic_reward, build_arithmetic
 
@@ -135,7 +132,7 @@ def main() -> None:
                          "run bench/stability/stability_sources.sh")
     scores = {model: {split: score(answers) for split, answers in splits.items()} for model, splits in correct.items()}
     diffs = differences(correct)
-    command = (f"bash bench/stability/stability_sources.sh  (table: python bench/stability/stability_sources.py "
+    command = (f"bash bench/stability/stability_sources.sh  (table: python -m bench.stability.stability_sources "
                f"{args.runs} "
                f"--num-eval {args.num_eval})")
     write_result(args.name, {"command": command, "data_seeds_left_out": list(DATA_SEEDS), "scores": scores,

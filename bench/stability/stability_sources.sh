@@ -43,4 +43,4 @@ for run in "$STUDY/es-seed0" "$STUDY/es-seed1" "$RUNS/noise-seed0" "$RUNS/data-s
       "$RUNS/samples-$(basename "$run")-split$split.jsonl" "$NUM_EVAL"
   done
 done
-python bench/stability/stability_sources.py "$RUNS" --num-eval "$NUM_EVAL" --name "$NAME"
+python -m bench.stability.stability_sources "$RUNS" --num-eval "$NUM_EVAL" --name "$NAME"

@@ -19,8 +19,9 @@ from .backends.base import Backend, resolve_device
 from .config.train import ADAPTER_SPACES, TrainConfig
 from .distributed.base import Evaluator, Replica
 from .errors import ConfigError
+from .optimizers import make_optimizer
 from .spaces import Space
-from .strategies import Strategy
+from .strategies import STRATEGIES, Strategy
 from .tasks import Task, get_task
 
 
@@ -63,8 +64,6 @@ def space_classes(backend: str) -> dict[str, type]:
 def build_space(config: TrainConfig, backend: Backend) -> Space:
     """The search space with the optimizer that moves its mean; for adapter spaces `backend.model`
     becomes the PEFT-wrapped model."""
-    from .optimizers import make_optimizer
-
     space_class = space_classes(config.backend)[config.space]
     if config.prefetch_candidates and not getattr(space_class, "prefetches", False):
         raise ConfigError(f"`prefetch_candidates` writes the next candidate into a second copy of a model's weights, "
@@ -92,8 +91,6 @@ def vllm_population_batch(config: TrainConfig) -> int:
 
 
 def build_strategy(config: TrainConfig, space: Space) -> Strategy:
-    from .strategies import STRATEGIES
-
     return STRATEGIES[config.strategy].from_config(config, space)
 
 

@@ -27,7 +27,9 @@ from typing import Any
 
 import torch
 
+from .backends.base import resolve_device
 from .config.train import TrainConfig
+from .spaces.base import differing_tensors
 
 # A run short enough for a CPU: 2 iterations of 4 antithetic members on 3 prompts.
 RUN = dict(task="conciseness", population_size=4, antithetic=True, sigma=0.05, learning_rate=0.05, iterations=2,
@@ -106,7 +108,6 @@ def train(model_dir: str, directory: Path, **overrides: Any) -> Outcome:
 
 def replay_on_hf(outcome: Outcome) -> dict[str, torch.Tensor]:
     """The hf backend's mean after the same updates as `outcome`'s run, from the same start, on the same device."""
-    from .backends.base import resolve_device
     from .builders import build_space, load_backend, on_hf_backend
 
     config = on_hf_backend(outcome.config)
@@ -117,8 +118,6 @@ def replay_on_hf(outcome: Outcome) -> dict[str, torch.Tensor]:
 
 def compare(outcome: Outcome, reference: Outcome | None) -> tuple[str, str]:
     """(status, detail): the mean against the hf replay (must be exact), the rewards against the hf run."""
-    from .spaces.base import differing_tensors
-
     replayed = replay_on_hf(outcome)
     differing = differing_tensors(replayed, outcome.state)
     if differing:

@@ -25,10 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .backends import HFBackend
+from .backends.base import resolve_device
 from .callbacks import ESCallback
 from .config.fields import option
 from .config.train import ADAPTER_SPACES, TrainConfig
 from .errors import ConfigError
+from .evaluation.generation import eval_budget, eval_record, evaluate_model
+from .files.checkpoint import find_checkpoint
+from .runs.directory import existing_artifacts
 from .tasks import Task
 from .tasks.trl_inputs import dataset_rows, import_path, jsonl_text, resolve_reward_funcs
 
@@ -162,7 +167,6 @@ class ESTrainer:
         if not hasattr(model, "name_or_path") or not callable(getattr(model, "generate", None)):
             raise ConfigError(f"model is a {type(model).__name__}; pass a hub id, a local directory, or a loaded "
                               "transformers causal LM (with processing_class=its tokenizer).")
-        from .backends import HFBackend
 
         tokenizer = processing_class
         if tokenizer is None:
@@ -216,9 +220,6 @@ class ESTrainer:
 
     def _check_new_run(self) -> None:
         """A new run may replace an earlier one only when asked (`overwrite`), as the CLI's --overwrite."""
-        from .files.checkpoint import find_checkpoint
-        from .runs.directory import existing_artifacts
-
         found = existing_artifacts(self.output_dir)
         if found and not self.overwrite:
             resumable = " call train(resume_from_checkpoint=True) to continue it," if find_checkpoint(
@@ -235,8 +236,6 @@ class ESTrainer:
     def _remove_attempt(self) -> None:
         """What a failed start wrote (config.yaml, data/, ...), so that the next attempt starts cleanly;
         only names a run writes, never the user's other files."""
-        from .runs.directory import existing_artifacts
-
         for name in existing_artifacts(self.output_dir):
             path = self.output_dir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -247,8 +246,6 @@ class ESTrainer:
 
     def _resume(self, resume_from_checkpoint: Any) -> bool:
         """TRL's argument: None/False start a run, True (or the run's checkpoint path) continues it."""
-        from .files.checkpoint import find_checkpoint
-
         if resume_from_checkpoint is None or resume_from_checkpoint is False:
             return False
         if not isinstance(resume_from_checkpoint, (bool, str, os.PathLike)):
@@ -300,9 +297,7 @@ class ESTrainer:
         `retention_tasks`, as a training run logs them: before train(), the starting model's."""
         if self.trainer is not None:
             return self.trainer.evaluate()
-        from .backends.base import resolve_device
         from .builders import load_backend
-        from .evaluation.generation import eval_budget, eval_record, evaluate_model
         from .evaluation.retention import build_retention
 
         if self.backend is None:

@@ -25,12 +25,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .backends import HFBackend
+from .backends.base import resolve_device
+from .backends.hf import render_prompt
 from .config.files import absolutize_paths, read_config_values
 from .config.sft import SFTConfig
 from .errors import CheckpointError, ConfigError, DataError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
+from .files.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config
 from .runs.lifecycle import RunLifecycle
+from .spaces.lora import init_lora_adapter
+from .tasks import get_task
+from .tasks.data import load_rows, validate_rows
+from .tracking.tracker import MetricsLogger, read_metrics
 
 if TYPE_CHECKING:  # heavy imports (torch, transformers) only where used
     from .backends.hf import HFBackend
@@ -72,8 +80,6 @@ def check_sft_resume(output_dir: Path, config: SFTConfig) -> None:
 def inspect_sft_run(run: RunLifecycle, config: SFTConfig) -> Path | None:
     """`evotune sft`'s checks of its directory (RunLifecycle's inspect; reads only): the checkpoint to resume from,
     or None for a new run."""
-    from .files.checkpoint import find_checkpoint
-
     checkpoint = find_checkpoint(run.output_dir / "checkpoint")
     if not run.resume:
         run.refuse_existing(resumable=checkpoint is not None)
@@ -115,9 +121,6 @@ def dataset_completion(row: dict, number: int, source: str) -> str:
 
 def sft_rows(config: SFTConfig) -> tuple[list[dict], Any]:
     """(rows with `prompt` and `completion` to train on, the task evaluated before/after or None)."""
-    from .tasks import get_task
-    from .tasks.data import load_rows, validate_rows
-
     task = None
     if config.task is not None:
         task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, **config.task_args)
@@ -147,8 +150,6 @@ def encode_example(tokenizer: Any, prompt: Any, completion: str) -> dict[str, li
     Prompt and completion are tokenized apart so the prompt tokens are exactly what generation
     sees (HFBackend renders and encodes prompts the same way), and EOS teaches the model to stop.
     """
-    from .backends.hf import render_prompt
-
     prompt_ids = tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
     completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     return {"input_ids": prompt_ids + completion_ids, "labels": [IGNORE_INDEX] * len(prompt_ids) + completion_ids}
@@ -239,7 +240,6 @@ def write_sft_checkpoint(directory: Path, model: Any, optimizer: Any, schedule: 
     state, and as JSON the step, the losses, the optimizer's parameter groups and the schedule's state."""
     import torch
 
-    from .files.checkpoint import save_checkpoint
 
     saved = optimizer.state_dict()
     optimizer_tensors = {f"{index}.{key}": value for index, state in saved["state"].items()
@@ -256,8 +256,6 @@ def write_sft_checkpoint(directory: Path, model: Any, optimizer: Any, schedule: 
 def read_sft_checkpoint(directory: Path, model: Any) -> dict[str, Any]:
     """Load a checkpoint's adapter tensors into `model` (the freshly initialized adapter) and return what
     train_adapter's `resume` takes."""
-    from .files.checkpoint import load_checkpoint
-
     loaded = load_checkpoint(directory)
     state, tensors = loaded["state"], loaded["space_tensors"]
     if state.get("command") != "sft":
@@ -298,7 +296,6 @@ def plot_loss(metrics_path: Path, output_png: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .tracking.tracker import read_metrics
 
     records = [record for record in read_metrics(metrics_path) if "loss" in record]
     figure, axis = plt.subplots(figsize=(6, 3.6))
@@ -331,12 +328,8 @@ def run_sft(config: SFTConfig, output_dir: str | Path, backend: HFBackend | None
 
 
 def _run_sft(config: SFTConfig, run: RunLifecycle, backend: HFBackend | None) -> dict[str, Any]:
-    from .backends import HFBackend
-    from .backends.base import resolve_device
     from .backends.quantized import QuantizationSettings
     from .evaluation.retention import build_retention
-    from .spaces.lora import init_lora_adapter
-    from .tracking.tracker import MetricsLogger, read_metrics
 
     output_dir, checkpoint = run.output_dir, run.checkpoint
     started = time.perf_counter()

@@ -25,9 +25,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .config.files import absolutize_paths
+from .config.train import TrainConfig
 from .errors import ConfigError, EvotuneError
+from .files.checkpoint import find_checkpoint
 from .runs.directory import final_is_complete, writing
 from .runs.sweep_grid import GridPoint, grid_points, point_directories
+from .tracking.tracker import dumps_strict, read_metrics
 
 STATES = {"done": "skipped (done)", "partial": "partial", "new": "new"}
 
@@ -48,9 +52,6 @@ def training_seconds(records: list[dict]) -> float:
 def run_state(directory: Path, iterations: int, max_training_seconds: float = 0.0, command: str = "train") -> str:
     """done (a complete final/ written after the last iteration, or once `max_training_seconds` of training
     were spent), partial (a checkpoint: resumed, which also writes an incomplete final/ again), or new."""
-    from .files.checkpoint import find_checkpoint
-    from .tracking.tracker import read_metrics
-
     metrics = directory / "metrics.jsonl"
     if final_is_complete(directory / "final", command) and metrics.exists():
         records = read_metrics(metrics)
@@ -76,7 +77,6 @@ def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) 
         run_grpo(GRPORunConfig.from_dict(values, source="sweep"), str(directory), resume=state == "partial",
                  overwrite=state == "new")
         return
-    from .config.train import TrainConfig
     from .trainer import Trainer
 
     # a run that died before its first checkpoint left files but nothing to resume: start it over
@@ -85,8 +85,6 @@ def _run_one(command: str, values: dict[str, Any], directory: Path, state: str) 
 
 
 def summarize_run(directory: Path, metric: str) -> dict[str, Any]:
-    from .tracking.tracker import read_metrics
-
     records = read_metrics(directory / "metrics.jsonl")
     evaluated = [r[metric] for r in records if r.get(metric) is not None]
     trained = [r for r in records if "samples_seen" in r]
@@ -152,8 +150,6 @@ def _check_arguments(grid: list[tuple[str, list[Any]]], seeds: list[int], comman
 def _validate(command: str, configs: dict) -> dict:
     """The typed config of every (point, seed), all checked before any run starts; the bad ones are named
     together, and two points that give the same config are refused."""
-    from .config.files import absolutize_paths
-
     if command == "grpo":
         from .baselines.grpo import GRPORunConfig as Config
     else:
@@ -239,8 +235,6 @@ def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: l
                 directories: dict[GridPoint, Path] | None = None, failed: dict | None = None) -> dict[str, Any]:
     """sweep.json, sweep.md and heatmap.png of the finished runs; `failed` ({(point, seed): error}) are
     left out of the numbers and listed under the table."""
-    from .tracking.tracker import dumps_strict
-
     directories = directories or {point: output / point.directory_name for point in points}
     failed = failed or {}
     finished = {(point, seed): directories[point] / f"seed{seed}" for point in points for seed in seeds
@@ -269,8 +263,6 @@ def write_table(output: Path, points: list[GridPoint], seeds: list[int], keys: l
 
 def _resolve_metric(requested: str | None, runs: list[Path]) -> str:
     """--metric, checked against what the runs logged; by default eval/accuracy, else eval/reward."""
-    from .tracking.tracker import read_metrics
-
     logged = sorted({key for run in runs for record in read_metrics(run / "metrics.jsonl") for key in record})
     if requested is None:
         return "eval/accuracy" if "eval/accuracy" in logged else "eval/reward"

@@ -42,7 +42,7 @@ class Trainer:
         self.output_dir = Path(output_dir)
         self.checkpoint_dir = self.output_dir / "checkpoint"
         # nothing is written until train(): here the directory is only checked (a refusal leaves it as it was)
-        self.run = run_directory.train_run(self.output_dir, config, resume, overwrite)
+        self.run = run_directory.train_run(output_dir, config, resume, overwrite)
         existing = self.run.inspect()
         self.update_log: list[dict] = []
         self.training_seconds = 0.0  # summed over resumes, for max_training_seconds

@@ -37,7 +37,7 @@ def test_an_engine_leaves_threads_gc_and_process_groups_as_it_found_them(tiny_mo
 
 def test_only_vllms_own_engine_processes_freeze_their_heap_at_exit():
     """vLLM unfreezes its engine processes' heap at shutdown, so evotune's worker extension freezes it again at
-    their exit (their last collections would walk all of torch and vLLM: bench/engine_close.py). Only in the
+    their exit (their last collections would walk all of torch and vLLM: bench/speed/engine_close.py). Only in the
     processes vLLM started (multiprocessing names them): never in the user's own, which an in-process engine
     or a Ray actor's engine runs in."""
     from evotune.backends.vllm_worker import freeze_heap_at_exit, is_vllm_engine_process

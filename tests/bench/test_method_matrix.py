@@ -136,3 +136,21 @@ def test_two_grpo_jobs_never_run_at_once():
     assert run.next_job(ready, ["tune/arithmetic/grpo_lora/s0_seed10.json"])["path"].endswith("full_es/s1_seed10.json")
     assert run.next_job(ready, ["tune/arithmetic/lowrank/s0_seed10.json"])["path"].endswith("grpo_full/s0_seed10.json")
     assert run.next_job(ready[:1], ["memory/grpo_lora_default.json"]) is None
+
+
+def test_the_report_quotes_every_result_file_and_lists_what_has_not_run():
+    """REPORT.md is generated from the committed result files alone: each tuning run's numbers appear as its file
+    has them, and each job without a file is listed as not run (never estimated)."""
+    import json
+
+    from bench.method_matrix.report import STUDY, report, status
+
+    text = report(STUDY)
+    done, total, missing = status(STUDY)
+    assert f"{done} of {total} jobs have a result file" in text
+    for path in sorted(STUDY.glob("tune/arithmetic/*/*.json")):
+        run = json.loads(path.read_text())["training"]
+        assert (f"| {run['steps']} | {run['training_seconds']:.0f} | {100 * run['validation_before']:.1f}% -> "
+                f"{100 * run['validation_after']:.1f}% |") in text, path
+    not_run = [path for path in missing if path.startswith("tune/")]
+    assert text.count("| not run |") >= len(not_run)

@@ -191,3 +191,16 @@ def test_a_row_pooling_a_run_stopped_early_with_a_finished_one_says_so(tmp_path)
     assert pooled[0] in (tmp_path / "out" / "compare.md").read_text()
     equal = compare_runs([finished, synthetic(tmp_path / "es2", "es", 2, [0.1, 0.3, 0.2, 0.5])], str(tmp_path / "eq"))
     assert not any("different numbers of iterations" in note for note in equal["notes"])
+
+
+def test_reading_runs_imports_no_torch():
+    """`evotune compare` and the run-directory helpers read JSON and YAML only: torch (seconds to import) stays out
+    until a tensor is written or read."""
+    import subprocess
+    import sys
+
+    script = ("import sys, evotune.runs.compare, evotune.runs.directory, evotune.runs.lifecycle; "
+              "print(sorted(m for m in ('torch', 'transformers', 'safetensors.torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

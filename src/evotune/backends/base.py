@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..config.checks import check_device
+from ..errors import ConfigError
+
 
 @runtime_checkable
 class Backend(Protocol):
@@ -39,8 +42,6 @@ def resolve_device(device: str) -> str:
     """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""
     import torch
 
-    from ..config.checks import check_device
-    from ..errors import ConfigError
 
     check_device(device)
     if device == "auto":

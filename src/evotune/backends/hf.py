@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..spaces.lora import LoRAFactor
 from . import decoding
 from .models import load_model
 from .quantized import QuantizationSettings
@@ -232,7 +233,6 @@ class HFBackend:
         times, candidate-major, so every candidate's rows see the same tokens and padding as on its own.
         """
         from ..spaces.full import StackedWeight
-        from ..spaces.lora import LoRAFactor
         from .multi_lora import population_adapters, population_linear_deltas
         from .stacked_weights import population_weights
 

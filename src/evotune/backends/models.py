@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ModelLoadError
+from ..files.adapters import read_adapter_config
 from .quantized import QUANTIZATIONS, QuantizationSettings, bitsandbytes_kwargs  # noqa: F401 (QUANTIZATIONS:
 
 # config.Quantization's choices, read here by tests/config/test_config.py)
@@ -142,7 +143,6 @@ def find_adapter(path: str) -> tuple[Path, str] | None:
     is one; None otherwise. The base is the run's config.yaml `model`, else PEFT's recorded base."""
     import yaml
 
-    from ..files.adapters import read_adapter_config
 
     directory = Path(os.path.expanduser(path))
     if (directory / "final" / "adapter_config.json").exists():

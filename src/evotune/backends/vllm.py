@@ -23,7 +23,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.train import ADAPTER_SPACES
 from ..errors import ConfigError
+from ..files.adapters import read_adapter_config
+from ..files.atomic import staged
 from ..import_utils import is_vllm_available
 from .hf import render_prompt
 
@@ -63,7 +66,6 @@ def _export_once(name: str, file_name: str, target: Any) -> None:
     import fcntl
     import shutil
 
-    from ..files.atomic import staged
     from .models import load_model
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +118,6 @@ def adapter_rank(config: Any) -> int:
     """The rank of the adapter the run evolves: the loaded adapter's `r`, else `lora_rank`."""
     if config.adapter is None:
         return config.lora_rank
-    from ..files.adapters import read_adapter_config
 
     return int(read_adapter_config(config.adapter)["r"])
 
@@ -139,8 +140,6 @@ class VLLMBackend:
         """The run's engine (registry entry `vllm`): the model's own weights for full ES, rank-r LoRA requests over
         the engine's (mean) weights for `lowrank`, the population as LoRA adapters for the adapter spaces, all in
         one batch by default."""
-        from ..config.train import ADAPTER_SPACES
-
         engine = dict(seed=config.seed, engine_core=config.engine_core,
                       tensor_parallel_size=config.tensor_parallel_size,
                       gpu_memory_utilization=config.gpu_memory_utilization)

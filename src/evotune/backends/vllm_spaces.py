@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..spaces import SPACES as HF_SPACES
 from ..spaces.base import FactoredSpace, Space
+from ..spaces.lowrank import LowRankNoise, linear_weights
 
 if TYPE_CHECKING:
     from .vllm import VLLMBackend
@@ -39,7 +40,6 @@ def hf_linear_weight_names(model: str) -> list[str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ..spaces.lowrank import linear_weights
 
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
@@ -163,7 +163,6 @@ class EngineLowRankSpace(EngineSpace, FactoredSpace):
                  include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: Optimizer,
                  master_device: str = "host", keep_base: bool = False):
         from ..spaces.full import select_parameters
-        from ..spaces.lowrank import LowRankNoise
         from .vllm_lora import lowrank_adapter_config
 
         super().__init__(backend, hf_shapes, include, exclude, noise_kind, optimizer, master_device, rank,

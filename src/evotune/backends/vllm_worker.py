@@ -15,6 +15,9 @@ import multiprocessing
 from typing import Any
 
 from ..errors import ConfigError
+from ..optimizers import Chain
+from ..spaces import FullParameterSpace
+from ..types import Candidate
 from .vllm_cpu import keep_engine_weights
 
 # `master_device: auto` keeps the fp32 master on the GPU only if this much stays free besides it.
@@ -76,8 +79,6 @@ class EngineWeightsExtension:
 
         import torch
 
-        from ..optimizers import Chain
-        from ..spaces import FullParameterSpace
         from .vllm_cpu import packed_weight_layers
         from .vllm_weights import engine_pieces
 
@@ -130,8 +131,6 @@ class EngineWeightsExtension:
         return int(getattr(self, "rank", 0))
 
     def evotune_apply(self, seed: int, scale: float) -> None:
-        from ..types import Candidate
-
         self.evotune_space.apply(Candidate(seed, scale))
 
     def evotune_restore(self) -> None:

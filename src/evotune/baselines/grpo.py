@@ -21,9 +21,11 @@ from typing import Any
 from ..config.files import read_config_values
 from ..config.grpo import LOSS_TYPES, GRPORunConfig, LossType  # noqa: F401 - re-exported: their old home
 from ..errors import ConfigError
+from ..files.adapters import read_adapter_config
 from ..import_utils import is_trl_available
 from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
 from ..runs.lifecycle import RunLifecycle
+from ..tracking.tracker import MetricsLogger, out_of_time, plot_curves, read_metrics
 
 # What `evotune grpo` writes into a run directory: only these are removed by --overwrite.
 GRPO_ARTIFACTS = ("config.yaml", "metrics.jsonl", "trl", "final", "tensorboard", "curves.png", "loggers.json")
@@ -151,7 +153,6 @@ def _check_adapter(config: GRPORunConfig, output: Path, resume: bool) -> None:
                           "there")
         raise ConfigError(f"`adapter` {config.adapter} does not exist{where}; point it at a PEFT adapter "
                           "directory (an `evotune sft` run writes DIR/adapter), or remove `adapter`.")
-    from ..files.adapters import read_adapter_config
 
     read_adapter_config(config.adapter)  # names a missing or unreadable adapter_config.json
 
@@ -204,8 +205,6 @@ def grpo_run(output_dir: str | Path, config: GRPORunConfig, resume: bool = False
 def _max_steps(config: GRPORunConfig, output: Path, done: int) -> tuple[int, float]:
     """(TRL's max_steps, training seconds already spent). A resumed run whose `max_training_seconds` is used
     up trains no further step (TRL would take one before the budget check) and says so."""
-    from ..tracking.tracker import out_of_time
-
     spent = _training_seconds(output, done) if done else 0.0
     if done and out_of_time(spent, config.max_training_seconds):
         warnings.warn(f"{output} already spent {spent:.1f} s of its max_training_seconds "
@@ -230,8 +229,6 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False, overw
 
 
 def _run_grpo(config: GRPORunConfig, run: RunLifecycle, built: list[bool]) -> dict[str, Any]:
-    from ..tracking.tracker import plot_curves
-
     output, checkpoint = run.output_dir, run.checkpoint
     done = checkpoint_step(checkpoint) if checkpoint else 0
     max_steps, spent = _max_steps(config, output, done)
@@ -262,7 +259,6 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
     from ..backends.hf import contiguous_head_input
     from ..evaluation.retention import build_retention
     from ..tasks import get_task
-    from ..tracking.tracker import MetricsLogger
     from .grpo_logging import EvotuneMetricsCallback
 
     task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
@@ -298,15 +294,11 @@ def _cuda() -> bool:
 
 def _training_seconds(output: Path, last: int) -> float:
     """Training time already spent by a run being resumed: its steps' `time_s` up to TRL's last checkpoint."""
-    from ..tracking.tracker import read_metrics
-
     return sum(record.get("time_s") or 0.0 for record in read_metrics(output / "metrics.jsonl")
                if isinstance(record.get("iteration"), int) and 0 < record["iteration"] <= last)
 
 
 def _last_eval(output: Path) -> dict[str, Any]:
-    from ..tracking.tracker import read_metrics
-
     evaluated = [record for record in read_metrics(output / "metrics.jsonl")
                  if any(k.startswith("eval/") for k in record)]
     return {key: value for key, value in evaluated[-1].items() if key.startswith("eval/")} if evaluated else {}

@@ -10,7 +10,20 @@ import textwrap
 from pathlib import Path
 from typing import Any, get_origin
 
+from ..backends.base import resolve_device
+from ..config.files import absolutize_paths, parse_overrides, read_config_values
+from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
 from ..errors import ConfigError, EvotuneError
+from ..evaluation.report import format_table
+from ..files.checkpoint import find_checkpoint
+from ..import_utils import startup_imports
+from ..runs.compare import compare_runs, format_markdown
+from ..runs.directory import read_run_config
+from ..runs.export import export_model
+from ..runs.loading import eval_quantization, load_for_eval
+from ..runs.sweep_grid import parse_grid
+from ..tasks import get_task
+from ..tracking.tracker import dumps_strict
 from .parser import build_parser
 
 
@@ -23,10 +36,6 @@ def _output_dir(args: argparse.Namespace, without_config: str) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ..config.files import read_config_values
-    from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
-    from ..files.checkpoint import find_checkpoint
-    from ..runs.directory import read_run_config
     from ..trainer import Trainer
 
     output_dir = _output_dir(args, "runs/quickstart")
@@ -71,9 +80,7 @@ def _print_config(config: Any) -> int:
     runs and nothing is written."""
     import yaml
 
-    from ..backends.base import resolve_device
     from ..backends.models import resolve_dtype
-    from ..config.files import absolutize_paths
 
     absolutize_paths(config)
     values = config.to_dict()
@@ -84,7 +91,6 @@ def _print_config(config: Any) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from ..files.checkpoint import find_checkpoint
     from ..sft import load_sft_config, run_sft
 
     output_dir = _output_dir(args, "runs/sft")
@@ -105,13 +111,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ..backends.base import resolve_device
-    from ..config.files import parse_overrides
     from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models
-    from ..evaluation.report import format_table
-    from ..runs.loading import eval_quantization, load_for_eval
-    from ..tasks import get_task
-    from ..tracking.tracker import dumps_strict
 
     output = Path(args.output or f"evotune-eval-{args.task}.json")
     plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)
@@ -138,8 +138,6 @@ def _eval(args: argparse.Namespace) -> int:
 def _prepare_output_file(flag: str, path: Path) -> None:
     """Create the file's directory now and open the file for writing once, or say why it cannot be written: a
     command that runs for minutes must not fail only when it writes its result."""
-    from ..errors import ConfigError
-
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a directory; give a file path.")
     try:
@@ -165,8 +163,6 @@ def _require_output_dir(args: argparse.Namespace) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ..runs.export import export_model
-
     print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype, args.overwrite,
                                   args.average_last), indent=2))
     return 0
@@ -174,7 +170,6 @@ def _export(args: argparse.Namespace) -> int:
 
 def _grpo(args: argparse.Namespace) -> int:
     from ..baselines.grpo import load_grpo_config, run_grpo, sweep_learning_rates
-    from ..errors import ConfigError
 
     output_dir = _output_dir(args, "runs/grpo")
     if args.sweep_learning_rates and (args.resume or args.overwrite):
@@ -193,8 +188,6 @@ def _grpo(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ..runs.compare import compare_runs, format_markdown
-
     output_dir = _require_output_dir(args)
     result = compare_runs(args.runs, output_dir, args.metric, args.target, args.budget, args.budget_time,
                           args.label)
@@ -204,9 +197,6 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..config.files import read_config_values
-    from ..config.train import QUICKSTART
-    from ..runs.sweep_grid import parse_grid
     from ..sweep import SweepFailed, format_table, sweep
 
     output_dir = _require_output_dir(args)
@@ -255,8 +245,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from ..config.train import TrainConfig
-
     if args.which == "sft":
         from ..sft import SFTConfig as config_class
     elif args.which == "grpo":
@@ -301,7 +289,6 @@ def console_main(argv: list[str] | None = None) -> int:
     its own."""
     import importlib
 
-    from ..import_utils import startup_imports
 
     argv = sys.argv[1:] if argv is None else argv
     modules = HEAVY_MODULES.get(next((word for word in argv if not word.startswith("-")), ""), ())

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, EvotuneError
-from ..import_utils import is_ray_available
+from ..files.checkpoint import load_checkpoint
+from ..import_utils import is_ray_available, startup_imports
 from ..types import Member, Population, Update
 from .base import Replica
 from .units import Event, UnitEvaluator, UnitRewards, unit_rewards
@@ -135,8 +136,6 @@ class ReplicaWorker:
 
     def __init__(self, replica_factory: Callable[[], Replica], state: dict | None = None,
                  num_threads: int | None = None):
-        from ..import_utils import startup_imports
-
         with startup_imports():  # the actor's own process: its replica lives as long as it does
             import torch
 
@@ -148,8 +147,6 @@ class ReplicaWorker:
 
     def load(self, state: dict) -> None:
         """Rebuild the driver's mean: the checkpoint (mean and optimizer), then the updates logged after it."""
-        from ..files.checkpoint import load_checkpoint
-
         space = self.replica.space
         start = 0
         if state.get("checkpoint"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.base import Backend
+from ..backends.hf import render_prompt
 from ..errors import DataError
 from ..tasks.base import Task
 
@@ -42,8 +43,6 @@ def check_prompt_lengths(backend: Backend, splits: dict[str, list[dict]], max_ne
     """Refuse rows whose longest prompt plus `max_new_tokens` does not fit the model's context, before any
     generation: the hf backend would generate from a silently overrun context, and vLLM would fail mid-run.
     `splits` names each list of rows for the message, e.g. {"training": task.train_rows}."""
-    from ..backends.hf import render_prompt
-
     limit = backend.context_length()
     if limit is None:
         return

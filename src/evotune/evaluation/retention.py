@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..backends.base import Backend
+from ..backends.hf import render_prompt
 from ..config.train import RunConfig
 from ..errors import ConfigError
 from ..tasks import Task, get_task
@@ -112,8 +113,6 @@ class Retention:
 
 def token_pairs(tokenizer: Any, rows: list[dict], completions: list[str]) -> Pairs:
     """(prompt ids, completion ids) per row: the prompt rendered as generation renders it (chat template)."""
-    from ..backends.hf import render_prompt
-
     prompts = tokenizer([render_prompt(tokenizer, row["prompt"]) for row in rows], add_special_tokens=False)
     answers = tokenizer(list(completions), add_special_tokens=False)
     return list(zip(prompts["input_ids"], answers["input_ids"]))

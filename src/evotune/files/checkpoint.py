@@ -23,14 +23,15 @@ import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from ..errors import CheckpointError
 from .atomic import fsync_directory, fsync_file, staged  # noqa: F401 - staged: re-exported for old callers
+
+if TYPE_CHECKING:  # torch loads with the first tensor written or read: reading a run's JSON needs none of it
+    import torch
 
 STATE_FILE = "state.json"
 MANIFEST_FILE = "manifest.json"
@@ -94,6 +95,8 @@ def _write_staging(staging: Path, state: dict[str, Any], space_tensors: dict[str
                    optimizer_tensors: dict[str, torch.Tensor], update_log: list[dict]) -> dict[str, dict]:
     """Every file, fsynced, then manifest.json last: a directory with a manifest is complete.
     Returns the manifest's file entries."""
+    from safetensors.torch import save_file
+
     _step(f"mkdir {staging.name}")
     staging.mkdir(parents=True)
     _step("write space.safetensors")
@@ -290,6 +293,8 @@ def _read(directory: Path) -> dict[str, Any]:
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     try:
+        from safetensors.torch import load_file
+
         return load_file(str(path))
     except (OSError, SafetensorError) as exc:
         raise CheckpointError(f"{path} is not a readable safetensors file ({exc}); {_FIX}") from exc

@@ -23,7 +23,12 @@ from typing import Any
 
 import torch
 
+from ..backends.base import resolve_device
+from ..config.train import TrainConfig, load_config
 from ..errors import CheckpointError, ConfigError
+from ..files.checkpoint import load_checkpoint, load_state, problem_of, verify_checkpoint
+from ..spaces.base import differing_tensors
+from ..types import update_from_dict
 
 # A train running in the run renames a new checkpoint/ into place at every save: a read that overlaps one is
 # retried this many times, this far apart, before it is reported as a run being written.
@@ -34,11 +39,7 @@ RETRY_SECONDS = 1.0
 def average_last_iterates(run: Path, count: int) -> tuple[Any, dict]:
     """(backend whose model holds the mean of the run's last `count` iterates, summary). The run's checkpoint/
     must hold its last iteration (a finished run's does)."""
-    from ..backends.base import resolve_device
     from ..builders import build_space, load_backend
-    from ..config.train import load_config
-    from ..spaces.base import differing_tensors
-    from ..types import update_from_dict
 
     require_run_directory(run)
     saved = read_newest_checkpoint(run)
@@ -103,7 +104,6 @@ def replay_config(config: Any) -> Any:
     and such a run searches only its fp32 adapter, which the replay rebuilds the same over a float base (the check
     against the checkpoint's mean confirms it bit for bit)."""
     from ..builders import on_hf_backend
-    from ..config.train import TrainConfig
 
     values = on_hf_backend(config).to_dict()
     if values.get("quantization", "none") != "none":
@@ -151,8 +151,6 @@ def _identity(directory: Path) -> tuple | None:
 
 def _read_checked(directory: Path) -> tuple[str | None, dict | None]:
     """(what is wrong, None) or (None, the checkpoint), its checksums checked."""
-    from ..files.checkpoint import load_checkpoint, problem_of, verify_checkpoint
-
     if not directory.exists():
         return "it is missing", None
     problem = verify_checkpoint(directory)
@@ -170,8 +168,6 @@ def _save_under_way(run: Path) -> bool:
 
 def damaged_message(run: Path, problem: str | None) -> str:
     """A damaged newest checkpoint: what is wrong, why the older one is not used, and the fix."""
-    from ..files.checkpoint import load_state, verify_checkpoint
-
     old, final = run / "checkpoint.old", "" if (run / "final").is_dir() else " once it is finished"
     lead = (f"{run / 'checkpoint'} cannot be used ({problem}). --average-last rebuilds the last iterates from the "
             "update log of the run's newest checkpoint only: checkpoint.old logs fewer iterations, and averaging "

@@ -47,6 +47,7 @@ class RunLifecycle:
                  on_resume: Callable[[RunLifecycle], None] | None = None, what: str = "a run"):
         if resume and overwrite:
             raise ConfigError(BOTH_FLAGS)
+        self.given = output_dir  # as passed: an empty name must be refused, not read as "." by Path
         self.output_dir = Path(output_dir)
         self.artifacts = artifacts
         self.what = what  # how a refusal names what the directory holds ("a run", "an earlier run's")
@@ -73,7 +74,7 @@ class RunLifecycle:
 
     def inspect(self) -> Path | None:
         """Every check, reading only: the checkpoint to resume from (None: a new run)."""
-        check_writable(self.output_dir)
+        check_writable(self.given)
         if not run_lock.is_held(self.output_dir) and (record := run_lock.holder(self.output_dir)) is not None:
             raise run_lock.RunLockedError(run_lock.refusal(self.output_dir, record))
         if self._inspect is not None:

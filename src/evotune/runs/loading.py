@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..config.train import load_config
+from ..errors import CheckpointError, ConfigError
+from ..files.checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
 from .lock import describe, holder
 
 
@@ -87,9 +89,6 @@ def require_final(path: Path, command: str = "eval") -> None:
 def _load_checkpoint(directory: Path, dtype: str, device: str, quantization: Any) -> Any:
     from ..backends import HFBackend
     from ..builders import build_space, on_hf_backend
-    from ..config.train import load_config
-    from ..errors import CheckpointError
-    from ..files.checkpoint import find_checkpoint, load_checkpoint, verify_checkpoint
 
     run_config = directory.parent / "config.yaml"
     if not run_config.exists():

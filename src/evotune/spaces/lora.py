@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..files.adapters import check_adapter, check_target_modules
 from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace, ModelWriter
@@ -42,7 +43,6 @@ def attach_adapter(model: torch.nn.Module, config: Any) -> Any:
                                  config.lora_init, config.seed)
     from peft import PeftModel
 
-    from ..files.adapters import check_adapter
 
     check_adapter(config.adapter, model, config.model)
     return PeftModel.from_pretrained(model, config.adapter, adapter_name="default").eval()
@@ -59,7 +59,6 @@ def init_lora_adapter(model: torch.nn.Module, rank: int = 8,
     """
     from peft import LoraConfig, get_peft_model
 
-    from ..files.adapters import check_target_modules
 
     if init not in LORA_INITS:
         raise ConfigError(f"LoRA init={init!r} is unknown; choose one of {sorted(LORA_INITS)}.")

@@ -21,7 +21,7 @@ arm is evotune with shared_prefix off, to show what the prefix pass contributes.
 each repeat (the order rotates), so load from other processes falls on all of them. Two models are
 loaded (the peer's and evotune's), equal at the start.
 
-    OMP_NUM_THREADS=1 python bench/peer_es_at_scale.py --repeats 3
+    OMP_NUM_THREADS=1 python -m bench.speed.peer_es_at_scale --repeats 3
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.backends import load_model, render_prompt  # noqa: E402
 from evotune.config import TrainConfig  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
@@ -132,7 +130,7 @@ def main() -> None:
     ratio = {name: round(median(p / t for p, t in zip(times["paper_loop"], times[name])), 3)
              for name in ("evotune", "evotune_shared_prefix_off")}
     write_result("peer_es_at_scale", {
-        "command": "OMP_NUM_THREADS=1 python bench/peer_es_at_scale.py " + " ".join(sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 python -m bench.speed.peer_es_at_scale " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": args.dtype, "task": "arithmetic", "population_size": args.population_size,
         "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "fixed_length_generation": True,
         "iteration_s": {name: [round(t, 3) for t in values] for name, values in times.items()},

@@ -3,9 +3,9 @@
 Greedy accuracy with a 95% Wilson interval, avg@k / pass@k from k sampled completions, and
 optionally the per-token KL from a reference model with the reward-vs-KL plot.
 
-    python bench/eval_tasks.py --task gsm8k --dataset ../shared/data/gsm8k/test.jsonl \
+    python -m bench.learning.eval_tasks --task gsm8k --dataset ../shared/data/gsm8k/test.jsonl \
         --eval-dataset ../shared/data/gsm8k/test.jsonl --num-eval 200 --max-new-tokens 256 --num-samples 4
-    python bench/eval_tasks.py --task arithmetic --num-eval 128 --max-new-tokens 10 --num-samples 4 \
+    python -m bench.learning.eval_tasks --task arithmetic --num-eval 128 --max-new-tokens 10 --num-samples 4 \
         --model runs/bench/arithmetic-seed0 --model runs/bench/arithmetic-seed1 \
         --kl-reference smollm2-135m-instruct --name eval_arithmetic_kl
 """
@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, write_result  # noqa: E402
-
+from bench.common import RESULTS, write_result
 from evotune.evaluation.evaluate import EvalOptions, evaluate_models  # noqa: E402
 from evotune.evaluation.report import format_table  # noqa: E402
 from evotune.runs.loading import eval_quantization, load_for_eval  # noqa: E402
@@ -54,7 +51,7 @@ def main() -> None:
         models = models + [args.kl_reference]  # the reference is a row too (KL 0), as in `evotune eval`
     results = evaluate_models(models, task, options, load_for_eval, eval_quantization)
     print(format_table(results))
-    write_result(name, {"command": "python bench/eval_tasks.py " + " ".join(sys.argv[1:]), "task": args.task,
+    write_result(name, {"command": "python -m bench.learning.eval_tasks " + " ".join(sys.argv[1:]), "task": args.task,
                         "max_new_tokens": args.max_new_tokens, "num_samples": args.num_samples,
                         "temperature": args.temperature, "dtype": args.dtype,
                         "wall_time_s": round(time.perf_counter() - started, 1), "results": results})

@@ -1,7 +1,7 @@
 """Held-out accuracy per stage and seed, with Wilson 95% intervals: base, after the warm start (SFT), and
 each method continued from it, at its last evaluation within a training-time budget and at its end.
 
-    python bench/stage_table.py --runs runs/essa_vs_grpo --methods essa grpo --budget-time 600 \
+    python -m bench.learning.stage_table --runs runs/essa_vs_grpo --methods essa grpo --budget-time 600 \
         --name stages_essa_vs_grpo_arithmetic
 (run directories RUNS/sft-seedS and RUNS/METHOD-seedS, as bench/essa/essa_vs_grpo.sh and
 bench/countdown_small/countdown_small.sh write)
@@ -13,9 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.evaluation.statistics import wilson_interval  # noqa: E402
 from evotune.tracking.tracker import read_metrics  # noqa: E402
 
@@ -68,8 +66,9 @@ def main() -> None:
         lines.append(f"| {row['seed']} | {show(row['base'])} | {show(row['sft'])} | " + " | ".join(
             f"{show(row[m]['at_budget'])} | {show(row[m]['final'])} ({row[m]['final_train_s']:g})" if row[m] else
             "not run | not run" for m in args.methods) + " |")
-    write_result(args.name, {"command": "python bench/stage_table.py " + " ".join(sys.argv[1:]), "metric": args.metric,
-                             "num_eval": n, "budget_time_s": args.budget_time, "rows": rows, "table": lines})
+    write_result(args.name, {"command": "python -m bench.learning.stage_table " + " ".join(sys.argv[1:]),
+                             "metric": args.metric, "num_eval": n, "budget_time_s": args.budget_time, "rows": rows,
+                             "table": lines})
     print("\n".join(lines))
 
 

@@ -14,7 +14,7 @@ back-to-back pairs, and of CPU seconds, the steadier number on a shared machine,
 it records too), the CPU model and its bf16-relevant flags, and what `dtype: auto` picks here, in
 bench/results/dtype_speed_<cpu tag>.json.
 
-    python bench/dtype_speed.py
+    python -m bench.speed.dtype_speed
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from bench.common import write_result
 
 DTYPES = ("float32", "bfloat16")
 WORKLOADS = ("generation", "forward", "backward")
@@ -140,7 +139,7 @@ def main() -> None:
     auto, why = auto_dtype("cpu", flags)
     results = {name: summary(wall, cpu, name) for name in WORKLOADS}
     payload = {
-        "command": "python bench/dtype_speed.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.speed.dtype_speed " + " ".join(sys.argv[1:]),
         "model": args.model, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
         "backward_examples": args.backward_examples, "repeats": args.repeats, "torch_threads": args.threads,
         "cpu_model": model_name,

@@ -5,7 +5,7 @@ The workload is one ES iteration's generation: population_size x the same batch 
 greedy, max_new_tokens each. Each arm counts the tokens it actually generated (re-tokenized
 completions), so arms that stop at EOS at different points are still compared per token.
 
-    python bench/generation_throughput.py --population-size 16 --batch-size 32 --max-new-tokens 128
+    python -m bench.speed.generation_throughput --population-size 16 --batch-size 32 --max-new-tokens 128
 
 On a CPU the vllm arm is the engine evotune runs ES on (in process, eager, linear layers computing
 from the weights ES writes: backends/vllm_cpu.py), threads as many as torch has in this process.
@@ -17,8 +17,7 @@ import argparse
 import sys
 import time
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from common import write_result  # noqa: E402
+from bench.common import write_result
 
 
 def measure(backend, prompts: list, population_size: int, max_new_tokens: int, repeats: int) -> dict:
@@ -58,7 +57,7 @@ def main() -> None:
     vllm = measure(VLLMBackend(args.model, args.dtype, gpu_memory_utilization=0.5), prompts, args.population_size,
                    args.max_new_tokens, args.repeats)
     write_result(f"generation_throughput_{device}_{args.task}_{args.max_new_tokens}tok", {
-        "command": "python bench/generation_throughput.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.speed.generation_throughput " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": args.dtype,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "hf": hf, "vllm": vllm,
         "vllm_over_hf_tokens_per_s": round(vllm["tokens_per_s"] / hf["tokens_per_s"], 2)})

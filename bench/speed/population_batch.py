@@ -10,12 +10,12 @@ each chunk of P candidates runs through P stacked copies of the perturbed weight
 (backends/stacked_weights.py). Reported: seconds per population (median over repeats), speedup over
 one-at-a-time, and whether the rewards (and completions) are identical to the one-at-a-time arm.
 
-    python bench/population_batch.py --repeats 3
-    python bench/population_batch.py --space full --dtype float32 --population-batch-sizes 2 4 8 \
+    python -m bench.speed.population_batch --repeats 3
+    python -m bench.speed.population_batch --space full --dtype float32 --population-batch-sizes 2 4 8 \
         --name population_batch_full
 
 Every completion is generated to exactly max_new_tokens (EOS suppressed until then, in all arms,
-as in bench/overhead.py), so perturbed candidates do not make the arms different workloads.
+as in bench/speed/overhead.py), so perturbed candidates do not make the arms different workloads.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.backends import DEFAULT_MODEL, HFBackend  # noqa: E402
 from evotune.distributed import BatchedEvaluator, LocalEvaluator  # noqa: E402
 from evotune.spaces import FullParameterSpace  # noqa: E402
@@ -122,7 +120,7 @@ def main() -> None:
     reference, reference_text = rewards["one_at_a_time"], completions["one_at_a_time"]
     total_completions = sum(len(c) for c in reference_text)
     payload = {
-        "command": "python bench/population_batch.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.speed.population_batch " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": args.dtype, "space": args.space, "sigma": args.sigma,
         **({"lora_rank": args.rank, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "b_std": args.b_std}
            if args.space == "svd_lora" else {}),

