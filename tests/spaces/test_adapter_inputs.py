@@ -185,3 +185,22 @@ def test_fresh_adapter_target_modules_all_linear_or_named_by_what_is_missing(tin
         return
     with pytest.raises(ConfigError, match="lora_target_modules: target module.s. nosuch_proj match no module"):
         init_lora_adapter(model, rank=2, target_modules=targets)
+
+
+def test_an_adapter_recorded_with_the_loaded_models_own_path_loads_quietly_under_another_name(tiny_model_dir,
+                                                                                              tmp_path):
+    """The built-in model is named `smollm2-135m-instruct` in a config but loads from its package's directory, which
+    is what an adapter trained on it records: the same base under two names is not another base."""
+    from transformers import AutoModelForCausalLM
+
+    from evotune.files.adapters import check_adapter
+
+    adapter = save_adapter(tiny_model_dir, tmp_path / "adapter")  # records tiny_model_dir, the loaded path
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_adapter(adapter, model, "tiny-model-alias")
+    assert not [w for w in caught if "trained on" in str(w.message)]
+    set_config(adapter, base_model_name_or_path="SomeOrg/Another-Model-1B")  # another base still warns
+    with pytest.warns(UserWarning, match="trained on SomeOrg/Another-Model-1B"):
+        check_adapter(adapter, model, "tiny-model-alias")

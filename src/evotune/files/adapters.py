@@ -147,7 +147,11 @@ def check_adapter(adapter: str | Path, model: Any, model_name: str | None = None
     check_target_modules(model, config.get("target_modules"), f"adapter {adapter} (adapter_config.json)")
     check_shapes(adapter, shapes, model)
     recorded = config.get("base_model_name_or_path")
-    if model_name and recorded and not same_model(str(recorded), str(model_name)):
+    # the loaded model's own record names it too: the built-in `smollm2-135m-instruct` loads from its package's
+    # directory, which is what an adapter trained on it records
+    loaded = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
+    if model_name and recorded and not same_model(str(recorded), str(model_name)) and not (
+            loaded and same_model(str(recorded), str(loaded))):
         warnings.warn(f"adapter {adapter} was trained on {recorded}, but the base model here is {model_name}; "
                       "the shapes match, so it loads, but its effect on another base is not what it learned.",
                       stacklevel=2)
