@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import Backend, resolve_device
-from .config.train import ADAPTER_SPACES, TrainConfig
+from .config.train import TrainConfig
 from .distributed.base import Evaluator, Replica
 from .errors import ConfigError
 from .optimizers import make_optimizer
@@ -85,11 +85,6 @@ def load_backend(config: TrainConfig, device: str) -> Backend:
     return backend_class(config.backend).from_config(config, device)
 
 
-def vllm_population_batch(config: TrainConfig) -> int:
-    """Candidates per engine batch on vLLM: `population_batch_size`, else the whole population."""
-    return config.population_batch_size or config.population_size
-
-
 def build_strategy(config: TrainConfig, space: Space) -> Strategy:
     return STRATEGIES[config.strategy].from_config(config, space)
 
@@ -148,17 +143,11 @@ def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
                             shards=config.prompt_shards, straggler_factor=config.straggler_factor,
                             timeout=config.ray_timeout)
 
-    batch = vllm_population_batch(config) if config.backend == "vllm" else config.population_batch_size
-    if config.space == "full" and config.backend != "hf":  # stacked full-rank copies are the hf backend's
-        batch = None
-    if config.space == "lowrank":  # the point of low-rank members: the whole population in one batch by default
-        batch = config.population_batch_size or config.population_size
-    if batch == "auto":  # space full on hf: as many stacked copies as the device's free memory holds (CPU: 1)
-        from .backends.stacked_weights import auto_population_batch
-
-        batch = auto_population_batch(replica.backend.model, replica.space.parameters, config.population_size,
-                                      config.generation_batch_size or config.batch_size, config.max_new_tokens)
-    if config.space in (*ADAPTER_SPACES, "lowrank", "full") and batch and batch > 1:
+    # the space says whether its candidates can share a forward, the backend how many do (hf: when asked, or
+    # `auto` from free memory; a vLLM engine: the whole population as LoRA requests by default)
+    model = getattr(replica.backend, "model", None)  # `auto`: the free memory of its device
+    batch = backend_class(config.backend).population_batch(config, replica.space, model)
+    if batch and batch > 1:
         from .distributed import BatchedEvaluator
 
         return BatchedEvaluator.from_replica(replica, population_batch_size=batch)

@@ -86,6 +86,22 @@ class HFBackend:
                         QuantizationSettings.from_config(config), shared_prefix=config.shared_prefix,
                         compile_generation=bool(config.compile_generation))
 
+    @classmethod
+    def population_batch(cls, config: Any, space: Any, model: Any = None) -> int | None:
+        """Candidates per batched forward for `space` (its `population_batching`), or None: one at a time. `auto`
+        (full copies): as many stacked copies as the free memory of `model`'s device holds (CPU: 1)."""
+        batch = config.population_batch_size
+        if space.population_batching == "whole":
+            return batch or config.population_size
+        if space.population_batching != "requested":
+            return None
+        if batch == "auto":
+            from .stacked_weights import auto_population_batch
+
+            return auto_population_batch(model, space.parameters, config.population_size,
+                                         config.generation_batch_size or config.batch_size, config.max_new_tokens)
+        return batch
+
     def __init__(self, model: Any, tokenizer: Any, generation_batch_size: int | None = None,
                  shared_prefix: bool | None = None, compile_generation: bool = False):
         contiguous_head_input(model)

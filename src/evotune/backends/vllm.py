@@ -152,6 +152,14 @@ class VLLMBackend:
         return cls(config.model, config.dtype, quantization=config.quantization, lora_rank=adapter_rank(config),
                    max_loras=batch, **engine)
 
+    @classmethod
+    def population_batch(cls, config: Any, space: Any, model: Any = None) -> int | None:
+        """Candidates per engine batch for `space`: `population_batch_size`, else the whole population (LoRA
+        requests); None for a space the engine evaluates one candidate at a time (full-rank weights)."""
+        if space.population_batching == "none":
+            return None
+        return config.population_batch_size or config.population_size
+
     def __init__(self, model: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, quantization: str = "none", seed: int = 0,
                  lora_rank: int | None = None, max_loras: int = 1, host_dtype: str | None = None,

@@ -151,6 +151,7 @@ class EngineLowRankSpace(EngineSpace, FactoredSpace):
     gives on the hf backend, so a population is one engine batch. apply() (Ray actors, one member at a
     time) writes the dense perturbation into the engine's weights instead.
     """
+    population_batching = "whole"  # the population as LoRA requests, one engine batch by default
 
     @classmethod
     def from_config(cls, config: Any, backend: VLLMBackend, optimizer: Any) -> EngineLowRankSpace:

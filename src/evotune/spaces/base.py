@@ -41,6 +41,10 @@ class Space(ABC):
     apply_update(update) moves the mean (through `optimizer` for seed updates)."""
 
     optimizer: Optimizer | None = None
+    # How a population of this space may be evaluated in one batched forward (the backend decides the number,
+    # Backend.population_batch): "none" one candidate at a time; "requested" when `population_batch_size` asks for
+    # it (or the backend batches by default); "whole" the whole population by default.
+    population_batching = "none"
 
     @abstractmethod
     def apply(self, member: Member) -> None:

@@ -67,6 +67,7 @@ class StackedWeight:
 class FullParameterSpace(FactoredSpace):
     """All (or a regex-selected subset of) a model's parameters, perturbed in place, or (candidate_factors) as
     one stacked copy per member for a population-batched forward."""
+    population_batching = "requested"  # stacked full copies, on the hf backend (`population_batch_size`)
 
     prefetches = True  # `prefetch_candidates`: the next candidate written into a second copy of the weights
 

@@ -113,6 +113,7 @@ class AdapterSpace(FactoredSpace):
     and `self.mean`, implements `_weights(vector)` (one tensor per factor), then calls
     `_mean_changed()`.
     """
+    population_batching = "requested"  # stacked adapters in one forward; a vLLM engine's LoRA requests
 
     def __init__(self, model: torch.nn.Module, adapter: str, noise_kind: str, optimizer: Optimizer | None):
         self.model = model

@@ -143,6 +143,7 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
     named_tensors: (parameter name, weight) pairs to use instead of the model's Linear weights (e.g. the
     HF-named views into a vLLM engine's fused weights; each must be a Linear weight (out, in)).
     """
+    population_batching = "whole"  # the point of low-rank members: the whole population in one batch
 
     prefetches = False
 
