@@ -301,6 +301,12 @@ def engine_close() -> str:
             f"{data['repeats']}, side by side)")
 
 
+def engine_start() -> str:
+    data = _load("engine_close.json")
+    return (f"{data['evotune worker extension']['start_s_median']:.1f} s (median of {data['repeats']}) for the "
+            f"doctor's tiny Llama with its engine core in its own process, on {data['machine'].split(', ')[-1]}")
+
+
 def stability_sources() -> str:
     differences = _load("stability_sources_arithmetic.json")["differences"]
 
@@ -633,7 +639,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "quantization-speed": quantization_speed, "quantization-speed-table": quantization_speed_table,
     "essa-gsm8k": essa_gsm8k, "countdown-small": countdown_small,
     "shared-prefix": shared_prefix, "peer-loop": peer_loop, "prefetch-idle-core": prefetch_idle_core,
-    "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm, "engine-close": engine_close, "hardware-status": hardware_status}
+    "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm, "engine-close": engine_close, "engine-start": engine_start, "hardware-status": hardware_status}
 
 
 def render(name: str) -> str:
