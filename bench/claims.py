@@ -639,7 +639,8 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "quantization-speed": quantization_speed, "quantization-speed-table": quantization_speed_table,
     "essa-gsm8k": essa_gsm8k, "countdown-small": countdown_small,
     "shared-prefix": shared_prefix, "peer-loop": peer_loop, "prefetch-idle-core": prefetch_idle_core,
-    "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm, "engine-close": engine_close, "engine-start": engine_start, "hardware-status": hardware_status}
+    "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm, "engine-close": engine_close, "engine-start": engine_start,
+    "hardware-status": hardware_status}
 
 
 def render(name: str) -> str:
