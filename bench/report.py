@@ -24,12 +24,20 @@ def section(title: str, command: str, columns: list[str], rows: list[str]) -> li
 
 
 def learning_rows(data: dict) -> list[str]:
-    rows = []
-    for run in data["runs"]:
-        rows.append(f"| {data['config']} {' '.join(data['command'].split('--set')[1:]) or ''} | {run['seed']} "
-                    f"| {run['before']:.4g} | {run['after']:.4g} | {max(v for _, v in run['curve']):.4g} "
-                    f"| {run['iteration_time_s_mean']} | {run['wall_time_s']} |")
-    return rows
+    """One row per seed. The run is labelled by its config file as it was on the day it ran (a config in examples/
+    changes between releases: the arithmetic runs of November 23 used its 10-token settings, now
+    bench/configs/arithmetic_10tok.yaml) and its `--set` overrides only (no scratch paths); accuracies in percent."""
+    overrides = " ".join(part.split()[0] for part in data["command"].split("--set")[1:])
+    day = data.get("machine", {}).get("date", "").split(" ")[0]
+    label = f"{data['config']}{f' as of {day}' if day else ''}{f' with {overrides}' if overrides else ''}"
+    percent = data["metric"].endswith("accuracy")
+
+    def show(value: float) -> str:
+        return f"{100 * value:.1f}%" if percent else f"{value:.4g}"
+
+    return [f"| {label} | {run['seed']} | {show(run['before'])} | {show(run['after'])} | "
+            f"{show(max(v for _, v in run['curve']))} | {run['iteration_time_s_mean']} | {run['wall_time_s']} |"
+            for run in data["runs"]]
 
 
 def heldout_lines() -> list[str]:
@@ -251,7 +259,8 @@ def study_lines() -> list[str]:
     return lines
 
 
-def main() -> None:
+def render() -> str:
+    """bench/results/README.md's text, from the result files alone."""
     lines = ["# Benchmark results", "", "Written by `python -m bench.report` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
     learning = sorted(RESULTS.glob("learning_*.json"))
@@ -290,8 +299,13 @@ def main() -> None:
     lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
     lines += grpo_memory_lines() + eval_budget_lines() + study_lines()
     lines += compare_lines()
-    (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    text = render()
+    (RESULTS / "README.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
