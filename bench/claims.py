@@ -83,6 +83,20 @@ def drift_arithmetic() -> str:
             f"{100 * data['at_equal_target']['level']:.1f}% accuracy (where it stood at {there}): {kl}")
 
 
+def drift_anchor() -> str:
+    methods = _load("drift_arithmetic.json")["methods"]
+    free, anchored = methods["es"], methods["es-anchor10"]
+    ratio = free["retain/conciseness/kl"]["mean"] / anchored["retain/conciseness/kl"]["mean"]
+    cost = 100 * (free["target_accuracy"]["mean"] - anchored["target_accuracy"]["mean"])
+    return f"`anchor_decay` 10 cuts full ES's KL {ratio:.1f}x at {cost:.0f} points of accuracy"
+
+
+def gpu_lowrank_ratio() -> str:
+    rows = {row["method"].split(" (")[0]: row for row in _load("gpu_h200_hf.json")["rows"]}
+    ratio = rows["low-rank ES"]["candidate_evals_per_second"] / rows["full ES"]["candidate_evals_per_second"]
+    return f"{ratio:.0f}x full ES's candidates per second on an H200"
+
+
 def lowrank_throughput_cpu() -> str:
     data = _load("lowrank_throughput.json")
     ratios = {key.split("_")[0]: value["speedup_over_full"]["lowrank_batched"]
@@ -625,6 +639,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "stability-sources": stability_sources, "stability-averaging": stability_averaging,
     "stability-budget": stability_budget,
     "drift-arithmetic": drift_arithmetic, "drift-table": drift_table, "drift-equal-target": drift_equal_target,
+    "drift-anchor": drift_anchor, "gpu-lowrank-ratio": gpu_lowrank_ratio,
     "conciseness-pareto": conciseness_pareto, "conciseness-pareto-summary": conciseness_pareto_summary,
     "sweep-arithmetic": sweep_arithmetic,
     "lowrank-throughput-cpu": lowrank_throughput_cpu, "lowrank-throughput-table": lowrank_throughput_table,
