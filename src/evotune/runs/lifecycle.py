@@ -55,7 +55,6 @@ class RunLifecycle:
         self._inspect, self._on_resume = inspect, on_resume
         self.checkpoint: Path | None = None
         self.started = False  # opened once: later `opened` blocks (a second train()) only take the lock
-        self.created = False  # the run made output_dir: a failed start removes it again when it is empty
 
     @property
     def new_run(self) -> bool:
@@ -95,7 +94,6 @@ class RunLifecycle:
         that fails before `iterations_done()` is above 0 leaves nothing behind."""
         made = [parent for parent in (self.output_dir, *self.output_dir.parents) if not parent.exists()]
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.created = self.created or bool(made)
         run_lock.acquire(self.output_dir)
         try:
             if not self.started:
