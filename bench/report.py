@@ -259,6 +259,24 @@ def study_lines() -> list[str]:
     return lines
 
 
+def gpu_check_lines() -> list[str]:
+    """The GPU check's reports (bench/gpu_check/): the table the docs quote, and each device call's command."""
+    from .claims import GPU_CHECK_FILES, gpu_check_table
+
+    present = [name for name in GPU_CHECK_FILES if (RESULTS / name).exists()]
+    if not present:
+        return []
+    def command(name: str) -> str:  # without the machine's scratch folders
+        words = json.loads((RESULTS / name).read_text())["command"].split()
+        scratch = ("--output", "--work-dir")
+        return " ".join(word for index, word in enumerate(words)
+                        if word not in scratch and words[index - 1] not in scratch)
+
+    commands = [f"- `{name}`: `{command(name)}`" for name in present]
+    return ["## GPU check (one device call per file, the same warm machine)", "", *commands,
+            gpu_check_table().rstrip("\n"), ""]
+
+
 def render() -> str:
     """bench/results/README.md's text, from the result files alone."""
     lines = ["# Benchmark results", "", "Written by `python -m bench.report` from the JSON files beside it; each JSON "
@@ -297,7 +315,7 @@ def render() -> str:
                   f"**{d['ratio_excluding_master_copy']}**, with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
     lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
-    lines += grpo_memory_lines() + eval_budget_lines() + study_lines()
+    lines += grpo_memory_lines() + eval_budget_lines() + study_lines() + gpu_check_lines()
     lines += compare_lines()
     return "\n".join(lines) + "\n"
 

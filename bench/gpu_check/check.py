@@ -6,7 +6,8 @@ run in CI, from the installed wheel as on the GPU machine, so the script cannot 
 (`--budget-seconds`; a step that would not fit is recorded as skipped, and the report is rewritten after every
 step so a killed run still leaves what it measured):
 
-  * resume: a run stopped after half its iterations and resumed equals the uninterrupted run, tensor for tensor;
+  * resume: a run stopped after half its iterations and resumed equals the uninterrupted run, tensor for tensor
+    (4 candidates x 4 prompts x 8 new tokens: exactness does not depend on the size, and it runs first);
   * throughput, one row per arm on the same task (arithmetic, 48 new tokens, population 30 x 32 prompts on a GPU):
     full ES one candidate at a time (`full_one_at_a_time`: greedy decoding without a host sync per token), the
     same with transformers' own loop (`full_own_loop`, a host sync per token), population-batched
@@ -20,6 +21,11 @@ step so a killed run still leaves what it measured):
     over memory bandwidth;
   * learning at a fixed wall time (`--learn-seconds`, 60 on a GPU): held-out accuracy before and after, for
     low-rank ES, batched full ES and GRPO, seeds 0..2 where time allows.
+
+A lent GPU comes for 15 minutes, start included, so one call seldom measures everything. `--previous FILE ...`
+(gpu_check.sh passes the committed bench/results/gpu_check_*.json) keeps the rows an earlier run measured on a card
+of the same name, each marked `carried_from`, and measures only the rest; a card of another name measures all.
+A step starts only if its estimate (ESTIMATE_SECONDS, from the first H200 run) fits the time left.
 
     python -m bench.gpu_check.check --device cuda --output bench/results/gpu_check.json
     python -m bench.gpu_check.check --device cpu --model TINY_DIR --population-size 4 --batch-size 2 \
@@ -45,9 +51,16 @@ DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
                  "H100": {"bf16_tflops": 989.0, "bandwidth_tb_s": 3.35}}
 
 # The ES throughput rows: config overrides of each (full_own_loop also decodes with transformers' own loop).
-ARMS = {"full_one_at_a_time": {}, "full_batched": {"population_batch_size": "auto"},
-        "lowrank": {"space": "lowrank", "perturbation_rank": 1}, "full_own_loop": {},
+# (full ES on CUDA defaults to `population_batch_size: auto`, so the one-at-a-time arms say 1)
+ARMS = {"full_one_at_a_time": {"population_batch_size": 1}, "full_batched": {"population_batch_size": "auto"},
+        "lowrank": {"space": "lowrank", "perturbation_rank": 1}, "full_own_loop": {"population_batch_size": 1},
         "full_compiled": {"compile_generation": True}}
+# Seconds each step took on the first H200 run (bench/results/gpu_check_h200*.json), model loads and evaluations
+# included, rounded up: a step starts only when its estimate fits the time left (a learning row: its
+# --learn-seconds plus LEARN_OVERHEAD_SECONDS).
+ESTIMATE_SECONDS = {"resume": 60, "full_one_at_a_time": 160, "full_own_loop": 170, "full_batched": 70,
+                    "lowrank": 45, "full_compiled": 115, "grpo": 90}
+LEARN_OVERHEAD_SECONDS = 45
 # Learning at a fixed wall time: (name, overrides, seeds); GRPO is added where TRL is installed.
 LEARN = [("lowrank", ARMS["lowrank"], (0, 1, 2)), ("full_batched", ARMS["full_batched"], (0,))]
 LEARN_GRPO_SEEDS = (0, 1, 2)
@@ -138,7 +151,7 @@ def pure_generation_seconds(trainer: Any, rows_per_generate: int, total_rows: in
     return time.perf_counter() - started
 
 
-def es_row(args: argparse.Namespace, name: str, work: Path, **overrides: Any) -> dict[str, Any]:
+def es_row(args: argparse.Namespace, name: str, work: Path, facts: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     started = time.perf_counter()
     trainer, records, peak_mib = train(base_config(args, num_eval=args.throughput_num_eval, **overrides), work / name,
                                        own_loop=name == "full_own_loop")
@@ -161,24 +174,28 @@ def es_row(args: argparse.Namespace, name: str, work: Path, **overrides: Any) ->
            "pure_token_slots_per_second": round(rows * config.max_new_tokens / pure, 1),
            "fraction_of_pure_inference": round(pure / per_iteration, 3),
            "peak_gpu_memory_mib": peak_mib, "accuracy_before": evals[0], "accuracy_after": evals[-1],
+           # the same seeds in every arm: equal rewards say the arms generated the same completions
+           "reward_mean_per_iteration": [r["reward_mean"] for r in records if "reward_mean" in r],
            "num_eval": args.throughput_num_eval, "wall_s": round(time.perf_counter() - started, 1),
            "tokens_per_iteration": rows * config.max_new_tokens,
            "decoding_steps_per_iteration": -(-rows // rows_per_generate) * config.max_new_tokens,
            "parameters": sum(p.numel() for p in trainer.backend.model.parameters())}
+    row.update(limits_distance(row, facts, next(trainer.backend.model.parameters()).element_size()))
     trainer.backend.close()
     return row
 
 
 def resume_check(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Stop a run after half its iterations, resume it, and count the tensors that differ from an uninterrupted run
-    (a small population: exactness does not depend on the size)."""
+    (a small population and few tokens: exactness does not depend on the size)."""
     import torch
 
     from evotune.config import TrainConfig
     from evotune.trainer import Trainer
 
-    small = dict(population_size=min(args.population_size, 8), batch_size=min(args.batch_size, 8),
-                 num_eval=min(args.num_eval, 8), iterations=4, checkpoint_every=2)
+    small = dict(population_size=min(args.population_size, 4), batch_size=min(args.batch_size, 4),
+                 max_new_tokens=min(args.max_new_tokens, 8), num_eval=min(args.num_eval, 4), iterations=4,
+                 checkpoint_every=2, population_batch_size=1)
     whole = Trainer(TrainConfig(**base_config(args, **small)), work / "resume_whole")
     whole.train()
     Trainer(TrainConfig(**base_config(args, **{**small, "iterations": 2})), work / "resume_split").train()
@@ -250,10 +267,11 @@ def learn_row(args: argparse.Namespace, work: Path, name: str, overrides: dict[s
 class Report:
     """The report's rows, written after every step, and the time left for more."""
 
-    def __init__(self, output: Path, budget_seconds: float, facts: dict[str, Any]):
+    def __init__(self, output: Path, budget_seconds: float, facts: dict[str, Any], previous: list[Path] = ()):
         self.output, self.deadline, self.started = output, time.perf_counter() + budget_seconds, time.perf_counter()
         self.results: dict[str, Any] = {"command": "python -m bench.gpu_check.check " + " ".join(sys.argv[1:]),
                                          "facts": facts}
+        self.carried = carried_rows(previous, facts)
         self.write()
 
     def write(self) -> None:
@@ -262,10 +280,13 @@ class Report:
         self.output.write_text(json.dumps(self.results, indent=2, default=str) + "\n")
 
     def step(self, name: str, work: Callable[[], Any], needs_seconds: float = 0.0) -> None:
-        """One check: its result, or its error (the script goes on); skipped when fewer than `needs_seconds`
-        are left before the deadline."""
+        """One check: its result, or its error (the script goes on); carried from an earlier run when one on this
+        card measured it; skipped when fewer than `needs_seconds` are left before the deadline."""
         left = self.deadline - time.perf_counter()
-        if left < needs_seconds:
+        if name in self.carried:
+            self.results[name] = self.carried[name]
+            print(f"gpu_check: {name}: carried from {self.carried[name]['carried_from']}", file=sys.stderr, flush=True)
+        elif left < needs_seconds:
             self.results[name] = {"skipped": f"{left:.0f} s left, the step needs about {needs_seconds:.0f}"}
         else:
             started = time.perf_counter()
@@ -280,6 +301,19 @@ class Report:
         self.write()
 
 
+def carried_rows(previous: list[Path], facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The measured rows (not skipped, not failed) of earlier reports from a card of the same name as this one."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in previous:
+        report = json.loads(Path(path).read_text())
+        if report.get("facts", {}).get("name") != facts.get("name"):
+            continue
+        for name, row in report.items():
+            if isinstance(row, dict) and name != "facts" and not {"skipped", "error"} & row.keys():
+                rows.setdefault(name, {**row, "carried_from": row.get("carried_from", Path(path).name)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -288,8 +322,8 @@ def main() -> None:
     parser.add_argument("--population-size", type=int, default=30)
     parser.add_argument("--population-batch-size", type=population_batch_size, default="auto",
                         help="full ES batched arm: candidates per generate (default auto: from free GPU memory)")
-    parser.add_argument("--arms", nargs="+", choices=[*ARMS, "grpo"], default=[*ARMS, "grpo"],
-                        help="the throughput rows to measure (default: all)")
+    parser.add_argument("--arms", nargs="+", choices=["resume", *ARMS, "grpo"], default=["resume", *ARMS, "grpo"],
+                        help="the resume check and throughput rows to measure (default: all)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--iterations", type=int, default=3, help="iterations of each throughput row")
@@ -301,27 +335,25 @@ def main() -> None:
                         help="start no step that would end after this many seconds from the start")
     parser.add_argument("--work-dir", default="/tmp/evotune_gpu_check")
     parser.add_argument("--output", required=True, help="JSON file for the report")
+    parser.add_argument("--previous", nargs="*", type=Path, default=[],
+                        help="earlier reports: their rows measured on a card of this name are kept, not measured again")
     args = parser.parse_args()
     work = Path(args.work_dir)
     if work.exists() and any(work.iterdir()):
         raise SystemExit(f"--work-dir {work} is not empty; give a new one (its runs would be refused)")
     facts = device_facts(args.device)
-    report = Report(Path(args.output), args.budget_seconds, facts)
-    report.step("resume", lambda: resume_check(args, work))
+    report = Report(Path(args.output), args.budget_seconds, facts, args.previous)
+    if "resume" in args.arms:
+        report.step("resume", lambda: resume_check(args, work), needs_seconds=ESTIMATE_SECONDS["resume"])
     arms = {name: dict(overrides) for name, overrides in ARMS.items() if name in args.arms}
     if "full_batched" in arms:
         arms["full_batched"]["population_batch_size"] = args.population_batch_size
     for name, overrides in arms.items():
-        report.step(name, lambda name=name, overrides=overrides: es_row(args, name, work, **overrides),
-                    needs_seconds=20)
+        report.step(name, lambda name=name, overrides=overrides: es_row(args, name, work, facts, **overrides),
+                    needs_seconds=ESTIMATE_SECONDS[name])
     has_trl = _has_trl()
     if "grpo" in args.arms and has_trl:
-        report.step("grpo", lambda: grpo_row(args, work), needs_seconds=20)
-    bytes_per_parameter = 2 if args.dtype in ("auto", "bfloat16") and args.device.startswith("cuda") else 4
-    for name in arms:
-        if isinstance(report.results.get(name), dict) and "tokens_per_iteration" in report.results[name]:
-            report.results[name].update(limits_distance(report.results[name], facts, bytes_per_parameter))
-    report.write()
+        report.step("grpo", lambda: grpo_row(args, work), needs_seconds=ESTIMATE_SECONDS["grpo"])
     if not args.no_learn:
         learning = [(name, overrides, seeds) for name, overrides, seeds in LEARN]
         if "full_batched" in arms:
@@ -334,7 +366,7 @@ def main() -> None:
         for name, overrides, seed in order:
             report.step(f"learn_{name}_seed{seed}",
                         lambda name=name, overrides=overrides, seed=seed: learn_row(args, work, name, overrides, seed),
-                        needs_seconds=args.learn_seconds * 1.5 + 10)
+                        needs_seconds=args.learn_seconds + LEARN_OVERHEAD_SECONDS)
     print(json.dumps({name: {k: v for k, v in value.items() if k != "traceback"} if isinstance(value, dict) else value
                       for name, value in report.results.items()}, indent=2, default=str))
 

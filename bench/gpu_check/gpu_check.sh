@@ -8,7 +8,8 @@
 # then the printed calls: calls 1..N-1 leave a part of the model in /tmp on the GPU machine; the last one runs
 #   bash bench/gpu_check/gpu_check.sh install    # wheels into /tmp/evotune_site, the model reassembled (sha256)
 #   bash bench/gpu_check/gpu_check.sh run        # the measurement (bench/gpu_check/check.py), one timeout
-# `run` writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT), rewritten after every step.
+# `run` writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT), rewritten after every step; rows
+# bench/results/gpu_check_*.json measured on a card of the same name are carried, not measured again.
 # It imports evotune from the installed target only (PYTHONPATH, and the checkout's src/ is not on the path).
 # DEVICE=cpu MODEL=<dir> with tiny settings is the dry run CI does (test_gpu_check.py in tests/bench/).
 set -euo pipefail
@@ -30,6 +31,10 @@ print('installed: evotune', evotune.__version__, evotune.__file__, '| transforme
     WORK=${WORK:-$(mktemp -d)/runs}
     extra=()
     if [ -n "${MODEL:-}" ]; then extra+=(--model "$MODEL"); fi
+    # rows measured before on a card of the same name are kept, not measured again (check.py --previous)
+    shopt -s nullglob
+    previous=(bench/results/gpu_check_*.json)
+    if [ ${#previous[@]} -gt 0 ]; then extra+=(--previous "${previous[@]}"); fi
     timeout "${TIMEOUT:-480}" python3 -m bench.gpu_check.check --device "$DEVICE" --output "$OUTPUT" \
       --work-dir "$WORK" "${extra[@]}" ${GPU_CHECK_ARGS:-} ;;
   *) echo "usage: bash bench/gpu_check/gpu_check.sh [prepare|install|run]" >&2; exit 2 ;;

@@ -56,7 +56,7 @@ def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str]) ->
     assert report["facts"]["device"] == "cpu"
     assert report["facts"]["evotune"].startswith(str(site)), report["facts"]  # the installed wheel, not src/
     assert report["resume"]["differing"] == 0 and report["resume"]["tensors"] > 0, report["resume"]
-    for arm in (arm for arm in arms if arm != "grpo"):
+    for arm in (arm for arm in arms if arm not in ("grpo", "resume")):
         row = report[arm]
         assert "error" not in row, (arm, row)
         assert row["iterations"] == 2 and row["seconds_per_iteration"] > 0
@@ -64,6 +64,11 @@ def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str]) ->
         assert row["token_slots_per_second"] == pytest.approx(4 * 2 * 4 / row["seconds_per_iteration"], rel=0.01)
     assert report["full_batched"]["settings"] == {"population_batch_size": 2}
     assert report["full_batched"]["candidates_per_generate"] == 2
+    assert report["full_one_at_a_time"]["candidates_per_generate"] == 1
+    assert len(report["full_one_at_a_time"]["reward_mean_per_iteration"]) == 2
+    # the same seeds: the batched arm generated what the one-at-a-time arm did (float32)
+    rewards = report["full_one_at_a_time"]["reward_mean_per_iteration"]
+    assert report["full_batched"]["reward_mean_per_iteration"] == rewards
     assert report["full_batched"]["rows_per_generate"] == 4
     assert report["lowrank"]["rows_per_generate"] == 8  # the whole population in one generate
     # the same greedy tokens with and without the host syncs: the same learning
@@ -77,7 +82,7 @@ def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str]) ->
 
 
 def test_gpu_check_dry_run_on_cpu(installed_site, tiny_model_dir, tmp_path):
-    arms = [arm for arm in [*gpu_check.ARMS, "grpo"] if arm != "full_compiled"]
+    arms = ["resume", *(arm for arm in [*gpu_check.ARMS, "grpo"] if arm != "full_compiled")]
     report = dry_run(installed_site, tiny_model_dir, tmp_path, arms)
     assert "full_compiled" not in report  # --arms picks
 
@@ -97,6 +102,33 @@ def test_every_arm_is_a_config_train_accepts(tiny_model_dir):
 
 @pytest.mark.slow
 def test_gpu_check_dry_run_on_cpu_with_every_arm(installed_site, tiny_model_dir, tmp_path):
-    report = dry_run(installed_site, tiny_model_dir, tmp_path, [*gpu_check.ARMS, "grpo"])
+    report = dry_run(installed_site, tiny_model_dir, tmp_path, ["resume", *gpu_check.ARMS, "grpo"])
     assert report["full_compiled"]["settings"] == {"compile_generation": True}
     assert "error" not in report["full_compiled"], report["full_compiled"]
+
+
+def test_rows_measured_on_the_same_card_are_carried_and_not_measured_again(tmp_path):
+    """--previous: a lent GPU's minutes go to the rows no earlier call on a card of that name measured."""
+    h200 = {"facts": {"name": "NVIDIA H200"}, "resume": {"tensors": 272, "differing": 0},
+            "lowrank": {"seconds_per_iteration": 2.8}, "grpo": {"skipped": "15 s left"},
+            "full_compiled": {"error": "RuntimeError: boom"}}
+    h100 = {"facts": {"name": "NVIDIA H100 80GB HBM3"}, "full_own_loop": {"seconds_per_iteration": 30.0}}
+    (tmp_path / "gpu_check_h200.json").write_text(json.dumps(h200))
+    (tmp_path / "gpu_check_h100.json").write_text(json.dumps(h100))
+    previous = [tmp_path / "gpu_check_h200.json", tmp_path / "gpu_check_h100.json"]
+    report = gpu_check.Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"}, previous)
+    assert set(report.carried) == {"resume", "lowrank"}  # not the skipped or failed rows, not another card's
+    measured = []
+    for name in ("resume", "lowrank", "grpo", "full_own_loop"):
+        report.step(name, lambda name=name: measured.append(name) or {"seconds_per_iteration": 1.0})
+    assert measured == ["grpo", "full_own_loop"]
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert written["lowrank"] == {"seconds_per_iteration": 2.8, "carried_from": "gpu_check_h200.json"}
+    assert written["grpo"] == {"seconds_per_iteration": 1.0}
+
+
+def test_a_step_whose_estimate_does_not_fit_is_skipped(tmp_path):
+    report = gpu_check.Report(tmp_path / "out.json", 30.0, {"name": "cpu"})
+    report.step("full_one_at_a_time", lambda: pytest.fail("started without the time"),
+                needs_seconds=gpu_check.ESTIMATE_SECONDS["full_one_at_a_time"])
+    assert "the step needs about 160" in report.results["full_one_at_a_time"]["skipped"]

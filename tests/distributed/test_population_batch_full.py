@@ -194,6 +194,28 @@ def test_auto_in_a_run_one_at_a_time_on_cpu_and_sized_from_free_memory(tiny_mode
     assert isinstance(evaluator, BatchedEvaluator) and evaluator.population_batch_size == 3  # 6 as 3 + 3
 
 
+@pytest.mark.parametrize("overrides, batched", [
+    ({}, True),  # unset: auto, sized from the free memory on a GPU
+    ({"population_batch_size": 1}, False),
+    ({"compile_generation": True}, False),  # speeds the one-at-a-time loop instead
+    ({"prefetch_candidates": True}, False),
+])
+def test_full_candidates_are_batched_by_default_where_a_gpu_has_room(tiny_model_dir, monkeypatch, overrides, batched):
+    from evotune.backends import stacked_weights
+    from evotune.builders import build_evaluator, build_space, build_task
+    from evotune.distributed.base import Replica
+
+    config = run_config(tiny_model_dir, **overrides)
+    backend = HFBackend.load(tiny_model_dir, dtype="float32")
+    replica = Replica(build_task(config), backend, build_space(config, backend), config.max_new_tokens)
+    assert type(build_evaluator(config, replica)) is LocalEvaluator  # a CPU: one at a time, whatever the setting
+    monkeypatch.setattr(stacked_weights, "free_device_bytes", lambda device: 2**40)  # as a roomy GPU would say
+    evaluator = build_evaluator(config, replica)
+    assert isinstance(evaluator, BatchedEvaluator) is batched
+    if batched:
+        assert evaluator.population_batch_size == config.population_size
+
+
 @pytest.mark.parametrize("value, overrides, message", [
     ("auto", {"space": "lora"}, "space: full"),
     ("four", {}, "whole number"),

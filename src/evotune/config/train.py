@@ -205,9 +205,11 @@ class TrainConfig(RunConfig):
                                               "generation_batch_size); false: every row computes its whole prompt.")
     compile_generation: bool | None = option(None, "hf: decode with a static KV cache and the decoding step "
                                                    "compiled (torch.compile; CUDA graphs on CUDA), reused across "
-                                                   "candidates. None (auto): off, until a GPU measurement shows it "
-                                                   "exact and faster; true: on (plain one-at-a-time batches; the "
-                                                   "first generate of each batch shape pays the compile).")
+                                                   "candidates. None (auto): off: on an H200 in bfloat16 it was as "
+                                                   "fast as population batching but changed some completions "
+                                                   "(bench/results/gpu_check_h200_compiled.json); true: on, for "
+                                                   "one-at-a-time memory (plain one-at-a-time batches; the first "
+                                                   "generate of each batch shape pays the compile).")
     prefetch_candidates: bool = option(False, "space full, hf: write the next candidate's weights into a second copy "
                                               "of the weights on a worker thread while the current one generates, "
                                               "then swap them in (the same bits; one more copy of the weights in "
@@ -219,9 +221,10 @@ class TrainConfig(RunConfig):
                                               "vllm default: the whole population as LoRA requests of one engine "
                                               "batch); full (hf only), one stacked copy of the perturbed weights "
                                               "per candidate, so memory grows by that many copies of the model "
-                                              "(default: one at a time; auto: as many as 80% of the GPU's free "
-                                              "memory holds, one at a time on a CPU). Same completions and rewards "
-                                              "as one at a time in float32.")
+                                              "(default and auto: as many as 80% of the GPU's free memory holds, "
+                                              "one at a time on a CPU or beside compile_generation/"
+                                              "prefetch_candidates; 1: one at a time). Same completions and "
+                                              "rewards as one at a time in float32, and in bfloat16 on an H200.")
     eval_every: int = option(10, "Evaluate every this many iterations (0: only before and after training).")
     log_samples: int = option(4, "Held-out prompts whose completions and rewards go to samples.jsonl and the loggers "
                                  "at each evaluation (0: none).")
