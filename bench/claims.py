@@ -646,6 +646,76 @@ def gpu_compiled_full() -> str:
 
 
 
+# --- numbers outside claims ----------------------------------------------------------------------------------------
+# A number with a unit of results (%, x, points, s, minutes, MiB, ...) in README.md or a top-level docs page must sit
+# in a claim, or be covered by one of these contexts, which say why it is not one of our results: a setting or
+# default, a budget the reader chooses, a size computed from the model, a paper's figure, a statistic of the set's
+# size. Each context is matched in the number's sentence neighbourhood.
+RESULT_NUMBER = re.compile(r"(?<![\w.\-/])[-+~]?\d[\d,]*(?:\.\d+)?(?:\s?(?:%|points?\b|x\b|×|s\b|seconds\b|minutes\b|"
+                           r"MiB\b|GiB\b|MB\b|GB\b|tokens/s\b|it/s\b|ms\b))")
+_HIDDEN = (SPAN, re.compile(r"```.*?```", re.S), re.compile(r"<!--.*?-->", re.S), re.compile(r"`[^`\n]*`"),
+           re.compile(r"\]\([^)]*\)|https?://\S+"))
+NOT_RESULTS = {
+    "95% interval": "a confidence level", "pooled 95%": "a confidence level", "bootstrap 95%": "a confidence level",
+    "a 95%": "a confidence level", "its 95%": "a confidence level", "about ±8 points": "the interval of n = 128",
+    "80% of it holds": "population_batch_size auto's share (a default)", "3 x 10": "an example's shape",
+    "SmolLM2-135M in bfloat16: 270 MB": "the model's size", "6 MB on 135M": "the model's size",
+    "30 minutes": "the studies' budget", "600 s": "the studies' budget", "240 s per point": "the sweep's budget",
+    "30 s by default": "a default", "says every 30 s": "a default", "10 x": "a default",
+    "5 minutes by default": "a default", "60 s iteration": "the simulation's setting",
+    "10% jitter": "the simulation's setting", "1% of the workers 4x": "the simulation's setting",
+    "Share of 60 s": "the simulation's setting", "a 60 s iteration": "the simulation's setting",
+    "past 60 s": "the simulation's setting", "a 4x slower": "the simulation's setting", "the 2% goal": "a goal",
+    "1 GiB KV cache": "a setting", "92% of the node": "vLLM's default", "1.1 GB for SmolLM2-135M": "the model's size",
+    "56 GB for a 7B": "a model's size", "28 GB for 7B": "a model's size", "2 GiB stay free": "a setting",
+    "10 minutes on 2 cores": "the quickstart's budget", "(16 x 48)": "a shape",
+}
+# A sentence holding one of these quotes a paper: its numbers are the paper's, not ours.
+PAPER_SENTENCES = ("The paper reports", "the paper reports", "paper recommends", "The paper trains")
+# Results still written in words on these pages: each is to move into a claim (or go). The test fails on any
+# result number not covered here or above, and on an entry here that no longer matches (so the list only shrinks).
+UNCLAIMED = {
+    "docs/configs.md": ["bfloat16 4x slower"],
+    "docs/es-at-scale.md": ["took 1.20x plain", "its 20 s compile", "(1.03x,"],
+    "docs/essa.md": ["about 9% to about 50%", "differ by 30x", "generated 1.15x", "to 1.25x", "INT4 1.24x",
+                     "to 1.90x", "209 -> 159 MiB", "kept 50.8%", "its 53.0%", "to 27.9%", "2.2 points",
+                     "(30.1%)"],
+    "docs/getting-started.md": ["reached 38.3%", "against 34.4%"],
+    "docs/grpo-and-compare.md": ["~2.6x"],
+    "docs/ray-cluster.md": ["0.24 ms", "costs 1.25%"],
+    "docs/troubleshooting.md": ["about 2 GB", "11 GB peak"],
+    "docs/vllm-and-ray.md": ["alive 15 s", "0.99x-1.02x", "median 1.004x", "median 1.011x", "medians 1.000x",
+                             "and 1.009x", "9.4% -> 18.75%", "131.8 vs 132.1 s"],
+}
+
+
+def number_pages() -> list[Path]:
+    """The pages the outside-a-claim rule covers: README and the top-level docs pages (the changelog records
+    releases; docs/benchmarks/ is not covered yet)."""
+    return [ROOT / "README.md", *sorted(path for path in (ROOT / "docs").glob("*.md") if path.name != "changelog.md")]
+
+
+def unclaimed_numbers(text: str, page: str = "") -> list[tuple[int, str, str]]:
+    """(line, number, context) of each result-looking number in `text` outside claims, code and links that neither a
+    NOT_RESULTS context nor the page's UNCLAIMED entries cover."""
+    for pattern in _HIDDEN:
+        text = pattern.sub(lambda match: re.sub(r"[^\n]", " ", match.group(0)), text)
+    covers = [*NOT_RESULTS, *UNCLAIMED.get(page, [])]
+    bounds = text.replace("e.g. ", "e_g_ ").replace("i.e. ", "i_e_ ")  # not ends of sentences
+    found = []
+    for match in RESULT_NUMBER.finditer(text):
+        around = " ".join(text[max(0, match.start() - 60):match.end() + 60].split())
+        number = " ".join(match.group(0).split())
+        sentence_start = max(bounds.rfind(". ", 0, match.start()), bounds.rfind("\n\n", 0, match.start()))
+        sentence_end = min(index for index in (bounds.find(". ", match.end()), bounds.find("\n\n", match.end()),
+                                               len(text)) if index >= 0)
+        if any(marker in text[sentence_start:sentence_end] for marker in PAPER_SENTENCES):
+            continue
+        if not any(number.lstrip("~+") in cover and cover in around for cover in covers):
+            found.append((text.count("\n", 0, match.start()) + 1, number, around))
+    return found
+
+
 # What ran on which hardware, one row per capability: the result files that show it on a CPU, and the row of the
 # GPU run's file that shows it on CUDA (None: that file has no such row, so it has not run there). A capability
 # with no result file at all on some hardware is "not run" there; nothing here is written in words of its own.

@@ -66,6 +66,13 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 TINY_EVAL_BUDGET = 16
 
 
+def first_in_ci(values) -> list:
+    """Parameters of a test whose variants run the same path through different parts: the first runs in CI, the
+    rest are marked slow (run before an issue is resolved), to keep CI's suite within its minutes."""
+    values = list(values)
+    return [values[0], *(pytest.param(value, marks=pytest.mark.slow) for value in values[1:])]
+
+
 def tiny_config(model_dir: str, **overrides):
     """A TrainConfig for the tiny model: 4 iterations of 4 members, evaluation and checkpoints every 2."""
     from evotune.config import TrainConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import assert_same, requires_ray, state, tiny_config, train_until_killed
+from helpers import assert_same, first_in_ci, requires_ray, state, tiny_config, train_until_killed
 
 from evotune.trainer import Trainer
 
@@ -18,7 +18,7 @@ def config(model_dir: str, space: str, **overrides):
     return tiny_config(model_dir, **options)  # learning_rate 0.05: a fifth of the way back per step
 
 
-@pytest.mark.parametrize("space", list(SPACES))
+@pytest.mark.parametrize("space", first_in_ci(SPACES))
 def test_resumed_run_ends_on_the_uninterrupted_weights(tiny_model_dir, tmp_path, monkeypatch, space):
     uninterrupted = Trainer(config(tiny_model_dir, space), tmp_path / "a")
     uninterrupted.train()
@@ -37,6 +37,7 @@ def test_resumed_run_ends_on_the_uninterrupted_weights(tiny_model_dir, tmp_path,
 
 @requires_ray
 @pytest.mark.usefixtures("ray_instance")
+@pytest.mark.slow  # Ray replicas' replay of an update is tested in CI by distributed/test_ray.py
 def test_ray_replicas_replay_the_decay(tiny_model_dir, tmp_path):
     """Two actors apply every update with the driver's decay: their means equal the driver's bit for bit
     (check_replicas), and the pooled run equals the single-process one."""

@@ -81,3 +81,38 @@ def test_the_hardware_table_is_generated_and_names_a_file_or_says_not_run():
         assert "| compiled decoding | not run | not run |" in claims.render("hardware-status")
     finally:
         claims.HARDWARE_ROWS[:] = original
+
+
+# --- no result number outside a claim (README.md and the top-level docs pages) ------------------------------------
+
+def page_texts() -> dict[str, str]:
+    return {str(path.relative_to(ROOT)): path.read_text() for path in claims.number_pages()}
+
+
+def test_no_result_number_sits_outside_a_claim():
+    found = [f"{page}:{line}: {number!r} in '{around}'" for page, text in page_texts().items()
+             for line, number, around in claims.unclaimed_numbers(text, page)]
+    assert not found, ("a result number outside a claim (make it a claim in bench/claims.py, or, if it is a "
+                       "setting, a paper's figure or a size, add its context to NOT_RESULTS with why):\n"
+                       + "\n".join(found))
+
+
+def test_an_inserted_result_number_is_caught():
+    text = page_texts()["README.md"]
+    assert claims.unclaimed_numbers(text, "README.md") == []
+    edited = text.replace("## Documentation", "On 2 cores ES now reaches 41.3% in 12.5 minutes.\n\n## Documentation")
+    assert [number for _, number, _ in claims.unclaimed_numbers(edited, "README.md")] == ["41.3%", "12.5 minutes"]
+    # inside a claim, code or a link it is not prose
+    quoted = text.replace("## Documentation", "`41.3%` and [12.5 minutes](x.md#41.3%)\n\n## Documentation")
+    assert [number for _, number, _ in claims.unclaimed_numbers(quoted, "README.md")] == ["12.5 minutes"]
+
+
+def test_the_lists_of_exceptions_only_shrink():
+    """Every NOT_RESULTS context and UNCLAIMED entry still matches its pages: one that no longer does is removed,
+    so a number moved into a claim cannot come back uncovered."""
+    texts = page_texts()
+    everything = "\n".join(" ".join(text.split()) for text in texts.values())
+    stale = [context for context in claims.NOT_RESULTS if context not in everything]
+    stale += [f"{page}: {entry}" for page, entries in claims.UNCLAIMED.items() for entry in entries
+              if entry not in " ".join(texts[page].split())]
+    assert not stale, stale

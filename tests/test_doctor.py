@@ -37,6 +37,7 @@ def run_doctor(tmp_path, engine_cores: list[str], checks: list[str] | None = Non
     return statuses, done.stdout
 
 
+@pytest.mark.slow  # each check it runs has its own test in CI (backends/, spaces/); this runs them as doctor does
 def test_doctor_passes_the_hf_and_vllm_checks_asked_for(tmp_path):
     """Only the groups asked for run, each vLLM path compared with its hf run."""
     statuses, stdout = run_doctor(tmp_path, ["in_process"], ["hf", "vllm"])

@@ -204,6 +204,7 @@ def test_a_failing_parallel_point_is_named_with_the_table_of_the_rest(tiny_model
 
 @requires_ray
 @pytest.mark.usefixtures("ray_instance")
+@pytest.mark.slow  # the names themselves are checked in CI by the sequential test above
 def test_parallel_points_whose_old_names_collide_write_their_own_runs(tiny_model_dir, tmp_path):
     # once: two Ray tasks in one directory, one died and the other's metrics.jsonl had iteration 2 twice
     sweep(base(tiny_model_dir), parse_grid(["exclude_parameters=[lm_head/x],[lm_head_x]"]), [0], tmp_path / "sweep",
@@ -274,8 +275,8 @@ def kill_when(process: subprocess.Popen, ready: Path) -> None:
 
 # "final-appears" (a kill wherever it lands in final/'s writing) runs with the slow tests; the three targeted kills,
 # on every push, stop final/'s writing at each of its stages (weights half written, no tokenizer, no card).
-@pytest.mark.parametrize("kill_point", ["weights", "tokenizer", "slow-card",
-                                        pytest.param("final-appears", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kill_point", ["weights", *(pytest.param(point, marks=pytest.mark.slow)
+                                                     for point in ("tokenizer", "slow-card", "final-appears"))])
 def test_a_sweep_killed_while_final_is_written_completes_that_point_on_rerun(tiny_model_dir, tmp_path, capsys,
                                                                          uninterrupted, kill_point):
     """final/ is written beside (.final.partial) and moved into place whole (runs/lifecycle.py): a kill at any

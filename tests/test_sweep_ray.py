@@ -28,6 +28,7 @@ def evaluations(path) -> list[dict]:
             for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow  # CI runs parallel points in test_sweep_bookkeeping.py (a failing parallel point)
 def test_parallel_runs_equal_sequential_runs(tiny_model_dir, tmp_path):
     grid = parse_grid(["sigma=0.01,0.05"])
     one_by_one = sweep(base(tiny_model_dir), grid, [0], tmp_path / "sequential")

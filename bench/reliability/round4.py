@@ -1,7 +1,8 @@
 """Reliability, round 4: the cases of that round (cluster addresses, pools sized to the machine, one writer per run
 directory, memory faults, and three wordings), tried against the real CLI (and the Python API) with a tiny random
 model and loopback addresses only, each classified as held or failed by round 3's rules (inputs.py: a clear
-refusal names the key or file and the fix, prints no traceback and leaves nothing half-done).
+refusal names the key or file and the fix, prints no traceback and leaves nothing half-done). The cluster cases
+(cluster.py) start real Ray clusters with the `ray` CLI on this machine: run it where no other Ray is at work.
 
     python -m bench.reliability.round4 [--work-dir DIR]      # writes bench/results/reliability_round4.json
 """
@@ -18,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.reliability.cluster import cluster_cases
 from bench.reliability.inputs import (
     ENVIRONMENT,
     Case,
@@ -196,7 +198,7 @@ def main() -> None:
     try:
         runs = prepare(work)
         cases = (address_cases(runs, work) + output_cases(runs, work) + wording_cases(runs, work)
-                 + writer_cases(runs, work) + memory_cases(runs, work))
+                 + writer_cases(runs, work) + memory_cases(runs, work) + cluster_cases(runs, work))
         outcomes = try_all(cases)
     finally:
         if not arguments.work_dir:

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from helpers import TINY_EVAL_BUDGET, requires_trl
+from helpers import TINY_EVAL_BUDGET, first_in_ci, requires_trl
 
 from evotune.cli.main import main
 from evotune.evaluation.generation import eval_budget, evaluate_model
@@ -16,7 +16,7 @@ from evotune.tasks import get_task
 pytestmark = requires_trl
 
 
-@pytest.mark.parametrize("lora", [True, False])
+@pytest.mark.parametrize("lora", first_in_ci([True, False]))
 def test_grpo_logs_retention_equal_to_a_direct_evaluation(lora, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

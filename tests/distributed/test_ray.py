@@ -52,7 +52,8 @@ def pooled_runs(ray_instance, tiny_model_dir, tmp_path_factory):
         pooled.evaluator.close()
 
 
-@pytest.mark.parametrize("space, strategy", [("full", "openes"), ("svd_lora", "cma"),
+@pytest.mark.parametrize("space, strategy", [("full", "openes"),
+                                             pytest.param("svd_lora", "cma", marks=pytest.mark.slow),
                                              pytest.param("lora", "openes", marks=pytest.mark.slow)])
 def test_two_actors_give_the_single_process_result(pooled_runs, space, strategy):
     local, local_records, pooled, pooled_records = pooled_runs(space, strategy)
@@ -70,6 +71,7 @@ def test_two_actors_give_the_single_process_result(pooled_runs, space, strategy)
     pooled.evaluator.close()
 
 
+@pytest.mark.slow  # CI: the test above checks bytes_exchanged is logged
 def test_bytes_exchanged_do_not_grow_with_the_model(pooled_runs, tiny_model_dir, tmp_path):
     """Seeds and rewards only: a model with 4x the weights sends the same bytes per iteration as the tiny model's
     pool with the same settings."""

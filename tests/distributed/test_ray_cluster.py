@@ -120,6 +120,7 @@ def _local_rewards(trainer: Trainer, population, rows) -> np.ndarray:
         population, rows)
 
 
+@pytest.mark.slow  # CI: the spread test below runs on this cluster; a killed actor is distributed/test_ray.py's
 def test_the_driver_killed_on_the_cluster_resumes_from_the_cli_to_the_in_process_weights(cluster, tiny_model_dir,
                                                                                        local_run, tmp_path,
                                                                                        monkeypatch):
@@ -148,6 +149,7 @@ def test_the_driver_killed_on_the_cluster_resumes_from_the_cli_to_the_in_process
     assert all(m["bytes_exchanged"] > 0 for m in metrics if "bytes_exchanged" in m)
 
 
+@pytest.mark.slow
 def test_a_node_removed_mid_iteration_and_one_joined_later_change_nothing(cluster, tiny_model_dir, local_run,
                                                                          tmp_path):
     """A worker node dies while its actor holds a unit: the unit is re-run on the other nodes and the actor's

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from helpers import tiny_config
+from helpers import first_in_ci, tiny_config
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError
@@ -30,7 +30,7 @@ def records_of(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("space", list(SPACES))
+@pytest.mark.parametrize("space", first_in_ci(SPACES))
 def test_es_run_logs_retention_equal_to_a_direct_evaluation(space, tiny_model_dir, tmp_path):
     from evotune.trainer import Trainer
 

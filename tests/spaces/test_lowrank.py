@@ -324,6 +324,7 @@ def test_resume_is_exact(tiny_model_dir, tmp_path, monkeypatch):
 
 
 @requires_ray
+@pytest.mark.slow  # Ray replicas of a space: distributed/test_ray.py in CI
 def test_two_ray_actors_equal_one_process(tiny_model_dir, tmp_path, ray_instance):
     from evotune.trainer import Trainer
 
