@@ -259,6 +259,21 @@ def study_lines() -> list[str]:
     return lines
 
 
+def reliability_lines() -> list[str]:
+    """Each reliability round (bench/reliability/): every input tried and whether it held."""
+    lines = []
+    for path, data in results("reliability_round*.json"):
+        if "inputs" not in data:
+            continue
+        lines += [f"## Reliability: {path.stem} ({data['held']} of {data['total']} held; "
+                  f"{data['machine']['cpu']}, {data['machine']['date']})", "", f"`{data['command']}`", "",
+                  "| category | input | held | exit code | seconds |", "|---|---|---|---|---|"]
+        lines += [f"| {row['category']} | {row['input']} | {'held' if row['held'] else 'FAILED: ' + row['why_failed']} "
+                  f"| {row['exit_code']} | {row['seconds']} |" for row in data["inputs"]]
+        lines.append("")
+    return lines
+
+
 def gpu_check_lines() -> list[str]:
     """The GPU check's reports (bench/gpu_check/): the table the docs quote, and each device call's command."""
     from .claims import GPU_CHECK_FILES, gpu_check_table
@@ -315,7 +330,7 @@ def render() -> str:
                   f"**{d['ratio_excluding_master_copy']}**, with it {d['ratio_including_master_copy']}.", ""]
     lines += heldout_lines() + essa_lines() + population_batch_lines() + toy_lines() + eval_lines() + ray_lines()
     lines += lowrank_lines() + stage_lines() + sweep_lines() + adapter_scale_lines() + pareto_lines()
-    lines += grpo_memory_lines() + eval_budget_lines() + study_lines() + gpu_check_lines()
+    lines += grpo_memory_lines() + eval_budget_lines() + study_lines() + gpu_check_lines() + reliability_lines()
     lines += compare_lines()
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,7 @@ other Ray at work. Used by bench/reliability/round4.py.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -125,12 +126,16 @@ def same_final_weights(first: Path, second: Path) -> int:
 
 def killed_raylet(model: Path, work: Path) -> Result:
     """Two nodes, the second's raylet killed after iteration 1: the run finishes on the one-process weights."""
-    values = base_values(str(model), iterations=3, eval_every=0, checkpoint_every=1)
+    # enough iterations (a fraction of a second each) that the loss is noticed while the run goes on
+    values = base_values(str(model), iterations=40, eval_every=0, checkpoint_every=5)
     reference = work / "raylet_single"
     single = run(cli("train", write_yaml(work / "raylet_single.yaml", values), "--output-dir", reference), timeout=600)
     if single.rc != 0:
         return Result(0, f"the one-process run failed: {flat(single.err)[-300:]}", "", single.seconds)
-    cluster = CliCluster(ENVIRONMENT)
+    # token authentication, as Ray 2.60's `ray start --head` turns on wherever ~/.ray/auth_token exists: every
+    # node and the driver carry the mode and the token
+    environment = token_environment(ENVIRONMENT, secrets.token_hex(16))
+    cluster = CliCluster(environment)
     started, problems = time.perf_counter(), []
     output = work / "raylet_killed"
     try:
@@ -138,7 +143,7 @@ def killed_raylet(model: Path, work: Path) -> Result:
         node_port = cluster.add_node(num_cpus=1)
         config = write_yaml(work / "raylet.yaml", {**values, "distributed": "ray", "workers": 2,
                                                    "worker_num_cpus": 1, "ray_address": cluster.address})
-        training = subprocess.Popen(cli("train", config, "--output-dir", output), env=ENVIRONMENT,
+        training = subprocess.Popen(cli("train", config, "--output-dir", output), env=environment,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         metrics = output / "metrics.jsonl"
         while training.poll() is None and time.perf_counter() - started < 300:
@@ -150,10 +155,16 @@ def killed_raylet(model: Path, work: Path) -> Result:
         else:
             os.kill(cluster.raylet_pid(node_port), signal.SIGKILL)
             _, err = training.communicate(timeout=600)
+            (work / "raylet_killed.stderr").write_text(err)
             if training.returncode != 0:
+                said = [line for line in err.splitlines() if "evotune" in line.lower() or "Error" in line]
                 problems.append(f"the run did not finish after the raylet was killed: exit {training.returncode}: "
-                                f"{flat(err)[-300:]}")
+                                f"{flat(' '.join(said[-3:]))[-400:]}")
             else:
+                replaced = max((record.get("workers_replaced", 0) for record in map(json.loads,
+                                metrics.read_text().splitlines())), default=0)
+                if replaced < 1:  # SPREAD put an actor on the second node: losing it must have been noticed
+                    problems.append("no actor was replaced: the killed node held none, or its loss went unseen")
                 differing = same_final_weights(reference, output)
                 if differing:
                     problems.append(f"{differing} tensors differ from the one-process run" if differing > 0

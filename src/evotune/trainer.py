@@ -155,8 +155,9 @@ class Trainer:
             raise RewardFunctionError(f"{exc} Reward functions: {functions}; the batch's first prompt: "
                                       f"{prompt_text(rows[0]['prompt'])[:200]!r}.") from exc
         self.space.apply_update(update)
-        self.evaluator.sync(update)
+        # logged before the replicas sync: an actor lost during the sync is rebuilt from this log, this update in it
         self.update_log = append_update(self.update_log, update)
+        self.evaluator.sync(update)
         if not self.space.mean_is_finite():
             raise EvotuneError(f"iteration {iteration + 1} made the weights NaN or infinite (learning_rate "
                                f"{self.config.learning_rate}, sigma {self.config.sigma}); nothing was saved from it. "

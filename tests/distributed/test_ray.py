@@ -65,7 +65,8 @@ def test_two_actors_give_the_single_process_result(pooled_runs, space, strategy)
     if space == "full":  # and a replica that takes a step alone is caught
         import ray
 
-        ray.get(pooled.evaluator.workers[0].apply_update.remote(SeedUpdate(0, [123], [1.0])))
+        # an update of its own, as the next iteration's
+        ray.get(pooled.evaluator.workers[0].apply_update.remote(SeedUpdate(2, [123], [1.0])))
         with pytest.raises(EvotuneError, match="diverged"):
             pooled.evaluator.check_replicas()
     pooled.evaluator.close()
@@ -118,6 +119,36 @@ def test_a_killed_actor_changes_nothing(tiny_model_dir, tmp_path):
     assert killed and pooled.evaluator.replaced >= 1 and killed[0] not in pooled.evaluator.workers
     assert_same(state(local), state(pooled))
     pooled.evaluator.check_replicas()  # the rebuilt actor holds the same weights
+    pooled.evaluator.close()
+
+
+def test_an_actor_lost_before_the_replicas_checksum_is_replaced_and_the_run_goes_on(tiny_model_dir, tmp_path):
+    """A node lost between an iteration and the checksum of the replicas (a raylet killed on a real cluster did
+    this): the checksum replaces the actor instead of stopping the run, and the run ends on the one-process
+    weights."""
+    import ray
+
+    local = Trainer(config(tiny_model_dir, iterations=3), tmp_path / "local")
+    local.train()
+    pooled = Trainer(config(tiny_model_dir, distributed="ray", workers=2, checksum_every=1, straggler_factor=0),
+                     tmp_path / "ray")
+    pooled.step()
+    pooled.save_checkpoint()
+    victim = pooled.evaluator.workers[1]
+    sync = pooled.evaluator.sync
+
+    def kill_then_sync(update):
+        ray.kill(victim, no_restart=True)  # after its last unit, before the checksum
+        sync(update)
+
+    pooled.evaluator.sync = kill_then_sync
+    pooled.step()
+    pooled.evaluator.sync = sync
+    assert pooled.evaluator.replaced == 1 and victim not in pooled.evaluator.workers
+    ray.get(list(pooled.evaluator.starting))  # the rebuilt actor is up: the next iteration takes it in
+    pooled.step()  # and its checksum compares the rebuilt actor's weights with the driver's, this update included
+    assert not pooled.evaluator.starting and len(pooled.evaluator.workers) == 2
+    assert_same(state(local), state(pooled))
     pooled.evaluator.close()
 
 

@@ -142,6 +142,7 @@ class ReplicaWorker:
             if num_threads:
                 torch.set_num_threads(num_threads)
             self.replica = replica_factory()
+        self.next_iteration = 0  # the iteration of the first update not yet in this replica's weights
         if state:
             self.load(state)
 
@@ -154,7 +155,9 @@ class ReplicaWorker:
             space.load_state_tensors(checkpoint["space_tensors"])
             space.load_state_dict(checkpoint["state"].get("space", {}), checkpoint["optimizer_tensors"])
             start = checkpoint["state"]["iteration"]  # the updates before it are in the loaded weights
-        space.replay([entry for entry in state.get("log", []) if entry["iteration"] >= start])
+        entries = [entry for entry in state.get("log", []) if entry["iteration"] >= start]
+        space.replay(entries)
+        self.next_iteration = entries[-1]["iteration"] + 1 if entries else start
 
     def ready(self) -> int:
         return os.getpid()
@@ -188,7 +191,12 @@ class ReplicaWorker:
         return unit_rewards(replica.task.rewards(rows, completions))
 
     def apply_update(self, update: Update) -> None:
+        # An actor that started late loaded the run's checkpoint as it is now, which may hold updates the driver
+        # also queued for it while it started: those are in its weights already.
+        if update.iteration < self.next_iteration:
+            return
         self.replica.space.apply_update(update)  # also writes the live weights back to the mean
+        self.next_iteration = update.iteration + 1
 
     def checksum(self) -> str:
         return self.replica.space.checksum()
@@ -360,7 +368,10 @@ class RayEvaluator(UnitEvaluator):
 
     def _replace(self, dead: Any) -> None:
         """A fresh actor in the dead one's place, rebuilt from the checkpoint and update log; it takes work once
-        ready (on a shrunken cluster that is when a node joins: Ray holds it until resources free up)."""
+        ready (on a shrunken cluster that is when a node joins: Ray holds it until resources free up). An actor
+        already replaced (its straggler copy failing after its checksum did) is left alone."""
+        if dead not in self.workers:
+            return
         self.ray.kill(dead, no_restart=True)
         self.unsynced.pop(dead, None)
         fresh = self._spawn()
@@ -421,8 +432,17 @@ class RayEvaluator(UnitEvaluator):
                                    "units_resent": float(self.resent)}
 
     def check_replicas(self) -> None:
+        """Every ready actor's weights against the driver's. An actor lost meanwhile (its node gone) is replaced,
+        not compared: its successor is rebuilt from the checkpoint and update log, and checked next time."""
         ready = [worker for worker in self.workers if worker not in self.starting.values()]
-        sums = self.ray.get([worker.checksum.remote() for worker in ready])
+        sums = []
+        for worker, reference in [(worker, worker.checksum.remote()) for worker in ready]:
+            try:
+                sums.append(self.ray.get(reference))
+            except self.ray.exceptions.RayActorError:
+                self._replace(worker)
+        if not sums:
+            return
         reference = self.driver_checksum() if self.driver_checksum else sums[0]
         if any(value != reference for value in sums):
             raise EvotuneError(f"worker weights diverged from the driver's (checksums {sums} vs {reference}): "
