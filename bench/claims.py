@@ -682,8 +682,9 @@ def gpu_compiled_full() -> str:
 # in a claim, or be covered by one of these contexts, which say why it is not one of our results: a setting or
 # default, a budget the reader chooses, a size computed from the model, a paper's figure, a statistic of the set's
 # size. Each context is matched in the number's sentence neighbourhood.
-RESULT_NUMBER = re.compile(r"(?<![\w.\-/])[-+~]?\d[\d,]*(?:\.\d+)?(?:\s?[-–]\s?\d[\d,]*(?:\.\d+)?)?(?:\s?(?:%|points?\b|x\b|×|s\b|seconds\b|minutes\b|"
-                           r"MiB\b|GiB\b|MB\b|GB\b|tokens/s\b|it/s\b|ms\b))")
+_NUMBER = r"\d[\d,]*(?:\.\d+)?"
+RESULT_NUMBER = re.compile(rf"(?<![\w.\-/])[-+~]?{_NUMBER}(?:\s?[-–]\s?{_NUMBER})?(?:\s?(?:%|points?\b|x\b|×|s\b|"
+                           r"seconds\b|minutes\b|MiB\b|GiB\b|MB\b|GB\b|tokens/s\b|it/s\b|ms\b))")
 _HIDDEN = (SPAN, re.compile(r"```.*?```", re.S), re.compile(r"<!--.*?-->", re.S), re.compile(r"`[^`\n]*`"),
            re.compile(r"\]\([^)]*\)|https?://\S+"))
 NOT_RESULTS = {
