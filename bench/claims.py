@@ -407,6 +407,51 @@ def quickstart_sweep() -> str:
             f"took {fast:.1f} s per iteration against {slow:.1f} s ({1 - fast / slow:.0%} less)")
 
 
+def _profile_share(name: str, precision: str, *ops: str) -> float:
+    return sum(row["share"] for row in _load(name)["profile_top_ops"][precision] if row["op"] in ops)
+
+
+def quantization_profile() -> str:
+    """Where one generate's CPU time goes (torch.profiler's top ops), at 16 and at 128 prompts."""
+    small, large = "quantization_speed.json", "quantization_speed_128prompts.json"
+    activation = _profile_share(large, "int8", "aten::mul", "aten::copy_", "aten::max", "aten::cat")
+    return (f"float32 spends {_profile_share(small, 'float32', 'aten::mm'):.0%} in `aten::mm`; INT4 "
+            f"{_profile_share(small, 'int4', 'bitsandbytes::gemv_4bit'):.0%} in `bitsandbytes::gemv_4bit`, slower "
+            f"here than float32's MKL matmul on this AMX CPU; INT8 spreads it over `_int_mm` "
+            f"({_profile_share(small, 'int8', 'aten::_int_mm'):.0%}), quantizing the activations (mul, copy, "
+            f"`MatMul8bitLt`) and the float32 LM head and adapter (`aten::mm`); at 128 prompts the activation "
+            f"quantization (`mul`, `copy_`, `max`, `cat`: {activation:.0%}) outweighs the INT8 matmul itself "
+            f"({_profile_share(large, 'int8', 'aten::_int_mm'):.0%}), and INT4's kernel takes "
+            f"{_profile_share(large, 'int4', 'bitsandbytes::gemv_4bit'):.0%}")
+
+
+def quantization_memory() -> str:
+    memory = _load("quantization_speed.json")["memory"]
+    weights = {precision: memory[precision]["base_memory_footprint_mib"] for precision in memory}
+    returned = {precision: values["rss_after_load_and_warm_up_mib"] - values["rss_after_malloc_trim_mib"]
+                for precision, values in memory.items()}
+    return (f"The weights shrink {weights['float32'] / weights['int8']:.1f}x / "
+            f"{weights['float32'] / weights['int4']:.1f}x (embeddings and tied head stay float32), yet for this small "
+            f"model the process's RSS does not: the quantized processes read float32 weights and quantize them, and "
+            f"glibc keeps much of what was freed (`malloc_trim` after loading returned {returned['int8']:.0f} MiB for "
+            f"INT8, {returned['int4']:.0f} MiB for INT4, {returned['float32']:.0f} MiB for float32)")
+
+
+def quantization_sft_cost() -> str:
+    means = _load("essa_quantization.json")["mean_over_seeds"]
+    cost = {precision: 100 * (means["float32"]["sft_alone"] - means[precision]["sft_alone"])
+            for precision in ("int8", "int4")}
+    share = means["int4"]["sft_alone"] / means["float32"]["sft_alone"]
+    return (f"INT8 costs the float32-trained adapter {cost['int8']:.1f} points, INT4 {cost['int4']:.0f} points "
+            f"(it keeps {share:.0%} of its accuracy)")
+
+
+def quantization_ratios() -> str:
+    time = _load("quantization_speed_128prompts.json")["time"]
+    return (f"INT8 {time['int8']['wall_s_ratio_to_float32']:.2f}x, INT4 {time['int4']['wall_s_ratio_to_float32']:.2f}x "
+            "float32 at 128 prompts")
+
+
 def ray_vllm() -> str:
     data = _load("ray_scaling_vllm.json")
     (arm,) = data["arms"]
@@ -790,7 +835,7 @@ NOT_RESULTS = {
     "1,200 s of training": "the study's budget", "16 x 32 prompts": "a shape", "64 x 4 prompts": "a shape",
     "900 s each": "the study's budget", "24 x 4 prompts": "a shape", "~300 s of training": "the study's budget",
     "steps of 2 x 8": "a shape", "240 s of training": "the sweep's budget", "about ±4.5 points": "the interval of n",
-    "at 16 x 8": "a shape",
+    "at 16 x 8": "a shape", "population 24 x 32 prompts": "a shape",
 }
 # A sentence holding one of these quotes a paper: its numbers are the paper's, not ours.
 PAPER_SENTENCES = ("The paper reports", "the paper reports", "paper recommends", "The paper trains")
@@ -801,7 +846,7 @@ UNCLAIMED: dict[str, list[str]] = {}
 
 # The study pages under docs/benchmarks/ the rule covers so far; the others still hold numbers typed in words.
 BENCHMARK_PAGES_COVERED = ("conciseness.md", "countdown.md", "eggroll.md", "es-vs-grpo.md", "evaluation-budget.md",
-                           "gsm8k.md", "index.md", "quickstart.md", "sweep.md")
+                           "gsm8k.md", "index.md", "quantization.md", "quickstart.md", "sweep.md")
 
 
 def number_pages() -> list[Path]:
@@ -934,7 +979,9 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "stability-budget-gain": stability_budget_gain, "lowrank-update-step": lowrank_update_step,
     "countdown-base-format": countdown_base_format, "countdown-format": countdown_format,
     "countdown-changes": countdown_changes, "conciseness-correct": conciseness_correct,
-    "quickstart-earlier": quickstart_earlier, "quickstart-sweep": quickstart_sweep}
+    "quickstart-earlier": quickstart_earlier, "quickstart-sweep": quickstart_sweep,
+    "quantization-profile": quantization_profile, "quantization-memory": quantization_memory,
+    "quantization-sft-cost": quantization_sft_cost, "quantization-ratios": quantization_ratios}
 
 
 def render(name: str) -> str:
