@@ -55,6 +55,44 @@ def stability_budget() -> str:
     return f"{mean:.1f}% with std {std:.1f} points ({len(values)} seeds, same budget and n)"
 
 
+def _stability_budget_runs() -> tuple[list[float], list[float], dict, dict]:
+    """ES's final accuracy per seed trained at 48 tokens and at 10 (both read at 48), and each setting's spread."""
+    method = _load("stability_budget_arithmetic/compare.json")["methods"][0]
+    spread = _load("stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
+    return [100 * value for value in method["final_per_seed"]], spread["es"]["48"]["per_seed"], method, spread
+
+
+def stability_budget_seeds() -> str:
+    at_48, at_10, method, spread = _stability_budget_runs()
+    low, high = (100 * value for value in method["final_std_ci95"])
+    return (f"{', '.join(f'{value:.1f}' for value in at_48)}% ({stability_budget()}; bootstrap 95% interval of the "
+            f"std [{low:.1f}, {high:.1f}], range {100 * method['final_range']:.1f}), against "
+            f"{', '.join(f'{value:.1f}' for value in at_10)}% for the same seeds trained at 10 tokens (mean "
+            f"{spread['es']['48']['mean']:.1f}%, std {spread['es']['48']['std']:.1f}), both read at 48 tokens")
+
+
+def stability_budget_change() -> str:
+    at_48, at_10, method, spread = _stability_budget_runs()
+    gains = [new - old for new, old in zip(at_48, at_10)]
+    order = sorted(range(len(gains)), key=lambda seed: -gains[seed])
+    big, middle, small = order[:2], order[2], order[3:]
+    return (f"the mean rises by {100 * method['final_mean'] - spread['es']['48']['mean']:.0f} points: the two low seeds "
+            f"gain {gains[big[0]]:.1f} and {gains[big[1]]:.1f} points, seed {middle} {gains[middle]:.1f}, seeds "
+            f"{' and '.join(str(seed) for seed in sorted(small))} stay within {max(abs(gains[s]) for s in small):.1f}. "
+            f"ES still spreads wider than GRPO (std {spread['grpo']['48']['std']:.1f}) and ends lower "
+            f"({spread['grpo']['48']['mean']:.1f}%)")
+
+
+def stability_intro() -> str:
+    at_48, at_10, method, spread = _stability_budget_runs()
+    es, grpo = spread["es"]["48"], spread["grpo"]["48"]
+    return (f"std {es['std']:.1f} against {grpo['std']:.1f} points); on conciseness about twice as wide at the budget "
+            f"both train on. Most of ES's arithmetic spread came from training at 10 tokens, shorter than the answers "
+            f"it is scored on: trained at the evaluation's 48 tokens, the same five seeds spread a third as wide (std "
+            f"{100 * method['final_std']:.1f} points) and end {100 * method['final_mean'] - es['mean']:.0f} points "
+            f"higher")
+
+
 def gpu_h200() -> str:
     rows = {row["method"].split(" (")[0]: row for row in _load("gpu_h200_hf.json")["rows"]}
     full, low = rows["full ES"], rows["low-rank ES"]
@@ -981,7 +1019,9 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "countdown-changes": countdown_changes, "conciseness-correct": conciseness_correct,
     "quickstart-earlier": quickstart_earlier, "quickstart-sweep": quickstart_sweep,
     "quantization-profile": quantization_profile, "quantization-memory": quantization_memory,
-    "quantization-sft-cost": quantization_sft_cost, "quantization-ratios": quantization_ratios}
+    "quantization-sft-cost": quantization_sft_cost, "quantization-ratios": quantization_ratios,
+    "stability-budget-seeds": stability_budget_seeds, "stability-budget-change": stability_budget_change,
+    "stability-intro": stability_intro}
 
 
 def render(name: str) -> str:
