@@ -76,7 +76,8 @@ def stability_budget_change() -> str:
     gains = [new - old for new, old in zip(at_48, at_10)]
     order = sorted(range(len(gains)), key=lambda seed: -gains[seed])
     big, middle, small = order[:2], order[2], order[3:]
-    return (f"the mean rises by {100 * method['final_mean'] - spread['es']['48']['mean']:.0f} points: the two low seeds "
+    rise = 100 * method["final_mean"] - spread["es"]["48"]["mean"]
+    return (f"the mean rises by {rise:.0f} points: the two low seeds "
             f"gain {gains[big[0]]:.1f} and {gains[big[1]]:.1f} points, seed {middle} {gains[middle]:.1f}, seeds "
             f"{' and '.join(str(seed) for seed in sorted(small))} stay within {max(abs(gains[s]) for s in small):.1f}. "
             f"ES still spreads wider than GRPO (std {spread['grpo']['48']['std']:.1f}) and ends lower "
