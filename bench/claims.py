@@ -94,6 +94,60 @@ def stability_intro() -> str:
             f"higher")
 
 
+def stability_formats() -> str:
+    """The forms ES's arithmetic runs drifted to (stability_formats) and how each scores by budget."""
+    runs = _load("stability_formats_arithmetic.json")["runs"]
+    budgets = {name: {budget: 100 * value["accuracy"] for budget, value in model["metrics"].items()}
+               for name, model in _load("stability_eval_budget_arithmetic.json")["models"].items()}
+    es = [budgets[f"es-seed{seed}"] for seed in range(5)]
+    form = {seed: runs[f"es-seed{seed}"]["forms"] for seed in range(5)}
+    right = {seed: runs[f"es-seed{seed}"]["accuracy"] for seed in range(5)}
+    lost = [es[seed]["48"] - es[seed]["24"] for seed in (3, 4)]
+    grpo = [runs[f"grpo-seed{seed}"]["forms"]["equation"] for seed in range(5)]
+    seed1_flat = max(es[1].values()) - min(es[1].values()) < 0.5
+    return (f"At training's own 10 tokens the five ES runs score alike ({min(run['10'] for run in es):.0f}-"
+            f"{max(run['10'] for run in es):.0f}%): that is the reward they climbed. They differ in the form they "
+            "drifted to (`bash bench/stability/stability_formats.sh`, "
+            "`bench/results/stability_formats_arithmetic.md`). "
+            f"Seeds 0 and 2 answer \"a + b = c\" ({form[0]['equation']:.0%} and {form[2]['equation']:.0%} of answers), "
+            f"which 10 tokens cut, so training never rewarded it, yet read in full it is right {right[0]:.0%} and "
+            f"{right[2]:.0%} of the time. Seeds 3 and 4 mostly answer \"The answer is N, ...\" "
+            f"({form[3]['answer is']:.0%} and {form[4]['answer is']:.0%}), whose number fits in 10 tokens: right "
+            f"{es[3]['10']:.0f}% and {es[4]['10']:.0f}% of the time cut at 10 tokens, {es[3]['48']:.0f}% and "
+            f"{es[4]['48']:.0f}% read in full (seed 1 answers a short \"The answer is N.\" and is right "
+            f"{es[1]['48']:.0f}% of the time{' at every budget' if seed1_flat else ''}). (At 24 tokens these two lost "
+            f"a further {min(lost):.0f}-{max(lost):.0f} points because their longer answers restate the operands after "
+            f"about 20 tokens, \"... concise: 83 + 86\", and the task scores the last number.) GRPO trained at the "
+            f"same 10 tokens, and every GRPO seed kept the base model's \"a + b = c\" form "
+            f"({min(grpo):.0%}-{max(grpo):.0%} of answers)")
+
+
+def stability_conciseness_base() -> str:
+    base = _load("stability_eval_budget_conciseness.json")["spread"]["contains_solution"]["base"]["128"]
+    return f"{base['mean']:.1f}% at 128 tokens"
+
+
+def stability_sources_checks() -> str:
+    """How close 32 tokens score to 48 for the ES models, and how far another held-out split moved each model."""
+    models = _load("stability_eval_budget_arithmetic.json")["models"]
+    budget = max(abs(model["metrics"]["32"]["accuracy"] - model["metrics"]["48"]["accuracy"])
+                 for name, model in models.items() if name.startswith("es-"))
+    splits = {name: value for name, value in _load("stability_sources_arithmetic.json")["differences"].items()
+              if name.startswith("evaluation set")}
+    moved = max(abs(value["difference"]) for value in splits.values())
+    holds_zero = all(value["ci95"][0] <= 0 <= value["ci95"][1] for value in splits.values())
+    return (f"within {100 * budget:.1f} points of 48 for the study's ES models", f"moved at most {100 * moved:.1f} "
+            f"points, {'every interval holding zero' if holds_zero else 'not every interval holding zero'}")
+
+
+def stability_sources_budget() -> str:
+    return stability_sources_checks()[0]
+
+
+def stability_sources_split() -> str:
+    return stability_sources_checks()[1]
+
+
 def gpu_h200() -> str:
     rows = {row["method"].split(" (")[0]: row for row in _load("gpu_h200_hf.json")["rows"]}
     full, low = rows["full ES"], rows["low-rank ES"]
@@ -885,7 +939,7 @@ UNCLAIMED: dict[str, list[str]] = {}
 
 # The study pages under docs/benchmarks/ the rule covers so far; the others still hold numbers typed in words.
 BENCHMARK_PAGES_COVERED = ("conciseness.md", "countdown.md", "eggroll.md", "es-vs-grpo.md", "evaluation-budget.md",
-                           "gsm8k.md", "index.md", "quantization.md", "quickstart.md", "sweep.md")
+                           "gsm8k.md", "index.md", "quantization.md", "quickstart.md", "stability.md", "sweep.md")
 
 
 def number_pages() -> list[Path]:
@@ -1022,7 +1076,9 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "quantization-profile": quantization_profile, "quantization-memory": quantization_memory,
     "quantization-sft-cost": quantization_sft_cost, "quantization-ratios": quantization_ratios,
     "stability-budget-seeds": stability_budget_seeds, "stability-budget-change": stability_budget_change,
-    "stability-intro": stability_intro}
+    "stability-intro": stability_intro, "stability-formats": stability_formats,
+    "stability-conciseness-base": stability_conciseness_base, "stability-sources-budget": stability_sources_budget,
+    "stability-sources-split": stability_sources_split}
 
 
 def render(name: str) -> str:
