@@ -657,9 +657,14 @@ def _interval(entry: dict) -> str:
 
 
 def drift_table() -> str:
-    """The drift study's rows at the end of the runs (appended to a table whose header and base row precede it)."""
+    """The drift study's rows at the end of the runs (appended to a table whose header precedes it): the base model
+    as the runs' first evaluation found it, then each method."""
     methods = _load("drift_arithmetic.json")["methods"]
-    lines = []
+    first = {run["seed"]: run["curve"][0]["value"] for run in _load("stability_arithmetic/compare.json")["runs"]
+             if run["method"].startswith("es") and run["seed"] in (0, 1)}
+    short = next(row for row in _load("eval_budget_arithmetic.json")["rows"] if row["max_new_tokens"] == 10)
+    lines = [f"| base model | {_pct(first[0])}, {_pct(first[1])} ¹ | {_pct(short['accuracy'])} (n = 256, another "
+             f"split: `eval_budget_arithmetic.json`) | not kept ² | not kept ² | 0 | 0 |"]
     for key, label in DRIFT_METHODS.items():
         m = methods[key]
         seeds = ", ".join(f"{100 * value:.1f}" for value in m["target_accuracy"]["per_seed"])

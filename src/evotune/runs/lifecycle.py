@@ -84,9 +84,17 @@ class RunLifecycle:
 
     def clear(self) -> None:
         """Remove what this command wrote there before (an --overwrite, or a resume's unstarted attempt)."""
+        self._remove_found()
+
+    def _remove_found(self, quiet: bool = False) -> None:
+        """Remove every file and folder of this command's in the run directory; `quiet`: leave what cannot be."""
         for name in self.found():
             path = self.output_dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            try:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            except OSError:
+                if not quiet:
+                    raise
 
     @contextlib.contextmanager
     def opened(self, config: Any, iterations_done: Callable[[], int] = lambda: 0) -> Iterator[None]:
@@ -121,10 +129,7 @@ class RunLifecycle:
         """What a failed new run wrote, unless it holds a checkpoint to resume."""
         if find_checkpoint(self.output_dir / "checkpoint"):
             return
-        for name in self.found():
-            path = self.output_dir / name
-            with contextlib.suppress(OSError):  # what cannot be removed stays; the original error is the one to see
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self._remove_found(quiet=True)  # what cannot be removed stays; the original error is the one to see
         self.started = False
 
     def staged(self, name: str = "final") -> contextlib.AbstractContextManager[str]:
