@@ -25,7 +25,7 @@ def _load(name: str) -> dict:
 
 
 def quickstart() -> str:
-    data = _load("quickstart_heldout.json")
+    data = _load("quickstart/quickstart_heldout.json")
     budget, summary = str(data["eval_max_new_tokens"]), data["gain_over_seeds"]
     runs = data["runs"]
     after = ", ".join(f"{100 * run['accuracy'][budget]:.1f}%" for run in runs)
@@ -41,14 +41,14 @@ def quickstart() -> str:
 
 
 def stability_arithmetic() -> str:
-    spread = _load("stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
+    spread = _load("stability/stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
     es, grpo = spread["es"]["48"], spread["grpo"]["48"]
     return (f"ES {es['mean']:.1f}% with std {es['std']:.1f} points, GRPO {grpo['mean']:.1f}% with std "
             f"{grpo['std']:.1f} (5 seeds each, 30 minutes of training at one CPU thread, n = 512, 48 tokens)")
 
 
 def stability_budget() -> str:
-    method = _load("stability_budget_arithmetic/compare.json")["methods"][0]
+    method = _load("stability/stability_budget_arithmetic/compare.json")["methods"][0]
     values = [100 * value for value in method["final_per_seed"]]
     mean = sum(values) / len(values)
     std = (sum((value - mean) ** 2 for value in values) / (len(values) - 1)) ** 0.5
@@ -57,8 +57,8 @@ def stability_budget() -> str:
 
 def _stability_budget_runs() -> tuple[list[float], list[float], dict, dict]:
     """ES's final accuracy per seed trained at 48 tokens and at 10 (both read at 48), and each setting's spread."""
-    method = _load("stability_budget_arithmetic/compare.json")["methods"][0]
-    spread = _load("stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
+    method = _load("stability/stability_budget_arithmetic/compare.json")["methods"][0]
+    spread = _load("stability/stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
     return [100 * value for value in method["final_per_seed"]], spread["es"]["48"]["per_seed"], method, spread
 
 
@@ -96,9 +96,9 @@ def stability_intro() -> str:
 
 def stability_formats() -> str:
     """The forms ES's arithmetic runs drifted to (stability_formats) and how each scores by budget."""
-    runs = _load("stability_formats_arithmetic.json")["runs"]
+    runs = _load("stability/stability_formats_arithmetic.json")["runs"]
     budgets = {name: {budget: 100 * value["accuracy"] for budget, value in model["metrics"].items()}
-               for name, model in _load("stability_eval_budget_arithmetic.json")["models"].items()}
+               for name, model in _load("stability/stability_eval_budget_arithmetic.json")["models"].items()}
     es = [budgets[f"es-seed{seed}"] for seed in range(5)]
     form = {seed: runs[f"es-seed{seed}"]["forms"] for seed in range(5)}
     right = {seed: runs[f"es-seed{seed}"]["accuracy"] for seed in range(5)}
@@ -108,7 +108,7 @@ def stability_formats() -> str:
     return (f"At training's own 10 tokens the five ES runs score alike ({min(run['10'] for run in es):.0f}-"
             f"{max(run['10'] for run in es):.0f}%): that is the reward they climbed. They differ in the form they "
             "drifted to (`bash bench/stability/stability_formats.sh`, "
-            "`bench/results/stability_formats_arithmetic.md`). "
+            "`bench/results/stability/stability_formats_arithmetic.md`). "
             f"Seeds 0 and 2 answer \"a + b = c\" ({form[0]['equation']:.0%} and {form[2]['equation']:.0%} of answers), "
             f"which 10 tokens cut, so training never rewarded it, yet read in full it is right {right[0]:.0%} and "
             f"{right[2]:.0%} of the time. Seeds 3 and 4 mostly answer \"The answer is N, ...\" "
@@ -123,16 +123,16 @@ def stability_formats() -> str:
 
 
 def stability_conciseness_base() -> str:
-    base = _load("stability_eval_budget_conciseness.json")["spread"]["contains_solution"]["base"]["128"]
+    base = _load("stability/stability_eval_budget_conciseness.json")["spread"]["contains_solution"]["base"]["128"]
     return f"{base['mean']:.1f}% at 128 tokens"
 
 
 def stability_sources_checks() -> str:
     """How close 32 tokens score to 48 for the ES models, and how far another held-out split moved each model."""
-    models = _load("stability_eval_budget_arithmetic.json")["models"]
+    models = _load("stability/stability_eval_budget_arithmetic.json")["models"]
     budget = max(abs(model["metrics"]["32"]["accuracy"] - model["metrics"]["48"]["accuracy"])
                  for name, model in models.items() if name.startswith("es-"))
-    splits = {name: value for name, value in _load("stability_sources_arithmetic.json")["differences"].items()
+    splits = {name: value for name, value in _load("stability/stability_sources_arithmetic.json")["differences"].items()
               if name.startswith("evaluation set")}
     moved = max(abs(value["difference"]) for value in splits.values())
     holds_zero = all(value["ci95"][0] <= 0 <= value["ci95"][1] for value in splits.values())
@@ -149,7 +149,7 @@ def stability_sources_split() -> str:
 
 
 def gpu_h200() -> str:
-    rows = {row["method"].split(" (")[0]: row for row in _load("gpu_h200_hf.json")["rows"]}
+    rows = {row["method"].split(" (")[0]: row for row in _load("gpu_check/gpu_h200_hf.json")["rows"]}
     full, low = rows["full ES"], rows["low-rank ES"]
     return (f"full ES {full['candidate_evals_per_second']:.1f} candidate evals/s ({full['seconds_per_iteration']} s "
             f"per iteration), low-rank ES {low['candidate_evals_per_second']:.1f} "
@@ -158,13 +158,13 @@ def gpu_h200() -> str:
 
 
 def gpu_h200_grpo() -> str:
-    row = next(row for row in _load("gpu_h200_hf.json")["rows"] if row["method"].startswith("GRPO"))
+    row = next(row for row in _load("gpu_check/gpu_h200_hf.json")["rows"] if row["method"].startswith("GRPO"))
     return (f"GRPO went from {row['accuracy_before']}% to {row['accuracy_after']}% in {row['after_seconds']} s "
             f"({row['seconds_per_iteration']} s per step)")
 
 
 def drift_arithmetic() -> str:
-    data = _load("drift_arithmetic.json")
+    data = _load("drift/drift_arithmetic.json")
     final, equal = data["methods"], data["at_equal_target"]["methods"]
     names = {"es": "full ES", "lowrank": "low-rank ES", "grpo": "GRPO"}
     accuracy = ", ".join(f"{label} {100 * final[key]['target_accuracy']['mean']:.1f}%" for key, label in names.items())
@@ -177,7 +177,7 @@ def drift_arithmetic() -> str:
 
 
 def drift_anchor() -> str:
-    methods = _load("drift_arithmetic.json")["methods"]
+    methods = _load("drift/drift_arithmetic.json")["methods"]
     free, anchored = methods["es"], methods["es-anchor10"]
     ratio = free["retain/conciseness/kl"]["mean"] / anchored["retain/conciseness/kl"]["mean"]
     cost = 100 * (free["target_accuracy"]["mean"] - anchored["target_accuracy"]["mean"])
@@ -185,13 +185,13 @@ def drift_anchor() -> str:
 
 
 def _drift(key: str, metric: str, where: str = "final") -> float:
-    data = _load("drift_arithmetic.json")
+    data = _load("drift/drift_arithmetic.json")
     methods = data["methods"] if where == "final" else data["at_equal_target"]["methods"]
     return methods[key][metric]["mean"]
 
 
 def drift_rescored() -> str:
-    models = _load("stability_eval_budget_arithmetic.json")["models"]
+    models = _load("stability/stability_eval_budget_arithmetic.json")["models"]
     names = [f"{method}-seed{seed}" for method in ("es", "grpo") for seed in (0, 1)]
     at = {budget: ", ".join(f"{100 * models[name]['metrics'][budget]['accuracy']:.1f}" for name in names)
           for budget in ("48", "24")}
@@ -210,7 +210,7 @@ def drift_keeps() -> str:
 
 
 def drift_retention_scores() -> str:
-    methods = _load("drift_arithmetic.json")["methods"]
+    methods = _load("drift/drift_arithmetic.json")["methods"]
     ifeval = {key: methods[key]["retain/ifeval/prompt_strict"] for key in ("es", "grpo")}
     overlap = ifeval["es"]["ci95"][1] >= ifeval["grpo"]["ci95"][0]
     same = len(set(ifeval["es"]["per_seed"])) == 1
@@ -236,7 +236,7 @@ def drift_lowrank_short() -> str:
 
 
 def drift_anchor_detail() -> str:
-    methods = _load("drift_arithmetic.json")["methods"]
+    methods = _load("drift/drift_arithmetic.json")["methods"]
     free, strong, weak = methods["es"], methods["es-anchor10"], methods["es-anchor1.25"]
     kl, distance = "retain/conciseness/kl", "distance/relative_l2"
     shrink = 1 - weak[distance]["mean"] / free[distance]["mean"]
@@ -257,13 +257,13 @@ def drift_truncation() -> str:
 
 
 def gpu_lowrank_ratio() -> str:
-    rows = {row["method"].split(" (")[0]: row for row in _load("gpu_h200_hf.json")["rows"]}
+    rows = {row["method"].split(" (")[0]: row for row in _load("gpu_check/gpu_h200_hf.json")["rows"]}
     ratio = rows["low-rank ES"]["candidate_evals_per_second"] / rows["full ES"]["candidate_evals_per_second"]
     return f"{ratio:.0f}x full ES's candidates per second on an H200"
 
 
 def lowrank_throughput_cpu() -> str:
-    data = _load("lowrank_throughput.json")
+    data = _load("eggroll/lowrank_throughput.json")
     ratios = {key.split("_")[0]: value["speedup_over_full"]["lowrank_batched"]
               for key, value in data["results"].items()}
     return (", ".join(f"{ratio:.2f}x at {prompts} prompts per member" for prompts, ratio in ratios.items())
@@ -287,7 +287,8 @@ def _runs(compare: dict, prefix: str) -> list[dict]:
 def lowrank_throughput_table() -> str:
     """Candidate evaluations per CPU second of `space: lowrank` over `space: full`, per prompts per member and
     dtype (the wall-clock ratios are in the same files)."""
-    files = {"bfloat16 (`dtype: auto` here)": "lowrank_throughput.json", "float32": "lowrank_throughput_float32.json"}
+    files = {"bfloat16 (`dtype: auto` here)": "eggroll/lowrank_throughput.json",
+             "float32": "eggroll/lowrank_throughput_float32.json"}
     ratios = {label: {key.split("_")[0]: value["cpu_speedup_over_full"]["lowrank_batched"]
                       for key, value in _load(name)["results"].items()} for label, name in files.items()}
     lines = ["", "", f"| prompts per member | {' | '.join(files)} |", "|---|---|---|"]
@@ -298,7 +299,7 @@ def lowrank_throughput_table() -> str:
 
 def eval_budget_arithmetic() -> str:
     """The base model's held-out accuracy at each token budget; equal neighbours share one value."""
-    data = _load("eval_budget_arithmetic.json")
+    data = _load("eval_budget/eval_budget_arithmetic.json")
     groups: list[tuple[str, list[int]]] = []
     for row in data["rows"]:
         value = _pct(row["accuracy"])
@@ -317,7 +318,7 @@ def eval_budget_arithmetic() -> str:
 
 
 def es_vs_grpo_time_10tok() -> str:
-    data = _load("compare_es_vs_grpo_time/compare.json")
+    data = _load("es_vs_grpo/compare_es_vs_grpo_time/compare.json")
     methods = {method["method"].split()[0]: method for method in data["methods"]}
     es, grpo = methods["es"], methods["grpo"]
     start = [run["curve"][0]["value"] for run in _runs(data, "es")]
@@ -329,7 +330,7 @@ def es_vs_grpo_time_10tok() -> str:
 
 
 def grpo_equal_samples() -> str:
-    data = _load("compare_arithmetic/compare.json")
+    data = _load("es_vs_grpo/compare_arithmetic/compare.json")
     runs = _runs(data, "grpo")
     method = next(method for method in data["methods"] if method["method"] == "grpo")
     return (", ".join(f"{_pct(run['curve'][0]['value'])} -> {_pct(run['final'])} (seed {run['seed']})" for run in runs)
@@ -339,7 +340,7 @@ def grpo_equal_samples() -> str:
 
 
 def grpo_memory() -> str:
-    runs = sorted(_load("grpo_memory_grpo_conciseness.json")["runs"],
+    runs = sorted(_load("speed/grpo_memory_grpo_conciseness.json")["runs"],
                   key=lambda run: run["gradient_accumulation_steps"])
     return " and ".join(f"{run['peak_rss_mib']:,.0f} MiB in {run['gradient_accumulation_steps']} micro-batch"
                         f"{'es' if run['gradient_accumulation_steps'] > 1 else ''}" for run in runs)
@@ -356,7 +357,7 @@ def _conciseness_means() -> dict[str, dict[str, float]]:
     """Each CONCISENESS_SETTINGS label's reward, KL and share correct, means over seeds 0 and 1."""
     rows: dict[str, list[dict]] = {}
     for seed in (0, 1):
-        for result in _load(f"eval_conciseness_pareto_seed{seed}.json")["results"]:
+        for result in _load(f"conciseness_pareto/eval_conciseness_pareto_seed{seed}.json")["results"]:
             model = result["model"]
             key = "base" if "/" not in model else "/".join(model.split("/")[-3:-1])
             rows.setdefault(key, []).append(result)
@@ -392,7 +393,7 @@ def _stage(row: dict, method: str) -> float:
 
 
 def essa_vs_grpo_arithmetic() -> str:
-    data = _load("stages_essa_vs_grpo_arithmetic.json")
+    data = _load("essa/stages_essa_vs_grpo_arithmetic.json")
     rows = sorted(data["rows"], key=lambda row: row["seed"])
     budget = f"{data['budget_time_s']:,.0f} s"
     return (f"SFT {_per_seed(row['sft']['value'] for row in rows)} -> ESSA "
@@ -402,15 +403,15 @@ def essa_vs_grpo_arithmetic() -> str:
 
 
 def essa_example() -> str:
-    default = sorted(_load("essa_arithmetic.json")["runs"], key=lambda run: run["seed"])
-    wider = sorted(_load("essa_arithmetic_sigma0.1.json")["runs"], key=lambda run: run["seed"])
+    default = sorted(_load("essa/essa_arithmetic.json")["runs"], key=lambda run: run["seed"])
+    wider = sorted(_load("essa/essa_arithmetic_sigma0.1.json")["runs"], key=lambda run: run["seed"])
     iterations = default[0]["curve"][-1][0]
     return (f"{iterations} CMA-ES iterations then give {_per_seed(run['essa'] for run in default)} at sigma 0.02 and "
             f"{_per_seed(run['essa'] for run in wider)} at sigma 0.1")
 
 
 def _lever_rows(name: str) -> list[dict]:
-    return _load(f"essa_levers/{name}.json")["rows"]
+    return _load(f"essa/essa_levers/{name}.json")["rows"]
 
 
 def essa_levers_sigma() -> str:
@@ -434,14 +435,14 @@ def essa_levers_more() -> str:
 
 
 def essa_tuned_test() -> str:
-    runs = sorted((run for run in _load("compare_essa_tuned_vs_grpo_arithmetic/compare.json")["runs"]
+    runs = sorted((run for run in _load("essa/compare_essa_tuned_vs_grpo_arithmetic/compare.json")["runs"]
                    if "essa" in run["run"].rsplit("/", 1)[-1]), key=lambda run: run["seed"])
     return (" and ".join(f"{_pct(run['curve'][0]['value'])} -> {_pct(run['final'])}" for run in runs)
             + f" (seeds {' / '.join(str(run['seed']) for run in runs)})")
 
 
 def adapter_scale() -> str:
-    runs = [_load(f"adapter_scale_arithmetic_seed{seed}.json")["points"] for seed in (0, 1)]
+    runs = [_load(f"essa/adapter_scale_arithmetic_seed{seed}.json")["points"] for seed in (0, 1)]
     parts = []
     for index in (1, 2):
         changes = " / ".join(f"{100 * (points[index]['train_accuracy'] - points[0]['train_accuracy']):+.1f}"
@@ -451,7 +452,7 @@ def adapter_scale() -> str:
 
 
 def _heatmap_rows() -> list[dict]:
-    return _load("essa_heatmap/sweep.json")["rows"]
+    return _load("essa/essa_heatmap/sweep.json")["rows"]
 
 
 def essa_heatmap() -> str:
@@ -474,14 +475,14 @@ def essa_in_sum() -> str:
     rows = [*_heatmap_rows(), *(row for name in ("sigma", "diagonal", "openes", "reward", "prompts", "population")
                                 for row in _lever_rows(name))]
     changes = [100 * (row["final_mean"] - row["start_mean"]) for row in rows]
-    stages = sorted(_load("stages_essa_vs_grpo_arithmetic.json")["rows"], key=lambda row: row["seed"])
+    stages = sorted(_load("essa/stages_essa_vs_grpo_arithmetic.json")["rows"], key=lambda row: row["seed"])
     grpo = " / ".join(f"{100 * (_stage(row, 'grpo') - row['sft']['value']):+.1f}" for row in stages)
     return (f"moved accuracy by {min(changes):+.1f} to {max(changes):+.1f} points; GRPO continuing the same adapter "
             f"for 600 s moved it {grpo} points")
 
 
 def essa_gsm8k() -> str:
-    data = _load("stages_essa_gsm8k.json")
+    data = _load("essa_gsm8k/stages_essa_gsm8k.json")
     rows = sorted(data["rows"], key=lambda row: row["seed"])
     return (f"base {_per_seed(row['base']['value'] for row in rows)}, after SFT "
             f"{_per_seed(row['sft']['value'] for row in rows)}, "
@@ -490,7 +491,7 @@ def essa_gsm8k() -> str:
 
 
 def countdown_small() -> str:
-    data = _load("stages_countdown_small.json")
+    data = _load("countdown_small/stages_countdown_small.json")
     rows = sorted(data["rows"], key=lambda row: row["seed"])
     names = (("essa", "ESSA"), ("es", "full ES on the merged model"), ("grpo", "GRPO"))
     methods = ", ".join(f"{label} {_per_seed(row[key]['final']['value'] for row in rows)}" for key, label in names)
@@ -500,7 +501,7 @@ def countdown_small() -> str:
 
 
 def lowrank_learning() -> str:
-    data = _load("compare_lowrank_vs_full_arithmetic/compare.json")
+    data = _load("eggroll/compare_lowrank_vs_full_arithmetic/compare.json")
     full, low = _runs(data, "full"), _runs(data, "lowrank")
     return (f"`space: full` {_per_seed(run['curve'][0]['value'] for run in full)} -> "
             f"{_per_seed(run['final'] for run in full)}, `space: lowrank` -> {_per_seed(run['final'] for run in low)} "
@@ -509,7 +510,7 @@ def lowrank_learning() -> str:
 
 
 def essa_quantization() -> str:
-    means = _load("essa_quantization.json")["mean_over_seeds"]
+    means = _load("essa_quantization/essa_quantization.json")["mean_over_seeds"]
     order = ("float32", "int8", "int4")
     gains = " / ".join(f"{100 * (means[p]['essa_end'] - means[p]['sft_alone']):+.1f}" for p in order)
     return (f"the SFT adapter alone scores {' / '.join(_pct(means[p]['sft_alone']) for p in order)} "
@@ -518,7 +519,7 @@ def essa_quantization() -> str:
 
 
 def quantization_speed() -> str:
-    data = _load("quantization_speed_128prompts.json")
+    data = _load("essa_quantization/quantization_speed_128prompts.json")
     time, memory, equal = data["time"], data["memory"], data["completions_equal_to_float32"]
     peaks = " / ".join(f"{memory[precision]['peak_rss_generating_mib']:.0f}"
                        for precision in ("float32", "int8", "int4"))
@@ -528,7 +529,7 @@ def quantization_speed() -> str:
 
 
 def shared_prefix() -> str:
-    results = {row["task"]: row for row in _load("shared_prefix_float32.json")["results"]}
+    results = {row["task"]: row for row in _load("speed/shared_prefix_float32.json")["results"]}
     arithmetic, countdown = results["arithmetic"], results["countdown"]
     identical = all(row["completions_identical"] for row in results.values())
     return (f"arithmetic ({arithmetic['prompts']} prompts x {arithmetic['max_new_tokens']} tokens) "
@@ -544,7 +545,7 @@ def _median(values) -> float:
 
 
 def _shared_prefix_rows(dtype: str) -> dict:
-    return {row["task"]: row for row in _load(f"shared_prefix_{dtype}.json")["results"]}
+    return {row["task"]: row for row in _load(f"speed/shared_prefix_{dtype}.json")["results"]}
 
 
 def shared_prefix_medians() -> str:
@@ -570,7 +571,7 @@ def shared_prefix_dtypes() -> str:
 
 
 def loop_cost() -> str:
-    data = _load("overhead_rademacher_arithmetic_10tok_float32.json")
+    data = _load("speed/overhead_rademacher_arithmetic_10tok_float32.json")
     return (f"one ES iteration ({data['population_size']} antithetic candidates x {data['batch_size']} prompts x "
             f"{data['max_new_tokens']} tokens) took {data['overhead_ratio_median']:.3f}x the plain generation of the "
             f"same tokens (median of {len(data['es_iteration_s'])}), and {data['overhead_ratio_legacy_median']:.3f}x "
@@ -578,7 +579,7 @@ def loop_cost() -> str:
 
 
 def loop_apply_share() -> str:
-    data = _load("overhead_rademacher_arithmetic_10tok_float32.json")
+    data = _load("speed/overhead_rademacher_arithmetic_10tok_float32.json")
     generate = _median(data["plain_generation_s"]) / data["population_size"]
     return (f"`apply`, {data['apply_one_candidate_s']:.2f} s per candidate against {generate:.1f} s of generation "
             f"({_pct(data['apply_one_candidate_s'] / generate)}), bound by memory traffic (reading the "
@@ -586,7 +587,7 @@ def loop_apply_share() -> str:
 
 
 def _breakdown(name: str, arm: str) -> tuple[dict, dict]:
-    data = _load(f"overhead_rademacher_arithmetic_10tok_float32_{name}.json")
+    data = _load(f"speed/overhead_rademacher_arithmetic_10tok_float32_{name}.json")
     return data, data["breakdown_s"][arm]
 
 
@@ -625,7 +626,7 @@ def loop_breakdown_unpinned() -> str:
 
 
 def prefetch_idle_core_ranges() -> str:
-    data = _load("overhead_rademacher_arithmetic_10tok_float32_idle_second_core.json")
+    data = _load("speed/overhead_rademacher_arithmetic_10tok_float32_idle_second_core.json")
     def span(values):
         return f"{min(values):.1f}-{max(values):.1f} s"
     steps = [row["step"] for arm in data["breakdown_s"].values() for row in arm["per_repeat"]]
@@ -650,25 +651,25 @@ def loop_floor() -> str:
 
 
 def generation_throughput_cpu() -> str:
-    data = _load("generation_throughput_cpu_arithmetic_10tok.json")
+    data = _load("speed/generation_throughput_cpu_arithmetic_10tok.json")
     return f"{data['vllm']['tokens_per_s']:.0f} vs {data['hf']['tokens_per_s']:.0f} generated tokens/s"
 
 
 def peer_loop() -> str:
-    ratios = _load("peer_es_at_scale.json")["paper_loop_over_evotune_median"]
+    ratios = _load("speed/peer_es_at_scale.json")["paper_loop_over_evotune_median"]
     return (f"the paper's loop takes {ratios['evotune']:.2f}x evotune's iteration time (median of 3), "
             f"{ratios['evotune_shared_prefix_off']:.2f}x with evotune's shared prefix off")
 
 
 def prefetch_idle_core() -> str:
-    data = _load("overhead_rademacher_arithmetic_10tok_float32_idle_second_core.json")
+    data = _load("speed/overhead_rademacher_arithmetic_10tok_float32_idle_second_core.json")
     return (f"ES iteration / plain generation {data['overhead_ratio_median']:.3f} without and "
             f"{data['overhead_ratio_prefetch_median']:.3f} with `prefetch_candidates` (medians of "
             f"{len(data['es_iteration_s'])})")
 
 
 def vllm_cpu() -> str:
-    data = _load("vllm_cpu_vs_hf_arithmetic.json")
+    data = _load("speed/vllm_cpu_vs_hf_arithmetic.json")
     same = data["identical_rewards"] and data["final_weights_equal"]
     return (f"held-out accuracy {_pct(data['accuracy_before']['vllm'])} -> {_pct(data['accuracy_after']['vllm'])} "
             f"({data['held_out_prompts']} prompts, 10 new tokens), the hf backend's run "
@@ -677,7 +678,7 @@ def vllm_cpu() -> str:
 
 
 def vllm_prefix_cache() -> str:
-    smol, tiny = (_load(f"vllm_prefix_cache_{name}.json")["results"] for name in ("smollm2", "tiny"))
+    smol, tiny = (_load(f"speed/vllm_prefix_cache_{name}.json")["results"] for name in ("smollm2", "tiny"))
     arithmetic = smol[0]
     per_call = [off / on for off, on in zip(arithmetic["off_s"], arithmetic["on_s"])]
     same = all(row["completions_identical"] for row in (*smol, *tiny))
@@ -689,25 +690,26 @@ def vllm_prefix_cache() -> str:
 
 
 def dtype_avx512_bf16() -> str:
-    data = _load("dtype_speed_intel_xeon_avx512bf16.json")
+    data = _load("speed/dtype_speed_intel_xeon_avx512bf16.json")
     ratios = {part: data[part]["bfloat16_over_float32"] for part in ("generation", "forward", "backward")}
     return ", ".join(f"{ratio:.2f}x ({part})" for part, ratio in ratios.items())
 
 
 def essa_sft_arithmetic() -> str:
-    runs = _load("essa_arithmetic.json")["runs"]
+    runs = _load("essa/essa_arithmetic.json")["runs"]
     return (f"from {' / '.join(_pct(run['base']) for run in runs)} to {' / '.join(_pct(run['sft']) for run in runs)} "
             f"(seeds {' / '.join(str(run['seed']) for run in runs)})")
 
 
 def eval_budget_ratio() -> str:
-    accuracy = {row["max_new_tokens"]: row["accuracy"] for row in _load("eval_budget_arithmetic.json")["rows"]}
+    rows = _load("eval_budget/eval_budget_arithmetic.json")["rows"]
+    accuracy = {row["max_new_tokens"]: row["accuracy"] for row in rows}
     return f"{max(accuracy.values()) / accuracy[min(accuracy)]:.1f}x at {min(accuracy)} tokens"
 
 
 def stability_budget_gain() -> str:
     """How the stability study's final models score from 48 to 128 tokens, and which gained from 24 to 48."""
-    models = _load("stability_eval_budget_arithmetic.json")["models"]
+    models = _load("stability/stability_eval_budget_arithmetic.json")["models"]
     late = {name: max(abs(model["metrics"][budget]["accuracy"] - model["metrics"]["48"]["accuracy"])
                        for budget in ("64", "96", "128")) for name, model in models.items()}
     gains = [100 * (model["metrics"]["48"]["accuracy"] - model["metrics"]["24"]["accuracy"])
@@ -719,17 +721,17 @@ def stability_budget_gain() -> str:
 
 
 def lowrank_update_step() -> str:
-    seconds = _load("lowrank_throughput.json")["update_step_seconds"]
+    seconds = _load("eggroll/lowrank_throughput.json")["update_step_seconds"]
     return f"{seconds['lowrank']['wall']:.2f} s against {seconds['full']['wall']:.2f} s"
 
 
 def countdown_base_format() -> str:
-    (row,) = _load("eval_countdown.json")["results"]
+    (row,) = _load("learning/eval_countdown.json")["results"]
     return f"{row['accuracy']:.0%} greedy, format {row['format']:g}"
 
 
 def countdown_format() -> str:
-    rows = _load("stages_countdown_small_format.json")["rows"]
+    rows = _load("countdown_small/stages_countdown_small_format.json")["rows"]
     base = {f"{row['base']['value']:.0%}" for row in rows}
     sft = {f"{row['sft']['value']:.0%}" for row in rows}
     kept = all(row[method]["final"]["value"] == row["sft"]["value"]
@@ -740,7 +742,7 @@ def countdown_format() -> str:
 
 def countdown_changes() -> str:
     """How far each method moved accuracy from its SFT start, per seed: the moves beyond 5 points named."""
-    rows = _load("stages_countdown_small.json")["rows"]
+    rows = _load("countdown_small/stages_countdown_small.json")["rows"]
     names = {"essa": "ESSA", "es": "full ES", "grpo": "GRPO"}
     beyond = [f"{label} on seed {row['seed']} ({100 * (row[key]['final']['value'] - row['sft']['value']):+.1f})"
               for row in sorted(rows, key=lambda row: row["seed"]) for key, label in names.items()
@@ -749,7 +751,7 @@ def countdown_changes() -> str:
 
 
 def quickstart_earlier() -> str:
-    data = _load("heldout_arithmetic.json")
+    data = _load("learning/heldout_arithmetic.json")
     seeds = " / ".join(f"{run['accuracy']:.1%}" for run in data["runs"])
     return f"{data['base']['accuracy']:.1%} to {seeds}"
 
@@ -757,7 +759,7 @@ def quickstart_earlier() -> str:
 def quickstart_sweep() -> str:
     """The short sweep the 10-token settings came from: one file per point, seed 0, 8 iterations."""
     def run(name: str) -> dict:
-        return _load(f"learning_sweep_arith_{name}.json")["runs"][0]
+        return _load(f"learning/learning_sweep_arith_{name}.json")["runs"][0]
 
     paper, gaussian, rademacher, larger = (run(name) for name in ("s1e-3_lr5e-4", "s2e-3_lr4e-3",
                                                                    "rademacher_s2e-3_lr4e-3", "s3e-3_lr8e-3"))
@@ -774,7 +776,7 @@ def _profile_share(name: str, precision: str, *ops: str) -> float:
 
 def quantization_profile() -> str:
     """Where one generate's CPU time goes (torch.profiler's top ops), at 16 and at 128 prompts."""
-    small, large = "quantization_speed.json", "quantization_speed_128prompts.json"
+    small, large = "essa_quantization/quantization_speed.json", "essa_quantization/quantization_speed_128prompts.json"
     activation = _profile_share(large, "int8", "aten::mul", "aten::copy_", "aten::max", "aten::cat")
     return (f"float32 spends {_profile_share(small, 'float32', 'aten::mm'):.0%} in `aten::mm`; INT4 "
             f"{_profile_share(small, 'int4', 'bitsandbytes::gemv_4bit'):.0%} in `bitsandbytes::gemv_4bit`, slower "
@@ -787,7 +789,7 @@ def quantization_profile() -> str:
 
 
 def quantization_memory() -> str:
-    memory = _load("quantization_speed.json")["memory"]
+    memory = _load("essa_quantization/quantization_speed.json")["memory"]
     weights = {precision: memory[precision]["base_memory_footprint_mib"] for precision in memory}
     returned = {precision: values["rss_after_load_and_warm_up_mib"] - values["rss_after_malloc_trim_mib"]
                 for precision, values in memory.items()}
@@ -799,7 +801,7 @@ def quantization_memory() -> str:
 
 
 def quantization_sft_cost() -> str:
-    means = _load("essa_quantization.json")["mean_over_seeds"]
+    means = _load("essa_quantization/essa_quantization.json")["mean_over_seeds"]
     cost = {precision: 100 * (means["float32"]["sft_alone"] - means[precision]["sft_alone"])
             for precision in ("int8", "int4")}
     share = means["int4"]["sft_alone"] / means["float32"]["sft_alone"]
@@ -808,13 +810,13 @@ def quantization_sft_cost() -> str:
 
 
 def quantization_ratios() -> str:
-    time = _load("quantization_speed_128prompts.json")["time"]
+    time = _load("essa_quantization/quantization_speed_128prompts.json")["time"]
     return (f"INT8 {time['int8']['wall_s_ratio_to_float32']:.2f}x, INT4 {time['int4']['wall_s_ratio_to_float32']:.2f}x "
             "float32 at 128 prompts")
 
 
 def ray_vllm() -> str:
-    data = _load("ray_scaling_vllm.json")
+    data = _load("speed/ray_scaling_vllm.json")
     (arm,) = data["arms"]
     equal = data["equal_to_one_process"][str(arm["workers"])]
     return (f"A Ray pool of {arm['workers']} vLLM engine actors {'equals' if equal else 'differs from'} one process "
@@ -822,7 +824,7 @@ def ray_vllm() -> str:
 
 
 def engine_close() -> str:
-    data = _load("engine_close.json")
+    data = _load("speed/engine_close.json")
     ours, alone = data["evotune worker extension"], data["vllm alone"]
     return (f"{ours['close_s_median']:.1f} s with evotune's worker extension, which freezes the heap of vLLM's "
             f"worker process at its exit, against {alone['close_s_median']:.1f} s for vLLM alone (median of "
@@ -830,13 +832,13 @@ def engine_close() -> str:
 
 
 def engine_start() -> str:
-    data = _load("engine_close.json")
+    data = _load("speed/engine_close.json")
     return (f"{data['evotune worker extension']['start_s_median']:.1f} s (median of {data['repeats']}) for the "
             f"doctor's tiny Llama with its engine core in its own process, on {data['machine'].split(', ')[-1]}")
 
 
 def stability_sources() -> str:
-    differences = _load("stability_sources_arithmetic.json")["differences"]
+    differences = _load("stability/stability_sources_arithmetic.json")["differences"]
 
     def points(key):
         d = differences[key]
@@ -847,7 +849,7 @@ def stability_sources() -> str:
 
 
 def stability_averaging() -> str:
-    models = _load("stability_averaging_arithmetic.json")["models"]
+    models = _load("stability/stability_averaging_arithmetic.json")["models"]
     names = ("final iterate", "average of the last 9", "average of the last 18")
     means = ", ".join(f"{100 * models[name]['mean']:.1f}" for name in names[:-1])
     return (f"std {100 * models[names[0]]['std']:.1f} points for the final iterates, "
@@ -881,7 +883,7 @@ PRECISIONS = {"float32": "float32", "int8": "INT8", "int4": "INT4 (nf4)"}
 
 def quantization_speed_table() -> str:
     """One generate of 16 prompts per base precision: time, weights, peak RSS, completions equal to float32's."""
-    data = _load("quantization_speed.json")
+    data = _load("essa_quantization/quantization_speed.json")
     time, memory, equal = data["time"], data["memory"], data["completions_equal_to_float32"]
     lines = ["", "", "| base | generation (median) | / float32 | weights (`get_memory_footprint`) "
              "| peak RSS generating | completions = float32's |", "|---|---|---|---|---|---|"]
@@ -895,7 +897,7 @@ def quantization_speed_table() -> str:
 
 def essa_quantization_table() -> str:
     """Per base precision and seed: the SFT adapter alone, ESSA's end, the gain, peak RSS, seconds per iteration."""
-    data = _load("essa_quantization.json")
+    data = _load("essa_quantization/essa_quantization.json")
     rows = sorted(data["rows"], key=lambda row: (list(PRECISIONS).index(row["precision"]), row["seed"]))
 
     def cell(entry: dict) -> str:
@@ -927,10 +929,11 @@ def _interval(entry: dict) -> str:
 def drift_table() -> str:
     """The drift study's rows at the end of the runs (appended to a table whose header precedes it): the base model
     as the runs' first evaluation found it, then each method."""
-    methods = _load("drift_arithmetic.json")["methods"]
-    first = {run["seed"]: run["curve"][0]["value"] for run in _load("stability_arithmetic/compare.json")["runs"]
+    methods = _load("drift/drift_arithmetic.json")["methods"]
+    first = {run["seed"]: run["curve"][0]["value"]
+             for run in _load("stability/stability_arithmetic/compare.json")["runs"]
              if run["method"].startswith("es") and run["seed"] in (0, 1)}
-    short = next(row for row in _load("eval_budget_arithmetic.json")["rows"] if row["max_new_tokens"] == 10)
+    short = next(row for row in _load("eval_budget/eval_budget_arithmetic.json")["rows"] if row["max_new_tokens"] == 10)
     lines = [f"| base model | {_pct(first[0])}, {_pct(first[1])} ¹ | {_pct(short['accuracy'])} (n = 256, another "
              f"split: `eval_budget_arithmetic.json`) | not kept ² | not kept ² | 0 | 0 |"]
     for key, label in DRIFT_METHODS.items():
@@ -948,7 +951,7 @@ def drift_table() -> str:
 
 def drift_equal_target() -> str:
     """The drift study at equal target accuracy: each run's first evaluation at or above the lowest method's mean."""
-    equal = _load("drift_arithmetic.json")["at_equal_target"]
+    equal = _load("drift/drift_arithmetic.json")["at_equal_target"]
     reached = ", ".join(f"{label} {equal['methods'][key]['runs_reaching']}" for key, label in DRIFT_METHODS.items())
     lines = ["", "", f"At equal target accuracy (each run's first evaluation at or above {_pct(equal['level'])}, the "
              f"lowest method's mean final accuracy; runs that reached it: {reached}):", "",
@@ -975,7 +978,7 @@ ARITHMETIC_BUDGETS = (("48", "48 (untruncated)", "48 (untruncated)"), ("24", "24
 
 def stability_arithmetic_table() -> str:
     """Each final model's accuracy at 48, 24 and 10 new tokens, five seeds per method, and their spread."""
-    spread = _load("stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
+    spread = _load("stability/stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
     methods = {"es": "full ES (`bench/configs/arithmetic_10tok.yaml`)",
                "grpo": "GRPO (`examples/grpo_arithmetic.yaml`)"}
     lines = ["", "", "| method | new tokens | accuracy per seed (0-4) | mean | std [bootstrap 95%] | range |",
@@ -996,7 +999,7 @@ CONCISENESS_BUDGETS = (("32", "32 (training's budget, as in the paper)", "32"),
 
 def stability_conciseness_table() -> str:
     """Each final model's reward gain over its seed's base model at 32, 128 and 256 new tokens, five seeds each."""
-    spread = _load("stability_eval_budget_conciseness.json")["spread"]
+    spread = _load("stability/stability_eval_budget_conciseness.json")["spread"]
     lines = ["", "", "| method | new tokens | reward gain over the base, per seed (0-4) | mean | std [bootstrap 95%] "
              "| contains_solution: mean, std |", "|---|---|---|---|---|---|"]
     for key, label in (("es", "ES"), ("grpo", "GRPO")):
@@ -1009,7 +1012,7 @@ def stability_conciseness_table() -> str:
 
 
 def es_vs_grpo_memory() -> str:
-    runs = _load("compare_es_vs_grpo_time/compare.json")["runs"]
+    runs = _load("es_vs_grpo/compare_es_vs_grpo_time/compare.json")["runs"]
     rss = {name: max(run["peak_rss_mib"] for run in runs if run["run"].rsplit("/", 1)[-1].startswith(name))
            for name in ("es", "grpo")}
     return f"ES at {rss['es']:,.0f} MiB peak RSS vs GRPO's {rss['grpo']:,.0f} MiB"
@@ -1019,7 +1022,7 @@ def conciseness_pareto_summary() -> str:
     """The best GRPO and the best ES setting by reward, with their KL, and the base (means over seeds 0 and 1)."""
     groups: dict[str, list[dict]] = {}
     for seed in (0, 1):
-        for result in _load(f"eval_conciseness_pareto_seed{seed}.json")["results"]:
+        for result in _load(f"conciseness_pareto/eval_conciseness_pareto_seed{seed}.json")["results"]:
             model = result["model"]
             groups.setdefault("base" if "/" not in model else "/".join(model.split("/")[-3:-1]), []).append(result)
     means = {key: {metric: sum(r[metric] for r in results) / len(results) for metric in ("reward", "kl_per_token")}
@@ -1034,7 +1037,7 @@ def conciseness_pareto_summary() -> str:
 
 
 def stability_conciseness() -> str:
-    gains = _load("stability_eval_budget_conciseness.json")["spread"]["reward_gain"]
+    gains = _load("stability/stability_eval_budget_conciseness.json")["spread"]["reward_gain"]
     return f"std {gains['es']['32']['std']:.1f} (ES) vs {gains['grpo']['32']['std']:.1f} (GRPO)"
 
 
@@ -1043,7 +1046,7 @@ def ray_coordinator_table() -> str:
     per-message cost measured on a real cluster folded into the last column."""
     lines = ["", "", "| workers | population x shards = units | driver CPU ms / iteration | share of 60 s | "
              "bytes / iteration | messages | with Ray's per-message cost: share |", "|---|---|---|---|---|---|---|"]
-    for row in _load("ray_coordinator_simulated.json")["rows"]:
+    for row in _load("ray_cluster/ray_coordinator_simulated.json")["rows"]:
         lines.append(f"| {row['workers']} | {row['population']} x {row['shards']} = {row['units_per_iteration']} | "
                      f"{row['driver_cpu_s_per_iteration'] * 1000:.1f} | {row['share_of_iteration']:.3%} | "
                      f"{row['bytes_per_iteration']:,} | {row['messages_per_iteration']} | "
@@ -1052,9 +1055,10 @@ def ray_coordinator_table() -> str:
 
 
 def ray_coordinator_cost() -> str:
-    per_call = _load("ray_call_cost.json")["driver_cpu_s_per_call"]
-    largest = max(_load("ray_coordinator_simulated.json")["rows"], key=lambda row: row["workers"])
-    return (f"{per_call * 1000:.2f} ms per message (bench/results/ray_call_cost.json). With it, the coordinator "
+    per_call = _load("ray_cluster/ray_call_cost.json")["driver_cpu_s_per_call"]
+    largest = max(_load("ray_cluster/ray_coordinator_simulated.json")["rows"], key=lambda row: row["workers"])
+    return (f"{per_call * 1000:.2f} ms per message (bench/results/ray_cluster/ray_call_cost.json). With it, the "
+            f"coordinator "
             f"costs {largest['estimated_share_with_ray']:.2%} of a 60 s iteration at {largest['workers']:,} workers")
 
 
@@ -1065,8 +1069,9 @@ def ray_two_nodes_table() -> str:
     first = {"single_process": "one process (torch on both cores)",
              "two_nodes": "2 nodes x 1 CPU, 2 actors (`worker_num_cpus: 1`)"}
     again = {"single_process": "one process, again", "two_nodes": "2 nodes x 1 CPU, again"}
-    for file, names in (("ray_two_nodes_arithmetic.json", first), ("ray_two_nodes_arithmetic_single_rerun.json", again),
-                        ("ray_two_nodes_arithmetic_two_nodes_rerun.json", again)):
+    for file, names in (("ray_cluster/ray_two_nodes_arithmetic.json", first),
+                        ("ray_cluster/ray_two_nodes_arithmetic_single_rerun.json", again),
+                        ("ray_cluster/ray_two_nodes_arithmetic_two_nodes_rerun.json", again)):
         data = _load(file)
         for arm, name in names.items():
             if arm in data:
@@ -1076,7 +1081,7 @@ def ray_two_nodes_table() -> str:
 
 
 def ray_two_nodes_bytes() -> str:
-    exchanged = _load("ray_two_nodes_arithmetic.json")["two_nodes"]["bytes_exchanged"]
+    exchanged = _load("ray_cluster/ray_two_nodes_arithmetic.json")["two_nodes"]["bytes_exchanged"]
     return " and ".join(f"{value / 1000:.1f} kB" for value in exchanged)
 
 
@@ -1088,15 +1093,15 @@ def _speedups(data: dict) -> str:
 
 
 def population_batch_cpu() -> str:
-    return _speedups(_load("population_batch_full_cpu.json"))
+    return _speedups(_load("speed/population_batch_full_cpu.json"))
 
 
 def population_batch_cpu_decoding() -> str:
-    return _speedups(_load("population_batch_full_cpu_decoding.json"))
+    return _speedups(_load("speed/population_batch_full_cpu_decoding.json"))
 
 
 def own_loop_cpu() -> str:
-    data = _load("overhead_gaussian_arithmetic_10tok_own_loop.json")
+    data = _load("speed/overhead_gaussian_arithmetic_10tok_own_loop.json")
     ratios = [own / plain for own, plain in zip(data["plain_generation_own_loop_s"], data["plain_generation_s"])]
     return (f"{data['own_loop_over_plain_median']}x this path's time (median of {len(ratios)} alternating repeats, "
             f"per repeat {min(ratios):.2f}-{max(ratios):.2f}x")
@@ -1105,7 +1110,7 @@ def own_loop_cpu() -> str:
 
 # The GPU check's reports (bench/gpu_check/), one file per device call on the same warm machine; a row measured in
 # one is not measured again in the next (`carried_from`).
-GPU_CHECK_FILES = ("gpu_check_h200.json", "gpu_check_h200_compiled.json")
+GPU_CHECK_FILES = ("gpu_check/gpu_check_h200.json", "gpu_check/gpu_check_h200_compiled.json")
 GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
                   "full_own_loop": "full ES, one at a time, transformers' own loop",
                   "full_batched": "full ES, population-batched (`population_batch_size: auto`)",
@@ -1242,7 +1247,7 @@ def unclaimed_numbers(text: str, page: str = "") -> list[tuple[int, str, str]]:
     return found
 
 def compile_generation_cpu() -> str:
-    data = _load("compile_generation_cpu.json")
+    data = _load("speed/compile_generation_cpu.json")
     same, total = data["identical_completions"].split("/")
     compile_seconds = data["first_call_seconds"]["compiled"] - data["first_call_seconds"]["eager"]
     return (f"the same {same} of {total} completions as eager generation and no speed worth its "
@@ -1250,24 +1255,26 @@ def compile_generation_cpu() -> str:
 
 
 def own_loop_overhead() -> str:
-    return f"{_load('overhead_gaussian_arithmetic_10tok_own_loop.json')['overhead_ratio_median']:.2f}x plain generation"
+    ratio = _load("speed/overhead_gaussian_arithmetic_10tok_own_loop.json")["overhead_ratio_median"]
+    return f"{ratio:.2f}x plain generation"
 
 
 # What ran on which hardware, one row per capability: the result files that show it on a CPU, and the row of the
 # GPU run's file that shows it on CUDA (None: that file has no such row, so it has not run there). A capability
 # with no result file at all on some hardware is "not run" there; nothing here is written in words of its own.
 HARDWARE_ROWS = [
-    ("full-parameter ES, hf backend", ["quickstart_heldout.json"], "full ES"),
-    ("stop and resume, bit for bit", ["reliability_kill_points.json"], "exactness"),
-    ("low-rank ES (EGGROLL), hf", ["lowrank_throughput.json"], "low-rank ES"),
-    ("GRPO baseline (TRL)", ["grpo_memory_grpo_conciseness.json"], "GRPO"),
-    ("ESSA's evolution (CMA-ES on an adapter's singular values)", ["essa_arithmetic.json"], "doctor:ESSA"),
-    ("LoRA SFT (ESSA's warm start)", ["essa_quantization.json"], None),
-    ("full ES, population-batched (`population_batch_size`)", ["population_batch_full_cpu.json"], "check:full_batched"),
-    ("`compile_generation`", ["compile_generation_cpu.json"], "check:full_compiled"),
-    ("INT8/INT4 bases (bitsandbytes)", ["essa_quantization.json"], None),
-    ("vLLM engine (`vllm-cpu` on a CPU)", ["vllm_cpu_vs_hf_arithmetic.json"], None),
-    ("Ray actor pool on one machine", ["ray_scaling.json"], None),
+    ("full-parameter ES, hf backend", ["quickstart/quickstart_heldout.json"], "full ES"),
+    ("stop and resume, bit for bit", ["reliability/reliability_kill_points.json"], "exactness"),
+    ("low-rank ES (EGGROLL), hf", ["eggroll/lowrank_throughput.json"], "low-rank ES"),
+    ("GRPO baseline (TRL)", ["speed/grpo_memory_grpo_conciseness.json"], "GRPO"),
+    ("ESSA's evolution (CMA-ES on an adapter's singular values)", ["essa/essa_arithmetic.json"], "doctor:ESSA"),
+    ("LoRA SFT (ESSA's warm start)", ["essa_quantization/essa_quantization.json"], None),
+    ("full ES, population-batched (`population_batch_size`)", ["speed/population_batch_full_cpu.json"],
+     "check:full_batched"),
+    ("`compile_generation`", ["speed/compile_generation_cpu.json"], "check:full_compiled"),
+    ("INT8/INT4 bases (bitsandbytes)", ["essa_quantization/essa_quantization.json"], None),
+    ("vLLM engine (`vllm-cpu` on a CPU)", ["speed/vllm_cpu_vs_hf_arithmetic.json"], None),
+    ("Ray actor pool on one machine", ["speed/ray_scaling.json"], None),
     ("Ray across machines", [], None),
 ]
 
@@ -1281,7 +1288,7 @@ def _machine_label(path: str) -> str:
 
 def hardware_status() -> str:
     """The status-by-hardware table: every cell names the result file behind it, or says the thing has not run."""
-    gpu = _load("gpu_h200_hf.json")
+    gpu = _load("gpu_check/gpu_h200_hf.json")
     gpu_rows = {row["method"].split(" (")[0]: row for row in gpu["rows"]}
     software = gpu["software"]
     checked = _gpu_check_rows()

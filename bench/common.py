@@ -70,9 +70,16 @@ def accuracy_by_budget(backend, task, rows: list[dict], budgets: list[int]) -> d
     return result
 
 
-def write_result(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def study_results(study: str) -> Path:
+    """The folder of one study's result files, bench/results/STUDY/ (created)."""
+    folder = RESULTS / study
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_result(name: str, payload: dict, study: str) -> Path:
+    """Write bench/results/STUDY/NAME.json: PAYLOAD with the machine it ran on."""
+    path = study_results(study) / f"{name}.json"
     path.write_text(json.dumps({**payload, "machine": machine()}, indent=2))
     print(json.dumps(payload, indent=2))
     return path

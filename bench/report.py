@@ -42,7 +42,7 @@ def learning_rows(data: dict) -> list[str]:
 
 def heldout_lines() -> list[str]:
     lines = []
-    for _, d in results("heldout_*.json"):
+    for _, d in results("learning/heldout_*.json"):
         rows = [f"| base {d['base']['model']} | {d['base']['accuracy']} | {d['base']['ci95']} | | |"]
         rows += [f"| {r['run']} (seed {r['seed']}) | **{r['accuracy']}** | {r['ci95']} | {r['only_trained_correct']} "
                  f"| {r['only_base_correct']} |" for r in d["runs"]]
@@ -53,7 +53,7 @@ def heldout_lines() -> list[str]:
 
 def essa_lines() -> list[str]:
     lines = []
-    for path, d in results("essa_*.json"):
+    for path, d in results("essa*/essa_*.json"):
         if "runs" not in d:
             continue
         rows = [f"| {r['seed']} | {r['base']:.4g} | {r['sft']:.4g} | **{r['essa']:.4g}** "
@@ -67,7 +67,7 @@ def essa_lines() -> list[str]:
 
 def population_batch_lines() -> list[str]:
     lines = []
-    for _, d in results("population_batch*.json"):
+    for _, d in results("speed/population_batch*.json"):
         rows = [f"| {arm} | {seconds} | {d['speedup_over_one_at_a_time'].get(arm, 1.0)} "
                 f"| {d['identical_completions'].get(arm, 'reference')} |"
                 for arm, seconds in d["median_seconds_per_population"].items()]
@@ -78,7 +78,7 @@ def population_batch_lines() -> list[str]:
 
 
 def toy_lines() -> list[str]:
-    path = RESULTS / "essa_toy_digits.json"
+    path = RESULTS / "essa/essa_toy_digits.json"
     if not path.exists():
         return []
     d = json.loads(path.read_text())
@@ -98,7 +98,7 @@ def _cell(value) -> str:
 
 def eval_lines() -> list[str]:
     lines = []
-    for path, d in results("eval_*.json"):
+    for path, d in sorted(results("*/eval_*.json"), key=lambda item: item[0].name):
         if path.stem.startswith("eval_budget_"):  # a budget sweep, tabulated by eval_budget_lines
             continue
         keys = [k for k in d["results"][0] if k not in ("model", "task", "num_eval", "time_s", "reward_ci95")]
@@ -112,7 +112,7 @@ def eval_lines() -> list[str]:
 
 def ray_lines() -> list[str]:
     lines = []
-    for path in sorted(RESULTS.glob("ray_scaling*.json")):
+    for path in sorted(RESULTS.glob("speed/ray_scaling*.json")):
         d = json.loads(path.read_text())
         backend = d.get("backend", "hf")
         lines += [f"## Ray actor pool ({backend} backend, CPU actors, one core each)", "",
@@ -130,7 +130,7 @@ def ray_lines() -> list[str]:
 def lowrank_lines() -> list[str]:
     """`space: lowrank` (one batched generate) against `space: full` (member by member)."""
     lines = []
-    for _, d in results("lowrank_throughput*.json"):
+    for _, d in results("eggroll/lowrank_throughput*.json"):
         rows = [f"| {name.split('_')[0]} | {r['candidate_evaluations_per_second']['full']} "
                 f"| {r['candidate_evaluations_per_second']['lowrank_batched']} "
                 f"| **{r['cpu_speedup_over_full']['lowrank_batched']}** |" for name, r in d["results"].items()]
@@ -144,7 +144,7 @@ def lowrank_lines() -> list[str]:
 def stage_lines() -> list[str]:
     """Held-out accuracy per stage (base, warm start, each method from it) with 95% intervals."""
     lines = []
-    for path in sorted(RESULTS.glob("stages_*.json")):
+    for path in sorted(RESULTS.glob("*/stages_*.json"), key=lambda path: path.name):
         d = json.loads(path.read_text())
         lines += [f"## Stages: {path.stem.removeprefix('stages_')} ({d['metric']}, n = {d['num_eval']}, 95% intervals)",
                   "", f"`{d['command']}`", "", *d["table"], ""]
@@ -160,7 +160,8 @@ COMPARE_SCRIPTS = {"lowrank_vs_full_arithmetic": "bash bench/eggroll/lowrank_lea
                    "countdown_small": "bash bench/countdown_small/countdown_small.sh",
                    "es_vs_grpo_time": "bash bench/es_vs_grpo/es_vs_grpo_time.sh"}
 SWEEP_SCRIPTS = {"sweep_arithmetic": "bash bench/sweep_arithmetic/sweep_arithmetic.sh",
-                 "essa_levers": "bash bench/essa/essa_levers.sh", "essa_heatmap": "bash bench/essa/essa_heatmap.sh"}
+                 "essa/essa_levers": "bash bench/essa/essa_levers.sh",
+                 "essa/essa_heatmap": "bash bench/essa/essa_heatmap.sh"}
 
 
 def sweep_lines() -> list[str]:
@@ -170,7 +171,8 @@ def sweep_lines() -> list[str]:
         tables = sorted((RESULTS / name).glob("*.md"))
         if not tables:
             continue
-        lines += [f"## Sweep: {name}", "", f"`{script}` (tables by `evotune sweep`; heatmaps in `{name}/`)", ""]
+        lines += [f"## Sweep: {name.rsplit('/', 1)[-1]}", "",
+                  f"`{script}` (tables by `evotune sweep`; heatmaps in `{name}/`)", ""]
         for table in tables:
             lines += [f"### {table.stem}", "", table.read_text().strip(), ""]
     return lines
@@ -178,7 +180,7 @@ def sweep_lines() -> list[str]:
 
 def adapter_scale_lines() -> list[str]:
     lines = []
-    for path, d in results("adapter_scale_*.json"):
+    for path, d in results("essa/adapter_scale_*.json"):
         rows = [f"| {p['singular_value_scale']} | {p['adapter_scale']:.3g} | {p['train_accuracy']:.3f} |"
                 for p in d["points"]]
         lines += section(f"SFT adapter scaled as a whole ({path.stem}, {d['num_prompts']} training questions)",
@@ -188,7 +190,7 @@ def adapter_scale_lines() -> list[str]:
 
 def grpo_memory_lines() -> list[str]:
     lines = []
-    for _, d in results("grpo_memory_*.json"):
+    for _, d in results("speed/grpo_memory_*.json"):
         rows = [f"| {r['gradient_accumulation_steps']} | {r['peak_rss_mib']} | **{r['peak_rss_ratio_to_first']}** "
                 f"| {r['step_time_s']} |" for r in d["runs"]]
         lines += section(f"GRPO memory: one batch vs micro-batches ({d['config']}, {d['steps']} steps; "
@@ -199,7 +201,7 @@ def grpo_memory_lines() -> list[str]:
 
 def pareto_lines() -> list[str]:
     """Reward against KL to the base model per run (bench/conciseness_pareto/pareto.py's table), with its script."""
-    table = RESULTS / "conciseness_pareto.md"
+    table = RESULTS / "conciseness_pareto/conciseness_pareto.md"
     if not table.exists():
         return []
     return ["## Conciseness: reward vs KL to the base model (ES grid vs GRPO beta 0 / 0.04)", "",
@@ -210,18 +212,20 @@ def pareto_lines() -> list[str]:
 def compare_lines() -> list[str]:
     """The method comparisons: each one's evotune-written table, with the script that ran it."""
     lines = []
-    for directory in sorted(path for path in RESULTS.glob("compare_*") if (path / "compare.md").exists()):
+    for directory in sorted((path for path in RESULTS.glob("*/compare_*") if (path / "compare.md").exists()),
+                            key=lambda path: path.name):
         name = directory.name.removeprefix("compare_")
         script = COMPARE_SCRIPTS.get(name, "bash bench/es_vs_grpo/compare_methods.sh")
         lines += [f"## Method comparison: {name}", "", f"`{script}` (tables and plots by `evotune compare`; PNGs in "
-                  f"`{directory.name}/`)", "", (directory / "compare.md").read_text().strip(), ""]
+                  f"`{directory.relative_to(RESULTS).as_posix()}/`)", "",
+                  (directory / "compare.md").read_text().strip(), ""]
     return lines
 
 
 def eval_budget_lines() -> list[str]:
     """Held-out accuracy at growing token budgets: where evaluation stops cutting the task's answers."""
     lines = []
-    for _, d in results("eval_budget_*.json"):
+    for _, d in results("eval_budget/eval_budget_*.json"):
         # each task's own metrics (accuracy, contains_solution, prompt_strict, ...), in the order it logs them
         keys = [key for key in d["rows"][0] if key not in ("max_new_tokens", "num_eval", "time_s", "skipped")
                 and not key.endswith("_ci95")]
@@ -234,14 +238,16 @@ def eval_budget_lines() -> list[str]:
 
 # Study results whose JSON holds its own markdown table (`table`, a list of lines) or whose script writes a
 # markdown file beside it: copied as they are.
-STUDY_TABLES = {"essa_quantization.json": "ESSA on a quantized base (float32 / INT8 / INT4)",
-                "drift_arithmetic.md": "What fine-tuning costs: target accuracy, retention, KL and drift",
-                "stability_eval_budget_arithmetic.md": "Run-to-run stability on arithmetic, at growing budgets",
-                "stability_eval_budget_conciseness.md": "Run-to-run stability on conciseness, at growing budgets",
-                "stability_sources_arithmetic.md": "Where ES's run-to-run spread comes from",
-                "stability_formats_arithmetic.md": "What each arithmetic run writes",
-                "stability_averaging_arithmetic.md": "Averaging ES's last iterates",
-                "stability_budget_arithmetic/compare.md": "Training ES at the evaluation's token budget"}
+STUDY_TABLES = {"essa_quantization/essa_quantization.json": "ESSA on a quantized base (float32 / INT8 / INT4)",
+                "drift/drift_arithmetic.md": "What fine-tuning costs: target accuracy, retention, KL and drift",
+                "stability/stability_eval_budget_arithmetic.md":
+                    "Run-to-run stability on arithmetic, at growing budgets",
+                "stability/stability_eval_budget_conciseness.md":
+                    "Run-to-run stability on conciseness, at growing budgets",
+                "stability/stability_sources_arithmetic.md": "Where ES's run-to-run spread comes from",
+                "stability/stability_formats_arithmetic.md": "What each arithmetic run writes",
+                "stability/stability_averaging_arithmetic.md": "Averaging ES's last iterates",
+                "stability/stability_budget_arithmetic/compare.md": "Training ES at the evaluation's token budget"}
 
 
 def study_lines() -> list[str]:
@@ -262,7 +268,7 @@ def study_lines() -> list[str]:
 def reliability_lines() -> list[str]:
     """Each reliability round (bench/reliability/): every input tried and whether it held."""
     lines = []
-    for path, data in results("reliability_round*.json"):
+    for path, data in results("reliability/reliability_round*.json"):
         if "inputs" not in data:
             continue
         lines += [f"## Reliability: {path.stem} ({data['held']} of {data['total']} held; "
@@ -296,7 +302,7 @@ def render() -> str:
     """bench/results/README.md's text, from the result files alone."""
     lines = ["# Benchmark results", "", "Written by `python -m bench.report` from the JSON files beside it; each JSON "
              "holds the command that produced it and the machine it ran on.", ""]
-    learning = sorted(RESULTS.glob("learning_*.json"))
+    learning = sorted(RESULTS.glob("learning/learning_*.json"))
     if learning:
         lines += ["## Learning (held-out metric before / after ES)", "",
                   "| run | seed | before | after | best | s/iteration | wall s |", "|---|---|---|---|---|---|---|"]
@@ -304,7 +310,7 @@ def render() -> str:
             data = json.loads(path.read_text())
             lines += [f"| **{path.stem}** ({data['metric']}) | | | | | | |"] + learning_rows(data)
         lines.append("")
-    overhead = sorted(RESULTS.glob("overhead_*.json"))
+    overhead = sorted(RESULTS.glob("speed/overhead_*.json"))
     if overhead:
         lines += ["## Overhead (ES iteration / plain generation of the same workload, same process)", "",
                   "| noise | task | pop | prompts | tokens | plain gen s | ES iteration s | apply s/candidate | ratio "
@@ -321,7 +327,7 @@ def render() -> str:
                          f"| {d['apply_one_candidate_s']} | **{d['overhead_ratio_median']}** | {own} | {with_prefetch} "
                          f"| {d['machine']['cpu']}, {d['machine']['date']} |")
         lines.append("")
-    for path in sorted(RESULTS.glob("memory_*.json")):
+    for path in sorted(RESULTS.glob("speed/memory_*.json")):
         d = json.loads(path.read_text())
         lines += [f"## Memory ({d['noise']} noise; {d['machine']['cpu']}, {d['machine']['date']})", "",
                   f"`{d['command']}`: model alone {d['model_alone_rss_mib']} MiB RSS, training "

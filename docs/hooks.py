@@ -14,7 +14,7 @@
 - `<!-- bench-results -->` becomes `bench/results/README.md`, the tables `python -m bench.report` writes
   from the result JSON files (headings moved one level down).
 - Every plot under `bench/results/` is served at `benchmarks/plots/<its path under bench/results>`, so a page in
-  `docs/benchmarks/` embeds `![...](plots/drift_arithmetic.png)` straight from the result files (no copies to
+  `docs/benchmarks/` embeds `![...](plots/drift/drift_arithmetic.png)` straight from the result files (no copies to
   go stale; a plot that is gone fails `mkdocs build --strict` as a broken link).
 """
 

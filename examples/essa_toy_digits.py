@@ -18,7 +18,7 @@ far below its own (a) result, and gradient descent stalls just as early (on this
 
     python examples/essa_toy_digits.py
 
-writes bench/results/essa_toy_digits.png (accuracy per iteration/step) and bench/results/essa_toy_digits.json.
+writes bench/results/essa/essa_toy_digits.png (accuracy per iteration/step) and bench/results/essa/essa_toy_digits.json.
 """
 
 from __future__ import annotations

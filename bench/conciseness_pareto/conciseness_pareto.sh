@@ -44,7 +44,7 @@ for seed in $SEEDS; do
   models=()
   for run in "$RUNS"/es/*/seed$seed "$RUNS"/grpo/*/seed$seed; do models+=(--model "$run"); done
   python -m bench.learning.eval_tasks --task conciseness --seed $seed --num-eval 64 --max-new-tokens 32 --num-samples 0 \
-    --dtype float32 --kl-reference smollm2-135m-instruct --name eval_conciseness_pareto_seed$seed "${models[@]}"
+    --dtype float32 --kl-reference smollm2-135m-instruct --name eval_conciseness_pareto_seed$seed --study conciseness_pareto "${models[@]}"
 done
 [ "${PARETO:-1}" = 0 ] && exit 0  # the stability runs are tabulated by bench/stability/stability.py, not drawn into the grid
-python -m bench.conciseness_pareto.pareto bench/results/eval_conciseness_pareto_seed{0,1}.json --output bench/results/conciseness_pareto
+python -m bench.conciseness_pareto.pareto bench/results/conciseness_pareto/eval_conciseness_pareto_seed{0,1}.json --output bench/results/conciseness_pareto

@@ -1,7 +1,7 @@
 """Reward against KL to the base model, one point per trained run (Qiu et al.'s Pareto view), from the
 JSON that bench/learning/eval_tasks.py writes with --kl-reference; correctness in a second panel.
 
-    python -m bench.conciseness_pareto.pareto bench/results/eval_conciseness_pareto_seed*.json \\
+    python -m bench.conciseness_pareto.pareto bench/results/conciseness_pareto/eval_conciseness_pareto_seed*.json \\
         --output bench/results/conciseness_pareto
 
 Runs are grouped by method and setting from their directory names (`.../es/learning_rate=0.004,sigma=0.002/seed0`),

@@ -36,5 +36,5 @@ for seed in $SEEDS; do
   done
 done
 evotune compare "$RUNS"/{es,essa,grpo}-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output-dir bench/results/compare_countdown_small 2>/dev/null || evotune compare "$RUNS"/*-seed*[0-9] --metric eval/accuracy \
-  --budget-time "$BUDGET" --output-dir bench/results/compare_countdown_small
+  --output-dir bench/results/countdown_small/compare_countdown_small 2>/dev/null || evotune compare "$RUNS"/*-seed*[0-9] --metric eval/accuracy \
+  --budget-time "$BUDGET" --output-dir bench/results/countdown_small/compare_countdown_small

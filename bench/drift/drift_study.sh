@@ -71,4 +71,4 @@ fi
 python -m bench.drift.drift_table "$RUNS" --budget "$BUDGET" --truncated-tokens "$TRUNCATED_TOKENS" --name "$NAME"
 # stability: every seed of ES and GRPO, each seed's final accuracy, spread and bootstrap interval of the std
 evotune compare "$RUNS"/es-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output-dir "bench/results/stability_${NAME#drift_}"
+  --output-dir "bench/results/stability/stability_${NAME#drift_}"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import RESULTS, write_result
+from bench.common import study_results, write_result
 from evotune.evaluation.statistics import wilson_interval
 from evotune.runs.compare import evaluations
 from evotune.tracking.tracker import read_metrics
@@ -236,14 +236,14 @@ def main() -> None:
     command = (f"bash bench/drift/drift_study.sh  (tables: python -m bench.drift.drift_table {args.runs} "
                f"--budget {args.budget:g})")
     write_result(args.name, {"command": command, "budget_s": args.budget, "methods": table,
-                             "at_equal_target": matched, "unfinished_left_out": unfinished})
+                             "at_equal_target": matched, "unfinished_left_out": unfinished}, study="drift")
     text = markdown(table, command) + (f"\nAt equal target accuracy: each run's first evaluation at or above "
                                        f"{matched['level']:.3f} (the lowest method's mean final accuracy)\n\n"
                                        + markdown(matched["methods"], command).split("\n", 2)[2])
     if unfinished:
         text += "\nLeft out, still training: " + ", ".join(unfinished) + "\n"
-    (RESULTS / f"{args.name}.md").write_text(text)
-    plot(methods, RESULTS / f"{args.name}.png")
+    (study_results("drift") / f"{args.name}.md").write_text(text)
+    plot(methods, study_results("drift") / f"{args.name}.png")
 
 
 if __name__ == "__main__":

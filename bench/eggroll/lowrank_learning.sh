@@ -21,4 +21,4 @@ for seed in $SEEDS; do
   run "$RUNS/lowrank-seed$seed" examples/lowrank_arithmetic.yaml --set seed=$seed "${common[@]}" --set eval_every=4
 done
 evotune compare "$RUNS"/full-seed* "$RUNS"/lowrank-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output-dir bench/results/compare_lowrank_vs_full_arithmetic
+  --output-dir bench/results/eggroll/compare_lowrank_vs_full_arithmetic

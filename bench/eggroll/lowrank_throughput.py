@@ -144,7 +144,7 @@ def main() -> None:
         "results": results,
         "update_step_seconds": update_seconds,
     }
-    write_result(args.name, payload)
+    write_result(args.name, payload, study="eggroll")
 
 
 if __name__ == "__main__":

@@ -48,11 +48,11 @@ grpo "$RUNS/arithmetic-lr/grpo-lr1e-5-seed0" examples/grpo_arithmetic.yaml --set
   --set method=grpo-lr1e-5
 
 evotune compare "$RUNS"/arithmetic/{es,essa,grpo}-seed* --metric eval/accuracy --target 0.15 --budget 2560 \
-  --output-dir bench/results/compare_arithmetic
+  --output-dir bench/results/es_vs_grpo/compare_arithmetic
 evotune compare "$RUNS"/conciseness/{es,essa,grpo}-seed* --metric eval/reward --target -45 --budget 2560 \
-  --output-dir bench/results/compare_conciseness
+  --output-dir bench/results/es_vs_grpo/compare_conciseness
 # conciseness rewards length only: is the answer still in the (shorter) completion?
 evotune compare "$RUNS"/conciseness/{es,essa,grpo}-seed* --metric eval/contains_solution --budget 2560 \
-  --output-dir bench/results/compare_conciseness_correctness
+  --output-dir bench/results/es_vs_grpo/compare_conciseness_correctness
 evotune compare "$RUNS"/arithmetic/grpo-seed0 "$RUNS"/arithmetic-lr/grpo-lr1e-5-seed0 --metric eval/accuracy \
-  --output-dir bench/results/compare_grpo_learning_rate_arithmetic
+  --output-dir bench/results/es_vs_grpo/compare_grpo_learning_rate_arithmetic

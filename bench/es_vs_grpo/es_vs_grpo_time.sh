@@ -2,9 +2,9 @@
 # Full-parameter ES vs GRPO on 2-digit addition at equal wall-clock (SmolLM2-135M-Instruct, CPU):
 # BUDGET seconds of training per run (max_training_seconds; evaluation excluded), one CPU thread each,
 # seeds 0 and 1, held-out exact-match accuracy on 512 prompts; then `evotune compare --budget-time`.
-# ES uses bench/configs/arithmetic_10tok.yaml (its settings come from the sweep in bench/results/sweep_arithmetic*),
+# ES uses bench/configs/arithmetic_10tok.yaml (its settings come from the sweep in bench/results/sweep_arithmetic/),
 # GRPO examples/grpo_arithmetic.yaml at its best measured learning rate (1e-4 vs 1e-5,
-# bench/results/compare_grpo_learning_rate_arithmetic).
+# bench/results/es_vs_grpo/compare_grpo_learning_rate_arithmetic).
 #   bash bench/es_vs_grpo/es_vs_grpo_time.sh                       # runs only what is missing (re-run to resume)
 #   METHODS=grpo SEEDS=0 bash bench/es_vs_grpo/es_vs_grpo_time.sh  # one arm
 set -euo pipefail
@@ -28,4 +28,4 @@ for seed in $SEEDS; do
     esac
   done
 done
-evotune compare "$RUNS"/*-seed* --metric eval/accuracy --budget-time "$BUDGET" --output-dir bench/results/compare_es_vs_grpo_time
+evotune compare "$RUNS"/*-seed* --metric eval/accuracy --budget-time "$BUDGET" --output-dir bench/results/es_vs_grpo/compare_es_vs_grpo_time

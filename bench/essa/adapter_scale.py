@@ -46,7 +46,7 @@ def main() -> None:
     write_result(f"{args.name}_seed{args.seed}", {
         "command": "python -m bench.essa.adapter_scale " + " ".join(sys.argv[1:]), "adapter": args.adapter,
         "num_prompts": len(rows), "max_new_tokens": config.max_new_tokens, "dimension": int(space.mean.numel()),
-        "wall_time_s": round(time.perf_counter() - started, 1), "points": points})
+        "wall_time_s": round(time.perf_counter() - started, 1), "points": points}, study="essa")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import study_results, write_result
 
 
 def read(path: Path) -> list[dict]:
@@ -72,7 +72,7 @@ def plot(name: str, runs: list[dict], metric: str) -> None:
     axis.set(xlabel="CMA-ES iteration (0 = after LoRA SFT)", ylabel=f"held-out {metric}", title=f"ESSA on {name}")
     axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(RESULTS / f"essa_{name}.png", dpi=110)
+    figure.savefig(study_results("essa") / f"essa_{name}.png", dpi=110)
 
 
 def main() -> None:
@@ -86,10 +86,9 @@ def main() -> None:
     parser.add_argument("--name", default="arithmetic")
     args = parser.parse_args()
     runs = [run_seed(args, seed) for seed in args.seeds]
-    RESULTS.mkdir(parents=True, exist_ok=True)
     plot(args.name, runs, args.metric)
     write_result(f"essa_{args.name}", {"command": "python -m bench.essa.essa_end_to_end " + " ".join(sys.argv[1:]),
-                                       "metric": args.metric, "runs": runs})
+                                       "metric": args.metric, "runs": runs}, study="essa")
 
 
 if __name__ == "__main__":

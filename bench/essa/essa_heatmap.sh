@@ -31,5 +31,5 @@ evotune sweep examples/essa_arithmetic.yaml --output-dir "$RUNS/sweep" --seeds $
   --set svd_offsets=relative --set sigma=$SIGMA --set batch_size=8 --set population_batch_size=64 \
   --set max_training_seconds=$BUDGET --set iterations=1000 --set eval_every=0 --set checkpoint_every=1000 \
   --set num_eval=256 --set "$validation"
-mkdir -p bench/results/essa_heatmap
-cp "$RUNS/sweep/sweep.md" "$RUNS/sweep/sweep.json" "$RUNS/sweep/heatmap.png" bench/results/essa_heatmap/
+mkdir -p bench/results/essa/essa_heatmap
+cp "$RUNS/sweep/sweep.md" "$RUNS/sweep/sweep.json" "$RUNS/sweep/heatmap.png" bench/results/essa/essa_heatmap/

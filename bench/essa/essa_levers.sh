@@ -22,8 +22,8 @@ common=(--seeds $SEEDS --parallel "$PARALLEL" --set adapter="$sft/adapter" --set
         --set population_size=48 --set batch_size=8 --set population_batch_size=48 --set max_training_seconds=$BUDGET
         --set iterations=1000 --set eval_every=0 --set checkpoint_every=1000 --set num_eval=256 --set "$validation")
 sweep() { local name=$1; shift; evotune sweep examples/essa_arithmetic.yaml --output-dir "$RUNS/$name" "${common[@]}" "$@"
-          mkdir -p bench/results/essa_levers; cp "$RUNS/$name/sweep.md" "bench/results/essa_levers/$name.md"
-          cp "$RUNS/$name/sweep.json" "bench/results/essa_levers/$name.json"; }
+          mkdir -p bench/results/essa/essa_levers; cp "$RUNS/$name/sweep.md" "bench/results/essa/essa_levers/$name.md"
+          cp "$RUNS/$name/sweep.json" "bench/results/essa/essa_levers/$name.json"; }
 want() { [ "$PARTS" = all ] || [[ " $PARTS " == *" $1 "* ]]; }
 want sigma && sweep sigma --grid sigma=0.2,0.5,1.0              # relative: a fraction of each singular value
 want diagonal && sweep diagonal --set sigma=0.5 --grid cma_diagonal=true   # separable CMA-ES

@@ -34,8 +34,8 @@ for seed in $SEEDS; do
     --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=1000 --set method=sft-grpo; }
 done
 evotune compare "$RUNS"/essa-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output-dir bench/results/compare_essa_vs_grpo_arithmetic
+  --output-dir bench/results/essa/compare_essa_vs_grpo_arithmetic
 python -m bench.learning.stage_table --runs "$RUNS" --methods essa ${TUNED:+essa_tuned} grpo --budget-time "$BUDGET" \
-  --num-eval 512 --name stages_essa_vs_grpo_arithmetic
+  --num-eval 512 --name stages_essa_vs_grpo_arithmetic --study essa
 [ -z "${TUNED:-}" ] || evotune compare "$RUNS"/essa_tuned-seed* "$RUNS"/grpo-seed* --metric eval/accuracy \
-  --budget-time "$BUDGET" --output-dir bench/results/compare_essa_tuned_vs_grpo_arithmetic
+  --budget-time "$BUDGET" --output-dir bench/results/essa/compare_essa_tuned_vs_grpo_arithmetic

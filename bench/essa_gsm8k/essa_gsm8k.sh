@@ -4,7 +4,7 @@
 # adapter BUDGET seconds each of ESSA (CMA-ES over its singular values, relative offsets) and GRPO
 # (continuing the adapter), held-out accuracy on test.jsonl (n=200, math-verify), seeds 0 and 1,
 # one CPU thread per run. Long completions make every iteration slow on a CPU: the budget is small.
-# Measured (seeds 0 / 1, bench/results/stages_essa_gsm8k.json): base 1.5%, SFT 1.5% / 1.5% (boxed answers 0% ->
+# Measured (seeds 0 / 1, bench/results/essa_gsm8k/stages_essa_gsm8k.json): base 1.5%, SFT 1.5% / 1.5% (boxed answers 0% ->
 # 72% / 67%), ESSA 1.5% / 1.5%, GRPO 1.0% / 1.0%: SmolLM2-135M is at the floor of GSM8K, rewards are ~all zero.
 #   bash bench/essa_gsm8k/essa_gsm8k.sh        # runs only what is missing (re-run to resume)
 set -euo pipefail
@@ -36,6 +36,6 @@ for seed in $SEEDS; do
     "${task[@]}" --set adapter="$sft/adapter" --set batch_size=2 --set num_generations=4 --set iterations=1000 \
     --set max_training_seconds=$BUDGET --set eval_every=0 --set checkpoint_every=1000 --set method=sft-grpo; }
 done
-python -m bench.learning.stage_table --runs "$RUNS" --methods essa grpo --budget-time "$BUDGET" --num-eval 200 --name stages_essa_gsm8k
+python -m bench.learning.stage_table --runs "$RUNS" --methods essa grpo --budget-time "$BUDGET" --num-eval 200 --name stages_essa_gsm8k --study essa_gsm8k
 evotune compare "$RUNS"/essa-seed* "$RUNS"/grpo-seed* --metric eval/accuracy --budget-time "$BUDGET" \
-  --output-dir bench/results/compare_essa_gsm8k
+  --output-dir bench/results/essa_gsm8k/compare_essa_gsm8k

@@ -11,7 +11,8 @@ process's RSS (after loading and a warm-up generate; after handing freed memory 
 RSS (loading included; then the timed generations alone), the top operators of one
 profiled generate (torch.profiler, self CPU time), and how many completions equal float32's.
 
-    python -m bench.essa_quantization.quantization_speed                 # bench/results/quantization_speed.json
+    python -m bench.essa_quantization.quantization_speed                 #
+    bench/results/essa_quantization/quantization_speed.json
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def main() -> None:
         "example_completions": {precision: finals[precision]["completions"][:3] for precision in PRECISIONS},
         "profile_top_ops": profiles,
         "load_average": os.getloadavg(),
-    })
+    }, study="essa_quantization")
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def main() -> None:
                                         + " ".join(sys.argv[1:]),
                              "num_eval": n, "max_new_tokens": args.max_new_tokens,
                              "token_check_sft_accuracy": token_check, "rows": rows, "mean_over_seeds": means,
-                             "table": lines})
+                             "table": lines}, study="essa_quantization")
     print("\n".join(lines))
 
 

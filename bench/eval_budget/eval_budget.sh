@@ -7,7 +7,7 @@
 #   TOKENS="128 256 512 1024" bash bench/eval_budget/eval_budget.sh ifeval 24
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TASK="${1:-arithmetic}"; NUM_EVAL="${2:-256}"; OUT="bench/results/eval_budget_${TASK}"
+TASK="${1:-arithmetic}"; NUM_EVAL="${2:-256}"; OUT="bench/results/eval_budget/eval_budget_${TASK}"
 mkdir -p "$OUT"
 for tokens in ${TOKENS:-10 16 24 32 48 64}; do
   [ -f "$OUT/tokens_$tokens.json" ] && continue

@@ -23,7 +23,8 @@ step so a killed run still leaves what it measured):
     low-rank ES, batched full ES and GRPO, seeds 0..2 where time allows.
 
 A lent GPU comes for 15 minutes, start included, so one call seldom measures everything. `--previous FILE ...`
-(gpu_check.sh passes the committed bench/results/gpu_check_*.json) keeps the rows an earlier run measured on a card
+(gpu_check.sh passes the committed bench/results/gpu_check/gpu_check_*.json) keeps the rows an earlier run measured
+on a card
 of the same name, each marked `carried_from`, and measures only the rest; a card of another name measures all.
 A step starts only if its estimate (ESTIMATE_SECONDS, from the first H200 run) fits the time left.
 
@@ -55,8 +56,8 @@ DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
 ARMS = {"full_one_at_a_time": {"population_batch_size": 1}, "full_batched": {"population_batch_size": "auto"},
         "lowrank": {"space": "lowrank", "perturbation_rank": 1}, "full_own_loop": {"population_batch_size": 1},
         "full_compiled": {"compile_generation": True}}
-# Seconds each step took on the first H200 run (bench/results/gpu_check_h200*.json), model loads and evaluations
-# included, rounded up: a step starts only when its estimate fits the time left (a learning row: its
+# Seconds each step took on the first H200 run (bench/results/gpu_check/gpu_check_h200*.json), model loads and
+# evaluations included, rounded up: a step starts only when its estimate fits the time left (a learning row: its
 # --learn-seconds plus LEARN_OVERHEAD_SECONDS).
 ESTIMATE_SECONDS = {"resume": 60, "full_one_at_a_time": 160, "full_own_loop": 170, "full_batched": 70,
                     "lowrank": 45, "full_compiled": 115, "grpo": 90}

@@ -9,7 +9,7 @@
 #   bash bench/gpu_check/gpu_check.sh install    # wheels into /tmp/evotune_site, the model reassembled (sha256)
 #   bash bench/gpu_check/gpu_check.sh run        # the measurement (bench/gpu_check/check.py), one timeout
 # `run` writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT), rewritten after every step; rows
-# bench/results/gpu_check_*.json measured on a card of the same name are carried, not measured again.
+# bench/results/gpu_check/gpu_check_*.json measured on a card of the same name are carried, not measured again.
 # It imports evotune from the installed target only (PYTHONPATH, and the checkout's src/ is not on the path).
 # DEVICE=cpu MODEL=<dir> with tiny settings is the dry run CI does (test_gpu_check.py in tests/bench/).
 set -euo pipefail
@@ -33,7 +33,7 @@ print('installed: evotune', evotune.__version__, evotune.__file__, '| transforme
     if [ -n "${MODEL:-}" ]; then extra+=(--model "$MODEL"); fi
     # rows measured before on a card of the same name are kept, not measured again (check.py --previous)
     shopt -s nullglob
-    previous=(bench/results/gpu_check_*.json)
+    previous=(bench/results/gpu_check/gpu_check_*.json)
     if [ ${#previous[@]} -gt 0 ]; then extra+=(--previous "${previous[@]}"); fi
     timeout "${TIMEOUT:-480}" python3 -m bench.gpu_check.check --device "$DEVICE" --output "$OUTPUT" \
       --work-dir "$WORK" "${extra[@]}" ${GPU_CHECK_ARGS:-} ;;

@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-from bench.common import RESULTS, write_result
+from bench.common import study_results, write_result
 from evotune.evaluation.evaluate import EvalOptions, evaluate_models  # noqa: E402
 from evotune.evaluation.report import format_table  # noqa: E402
 from evotune.runs.loading import eval_quantization, load_for_eval  # noqa: E402
@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name")
+    parser.add_argument("--study", default="learning",
+                        help="the study whose results folder, bench/results/STUDY/, gets the file")
     args = parser.parse_args()
 
     task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
@@ -44,7 +46,7 @@ def main() -> None:
     name = args.name or f"eval_{args.task}"
     options = EvalOptions(max_new_tokens=args.max_new_tokens, dtype=args.dtype, seed=args.seed,
                           num_samples=args.num_samples, temperature=args.temperature, kl_reference=args.kl_reference,
-                          plot_path=str(RESULTS / f"{name}.png") if args.kl_reference else None)
+                          plot_path=str(study_results(args.study) / f"{name}.png") if args.kl_reference else None)
     started = time.perf_counter()
     models = args.model or ["smollm2-135m-instruct"]
     if args.kl_reference and args.kl_reference not in models:
@@ -54,7 +56,7 @@ def main() -> None:
     write_result(name, {"command": "python -m bench.learning.eval_tasks " + " ".join(sys.argv[1:]), "task": args.task,
                         "max_new_tokens": args.max_new_tokens, "num_samples": args.num_samples,
                         "temperature": args.temperature, "dtype": args.dtype,
-                        "wall_time_s": round(time.perf_counter() - started, 1), "results": results})
+                        "wall_time_s": round(time.perf_counter() - started, 1), "results": results}, study=args.study)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--num-eval", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20261122)
+    parser.add_argument("--study", default="learning",
+                        help="the study whose results folder, bench/results/STUDY/, gets the file")
     args = parser.parse_args()
     configs = [load_config(Path(run) / "config.yaml") for run in args.runs]
     base = configs[0]
@@ -65,7 +67,7 @@ def main() -> None:
             "only_trained_correct": sum(t > b for t, b in zip(trained, base_scores)),
             "only_base_correct": sum(b > t for t, b in zip(trained, base_scores))})
     results["wall_time_s"] = round(time.perf_counter() - started, 1)
-    write_result(f"heldout_{base.task}", results)
+    write_result(f"heldout_{base.task}", results, study=args.study)
 
 
 if __name__ == "__main__":

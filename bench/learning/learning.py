@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import study_results, write_result
 
 
 def read(path: Path) -> list[dict]:
@@ -31,6 +31,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--runs", default="runs/bench")
     parser.add_argument("--name", default=None)
+    parser.add_argument("--study", default="learning",
+                        help="the study whose results folder, bench/results/STUDY/, gets the file")
     args = parser.parse_args()
     name = args.name or Path(args.config).stem
     summary = {"command": "python -m bench.learning.learning " + " ".join(sys.argv[1:]), "config": args.config,
@@ -64,9 +66,8 @@ def main() -> None:
     axis.set(xlabel="ES iteration", ylabel=f"held-out {args.metric}", title=name)
     axis.legend()
     figure.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    figure.savefig(RESULTS / f"learning_{name}.png", dpi=110)
-    write_result(f"learning_{name}", summary)
+    figure.savefig(study_results(args.study) / f"learning_{name}.png", dpi=110)
+    write_result(f"learning_{name}", summary, study=args.study)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ def main() -> None:
     parser.add_argument("--metric", default="eval/accuracy")
     parser.add_argument("--num-eval", type=int, required=True, help="held-out prompts behind each value")
     parser.add_argument("--name", required=True)
+    parser.add_argument("--study", default="learning",
+                        help="the study whose results folder, bench/results/STUDY/, gets the file")
     args = parser.parse_args()
     runs, n = Path(args.runs), args.num_eval
     rows = []
@@ -68,7 +70,7 @@ def main() -> None:
             "not run | not run" for m in args.methods) + " |")
     write_result(args.name, {"command": "python -m bench.learning.stage_table " + " ".join(sys.argv[1:]),
                              "metric": args.metric, "num_eval": n, "budget_time_s": args.budget_time, "rows": rows,
-                             "table": lines})
+                             "table": lines}, study=args.study)
     print("\n".join(lines))
 
 

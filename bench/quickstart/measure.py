@@ -83,7 +83,7 @@ def main() -> None:
     result["gain_over_seeds"] = seed_summary(gains, [run["seed"] for run in result["runs"]])
     result["wall_time_s_max"] = max(run["wall_time_s"] for run in result["runs"])
     result["eval_wall_time_s"] = round(time.perf_counter() - started, 1)
-    write_result(args.name, result)
+    write_result(args.name, result, study="quickstart")
 
 
 if __name__ == "__main__":

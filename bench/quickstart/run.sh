@@ -2,7 +2,7 @@
 # The quickstart as a new user runs it, measured: `evotune train` with the shipped defaults (only the seed set),
 # one run after another on all the machine's cores (2 here), each run's wall time from start to its final/ model
 # (model load and evaluations included), then the held-out gain of each seed on fresh questions at 48 tokens.
-# Feeds bench/results/quickstart_heldout.json, which README.md and docs/getting-started.md quote.
+# Feeds bench/results/quickstart/quickstart_heldout.json, which README.md and docs/getting-started.md quote.
 #   bash bench/quickstart/run.sh                 # seeds 0 1 2; runs only what is missing
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -4,7 +4,8 @@ model and answer at once, so the driver is the bottleneck and its CPU time is al
 
     python -m bench.ray_cluster.ray_call_cost --iterations 5
 
-Writes bench/results/ray_call_cost.json: the driver's CPU seconds per message (a unit sent, a result received, an
+Writes bench/results/ray_cluster/ray_call_cost.json: the driver's CPU seconds per message (a unit sent, a result
+received, an
 update sent to one actor), which simulate.py adds to the simulated loop (that has no Ray in it).
 """
 
@@ -102,7 +103,7 @@ def main() -> None:
         "messages_per_iteration": messages[0], "driver_cpu_s_each": [round(value, 4) for value in cpu],
         "wall_s_each": [round(value, 4) for value in wall], "driver_cpu_s_per_call": per_call,
         "note": "replica stubs answer at once, so every second of driver CPU here is coordination: RayEvaluator's "
-                "loop plus Ray's submit, wait, get and serialization on the driver"})
+                "loop plus Ray's submit, wait, get and serialization on the driver"}, study="ray_cluster")
 
 
 if __name__ == "__main__":

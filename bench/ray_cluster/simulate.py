@@ -5,7 +5,8 @@ and receives, and the share of a 60 s iteration that CPU time is (a bound on wha
 
     python -m bench.ray_cluster.simulate --workers 10 100 1000 --iterations 5
 
-If bench/results/ray_call_cost.json exists (bench/ray_cluster/ray_call_cost.py, measured on a real Ray cluster),
+If bench/results/ray_cluster/ray_call_cost.json exists (bench/ray_cluster/ray_call_cost.py, measured on a real Ray
+cluster),
 each row also estimates the share with Ray's per-call driver cost added for every message (the simulation has none).
 """
 
@@ -19,7 +20,7 @@ import time
 
 import numpy as np
 
-from bench.common import RESULTS, write_result
+from bench.common import study_results, write_result
 from evotune.distributed.simulated import SimulatedEvaluator  # noqa: E402
 from evotune.distributed.units import auto_shards  # noqa: E402
 from evotune.strategies import OpenES  # noqa: E402
@@ -60,7 +61,7 @@ def simulate(workers: int, population: int, prompts: int, iteration_seconds: flo
 
 def with_ray_cost(row: dict, iteration_seconds: float) -> dict:
     """Add Ray's measured per-message driver CPU (a unit's submit + its result, one apply_update per worker)."""
-    path = RESULTS / "ray_call_cost.json"
+    path = study_results("ray_cluster") / "ray_call_cost.json"
     if not path.exists():
         return row
     cost = json.loads(path.read_text())["driver_cpu_s_per_call"]
@@ -87,7 +88,7 @@ def main() -> None:
                              "iteration_seconds": args.iteration_seconds, "rows": rows,
                              "leaves_out": "Ray's own per-call cost (estimated separately from ray_call_cost.json), "
                                            "network latency and bandwidth, real generation variance beyond the "
-                                           "modeled jitter, worker failures"})
+                                           "modeled jitter, worker failures"}, study="ray_cluster")
     print(table(rows))
 
 

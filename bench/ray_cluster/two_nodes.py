@@ -7,7 +7,8 @@ first iteration of the Ray run includes starting the actors and loading the mode
 
     python -m bench.ray_cluster.two_nodes --iterations 2
 
-Writes bench/results/ray_two_nodes_arithmetic.json, with whether the two runs' final weights are bit-identical.
+Writes bench/results/ray_cluster/ray_two_nodes_arithmetic.json, with whether the two runs' final weights are
+bit-identical.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main() -> None:
         "config": "examples/arithmetic.yaml --set " + " --set ".join(common),
         "cluster": "ray.cluster_utils.Cluster on this machine: head + 1 worker node, 1 CPU each; 2 actors "
                    "(worker_num_cpus=1, SPREAD); the driver outside Ray holds a replica for evaluation and final/",
-        **runs, "final_weights_identical": identical})
+        **runs, "final_weights_identical": identical}, study="ray_cluster")
 
 
 def two_nodes(output: Path, common: list[str]) -> dict:

@@ -4,7 +4,8 @@ Python API) with a tiny random model, each classified as held or failed.
 An input holds when evotune refuses it (exit code != 0) with a clear error that names the key or file and the
 fix, prints no Python traceback, and leaves nothing half-done (the output it would have written is absent) -- or
 when it ends in the documented outcome (e.g. `compare --metric drift/l2` shows the drift). Every command runs in a
-fresh process, as a user's would. Writes bench/results/reliability_round3.json: the counts, and per input its
+fresh process, as a user's would. Writes bench/results/reliability/reliability_round3.json: the counts, and per input
+its
 command, exit code, verdict and (for a failure) why.
 
     python -m bench.reliability.inputs [--work-dir DIR]     # about 5 minutes on 2 CPU cores
@@ -509,7 +510,7 @@ def write_round(name: str, command: str, outcomes: list[dict], started: float) -
         counts["total"] += 1
     write_result(name, {"command": command, "held": sum(o["held"] for o in outcomes), "total": len(outcomes),
                         "by_category": categories, "seconds": round(time.perf_counter() - started),
-                        "failed": [o for o in outcomes if not o["held"]], "inputs": outcomes})
+                        "failed": [o for o in outcomes if not o["held"]], "inputs": outcomes}, study="reliability")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ entry point: between the two renames of a save is microseconds long, too short t
 - **failed**: anything else, with why.
 
 A point whose run ended before the kill (an event it never reached) is reported as not reached, not counted.
-Writes bench/results/reliability_kill_points.json.
+Writes bench/results/reliability/reliability_kill_points.json.
 
     python -m bench.reliability.kill_points [--work-dir DIR] [--jobs 2]    # 45 points, ~9 min on 2 shared cores
 """
@@ -390,7 +390,7 @@ def main() -> None:
                                                                                        "call")},
         "reference_timeline_ms": {name: round(ms) for name, ms in timeline.items()}, "jobs": arguments.jobs,
         "seconds": round(time.perf_counter() - began), "failed": [o for o in outcomes if o["outcome"] == "failed"],
-        "points": outcomes})
+        "points": outcomes}, study="reliability")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ model and loopback addresses only, each classified as held or failed by round 3'
 refusal names the key or file and the fix, prints no traceback and leaves nothing half-done). The cluster cases
 (cluster.py) start real Ray clusters with the `ray` CLI on this machine: run it where no other Ray is at work.
 
-    python -m bench.reliability.round4 [--work-dir DIR]      # writes bench/results/reliability_round4.json
+    python -m bench.reliability.round4 [--work-dir DIR]      # writes bench/results/reliability/reliability_round4.json
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def main() -> None:
                   median_seconds={k: round(v, 3) for k, v in median.items()},
                   speedup_compiled_over_eager=round(median["eager"] / median["compiled"], 3),
                   identical_completions=f"{same}/{args.prompts * args.repeats}")
-    write_result(args.name, result)
+    write_result(args.name, result, study="speed")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Three workloads with the built-in model, each timed in both dtypes, interleaved 
 It reports the medians, the bfloat16/float32 time ratios (of the medians, the median of the
 back-to-back pairs, and of CPU seconds, the steadier number on a shared machine, whose load average
 it records too), the CPU model and its bf16-relevant flags, and what `dtype: auto` picks here, in
-bench/results/dtype_speed_<cpu tag>.json.
+bench/results/speed/dtype_speed_<cpu tag>.json.
 
     python -m bench.speed.dtype_speed
 """
@@ -150,7 +150,7 @@ def main() -> None:
         "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
         **results,
     }
-    write_result(f"dtype_speed_{cpu_tag(model_name, flags)}", payload)
+    write_result(f"dtype_speed_{cpu_tag(model_name, flags)}", payload, study="speed")
 
 
 def _cpu_model_name() -> str:

@@ -6,7 +6,7 @@ in each of vLLM's worker processes, freezes the heap when that process exits (vl
 Side by side in one run, alternating: the same engine (the engine core in its own process, as on CUDA; on a CPU,
 vLLM adds a worker process) with `worker_extension_cls` unset (vLLM alone) and set to evotune's.
 
-    python -m bench.speed.engine_close --repeats 3      # -> bench/results/engine_close.json
+    python -m bench.speed.engine_close --repeats 3      # -> bench/results/speed/engine_close.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS
+from bench.common import study_results
 
 
 def start_and_close(model: str, extension: str | None) -> tuple[float, float]:
@@ -48,7 +48,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=str(RESULTS / "engine_close.json"))
+    parser.add_argument("--output", default=str(study_results("speed") / "engine_close.json"))
     args = parser.parse_args()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     model = save_tiny_model(str(Path(tempfile.mkdtemp(prefix="evotune-close-")) / "model"))

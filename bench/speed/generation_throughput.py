@@ -60,7 +60,7 @@ def main() -> None:
         "command": "python -m bench.speed.generation_throughput " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": args.dtype,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "hf": hf, "vllm": vllm,
-        "vllm_over_hf_tokens_per_s": round(vllm["tokens_per_s"] / hf["tokens_per_s"], 2)})
+        "vllm_over_hf_tokens_per_s": round(vllm["tokens_per_s"] / hf["tokens_per_s"], 2)}, study="speed")
 
 
 if __name__ == "__main__":

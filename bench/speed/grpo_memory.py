@@ -47,7 +47,7 @@ def main() -> None:
         row["peak_rss_ratio_to_first"] = round(row["peak_rss_mib"] / first, 3)
     payload = {"command": "python -m bench.speed.grpo_memory " + " ".join(sys.argv[1:]), "config": args.config,
                "steps": args.steps, "runs": rows}
-    path = write_result(f"grpo_memory_{Path(args.config).stem}", payload)
+    path = write_result(f"grpo_memory_{Path(args.config).stem}", payload, study="speed")
     print(json.dumps(payload, indent=1), f"\nwrote {path}")
 
 

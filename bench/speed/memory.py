@@ -55,7 +55,7 @@ def main() -> None:
         "host_master_copy_mib": round(master_bytes / mib, 1),
         "ratio_excluding_master_copy": round((peak - master_bytes) / model_rss, 3),
         "ratio_including_master_copy": round(peak / model_rss, 3),
-    })
+    }, study="speed")
 
 
 if __name__ == "__main__":

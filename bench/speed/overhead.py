@@ -284,7 +284,7 @@ def main() -> None:
         payload["es_iteration_legacy_s"] = [round(x, 3) for x in legacy]
         payload["overhead_ratio_legacy_median"] = round(median(i / g for i, g in zip(legacy, generation)), 3)
     write_result(args.name or f"overhead_{'vllm_' if args.backend == 'vllm' else ''}"
-                              f"{args.noise}_{args.task}_{args.max_new_tokens}tok", payload)
+                              f"{args.noise}_{args.task}_{args.max_new_tokens}tok", payload, study="speed")
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def main() -> None:
         "model": args.model, "dtype": args.dtype, "task": "arithmetic", "population_size": args.population_size,
         "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "fixed_length_generation": True,
         "iteration_s": {name: [round(t, 3) for t in values] for name, values in times.items()},
-        "paper_loop_over_evotune_median": ratio})
+        "paper_loop_over_evotune_median": ratio}, study="speed")
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ def main() -> None:
         "distinct_candidate_outputs": len({tuple(text) for text in reference_text}),
         "reward_mean_one_at_a_time": round(float(np.nanmean(reference)), 4),
     }
-    write_result(args.name, payload)
+    write_result(args.name, payload, study="speed")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def main() -> None:
         result["one_process"] = reference
         result["equal_to_one_process"] = {str(a["workers"]): a["rewards"] == reference["rewards"] and
                                           a["final_checksum"] == reference["final_checksum"] for a in arms}
-    write_result("ray_scaling" if args.backend == "hf" else f"ray_scaling_{args.backend}", result)
+    write_result("ray_scaling" if args.backend == "hf" else f"ray_scaling_{args.backend}", result, study="speed")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def main() -> None:
         results.append(measure(shared, plain, task, args.repeats))
     write_result(args.name or f"shared_prefix_{args.dtype}", {
         "command": "OMP_NUM_THREADS=1 python -m bench.speed.shared_prefix " + " ".join(sys.argv[1:]),
-        "model": args.model, "dtype": args.dtype, "fixed_length_generation": True, "results": results})
+        "model": args.model, "dtype": args.dtype, "fixed_length_generation": True, "results": results}, study="speed")
 
 
 if __name__ == "__main__":

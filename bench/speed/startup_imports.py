@@ -4,7 +4,7 @@ A short run on a tiny random Llama (with SmolLM2's tokenizer), so start-up is mo
 twice, alternating, once as the `evotune` command does (console_main: the command's imports without the garbage
 collector, then frozen) and once through main() alone (the collector as Python starts it).
 
-    python -m bench.speed.startup_imports --repeats 5      # -> bench/results/startup_imports.json
+    python -m bench.speed.startup_imports --repeats 5      # -> bench/results/speed/startup_imports.json
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS
+from bench.common import study_results
 
 SETTINGS = ["task=conciseness", "iterations=4", "population_size=4", "batch_size=4", "max_new_tokens=6", "num_eval=4",
             "dtype=float32", "report_to=[]"]
@@ -47,7 +47,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--output", default=str(RESULTS / "startup_imports.json"))
+    parser.add_argument("--output", default=str(study_results("speed") / "startup_imports.json"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="evotune-startup-"))
     model = save_tiny_model(str(work / "model"))

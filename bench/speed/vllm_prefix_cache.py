@@ -97,7 +97,7 @@ def main() -> None:
     write_result(args.name or f"vllm_prefix_cache_{'tiny' if args.model == 'tiny' else 'smollm2'}", {
         "command": "OMP_NUM_THREADS=1 python -m bench.speed.vllm_prefix_cache " + " ".join(sys.argv[1:]),
         "model": args.model, "dtype": "float32", "backend": "vllm-cpu", "kv_block_size": block_size,
-        "results": results})
+        "results": results}, study="speed")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.common import RESULTS, seed_summary, write_result
+from bench.common import seed_summary, study_results, write_result
 
 METHODS = {"es (lr 4e-3, sigma 2e-3)": "es/learning_rate=0.004,sigma=0.002/", "grpo (beta 0)": "grpo/beta=0.0/"}
 # reward_gain: the run's reward minus its base model's on the same questions; the held-out splits differ by seed,
@@ -26,7 +26,8 @@ def load(seeds: list[int]) -> dict[str, list[dict]]:
     """Per method, one record per seed: the run's held-out values and its seed's base model values."""
     runs: dict[str, list[dict]] = {method: [] for method in METHODS}
     for seed in seeds:
-        results = json.loads((RESULTS / f"eval_conciseness_pareto_seed{seed}.json").read_text())["results"]
+        path = study_results("conciseness_pareto") / f"eval_conciseness_pareto_seed{seed}.json"
+        results = json.loads(path.read_text())["results"]
         base = next(result for result in results if "/" not in result["model"].rstrip("/"))
         for method, marker in METHODS.items():
             found = [result for result in results if marker in result["model"] + "/"]
@@ -68,8 +69,8 @@ def main() -> None:
     args = parser.parse_args()
     table = {method: summarize(records) for method, records in load(args.seeds).items()}
     command = "python -m bench.stability.stability --seeds " + " ".join(map(str, args.seeds))
-    write_result(args.name, {"command": command, "methods": table})
-    Path(RESULTS / f"{args.name}.md").write_text(markdown(table, command))
+    write_result(args.name, {"command": command, "methods": table}, study="stability")
+    Path(study_results("stability") / f"{args.name}.md").write_text(markdown(table, command))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.common import RESULTS, seed_summary, write_result
+from bench.common import seed_summary, study_results, write_result
 
 
 def final_accuracy(run: Path) -> float:
@@ -45,14 +45,14 @@ def main() -> None:
     command = (f"bash bench/stability/stability_averaging.sh  (table: python -m bench.stability.stability_averaging "
                f"{args.runs} --seeds "
                + " ".join(map(str, seeds)) + " --counts " + " ".join(map(str, args.counts)) + ")")
-    write_result(args.name, {"command": command, "seeds": seeds, "models": table})
+    write_result(args.name, {"command": command, "seeds": seeds, "models": table}, study="stability")
     lines = [f"Command: `{command}`", "", "| ES model | per seed (" + ", ".join(map(str, seeds)) +
              ") | mean | std | range | std 95% CI (bootstrap) |", "|---|---|---|---|---|---|"]
     for name, row in table.items():
         lines.append(f"| {name} | " + ", ".join(f"{value:.3f}" for value in row["per_seed"]) +
                      f" | {row['mean']:.3f} | {row['std']:.3f} | {row['range']:.3f} | "
                      f"{row['std_ci95'][0]:.3f} - {row['std_ci95'][1]:.3f} |")
-    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    (study_results("stability") / f"{args.name}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,6 @@ for seed in $SEEDS; do
 done
 [ "$TABLE" = 0 ] && exit 0
 # each seed's final accuracy (the runs' own evaluations, at the untruncated 48 tokens), the spread, a bootstrap
-# interval of the std, the curves; the study's runs at 48: bench/results/stability_eval_budget_arithmetic.md
+# interval of the std, the curves; the study's runs at 48: bench/results/stability/stability_eval_budget_arithmetic.md
 evotune compare "$RUNS"/es-tokens$TOKENS-seed* --metric eval/accuracy --budget-time "$BUDGET" \
   --output-dir "bench/results/$NAME"

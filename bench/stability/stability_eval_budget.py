@@ -3,7 +3,8 @@ stability run's final model at growing max_new_tokens, on the run's own held-out
 thread), and the spread over seeds at chosen budgets.
 
 bench/eval_budget/eval_budget.sh checked each task's budget on the base model only; trained models can answer at greater
-length (bench/results/stability_formats_arithmetic.md), so the check is repeated on every final model. Each model
+length (bench/results/stability/stability_formats_arithmetic.md), so the check is repeated on every final model. Each
+model
 generates once, at the largest budget, with `evotune eval`'s own code path (load_for_eval, generate_in_chunks); the
 answer at a smaller budget K is the first K tokens of that one, which is exact for greedy decoding (token t depends
 only on the tokens before it). The answers are re-tokenized to cut them, so the script checks itself against
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import RESULTS, seed_summary, write_result
+from bench.common import seed_summary, study_results, write_result
 from evotune.backends.models import resolve_model
 from evotune.evaluation.generation import generate_in_chunks
 from evotune.runs.loading import load_for_eval
@@ -197,8 +198,8 @@ def main() -> None:
                 what = spread_metric if baseline is None else f"the {spread_metric} gain over {baseline}"
                 lines += ["", f"Spread of {what} over seeds at each budget:", "", *spread]
     write_result(args.name, {"command": command, "task": args.task, "budgets": budgets, "models": table,
-                             "spread": summaries})
-    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+                             "spread": summaries}, study="stability")
+    (study_results("stability") / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

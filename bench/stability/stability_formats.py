@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import study_results, write_result
 from evotune.tasks.arithmetic import build_arithmetic, numbers
 from evotune.tracking.tracker import read_metrics
 
@@ -83,8 +83,8 @@ def main() -> None:
         logged = "-" if row["logged_accuracy"] is None else f"{row['logged_accuracy']:.3f}"
         lines.append(f"| {run} | {row['accuracy']:.3f} | {logged} | {row['right_then_overwritten']:.3f} | "
                      f"{row['mean_characters']:.0f} | " + " | ".join(f"{row['forms'][n]:.2f}" for n in names) + " |")
-    write_result(args.name, {"command": command, "runs": table})
-    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    write_result(args.name, {"command": command, "runs": table}, study="stability")
+    (study_results("stability") / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

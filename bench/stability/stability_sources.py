@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import RESULTS, write_result
+from bench.common import study_results, write_result
 from evotune.evaluation.statistics import wilson_interval
 from evotune.tasks.arithmetic import arithmetic_reward, build_arithmetic
 
@@ -136,8 +136,8 @@ def main() -> None:
                f"{args.runs} "
                f"--num-eval {args.num_eval})")
     write_result(args.name, {"command": command, "data_seeds_left_out": list(DATA_SEEDS), "scores": scores,
-                             "differences": diffs})
-    (RESULTS / f"{args.name}.md").write_text(markdown(scores, diffs, command))
+                             "differences": diffs}, study="stability")
+    (study_results("stability") / f"{args.name}.md").write_text(markdown(scores, diffs, command))
     print(markdown(scores, diffs, command))
 
 

@@ -70,8 +70,8 @@ def startup_imports() -> Iterator[None]:
 
     torch, transformers and evotune allocate hundreds of thousands of objects that live as long as the process; the
     collector's full passes over them slow the imports, and once frozen, the passes during the run skip them too
-    (a short `evotune train` on a tiny model: 4.3 s against 5.8 s, bench/results/startup_imports.json). What became
-    garbage inside is collected once before the freeze."""
+    (a short `evotune train` on a tiny model: 4.3 s against 5.8 s, bench/results/speed/startup_imports.json). What
+    became garbage inside is collected once before the freeze."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -222,7 +222,7 @@ def test_auto_is_the_train_default_and_sft_and_grpo_stay_float32():
 @pytest.mark.parametrize("flags, expected", [
     ({"sse4_2", "avx", "avx2", "fma"}, "float32"),  # AVX2-only (e.g. AMD EPYC Rome): bfloat16 is emulated
     ({"avx2", "avx512f", "avx512bw"}, "float32"),  # AVX-512 without its bf16 extension
-    # native bf16 dot products but no AMX: measured slower than float32 (bench/results/dtype_speed_*)
+    # native bf16 dot products but no AMX: measured slower than float32 (bench/results/speed/dtype_speed_*)
     ({"avx2", "avx512f", "avx512_bf16", "avx512_fp16"}, "float32"),
     ({"avx2", "avx512_bf16", "amx_tile", "amx_bf16"}, "bfloat16"),  # Sapphire Rapids with AMX
     ({"avx2", "amx_bf16"}, "bfloat16"),

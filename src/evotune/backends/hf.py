@@ -92,8 +92,8 @@ class HFBackend:
         (full copies): as many stacked copies as the free memory of `model`'s device holds (CPU: 1).
 
         Unset, full-rank candidates are `auto`: on an H200 it gave the same rewards as one at a time, 3.2x faster
-        (bench/results/gpu_check_h200.json); a CPU gets 1. Not beside compile_generation or prefetch_candidates,
-        which speed up the one-at-a-time loop instead."""
+        (bench/results/gpu_check/gpu_check_h200.json); a CPU gets 1. Not beside compile_generation or
+        prefetch_candidates, which speed up the one-at-a-time loop instead."""
         batch = config.population_batch_size
         if batch is None and config.space == "full" and not (config.compile_generation or config.prefetch_candidates):
             batch = "auto"

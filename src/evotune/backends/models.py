@@ -73,7 +73,7 @@ def resolve_model(name: str) -> ModelSource:
 # CPU features with which bfloat16 runs these models faster than float32. Without bf16 instructions
 # torch emulates bfloat16 (4x slower than float32 on an AVX2-only EPYC). With avx512_bf16 but no AMX,
 # oneDNN computes bfloat16 natively, yet generation and forward passes still measured ~1.2-1.7x slower
-# than float32 (bench/results/dtype_speed_intel_xeon_avx512bf16.json), so only AMX tiles count (not yet
+# than float32 (bench/results/speed/dtype_speed_intel_xeon_avx512bf16.json), so only AMX tiles count (not yet
 # measured here: run bench/dtype_speed.py on an AMX machine and keep its JSON beside that one).
 BF16_CPU_FLAGS = ("amx_bf16",)
 

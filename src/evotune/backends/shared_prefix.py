@@ -83,7 +83,7 @@ def split_prompts(rows: Sequence[Sequence[int]], pad_token_id: int, device: torc
 
 def exact_for(model: Any) -> bool:
     """Whether the prefix pass gives exactly the plain batch's greedy completions for `model`: float32
-    weights, not quantized. Measured (bench/results/shared_prefix_*.json): identical in float32 on the tiny
+    weights, not quantized. Measured (bench/results/speed/shared_prefix_*.json): identical in float32 on the tiny
     model and SmolLM2; in bfloat16, 2 of SmolLM2's 32 arithmetic completions (10 tokens) and 12 of its 16
     Countdown completions (48 tokens) differ (bfloat16 completions also change with the plain batch's
     shape, e.g. its generation_batch_size)."""

@@ -140,7 +140,7 @@ def auto_population_batch(model: torch.nn.Module, parameters: Sequence[tuple[str
                           rows: int, max_new_tokens: int) -> int:
     """`population_batch_size: auto` for `space: full`: on CUDA, candidates_per_generate from the device's free
     memory now; elsewhere 1, one at a time: on a CPU the batched forward does the same arithmetic at the same speed
-    (0.99-1.05x, bench/results/population_batch_full_cpu.json) in P times the memory."""
+    (0.99-1.05x, bench/results/speed/population_batch_full_cpu.json) in P times the memory."""
     free_bytes = free_device_bytes(next(model.parameters()).device)
     if free_bytes is None:
         return 1

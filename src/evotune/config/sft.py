@@ -28,7 +28,8 @@ class SFTConfig(RunConfig):
                                        "prompt-completion format); replaces the task's train rows.")
     dtype: DtypeName = option("float32", "Base weights dtype (the adapter trains in fp32); float32 by default: on CPU "
                                          "a backward pass through bfloat16 weights measured ~2x slower per step (1.3x "
-                                         "with avx512_bf16: bench/results/dtype_speed_*). auto picks as for train.")
+                                         "with avx512_bf16: bench/results/speed/dtype_speed_*). auto picks as for "
+                                         "train.")
     num_train: int | None = option(None, "Use at most this many training examples (None: all).")
     lora_init: LoraInit = same_as(TrainConfig, "lora_init")
     # the optimizer

@@ -207,7 +207,8 @@ class TrainConfig(RunConfig):
                                                    "compiled (torch.compile; CUDA graphs on CUDA), reused across "
                                                    "candidates. None (auto): off: on an H200 in bfloat16 it was as "
                                                    "fast as population batching but changed some completions "
-                                                   "(bench/results/gpu_check_h200_compiled.json); true: on, for "
+                                                   "(bench/results/gpu_check/gpu_check_h200_compiled.json); "
+                                                   "true: on, for "
                                                    "one-at-a-time memory (plain one-at-a-time batches; the first "
                                                    "generate of each batch shape pays the compile).")
     prefetch_candidates: bool = option(False, "space full, hf: write the next candidate's weights into a second copy "
@@ -428,8 +429,9 @@ def defaults_unlike_quickstart(config: TrainConfig, given: dict[str, Any]) -> li
             if key not in given and getattr(config, key) != value]
 
 
-# `evotune train` with no config, measured by bench/quickstart/run.sh (bench/results/quickstart_heldout.json).
-# The paper's sigma=1e-3/lr=5e-4 barely moves a 135M model in a CPU budget (bench/results/learning_sweep_*);
+# `evotune train` with no config, measured by bench/quickstart/run.sh
+# (bench/results/quickstart/quickstart_heldout.json).
+# The paper's sigma=1e-3/lr=5e-4 barely moves a 135M model in a CPU budget (bench/results/learning/learning_sweep_*);
 # training at the evaluation's 48 new tokens, not 10, scores the answers whole (10 cut them, and a model
 # then learns forms the untruncated evaluation marks wrong: docs/benchmarks/stability.md); 16 prompts per
 # member instead of 32 buy twice the iterations in the same ten minutes.
