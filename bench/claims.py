@@ -1209,7 +1209,7 @@ NOT_RESULTS = {
     "at 16 x 8": "a shape", "population 24 x 32 prompts": "a shape", "medians of 3, seconds": "a repeat count",
     "population 48 x 8 prompts": "a shape", "0.5% pull per update": "the anchor's setting",
     "4% per update": "the anchor's setting", "4% of the distance back per update": "the anchor's setting",
-    "paper's 0.5% per update": "the anchor's setting",
+    "paper's 0.5% per update": "the anchor's setting", "at most every 30 s": "curves.png's redraw interval",
 }
 # A sentence holding one of these quotes a paper: its numbers are the paper's, not ours.
 PAPER_SENTENCES = ("The paper reports", "the paper reports", "paper recommends", "The paper trains")

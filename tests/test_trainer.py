@@ -142,9 +142,13 @@ def test_reward_error_mid_run_leaves_a_run_that_resumes_to_the_same_weights(tiny
         assert torch.equal(tensor, resumed.space.master[name]), name
 
 
-def test_curves_are_redrawn_at_every_evaluation_while_the_run_trains(tiny_model_dir, tmp_path):
-    """curves.png is there after the iteration-2 evaluation, before training ends (a user watching the run sees it)."""
+def test_curves_are_redrawn_at_every_evaluation_while_the_run_trains(tiny_model_dir, tmp_path, monkeypatch):
+    """curves.png is there after the iteration-2 evaluation, before training ends (a user watching the run sees it).
+    Here every evaluation redraws it; a real run redraws at most every CurvesRedraw.every_seconds."""
     from evotune.callbacks import ESCallback
+    from evotune.tracking.tracker import CurvesRedraw
+
+    monkeypatch.setattr(CurvesRedraw, "every_seconds", 0.0)
 
     seen = []
 
@@ -159,3 +163,17 @@ def test_curves_are_redrawn_at_every_evaluation_while_the_run_trains(tiny_model_
     # the baseline evaluation, 3 that of iteration 2's
     assert seen == [(1, True), (2, True), (3, True), (4, True)]
     assert not list((tmp_path / "run").glob(".*partial*"))  # written beside, then renamed
+
+
+def test_curves_are_not_redrawn_more_often_than_every_seconds(tiny_model_dir, tmp_path, monkeypatch):
+    """Drawing curves.png costs about half a second: an evaluation within every_seconds of the last drawing (or of
+    the start) skips it, and the end of the run draws it whole."""
+    from evotune.tracking import tracker
+
+    drawn = []
+    plot = tracker.plot_curves
+    monkeypatch.setattr(tracker, "plot_curves", lambda *args, **kwargs: drawn.append(1) or plot(*args, **kwargs))
+    monkeypatch.setattr(tracker.CurvesRedraw, "every_seconds", 3600.0)
+    Trainer(tiny_config(tiny_model_dir, iterations=4, eval_every=1, report_to=[]), tmp_path / "run").train()
+    assert drawn == [1]  # 5 evaluations, one drawing: the end's
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 0

@@ -482,23 +482,30 @@ def try_all(cases: list[Case]) -> list[dict]:
     return outcomes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_round(name: str, command: str, description: str, build_cases) -> None:
+    """One round from the command line: --work-dir (default: a temporary directory, removed afterwards), the
+    prepared runs, every case BUILD_CASES(runs, work) lists tried in a fresh process, and the round's result file."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("--work-dir", help="where the runs and outputs go (default: a temporary directory, removed)")
     arguments = parser.parse_args()
-    work = Path(arguments.work_dir or tempfile.mkdtemp(prefix="evotune-reliability-"))
+    work = Path(arguments.work_dir or tempfile.mkdtemp(prefix=f"evotune-{name}-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     try:
-        runs = prepare(work)
-        cases = (config_file_cases(runs, work) + doctor_cases(work) + compare_cases(runs, work)
-                 + export_cases(runs, work) + key_cases(runs, work) + python_api_cases(runs)
-                 + reward_cases(runs, work))
-        outcomes = try_all(cases)
+        outcomes = try_all(build_cases(prepare(work), work))
     finally:
         if not arguments.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    write_round("reliability_round3", "python -m bench.reliability.inputs", outcomes, started)
+    write_round(name, command, outcomes, started)
+
+
+def round3_cases(runs: dict, work: Path) -> list:
+    return (config_file_cases(runs, work) + doctor_cases(work) + compare_cases(runs, work) + export_cases(runs, work)
+            + key_cases(runs, work) + python_api_cases(runs) + reward_cases(runs, work))
+
+
+def main() -> None:
+    run_round("reliability_round3", "python -m bench.reliability.inputs", __doc__, round3_cases)
 
 
 def write_round(name: str, command: str, outcomes: list[dict], started: float) -> None:

@@ -9,12 +9,9 @@ refusal names the key or file and the fix, prints no traceback and leaves nothin
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,10 +25,8 @@ from bench.reliability.inputs import (
     base_values,
     cli,
     flat,
-    prepare,
     run,
-    try_all,
-    write_round,
+    run_round,
     write_yaml,
 )
 
@@ -188,22 +183,14 @@ def memory_cases(runs: dict, work: Path) -> list[Case]:
                  and "ran out of memory" in result.err else f"exit {result.rc}: {flat(result.err)[-300:]}")]
 
 
+def round4_cases(runs: dict, work: Path) -> list:
+    return (address_cases(runs, work) + output_cases(runs, work) + wording_cases(runs, work)
+            + writer_cases(runs, work) + memory_cases(runs, work) + cluster_cases(runs, work))
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", help="where the runs and outputs go (default: a temporary directory, removed)")
-    arguments = parser.parse_args()
-    work = Path(arguments.work_dir or tempfile.mkdtemp(prefix="evotune-reliability4-"))
-    work.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    try:
-        runs = prepare(work)
-        cases = (address_cases(runs, work) + output_cases(runs, work) + wording_cases(runs, work)
-                 + writer_cases(runs, work) + memory_cases(runs, work) + cluster_cases(runs, work))
-        outcomes = try_all(cases)
-    finally:
-        if not arguments.work_dir:
-            shutil.rmtree(work, ignore_errors=True)
-    write_round("reliability_round4", "python -m bench.reliability.round4", outcomes, started)
+    run_round("reliability_round4", "python -m bench.reliability.round4", __doc__, round4_cases)
+
 
 if __name__ == "__main__":
     main()

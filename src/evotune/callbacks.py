@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from .config.train import TrainConfig
 from .strategies.base import Strategy
 from .tasks.base import Task, prompt_text
-from .tracking.tracker import MetricsLogger, dumps_strict, plot_curves
+from .tracking.tracker import CurvesRedraw, MetricsLogger, dumps_strict
 
 
 @runtime_checkable
@@ -78,32 +78,34 @@ class EvaluationCallback(ESCallback):
 
 
 class MetricsCallback(ESCallback):
-    """metrics.jsonl (the CLI contract) and the configured loggers, through `trainer.logger`."""
+    """metrics.jsonl (the CLI contract) and the configured loggers, through `trainer.logger`; curves.png from
+    metrics.jsonl, redrawn after evaluations while the run trains (see CurvesRedraw) and at its end."""
+
+    curves: CurvesRedraw | None = None
+
+    def on_train_begin(self, trainer: ESLoop) -> None:
+        self.curves = CurvesRedraw(trainer.logger.path, trainer.output_dir / "curves.png",
+                                   title=f"{trainer.config.model} on {trainer.config.task}")
 
     def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         if record["iteration"] == 0:  # iteration records are logged whole in on_iteration_end
             trainer.logger.log(record)
-            self.redraw(trainer)
+            self._curves(trainer).update()
 
     def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         trainer.logger.log(record)
         if any(key.startswith("eval/") for key in record):  # an evaluation: curves.png shows it while training
-            self.redraw(trainer)
+            self._curves(trainer).update()
 
-    @staticmethod
-    def redraw(trainer: ESLoop) -> Path | None:
-        """curves.png from metrics.jsonl so far (written whole); a plot that fails warns and the run goes on."""
-        try:
-            return plot_curves(trainer.logger.path, trainer.output_dir / "curves.png",
-                               title=f"{trainer.config.model} on {trainer.config.task}")
-        except Exception as exc:  # noqa: BLE001 - a plot must not stop the run or hide its own error
-            warnings.warn(f"could not plot curves.png: {exc}", stacklevel=2)
-            return None
+    def _curves(self, trainer: ESLoop) -> CurvesRedraw:
+        if self.curves is None:  # a loop driven without on_train_begin (a test's or a user's own loop)
+            self.on_train_begin(trainer)
+        return self.curves
 
     def on_train_end(self, trainer: ESLoop) -> None:
         """curves.png from metrics.jsonl, sent to the loggers as their last entry, then the loggers closed."""
         try:
-            curves = self.redraw(trainer)
+            curves = self._curves(trainer).draw()
             if curves is not None:
                 try:
                     trainer.logger.log_image("curves", curves, trainer.strategy.iteration)

@@ -10,6 +10,7 @@ from helpers import (
     ENGINE_CORES,
     TINY_EVAL_BUDGET,
     assert_same,
+    first_in_ci,
     requires_ray,
     requires_vllm,
     save_vllm_tiny_model,
@@ -35,8 +36,8 @@ def config(model_dir: str, **overrides) -> TrainConfig:
     return TrainConfig(**values)
 
 
-def pooled_run(model_dir: str, directory, engine_core: str):
-    """The reference run (one in-process engine) for 3 iterations, and a pool of 2 engine actors (in the shape
+def pooled_run(model_dir: str, directory, engine_core: str, workers: int = 2):
+    """The reference run (one in-process engine) for 3 iterations, and a pool of WORKERS engine actors (in the shape
     `engine_core` names) after 2 of them whose rewards equal the reference's and whose actors hold the driver's
     mean. The driver's own replica is the reference's engine, back at the base weights: the engines under test are
     the actors' (the driver's engine in its own process is test_vllm_engine's), and a third engine start is spared."""
@@ -49,10 +50,10 @@ def pooled_run(model_dir: str, directory, engine_core: str):
     local_state = state(local)
     local.space.load_state_tensors(base)
 
-    pooled = Trainer(config(model_dir, distributed="ray", workers=2, checksum_every=1, engine_core=engine_core),
+    pooled = Trainer(config(model_dir, distributed="ray", workers=workers, checksum_every=1, engine_core=engine_core),
                      directory / "ray", backend=local.backend)
     pooled_records = [pooled.step() for _ in range(2)]
-    assert ray.get([worker.backend_name.remote() for worker in pooled.evaluator.workers]) == ["VLLMBackend"] * 2
+    assert ray.get([worker.backend_name.remote() for worker in pooled.evaluator.workers]) == ["VLLMBackend"] * workers
     for a, b in zip(local_records, pooled_records):
         assert (a["reward_mean"], a["reward_max"]) == (b["reward_mean"], b["reward_max"])
     pooled.evaluator.check_replicas()  # each engine actor holds the driver's mean, bit for bit
@@ -67,10 +68,13 @@ def close(pooled) -> None:
     pooled.backend.close()
 
 
-# CI runs the shape CUDA uses (the engine core in its own process); the in-process shape runs with the slow
-# tests, its engine paths being in CI through tests/backends/test_vllm_engine*.py
-def test_two_engine_actors_equal_one_process(model_dir, tmp_path):
-    pooled, local_records, local_state = pooled_run(model_dir, tmp_path, "separate_process")
+# CI runs the shape CUDA uses (the engine core in its own process) with one engine actor: each actor's engine
+# starts two processes (~25 s on 2 cores), and splitting the population over several actors is in CI through
+# test_ray.py on hf actors; two engine actors run with the slow tests. The in-process shape runs with the slow
+# tests too, its engine paths being in CI through tests/backends/test_vllm_engine*.py
+@pytest.mark.parametrize("workers", first_in_ci([1, 2]))
+def test_engine_actors_equal_one_process(model_dir, tmp_path, workers):
+    pooled, local_records, local_state = pooled_run(model_dir, tmp_path, "separate_process", workers)
     pooled.step()
     assert_same(local_state, state(pooled))
     close(pooled)

@@ -12,7 +12,6 @@ same rule as `evotune train` (tracking.tracker.out_of_time), so both methods can
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,7 +20,7 @@ from transformers import TrainerCallback
 from ..backends.base import Backend
 from ..evaluation.generation import eval_budget, eval_record, evaluate_model
 from ..tasks.base import Task
-from ..tracking.tracker import MetricsLogger, out_of_time, peak_memory_mib, plot_curves
+from ..tracking.tracker import CurvesRedraw, MetricsLogger, out_of_time, peak_memory_mib
 
 if TYPE_CHECKING:
     from ..evaluation.retention import Retention
@@ -54,6 +53,8 @@ class EvotuneMetricsCallback(TrainerCallback):
         self._step_time = 0.0
         self.training_seconds = training_seconds  # summed over steps (and resumes), evaluation excluded
         self.out_of_time = False
+        self.curves = CurvesRedraw(logger.path, logger.path.parent / "curves.png",
+                                   title=f"GRPO: {config.model} on {config.task}")
 
     def evaluate(self) -> dict[str, float]:
         budget = eval_budget(self.task, self.config.max_new_tokens, self.config.eval_max_new_tokens)
@@ -94,9 +95,5 @@ class EvotuneMetricsCallback(TrainerCallback):
         if evaluated:
             record.update(self.evaluate())
         self.logger.log(record)
-        if evaluated:  # curves.png shows every evaluation while the run trains
-            try:
-                plot_curves(self.logger.path, self.logger.path.parent / "curves.png",
-                            title=f"GRPO: {self.config.model} on {self.config.task}")
-            except Exception as exc:  # noqa: BLE001 - a plot must not stop the run
-                warnings.warn(f"could not plot curves.png: {exc}", stacklevel=2)
+        if evaluated:  # curves.png shows the evaluations while the run trains (the run's end draws it whole)
+            self.curves.update()

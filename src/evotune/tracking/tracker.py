@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,34 @@ def plot_curves(metrics_path: Path, output_png: Path, title: str = "") -> Path:
     plt.close(figure)
     os.replace(partial, output_png)
     return Path(output_png)
+
+
+class CurvesRedraw:
+    """curves.png kept current while a run trains. Drawing it costs about half a second of CPU (matplotlib's
+    layout and rendering), more than a tiny run's whole iteration, so an evaluation redraws it only when at least
+    `every_seconds` passed since the last drawing (or since this object was made, at the run's start); `draw`
+    draws at once (the end of a run). A plot that fails warns and the run goes on."""
+
+    every_seconds = 30.0
+
+    def __init__(self, metrics_path: Path, output_png: Path, title: str = ""):
+        self.metrics_path, self.output_png, self.title = Path(metrics_path), Path(output_png), title
+        self._drawn_at = time.monotonic()
+
+    def update(self) -> Path | None:
+        """Redraw after an evaluation, when the last drawing is at least `every_seconds` old."""
+        if time.monotonic() - self._drawn_at < self.every_seconds:
+            return None
+        return self.draw()
+
+    def draw(self) -> Path | None:
+        try:
+            return plot_curves(self.metrics_path, self.output_png, title=self.title)
+        except Exception as exc:  # noqa: BLE001 - a plot must not stop the run or hide its own error
+            warnings.warn(f"could not plot {self.output_png.name}: {exc}", stacklevel=2)
+            return None
+        finally:
+            self._drawn_at = time.monotonic()
 
 
 def _plot_retention(axis: Any, records: list[dict[str, Any]], task: str) -> None:
