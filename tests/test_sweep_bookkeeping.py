@@ -192,6 +192,7 @@ def test_a_failing_point_is_named_at_the_end_with_the_table_of_the_rest(tiny_mod
 
 @requires_ray
 @pytest.mark.usefixtures("ray_instance")
+@pytest.mark.slow  # ~20 s of Ray actors; a failing point's naming is in CI through the sequential test above
 def test_a_failing_parallel_point_is_named_with_the_table_of_the_rest(tiny_model_dir, tmp_path):
     broken = broken_model(tmp_path)
     with pytest.raises(SweepFailed, match=f"1 of 2 sweep runs failed: model={broken} seed 0") as failure:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 from helpers import requires_vllm, save_vllm_tiny_model, start_engine, stop_engine
 
@@ -60,6 +61,10 @@ if __name__ == "__main__":  # the engine's processes are spawned: the guard ever
 """
 
 
+# Three process starts (the script, its engine core, vLLM's CPU worker): ~45 s on 2 cores, so it runs with the slow
+# tests; the watchdog it exercises (evotune.backends.watchdog) starts with every engine in CI, and the engine's
+# orderly exit is checked in CI by the test after it.
+@pytest.mark.slow
 def test_a_sigkilled_process_takes_its_engine_processes_with_it(tiny_model_dir, tmp_path):
     """The engine core and its worker (vLLM's default shape) do not outlive a SIGKILLed parent: without
     evotune's watchdog they did (still alive minutes later, holding what a replacement needs)."""

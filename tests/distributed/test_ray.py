@@ -122,6 +122,9 @@ def test_a_killed_actor_changes_nothing(tiny_model_dir, tmp_path):
     pooled.evaluator.close()
 
 
+# ~20 s of actor starts and kills: with the slow tests; an actor replaced from the checkpoint and the update log
+# is in CI through test_a_killed_actor_changes_nothing.
+@pytest.mark.slow
 def test_an_actor_lost_before_the_replicas_checksum_is_replaced_and_the_run_goes_on(tiny_model_dir, tmp_path):
     """A node lost between an iteration and the checksum of the replicas (a raylet killed on a real cluster did
     this): the checksum replaces the actor instead of stopping the run, and the run ends on the one-process

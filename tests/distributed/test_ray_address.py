@@ -96,6 +96,7 @@ def test_an_address_where_no_ray_answers_stops_after_ray_timeout(tiny_model_dir,
 
 
 @requires_ray
+@pytest.mark.slow  # ~18 s of Ray start-up; the address checks above run in CI
 def test_workers_a_local_ray_cannot_place_are_refused_up_front(tiny_model_dir, tmp_path):
     done, seconds = train_with(tiny_model_dir, tmp_path, "--set", "workers=1000")
     error = one_line_error(done)
