@@ -35,20 +35,53 @@ def setting_text(method: str, setting: int) -> str:
 
 
 def tuning_table(results: Path) -> list[str]:
-    lines = ["| method | setting | steps | training s | validation before -> after | chosen |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| method | setting | steps | training s | s per step | validation before -> after | chosen | ran |",
+             "|---|---|---|---|---|---|---|---|"]
     for method, spec in METHODS.items():
         chosen = selection(results, method)
         for setting in range(TUNING_SETTINGS):
             data = load(results, f"tune/arithmetic/{method}/s{setting}_seed{TUNING_SEED}.json")
             if data is None:
-                lines.append(f"| {spec['label']} | {setting_text(method, setting)} | not run | | | |")
+                lines.append(f"| {spec['label']} | {setting_text(method, setting)} | not run | | | | | |")
                 continue
             run = data["training"]
             lines.append(f"| {spec['label']} | {setting_text(method, setting)} | {run['steps']} | "
-                         f"{run['training_seconds']:.0f} | {100 * run['validation_before']:.1f}% -> "
-                         f"{100 * run['validation_after']:.1f}% | {'yes' if chosen == setting else ''} |")
+                         f"{run['training_seconds']:.0f} | {run['training_seconds'] / run['steps']:.1f} | "
+                         f"{100 * run['validation_before']:.1f}% -> {100 * run['validation_after']:.1f}% | "
+                         f"{'yes' if chosen == setting else ''} | {data['machine']['date']} |")
     return lines
+
+
+# Keys that change what a step computes; settings equal in all of them do the same work per step.
+STEP_RATE_FREE_KEYS = ("learning_rate", "sigma")
+
+
+def speed_drift(results: Path) -> str | None:
+    """The largest spread of seconds per step between tuning runs that do the same work per step (settings that
+    differ only in learning rate or sigma): the shared machine's speed moving between jobs, which changes how many
+    steps a run makes in its fixed time."""
+    spreads = []
+    for method in METHODS:
+        groups: dict[str, list[tuple[float, str]]] = {}
+        for setting, values in enumerate(METHODS[method]["grid"]):
+            data = load(results, f"tune/arithmetic/{method}/s{setting}_seed{TUNING_SEED}.json")
+            if data is None:
+                continue
+            work = json.dumps({key: value for key, value in values.items() if key not in STEP_RATE_FREE_KEYS},
+                              sort_keys=True)
+            run = data["training"]
+            groups.setdefault(work, []).append((run["training_seconds"] / run["steps"], data["machine"]["date"]))
+        for runs in groups.values():
+            if len(runs) > 1:
+                slow, fast = max(runs), min(runs)
+                spreads.append((slow[0] / fast[0] - 1, METHODS[method]["label"], fast, slow))
+    if not spreads:
+        return None
+    spread, label, fast, slow = max(spreads)
+    return (f"Runs that do the same work per step (settings that differ only in learning rate or sigma) took up to "
+            f"{100 * spread:.0f}% longer per step in one job than in another ({label}: {fast[0]:.1f} s at "
+            f"{fast[1]}, {slow[0]:.1f} s at {slow[1]}): the machine is shared and its speed moves, so the steps a "
+            f"run makes in its fixed time carry that much noise.")
 
 
 def heldout_accuracy(data: dict[str, Any], budget: str) -> float | None:
@@ -116,6 +149,9 @@ def report(results: Path) -> str:
              "the files in this folder; a job without its file is listed as not run).", "",
              f"## Tuning (2-digit addition, seed {TUNING_SEED}, validation split of each run)", "",
              *tuning_table(results), ""]
+    drift = speed_drift(results)
+    if drift:
+        lines += [drift, ""]
     for task in TASKS:
         lines += [f"## Main runs: {task}", "", *main_table(results, task, "48"), ""]
     if missing:
