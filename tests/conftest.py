@@ -74,12 +74,12 @@ def ray_instance(_ray_for_this_worker):
 # each worker two ahead), so a long file collected last would leave the other worker idle at the end. Starting
 # these first lets the short files fill in around them; the files that start Ray clusters and engine actors
 # alternate with engine-only ones, so two of them do not fight for the cores at once.
-LONGEST_FILES = ("test_vllm_engine.py", "test_ray_vllm.py", "test_vllm_tensor_parallel.py", "test_ray.py",
-                 "test_vllm_engine_lora.py", "test_ray_cluster.py", "test_lowrank_vllm.py", "test_ray_gpus.py",
-                 "test_checkpoint.py", "test_sweep_bookkeeping.py", "test_trainer.py", "test_gpu_check.py",
-                 "test_sweep.py", "test_population_batch_full.py", "test_retention.py", "test_grpo_run_directory.py",
-                 "test_adapter_training.py", "test_doctor.py", "test_vllm_engine_process.py", "test_lowrank.py",
-                 "test_anchor_decay_training.py", "test_gpu_carry.py")
+LONGEST_FILES = ("test_ray_vllm.py", "test_vllm_engine.py", "test_ray_cluster.py", "test_sweep_bookkeeping.py",
+                 "test_ray.py", "test_retention.py", "test_grpo_run_directory.py", "test_vllm_engine_lora.py",
+                 "test_doctor.py", "test_lowrank_vllm.py", "test_vllm_engine_process.py",
+                 "test_vllm_tensor_parallel.py",
+                 "test_lowrank.py", "test_anchor_decay_training.py", "test_ray_gpus.py",
+                 "test_checkpoint.py", "test_gpu_check.py", "test_gpu_carry.py")
 
 
 def pytest_configure(config):
