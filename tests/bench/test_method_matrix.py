@@ -150,7 +150,23 @@ def test_the_report_quotes_every_result_file_and_lists_what_has_not_run():
     assert f"{done} of {total} jobs have a result file" in text
     for path in sorted(STUDY.glob("tune/arithmetic/*/*.json")):
         run = json.loads(path.read_text())["training"]
-        assert (f"| {run['steps']} | {run['training_seconds']:.0f} | {100 * run['validation_before']:.1f}% -> "
-                f"{100 * run['validation_after']:.1f}% |") in text, path
+        assert (f"| {run['steps']} | {run['training_seconds']:.0f} | {run['training_seconds'] / run['steps']:.1f} | "
+                f"{100 * run['validation_before']:.1f}% -> {100 * run['validation_after']:.1f}% |") in text, path
     not_run = [path for path in missing if path.startswith("tune/")]
     assert text.count("| not run |") >= len(not_run)
+
+
+def test_the_report_names_the_speed_spread_between_runs_of_equal_work(tmp_path):
+    """Two tuning runs that differ only in learning rate do the same work per step; the report gives how much longer
+    one job's steps took than the other's, from their files."""
+    import json
+
+    from bench.method_matrix.report import report
+
+    for setting, (steps, seconds, date) in enumerate([(5, 600.0, "2026-11-27 08:00"), (4, 600.0, "2026-11-27 09:00")]):
+        path = tmp_path / "tune" / "arithmetic" / "grpo_full" / f"s{setting}_seed{arms.TUNING_SEED}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"training": {"steps": steps, "training_seconds": seconds, "validation_before": 0.2,
+                                                 "validation_after": 0.3}, "machine": {"date": date}}))
+    text = report(tmp_path)
+    assert "took up to 25% longer per step in one job than in another (GRPO full-parameter: 120.0 s at" in text
