@@ -37,7 +37,16 @@ def quickstart() -> str:
             f"{', '.join(str(run['seed']) for run in runs)}): a gain of {summary['mean']:.1f} points on average "
             f"(std {summary['std']:.1f}; per seed 95% intervals {intervals}), n = {data['num_prompts']} fresh "
             f"questions scored at {budget} new tokens ({at_largest:.1f} points at {largest}), each run "
-            f"{min(minutes):.1f}-{max(minutes):.1f} minutes on {runs[0]['threads']} CPU cores")
+            f"{min(minutes):.1f}-{max(minutes):.1f} minutes on {runs[0]['threads']} cores of an "
+            f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
+
+
+def speed_reference() -> str:
+    data = _load("quickstart/speed_reference.json")
+    measured = data["probe"]
+    return (f"on an {data['machine']['cpu']} ({measured['dtype']}, {measured['threads']} threads) the probe took "
+            f"{measured['probe_s']:.2f} s and the quickstart (seed {data['seed']}) {data['quickstart_s'] / 60:.1f} "
+            f"minutes")
 
 
 def stability_arithmetic() -> str:
@@ -1316,7 +1325,7 @@ def hardware_status() -> str:
 
 CLAIMS: dict[str, Callable[[], str]] = {
     # README.md, getting-started, which-method and the quickstart page
-    "quickstart": quickstart, "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
+    "quickstart": quickstart, "speed-reference": speed_reference, "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
     # docs/benchmarks/, page by page
     "eval-budget-arithmetic": eval_budget_arithmetic,
     "es-vs-grpo-time-10tok": es_vs_grpo_time_10tok, "es-vs-grpo-memory": es_vs_grpo_memory,

@@ -228,6 +228,14 @@ def _doctor(args: argparse.Namespace) -> int:
     # doctor's runs would land among the user's files
     if args.output:
         _prepare_output_file("--output", Path(args.output))
+    if args.speed:
+        from ..speed_probe import describe, probe
+
+        result = probe()
+        print(describe(result))
+        if args.output:
+            Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+        return 0
     if args.work_dir:
         work = Path(args.work_dir)
         if work.exists() and not work.is_dir():

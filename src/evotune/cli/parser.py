@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                                               "model on this machine: a table of pass/fail", """
         evotune doctor
         evotune doctor --engine-core in_process --engine-core separate_process --output doctor.json
-        evotune doctor --checks hf vllm""")
+        evotune doctor --checks hf vllm
+        evotune doctor --speed          # this machine's speed probe and the quickstart's time to expect""")
     doctor.add_argument("--checks", nargs="+", choices=["hf", "vllm", "tensor-parallel", "ray"], metavar="GROUP",
                         help="run only these groups of checks: hf, vllm (full ES, ESSA, low-rank on each engine "
                              "shape), tensor-parallel, ray (default: all)")
@@ -214,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="vLLM engine shape to check (repeat for both; default: this machine's default)")
     doctor.add_argument("--output", help="also write the results to this JSON file")
     doctor.add_argument("--work-dir", help="keep the runs in this directory (default: a temporary one, removed)")
+    doctor.add_argument("--speed", action="store_true",
+                        help="instead of the checks: time one quickstart generate on the built-in model (~1 minute "
+                             "with its load) and print how long `evotune train` with no config should take here")
 
     keys = _add_command(commands, "keys", "list the config keys with their defaults, choices and help", """
         evotune keys
