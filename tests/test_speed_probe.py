@@ -1,5 +1,5 @@
 """`evotune doctor --speed`: the probe times one quickstart generate, and the quickstart time it predicts scales
-REFERENCE, which must be what bench/results/quickstart/speed_reference.json measured."""
+SPEED_REFERENCE, which must be what bench/results/quickstart/speed_reference.json measured."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evotune import speed_probe
+from evotune import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,24 +18,24 @@ def test_the_reference_is_the_measured_one():
     measured = {"probe_s": data["probe"]["probe_s"], "quickstart_s": data["quickstart_s"],
                 "machine": data["machine"]["cpu"], "dtype": data["probe"]["dtype"],
                 "threads": data["probe"]["threads"]}
-    assert speed_probe.REFERENCE == measured
+    assert doctor.SPEED_REFERENCE == measured
 
 
 def test_the_expected_time_scales_with_the_probe():
-    reference = speed_probe.REFERENCE
-    assert speed_probe.expected_quickstart_seconds(reference["probe_s"]) == pytest.approx(reference["quickstart_s"])
-    assert speed_probe.expected_quickstart_seconds(2 * reference["probe_s"]) == pytest.approx(
+    reference = doctor.SPEED_REFERENCE
+    assert doctor.expected_quickstart_seconds(reference["probe_s"]) == pytest.approx(reference["quickstart_s"])
+    assert doctor.expected_quickstart_seconds(2 * reference["probe_s"]) == pytest.approx(
         2 * reference["quickstart_s"])
 
 
 def test_the_probe_times_a_quickstart_generate(tiny_model_dir):
-    result = speed_probe.probe(repeats=2, model=tiny_model_dir)
-    assert result["prompts"] == speed_probe.QUICKSTART["batch_size"]
-    assert result["max_new_tokens"] == speed_probe.QUICKSTART["max_new_tokens"]
+    result = doctor.speed_probe(repeats=2, model=tiny_model_dir)
+    assert result["prompts"] == doctor.QUICKSTART["batch_size"]
+    assert result["max_new_tokens"] == doctor.QUICKSTART["max_new_tokens"]
     assert len(result["seconds"]) == 2 and result["probe_s"] > 0
-    text = speed_probe.describe(result)
-    minutes = speed_probe.expected_quickstart_seconds(result["probe_s"]) / 60
-    assert f"about {minutes:.0f} minutes here" in text and speed_probe.REFERENCE["machine"] in text
+    text = doctor.describe_speed(result)
+    minutes = doctor.expected_quickstart_seconds(result["probe_s"]) / 60
+    assert f"about {minutes:.0f} minutes here" in text and doctor.SPEED_REFERENCE["machine"] in text
 
 
 @pytest.mark.slow  # loads the built-in SmolLM2-135M and generates 4 x 16 prompts x 48 tokens

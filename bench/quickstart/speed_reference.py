@@ -1,5 +1,5 @@
 """The speed probe's reference: `evotune doctor --speed`'s probe and the quickstart's wall time, one after the other on
-this machine, into bench/results/quickstart/speed_reference.json (evotune.speed_probe.REFERENCE quotes it).
+this machine, into bench/results/quickstart/speed_reference.json (evotune.doctor.SPEED_REFERENCE quotes it).
 
     python -m bench.quickstart.speed_reference                     # probe, then `evotune train` (seed 0)
     python -m bench.quickstart.speed_reference --runs DIR --seed 1
@@ -26,9 +26,9 @@ def main() -> None:
     parser.add_argument("--runs", default="runs/speed_reference", help="where the quickstart run goes")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from evotune.speed_probe import probe
+    from evotune.doctor import speed_probe
 
-    measured = probe()
+    measured = speed_probe()
     run = Path(args.runs) / f"seed{args.seed}"
     shutil.rmtree(run, ignore_errors=True)
     started = time.perf_counter()

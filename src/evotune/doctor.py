@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 import traceback
@@ -28,7 +29,8 @@ from typing import Any
 import torch
 
 from .backends.base import resolve_device
-from .config.train import TrainConfig
+from .builders import build_space, build_task, load_backend, on_hf_backend
+from .config.train import QUICKSTART, TrainConfig
 from .spaces.base import differing_tensors
 
 # A run short enough for a CPU: 2 iterations of 4 antithetic members on 3 prompts.
@@ -108,8 +110,6 @@ def train(model_dir: str, directory: Path, **overrides: Any) -> Outcome:
 
 def replay_on_hf(outcome: Outcome) -> dict[str, torch.Tensor]:
     """The hf backend's mean after the same updates as `outcome`'s run, from the same start, on the same device."""
-    from .builders import build_space, load_backend, on_hf_backend
-
     config = on_hf_backend(outcome.config)
     space = build_space(config, load_backend(config, resolve_device(config.device)))
     space.replay(outcome.update_log)
@@ -284,3 +284,49 @@ def run_doctor(engine_cores: list[str] | None = None, work_dir: str | None = Non
         if work_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
     return {"environment": environment(), "checks": [asdict(result) for result in results]}
+
+
+# The speed probe (`evotune doctor --speed`). `evotune train` with no config (the quickstart) spends nearly all its
+# time generating: each iteration generates `batch_size` prompts x `max_new_tokens` tokens under every candidate, and
+# its evaluations the held-out prompts. The probe times that unit once: one greedy generate of the quickstart's
+# first `batch_size` training prompts at its `max_new_tokens`, with its model and dtype (`auto`) on every core, after
+# one untimed warm-up, median of `repeats`; the quickstart's time scales with it. SPEED_REFERENCE is the probe and
+# the quickstart's wall time measured one after the other on one machine (`python -m
+# bench.quickstart.speed_reference`, bench/results/quickstart/speed_reference.json; a test keeps the two equal).
+
+SPEED_REFERENCE: dict[str, Any] = {"probe_s": 5.795, "quickstart_s": 815.3, "machine": "Intel(R) Xeon(R) Processor",
+                                   "dtype": "bfloat16", "threads": 2}
+
+
+def speed_probe(repeats: int = 3, model: str | None = None) -> dict[str, Any]:
+    """Seconds of one quickstart generate on this machine (median of `repeats`), with what ran it."""
+    config = TrainConfig(**{**QUICKSTART, **({"model": model} if model else {}), "report_to": []})
+    task = build_task(config)
+    backend = load_backend(config, resolve_device(config.device))
+    prompts = [row["prompt"] for row in task.train_rows[:config.batch_size]]
+    backend.generate(prompts, config.max_new_tokens)  # warm-up: kernels chosen, caches allocated
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        backend.generate(prompts, config.max_new_tokens)
+        seconds.append(time.perf_counter() - started)
+    dtype = getattr(getattr(backend, "model", None), "dtype", None)
+    return {"probe_s": round(statistics.median(seconds), 3), "seconds": [round(value, 3) for value in seconds],
+            "prompts": len(prompts), "max_new_tokens": config.max_new_tokens, "model": config.model,
+            "dtype": str(dtype).removeprefix("torch.") if dtype is not None else config.dtype,
+            "threads": torch.get_num_threads()}
+
+
+def expected_quickstart_seconds(probe_s: float) -> float:
+    """The quickstart's wall time to expect on a machine whose probe took `probe_s`."""
+    return SPEED_REFERENCE["quickstart_s"] * probe_s / SPEED_REFERENCE["probe_s"]
+
+
+def describe_speed(result: dict[str, Any]) -> str:
+    expected, reference = expected_quickstart_seconds(result["probe_s"]), SPEED_REFERENCE
+    return (f"speed probe: one quickstart generate ({result['prompts']} prompts x {result['max_new_tokens']} new "
+            f"tokens, {result['dtype']}, {result['threads']} threads) took {result['probe_s']:.2f} s (median of "
+            f"{len(result['seconds'])}). Expect `evotune train` with no config to take about {expected / 60:.0f} "
+            f"minutes here: on an {reference['machine']} ({reference['dtype']}, {reference['threads']} threads) the "
+            f"probe took {reference['probe_s']:.2f} s and the quickstart {reference['quickstart_s'] / 60:.1f} "
+            f"minutes.")

@@ -218,7 +218,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ..doctor import format_table, run_doctor
+    from ..doctor import describe_speed, format_table, run_doctor, speed_probe
 
     def progress(check: Any) -> None:
         print(f"evotune doctor: {check.status.upper():4} {check.name} ({check.seconds:g} s): {check.detail}",
@@ -229,10 +229,8 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.output:
         _prepare_output_file("--output", Path(args.output))
     if args.speed:
-        from ..speed_probe import describe, probe
-
-        result = probe()
-        print(describe(result))
+        result = speed_probe()
+        print(describe_speed(result))
         if args.output:
             Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
         return 0
