@@ -52,14 +52,14 @@ def tuning_table(results: Path) -> list[str]:
     return lines
 
 
-# Keys that change what a step computes; settings equal in all of them do the same work per step.
+# Keys that leave a step's shapes alone (population, prompts, tokens); settings equal in all others have the same.
 STEP_RATE_FREE_KEYS = ("learning_rate", "sigma")
 
 
 def speed_drift(results: Path) -> str | None:
-    """The largest spread of seconds per step between tuning runs that do the same work per step (settings that
-    differ only in learning rate or sigma): the shared machine's speed moving between jobs, which changes how many
-    steps a run makes in its fixed time."""
+    """The largest spread of seconds per step between tuning runs with the same shapes per step (settings that differ
+    only in learning rate or sigma): the shared machine's speed moving between jobs, or completions of other lengths,
+    either of which changes how many steps a run makes in its fixed time."""
     spreads = []
     for method in METHODS:
         groups: dict[str, list[tuple[float, str]]] = {}
@@ -78,10 +78,12 @@ def speed_drift(results: Path) -> str | None:
     if not spreads:
         return None
     spread, label, fast, slow = max(spreads)
-    return (f"Runs that do the same work per step (settings that differ only in learning rate or sigma) took up to "
+    return (f"Runs with the same shapes per step (settings that differ only in learning rate or sigma) took up to "
             f"{100 * spread:.0f}% longer per step in one job than in another ({label}: {fast[0]:.1f} s at "
-            f"{fast[1]}, {slow[0]:.1f} s at {slow[1]}): the machine is shared and its speed moves, so the steps a "
-            f"run makes in its fixed time carry that much noise.")
+            f"{fast[1]}, {slow[0]:.1f} s at {slow[1]}). Two causes are possible and these files do not tell them "
+            f"apart: the shared machine's speed moves between jobs, and a model that writes longer completions "
+            f"generates longer (generation stops when every answer has ended). Either way, the steps a run makes "
+            f"in its fixed time carry that much noise.")
 
 
 def heldout_accuracy(data: dict[str, Any], budget: str) -> float | None:

@@ -157,8 +157,8 @@ def test_the_report_quotes_every_result_file_and_lists_what_has_not_run():
 
 
 def test_the_report_names_the_speed_spread_between_runs_of_equal_work(tmp_path):
-    """Two tuning runs that differ only in learning rate do the same work per step; the report gives how much longer
-    one job's steps took than the other's, from their files."""
+    """Two tuning runs that differ only in learning rate have the same shapes per step; the report gives how much
+    longer one job's steps took than the other's, from their files."""
     import json
 
     from bench.method_matrix.report import report
