@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -537,8 +538,12 @@ def quantization_speed() -> str:
             f"{equal['int8']} and {equal['int4']} of {equal['float32']} completions equal to float32's")
 
 
+def _shared_prefix_rows(dtype: str) -> dict:
+    return {row["task"]: row for row in _load(f"speed/shared_prefix_{dtype}.json")["results"]}
+
+
 def shared_prefix() -> str:
-    results = {row["task"]: row for row in _load("speed/shared_prefix_float32.json")["results"]}
+    results = _shared_prefix_rows("float32")
     arithmetic, countdown = results["arithmetic"], results["countdown"]
     identical = all(row["completions_identical"] for row in results.values())
     return (f"arithmetic ({arithmetic['prompts']} prompts x {arithmetic['max_new_tokens']} tokens) "
@@ -547,20 +552,10 @@ def shared_prefix() -> str:
             f"{'identical' if identical else 'not identical'} in every repeat")
 
 
-def _median(values) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
-def _shared_prefix_rows(dtype: str) -> dict:
-    return {row["task"]: row for row in _load(f"speed/shared_prefix_{dtype}.json")["results"]}
-
-
 def shared_prefix_medians() -> str:
     arithmetic = _shared_prefix_rows("float32")["arithmetic"]
-    return (f"arithmetic: {_median(arithmetic['shared_prefix_s']):.2f} s against "
-            f"{_median(arithmetic['plain_s']):.2f} s median")
+    return (f"arithmetic: {median(arithmetic['shared_prefix_s']):.2f} s against "
+            f"{median(arithmetic['plain_s']):.2f} s median")
 
 
 def shared_prefix_bfloat16() -> str:
@@ -573,10 +568,10 @@ def shared_prefix_bfloat16() -> str:
 
 def shared_prefix_dtypes() -> str:
     bfloat16, float32 = _shared_prefix_rows("bfloat16")["arithmetic"], _shared_prefix_rows("float32")["arithmetic"]
-    return (f"bfloat16 without the prefill took as long as float32 with it ({_median(bfloat16['plain_s']):.2f} s and "
-            f"{_median(float32['shared_prefix_s']):.2f} s median, from the two result files: separate runs, not "
+    return (f"bfloat16 without the prefill took as long as float32 with it ({median(bfloat16['plain_s']):.2f} s and "
+            f"{median(float32['shared_prefix_s']):.2f} s median, from the two result files: separate runs, not "
             f"interleaved), and bfloat16 with it (`shared_prefix: true`, {max(bfloat16['differing_completions'])} of "
-            f"{bfloat16['prompts']} completions changed) {_median(bfloat16['shared_prefix_s']):.2f} s")
+            f"{bfloat16['prompts']} completions changed) {median(bfloat16['shared_prefix_s']):.2f} s")
 
 
 def loop_cost() -> str:
@@ -589,7 +584,7 @@ def loop_cost() -> str:
 
 def loop_apply_share() -> str:
     data = _load("speed/overhead_rademacher_arithmetic_10tok_float32.json")
-    generate = _median(data["plain_generation_s"]) / data["population_size"]
+    generate = median(data["plain_generation_s"]) / data["population_size"]
     return (f"`apply`, {data['apply_one_candidate_s']:.2f} s per candidate against {generate:.1f} s of generation "
             f"({_pct(data['apply_one_candidate_s'] / generate)}), bound by memory traffic (reading the "
             f"{data['bytes_per_candidate']['master_bytes'] / 1e6:.0f} MB fp32 master and writing the weights)")
@@ -643,7 +638,7 @@ def prefetch_idle_core_ranges() -> str:
     return (f"plain generation {span(data['plain_generation_s'])}, the ES iteration {span(data['es_iteration_s'])}, "
             f"with `prefetch_candidates` {span(data['es_iteration_prefetch_s'])}; what stays in the loop is the update "
             f"({min(steps):.2f}-{max(steps):.2f} s, 8 seeds' noise) and the first candidate's `apply` "
-            f"({_median(first):.2f} s)")
+            f"({median(first):.2f} s)")
 
 
 def loop_floor() -> str:
