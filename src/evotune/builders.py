@@ -18,7 +18,6 @@ from typing import Any
 from .backends.base import Backend, resolve_device
 from .config.train import TrainConfig
 from .distributed.base import Evaluator, Replica
-from .errors import ConfigError
 from .optimizers import make_optimizer
 from .spaces import Space
 from .strategies import STRATEGIES, Strategy
@@ -65,10 +64,6 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
     """The search space with the optimizer that moves its mean; for adapter spaces `backend.model`
     becomes the PEFT-wrapped model."""
     space_class = space_classes(config.backend)[config.space]
-    if config.prefetch_candidates and not getattr(space_class, "prefetches", False):
-        raise ConfigError(f"`prefetch_candidates` writes the next candidate into a second copy of a model's weights, "
-                          f"which only `space: full` with `backend: hf` has (here space {config.space}, backend "
-                          f"{config.backend}); set `prefetch_candidates: false`.")
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.anchor_decay)
     # the base weights (anchor_decay, log_drift) are snapshotted as the space is built: before any checkpoint loads
     return space_class.from_config(config, backend, optimizer)
@@ -103,14 +98,15 @@ class ReplicaFactory:
 
 
 def replica_num_gpus(config: TrainConfig) -> float:
-    """GPUs one replica takes: `worker_num_gpus`, else on CUDA an engine's `tensor_parallel_size` (hf: 1)."""
+    """GPUs one replica takes: `worker_num_gpus`, else on CUDA what its backend says (hf: 1, an engine: its
+    `tensor_parallel_size`)."""
     if config.worker_num_gpus is not None:
         return config.worker_num_gpus
     import torch
 
     if not torch.cuda.is_available() or config.device == "cpu":
         return 0.0
-    return float(config.tensor_parallel_size) if config.backend == "vllm" else 1.0
+    return backend_class(config.backend).gpus_per_replica(config)
 
 
 def reserve_driver_gpus(config: TrainConfig) -> tuple[Any, str | None]:
@@ -122,7 +118,8 @@ def reserve_driver_gpus(config: TrainConfig) -> tuple[Any, str | None]:
         return None, None
     from .distributed.ray import reserve_for_driver
 
-    return reserve_for_driver(gpus, config.ray_address, config.ray_timeout, engine=config.backend == "vllm",
+    return reserve_for_driver(gpus, config.ray_address, config.ray_timeout,
+                              engine=backend_class(config.backend).engine_processes,
                               device=resolve_device(config.device))
 
 
@@ -131,24 +128,30 @@ def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
     """In process (one candidate at a time, or population-batched: adapter spaces, lowrank, full on hf), or a
     Ray actor pool (`distributed: ray`) whose new actors rebuild the driver's mean via state_fn();
     driver_reservation: reserve_driver_gpus' holder, released when the pool closes."""
-    from .distributed import LocalEvaluator
+    return EVALUATORS[config.distributed](config, replica, state_fn, driver_reservation)
 
-    if config.distributed == "ray":
-        from .distributed.ray import RayEvaluator
 
-        return RayEvaluator(ReplicaFactory(config.to_dict()), config.workers, state_fn, address=config.ray_address,
-                            checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
-                            num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
-                            driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint,
-                            shards=config.prompt_shards, straggler_factor=config.straggler_factor,
-                            timeout=config.ray_timeout)
+def in_process_evaluator(config: TrainConfig, replica: Replica, state_fn: Any, driver_reservation: Any) -> Evaluator:
+    """The space says whether its candidates can share a forward, the backend how many do (hf: when asked, or
+    `auto` from free memory; a vLLM engine: the whole population as LoRA requests by default)."""
+    from .distributed import BatchedEvaluator, LocalEvaluator
 
-    # the space says whether its candidates can share a forward, the backend how many do (hf: when asked, or
-    # `auto` from free memory; a vLLM engine: the whole population as LoRA requests by default)
     model = getattr(replica.backend, "model", None)  # `auto`: the free memory of its device
     batch = backend_class(config.backend).population_batch(config, replica.space, model)
     if batch and batch > 1:
-        from .distributed import BatchedEvaluator
-
         return BatchedEvaluator.from_replica(replica, population_batch_size=batch)
     return LocalEvaluator.from_replica(replica)
+
+
+def ray_evaluator(config: TrainConfig, replica: Replica, state_fn: Any, driver_reservation: Any) -> Evaluator:
+    from .distributed.ray import RayEvaluator
+
+    return RayEvaluator(ReplicaFactory(config.to_dict()), config.workers, state_fn, address=config.ray_address,
+                        checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
+                        num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
+                        driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint,
+                        shards=config.prompt_shards, straggler_factor=config.straggler_factor,
+                        timeout=config.ray_timeout)
+
+
+EVALUATORS = {"local": in_process_evaluator, "ray": ray_evaluator}  # `distributed` -> how the population is scored

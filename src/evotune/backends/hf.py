@@ -86,6 +86,13 @@ class HFBackend:
                         QuantizationSettings.from_config(config), shared_prefix=config.shared_prefix,
                         compile_generation=bool(config.compile_generation))
 
+    engine_processes = False  # the model lives in this process (a GPU is named by its device)
+
+    @classmethod
+    def gpus_per_replica(cls, config: Any) -> float:
+        """GPUs one replica's model takes on CUDA: one."""
+        return 1.0
+
     @classmethod
     def population_batch(cls, config: Any, space: Any, model: Any = None) -> int | None:
         """Candidates per batched forward for `space` (its `population_batching`), or None: one at a time. `auto`

@@ -152,6 +152,13 @@ class VLLMBackend:
         return cls(config.model, config.dtype, quantization=config.quantization, lora_rank=adapter_rank(config),
                    max_loras=batch, **engine)
 
+    engine_processes = True  # the engine's processes find their GPUs through CUDA_VISIBLE_DEVICES as they start
+
+    @classmethod
+    def gpus_per_replica(cls, config: Any) -> float:
+        """GPUs one engine takes on CUDA: one per tensor-parallel rank."""
+        return float(config.tensor_parallel_size)
+
     @classmethod
     def population_batch(cls, config: Any, space: Any, model: Any = None) -> int | None:
         """Candidates per engine batch for `space`: `population_batch_size`, else the whole population (LoRA

@@ -28,12 +28,12 @@ from .checks import (
 )
 from .fields import ConfigMixin, option
 from .files import read_config_values
+from .parts import ADAPTER_SPACES, check_parts, searched_count
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
 TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",
                    "custom"]  # tasks.TASKS
 SpaceName = Literal["full", "lora", "svd_lora", "lowrank"]  # spaces.SPACES
-ADAPTER_SPACES = ("lora", "svd_lora")  # the spaces that evolve a PEFT LoRA adapter over a frozen base
 StrategyName = Literal["openes", "cma"]  # strategies.STRATEGIES
 OptimizerName = Literal["sgd", "adam"]  # optimizers.OPTIMIZERS
 FitnessShaping = Literal["z_score", "centered_rank", "none"]  # strategies.shaping.SHAPINGS
@@ -58,14 +58,6 @@ __all__ = [
 # A sigma past this is a typo or a unit mistake (ES uses ~1e-3): full-space noise this large turns
 # fp32 weights into inf/nan, and no search space has values on this scale.
 MAX_SIGMA = 1e3
-
-
-def searched_count(alpha: float, rank: int) -> int:
-    """floor(alpha * rank), robust to float error (0.29 * 100 is 28.999999999999996).
-
-    The same function as spaces/svd_lora.py's (a test keeps them equal); here without torch.
-    """
-    return math.floor(alpha * rank + 1e-9)
 
 
 @dataclass
@@ -281,13 +273,10 @@ class TrainConfig(RunConfig):
         super().validate()
         check_rewards(self)
         self._validate_search()
-        self._validate_space_keys()
+        check_parts(self)  # what the chosen strategy, space and backend read and refuse (config/parts.py)
         self._validate_placement()
 
     def _validate_search(self) -> None:
-        if self.strategy == "cma" and self.space in ("full", "lowrank"):
-            raise ConfigError(f"`strategy: cma` searches a small vector (pycma keeps a covariance over it), not all "
-                              f"of a model's weights; set `strategy: openes` for `space: {self.space}`.")
         if self.population_size < 2:
             raise ConfigError(f"`population_size` is {self.population_size}; ES needs at least 2 candidates to "
                               "compare (the paper uses 30).")
@@ -304,6 +293,7 @@ class TrainConfig(RunConfig):
                               f"to {self.population_size + 1}.")
         if self.batch_size < 1:
             raise ConfigError(f"`batch_size` is {self.batch_size}; it must be at least 1.")
+        self._validate_shapes()
 
     def _validate_anchor_decay(self) -> None:
         if not (math.isfinite(self.anchor_decay) and self.anchor_decay >= 0):
@@ -314,76 +304,26 @@ class TrainConfig(RunConfig):
                               f"{self.learning_rate * self.anchor_decay:g}, the fraction of the way back to the start "
                               f"removed per step; above 1 it overshoots. Set anchor_decay to at most "
                               f"{1 / self.learning_rate:g}.")
-        if self.anchor_decay and self.strategy == "cma":
-            raise ConfigError("`anchor_decay` pulls the mean that `strategy: openes` steps toward the start; CMA-ES "
-                              "owns its mean (pycma sets it), so there is nothing to anchor. Set `anchor_decay: 0`, "
-                              "or `strategy: openes`.")
 
-    def _validate_space_keys(self) -> None:
-        adapter_spaces = ADAPTER_SPACES
-        if self.quantization != "none" and self.space not in adapter_spaces:
-            raise ConfigError(f"`quantization: {self.quantization}` keeps the base weights packed in bitsandbytes' "
-                              f"INT8/INT4 storage, which ES cannot write: `space: {self.space}` perturbs and updates "
-                              "the base weights themselves. Set `space: svd_lora` (ESSA) or lora, which search an "
-                              "fp32 adapter over the frozen quantized base, or `quantization: none`.")
+    def _validate_shapes(self) -> None:
+        """The ranges of the keys every part may read; what a part alone reads is checked by check_parts."""
         check_int4_keys(self)
-        for key, default, spaces in (("adapter", None, adapter_spaces), ("quantization", "none", adapter_spaces),
-                                     ("population_batch_size", None, (*adapter_spaces, "lowrank", "full"))):
-            if self.space not in spaces and getattr(self, key) != default:
-                raise ConfigError(f"`{key}` applies to the adapter spaces ({', '.join(spaces)}), not to `space: "
-                                  f"{self.space}`; set `space: svd_lora` (or lora), or remove `{key}`.")
         if self.perturbation_rank < 1:
             raise ConfigError(f"`perturbation_rank` is {self.perturbation_rank}; it must be at least 1 (EGGROLL "
                               "uses 1).")
         if not 0 < self.singular_value_fraction <= 1:
             raise ConfigError(f"`singular_value_fraction` is {self.singular_value_fraction}; it must be in (0, 1].")
-        if self.space == "svd_lora" and self.adapter is None and searched_count(self.singular_value_fraction,
-                                                                                 self.lora_rank) == 0:
-            raise ConfigError(f"`singular_value_fraction` {self.singular_value_fraction} of rank {self.lora_rank} "
-                              f"rounds down to 0 singular values per factor: nothing to search. Set it to at least "
-                              f"{1 / self.lora_rank:g}, or raise `lora_rank`.")
-        if self.shared_prefix and self.backend != "hf":
-            raise ConfigError("`shared_prefix: true` is the hf backend's prefix pass; vLLM shares prefixes through its "
-                              "own prefix cache. Remove `shared_prefix`, or set `backend: hf`.")
-        if self.compile_generation:
-            blocked = [(self.backend != "hf", "`backend: vllm` (vLLM captures its own graphs)"),
-                       (self.quantization != "none", "an INT8/INT4 base (bitsandbytes layers do not compile)"),
-                       (bool(self.shared_prefix), "`shared_prefix: true` (its prefix cache is not a static cache)"),
-                       (self.population_batch_size is not None or self.space == "lowrank",
-                        "a population-batched forward (`population_batch_size`, `space: lowrank`)")]
-            for applies, what in blocked:
-                if applies:
-                    raise ConfigError(f"`compile_generation: true` compiles the hf backend's plain decoding loop, "
-                                      f"which {what} does not use. Remove `compile_generation` (or set it false).")
-        if self.space == "full" and self.population_batch_size is not None:
-            if self.backend != "hf":
-                raise ConfigError("`population_batch_size` with `space: full` stacks whole weight copies in the hf "
-                                  "backend's forward; vLLM evaluates full-rank candidates one at a time. Set "
-                                  "`backend: hf`, or remove `population_batch_size`.")
-            if self.prefetch_candidates:
-                raise ConfigError("`prefetch_candidates` writes the next candidate while one generates, and "
-                                  "`population_batch_size` generates several candidates at once: use one of the two.")
         check_population_batch_size(self.population_batch_size, self.space)
         for key in ("population_batch_size", "generation_batch_size"):
             if isinstance(getattr(self, key), int) and getattr(self, key) < 1:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; use a positive number or remove it (the "
                                   "default).")
+        if self.tensor_parallel_size < 1:
+            raise ConfigError(f"`tensor_parallel_size` is {self.tensor_parallel_size}; it must be at least 1, and "
+                              "above 1 it needs `backend: vllm` (the hf backend runs one model per device).")
 
     def _validate_placement(self) -> None:
         check_device(self.device)
-        if self.backend == "vllm" and self.space in ("full", "lowrank") and self.optimizer != "sgd":
-            raise ConfigError(f"`backend: vllm` with `space: {self.space}` perturbs the engine's own weights and "
-                              "updates them with the stateless `optimizer: sgd`; set it, or use `backend: hf` for "
-                              "Adam.")
-        if self.backend == "vllm" and self.quantization == "int8":
-            raise ConfigError("`quantization: int8` has no in-flight form in vLLM (its bitsandbytes loader is 4-bit "
-                              "only): set `quantization: int4`, `backend: hf`, or a pre-quantized INT8 `model`.")
-        if self.tensor_parallel_size < 1 or (self.tensor_parallel_size > 1 and self.backend != "vllm"):
-            raise ConfigError(f"`tensor_parallel_size` is {self.tensor_parallel_size}; it must be at least 1, and "
-                              "above 1 it needs `backend: vllm` (the hf backend runs one model per device).")
-        if self.tensor_parallel_size > 1 and self.space == "lowrank":
-            raise ConfigError("`space: lowrank` on a tensor-parallel engine is not supported yet: set "
-                              "`tensor_parallel_size: 1`, or `space: full` (whose noise is sharded exactly).")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"`gpu_memory_utilization` is {self.gpu_memory_utilization}; set a fraction in (0, 1], "
                               "e.g. 0.4 for two engines on one GPU.")

@@ -69,8 +69,6 @@ class FullParameterSpace(FactoredSpace):
     one stacked copy per member for a population-batched forward."""
     population_batching = "requested"  # stacked full copies, on the hf backend (`population_batch_size`)
 
-    prefetches = True  # `prefetch_candidates`: the next candidate written into a second copy of the weights
-
     @classmethod
     def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> FullParameterSpace:
         """The run's space (registry entry `full` on the hf backend) over `backend.model`."""

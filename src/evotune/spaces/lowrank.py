@@ -145,8 +145,6 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
     """
     population_batching = "whole"  # the point of low-rank members: the whole population in one batch
 
-    prefetches = False
-
     @classmethod
     def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> LowRankSpace:
         """EGGROLL's rank-r members of a full-parameter mean (registry entry `lowrank` on the hf backend)."""
