@@ -17,14 +17,14 @@ def subcommand(name: str):
     return build_parser()._subparsers._group_actions[0].choices[name]
 
 
-@pytest.mark.parametrize("command, key, value", [("train", "iterations", 10), ("grpo", "iterations", 20),
+@pytest.mark.parametrize("command, key, value", [("train", "iterations", 10), ("grpo", "iterations", 10),
                                                  ("sft", "epochs", 1)])
 def test_print_config_prints_the_resolved_config_and_writes_nothing(command, key, value, tmp_path, capsys):
     run = tmp_path / "run"
     settings = ["--set", "task=arithmetic"] if command == "sft" else []
     assert main([command, "--output-dir", str(run), "--print-config", "--set", "seed=7", *settings]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["seed"] == 7 and printed[key] == value  # train without a config: the quickstart's 10
+    assert printed["seed"] == 7 and printed[key] == value  # train and grpo without a config: their quickstart's 10
     assert printed["dtype"] != "auto"  # resolved as config.yaml would record it
     assert not run.exists()
 

@@ -31,9 +31,10 @@ from ..tracking.tracker import MetricsLogger, out_of_time, plot_curves, read_met
 GRPO_ARTIFACTS = ("config.yaml", "metrics.jsonl", "trl", "final", "tensorboard", "curves.png", "loggers.json")
 
 
-def load_grpo_config(path: str | None, overrides: list[str], resume_dir: str | Path | None = None) -> GRPORunConfig:
-    """CONFIG <- --set; with `resume_dir`, on top of that run's own config.yaml (what it was started with)."""
-    base = None
+def load_grpo_config(path: str | None, overrides: list[str], resume_dir: str | Path | None = None,
+                     base: dict | None = None) -> GRPORunConfig:
+    """base (e.g. GRPO_QUICKSTART) <- CONFIG <- --set; with `resume_dir`, on top of that run's own config.yaml (what
+    it was started with) instead of `base`."""
     if resume_dir is not None:
         base = read_run_config(Path(resume_dir))
         foreign = sorted(set(base) - {field.name for field in dataclasses.fields(GRPORunConfig)})

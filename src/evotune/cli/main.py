@@ -12,6 +12,7 @@ from typing import Any, get_origin
 
 from ..backends.base import resolve_device
 from ..config.files import absolutize_paths, parse_overrides, read_config_values
+from ..config.grpo import GRPO_QUICKSTART
 from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
 from ..errors import ConfigError, EvotuneError
 from ..evaluation.report import format_table
@@ -35,6 +36,25 @@ def _output_dir(args: argparse.Namespace, without_config: str) -> str:
     return args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else without_config)
 
 
+def _note_quickstart(args: argparse.Namespace, config: Any, quickstart: dict[str, Any], command: str,
+                     given: dict[str, Any] | None = None) -> None:
+    """No config: say the run is the quickstart. A config: name the quickstart keys it leaves to a default unlike the
+    quickstart's (given: the file's and --set's values, read again when not passed)."""
+    if not args.config:
+        if command == "grpo":
+            print(f"evotune: no config: GRPO's quickstart, the method-matrix study's GRPO-on-a-LoRA settings "
+                  f"(learning_rate {config.learning_rate:g}, temperature {config.temperature:g}, {config.batch_size} "
+                  f"prompts x {config.num_generations} completions, {config.iterations} steps); `evotune grpo "
+                  "--print-config` shows them all", file=sys.stderr)
+        return
+    if given is None:
+        given, _ = read_config_values(args.config, args.set)
+    unlike = defaults_unlike_quickstart(config, given, quickstart)
+    if unlike:
+        print("evotune: note: these keys are not in the config, so they take evotune's defaults, not the "
+              f"quickstart's: {', '.join(unlike)}", file=sys.stderr)
+
+
 def _train(args: argparse.Namespace) -> int:
     from ..trainer import Trainer
 
@@ -51,10 +71,7 @@ def _train(args: argparse.Namespace) -> int:
         return _print_config(config)
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
     if args.config and not args.resume:
-        unlike = defaults_unlike_quickstart(config, given)
-        if unlike:
-            print("evotune: note: these keys are not in the config, so they take evotune's defaults, not the "
-                  f"quickstart's: {', '.join(unlike)}", file=sys.stderr)
+        _note_quickstart(args, config, QUICKSTART, "train", given)
     trainer = Trainer(config, output_dir, resume=args.resume, overwrite=args.overwrite)
     try:
         final = trainer.train()
@@ -176,10 +193,14 @@ def _grpo(args: argparse.Namespace) -> int:
         raise ConfigError("--sweep-learning-rates starts one run per rate in OUTPUT_DIR/lr_<value>; resume or replace "
                           "one of them with `evotune grpo --output-dir OUTPUT_DIR/lr_<value> --resume` "
                           "(or --overwrite).")
-    # --resume: the run's own config.yaml; CONFIG and --set may change only what a resume allows
-    config = load_grpo_config(args.config, args.set, resume_dir=output_dir if args.resume else None)
+    # --resume: the run's own config.yaml; CONFIG and --set may change only what a resume allows. No config: the
+    # quickstart, the settings the method-matrix study chose (config/grpo.py)
+    config = load_grpo_config(args.config, args.set, resume_dir=output_dir if args.resume else None,
+                              base=None if args.config else GRPO_QUICKSTART)
     if args.print_config:
         return _print_config(config)
+    if not args.resume:
+        _note_quickstart(args, config, GRPO_QUICKSTART, "grpo")
     if args.sweep_learning_rates:
         print(json.dumps(sweep_learning_rates(config, output_dir, args.sweep_learning_rates), indent=2))
     else:
@@ -201,9 +222,9 @@ def _sweep(args: argparse.Namespace) -> int:
 
     output_dir = _require_output_dir(args)
     grid = parse_grid(args.grid)
-    # no config: the base `evotune train` (the quickstart) or `evotune grpo` (the defaults) has without one, so
-    # the same command with --set reproduces any point
-    quickstart = QUICKSTART if args.command == "train" and not args.config else None  # --command: what each run is
+    # no config: the base `evotune train` or `evotune grpo` has without one (its quickstart), so the same command
+    # with --set reproduces any point
+    quickstart = None if args.config else {"train": QUICKSTART, "grpo": GRPO_QUICKSTART}[args.command]
     base, _ = read_config_values(args.config, args.set, base=quickstart)
     try:
         result = sweep(base, grid, args.seeds, output_dir, args.command, args.metric, args.parallel,

@@ -80,11 +80,12 @@ RUN_LENGTH = {
         (`evotune train` without a config), each one population evaluated (population_size members x batch_size
         prompts) and one update of the mean; or `max_training_seconds`. `--print-config` shows what a command
         line resolves to.""",
-    "grpo": """How long: `iterations` GRPO optimizer steps (TRL's `max_steps`; default 20, a short baseline run),
-        each batch_size prompts x num_generations sampled completions and one gradient step; or
-        `max_training_seconds`. It shares train's key so that --resume, `evotune compare` and sweeps treat both
-        alike, but an ES iteration and a GRPO step cost and sample different amounts: compare methods by
-        samples_seen or training time, not by this count.""",
+    "grpo": """How long: `iterations` GRPO optimizer steps (TRL's `max_steps`; default 20, a short baseline run)
+        in a config file, 10 in the quickstart (`evotune grpo` without a config: the settings the method-matrix
+        study chose for GRPO on a LoRA), each batch_size prompts x num_generations sampled completions and one
+        gradient step; or `max_training_seconds`. It shares train's key so that --resume, `evotune compare` and
+        sweeps treat both alike, but an ES iteration and a GRPO step cost and sample different amounts: compare
+        methods by samples_seen or training time, not by this count.""",
     "sft": """How long: `epochs` passes over the training examples (default 1), or exactly `max_steps` optimizer
         steps when that is set. SFT's length is a number of passes over a fixed data set, so it keeps
         TRL/transformers' names; `iterations` is train's and grpo's key, and sft refuses it.""",
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "update log (tail averaging: smooths the last updates' noise)")
 
     grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract", """
+        evotune grpo --output-dir runs/grpo
         evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_arithmetic
         evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_lr --sweep-learning-rates 1e-5 1e-4""",
                        "runs/grpo")

@@ -73,3 +73,15 @@ class GRPORunConfig(RunConfig):
             raise ConfigError("`adapter` continues training a LoRA adapter, but `lora` is false (all parameters); "
                               "set `lora: true`, or remove `adapter`.")
         absolutize_paths(self)  # config.yaml records absolute paths: the run resumes and evaluates from anywhere
+
+
+# `evotune grpo` with no config: the method matrix's GRPO-on-a-LoRA arm as it ran (bench/method_matrix/arms.py:
+# rank 8 on q/k/v/o, 8 prompts x 8 completions, temperature 0.7, no KL term, float32) at the learning rate its
+# tuning chose on the validation split, never the held-out set (bench/results/method_matrix/tune/arithmetic/
+# grpo_lora/; tests/config/test_grpo_quickstart.py keeps the two equal). The dataclass defaults (learning rate
+# 1e-5, temperature 1.0) are the papers'; on this 135M model they barely moved it in the study's 10 minutes.
+GRPO_QUICKSTART = {
+    "model": "smollm2-135m-instruct", "task": "arithmetic", "lora": True, "batch_size": 8, "num_generations": 8,
+    "temperature": 0.7, "beta": 0.0, "learning_rate": 1e-3, "iterations": 10, "max_new_tokens": 48,
+    "num_eval": 128, "eval_every": 5, "checkpoint_every": 5,
+}

@@ -361,11 +361,14 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None,
     return TrainConfig.from_dict(values, source=source)
 
 
-def defaults_unlike_quickstart(config: TrainConfig, given: dict[str, Any]) -> list[str]:
-    """`key=value (quickstart: value)` for every quickstart key that `given` (a config file's keys and --set's)
-    leaves to a TrainConfig default different from the quickstart's: a config file starts from the paper's
-    defaults, not from the tuned quickstart, and a user should see where the two part."""
-    return [f"{key}={getattr(config, key)!r} (quickstart: {value!r})" for key, value in QUICKSTART.items()
+def defaults_unlike_quickstart(config: Any, given: dict[str, Any],
+                               quickstart: dict[str, Any] | None = None) -> list[str]:
+    """`key=value (quickstart: value)` for every key of the command's quickstart (train's QUICKSTART unless given:
+    grpo's GRPO_QUICKSTART) that `given` (a config file's keys and --set's) leaves to a default different from the
+    quickstart's: a config file starts from the papers' defaults, not from the tuned quickstart, and a user should
+    see where the two part."""
+    quickstart = QUICKSTART if quickstart is None else quickstart
+    return [f"{key}={getattr(config, key)!r} (quickstart: {value!r})" for key, value in quickstart.items()
             if key not in given and getattr(config, key) != value]
 
 
