@@ -1,8 +1,9 @@
 """The quickstart's held-out gain: the base model and each seed's trained model on fresh arithmetic questions.
 
-`run.sh` trains `evotune train` with the shipped quickstart defaults (nothing overridden but the seed) and
-records each run's wall time; this script draws a fresh held-out set from another seed than any run's,
-drops every question any run could have trained on, and scores the base and each final model on the rest,
+`run.sh` trains `evotune train` (or, COMMAND=grpo, `evotune grpo`) with the shipped quickstart defaults
+(nothing overridden but the seed) and records each run's wall time; this script draws a fresh held-out set
+from another seed than any run's, drops every question any run could have trained on, and scores the base
+and each final model (a GRPO run's: its LoRA adapter on the base) on the rest,
 greedy, at the task's untruncated evaluation budget (48 new tokens for arithmetic, never the training budget),
 and also at growing budgets to show that budget does not cut the answers it scores. Each run's gain over the
 base is paired (the same prompts), with a bootstrap 95% interval over prompts.
@@ -17,15 +18,32 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bench.common import accuracy_by_budget, seed_summary, write_result
-from evotune.backends import HFBackend  # noqa: E402
-from evotune.builders import build_task  # noqa: E402
-from evotune.config import load_config  # noqa: E402
-from evotune.evaluation.generation import eval_budget  # noqa: E402
-from evotune.tasks import get_task  # noqa: E402
+from evotune.backends import HFBackend
+from evotune.builders import build_task
+from evotune.config.grpo import GRPORunConfig
+from evotune.config.train import TrainConfig
+from evotune.evaluation.generation import eval_budget
+from evotune.runs.directory import read_run_config
+from evotune.tasks import get_task
+
+# the settings each command's result records of its quickstart
+RECORDED = {"train": ("space", "population_size", "antithetic", "sigma", "learning_rate", "noise", "iterations",
+                      "batch_size", "max_new_tokens", "dtype"),
+            "grpo": ("lora", "lora_rank", "learning_rate", "temperature", "beta", "num_generations", "iterations",
+                     "batch_size", "max_new_tokens", "dtype")}
+
+
+def run_config(run: str) -> tuple[Any, str]:
+    """A run directory's config and its command: `evotune train`'s or `evotune grpo`'s (GRPO has its own key)."""
+    values = read_run_config(Path(run))
+    if "num_generations" in values:
+        return GRPORunConfig.from_dict(values), "grpo"
+    return TrainConfig.from_dict(values), "train"
 
 
 def scores_by_budget(model: str, dtype: str, task, rows: list[dict], budgets: list[int]) -> dict[int, np.ndarray]:
@@ -51,8 +69,10 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[16, 24, 32, 48, 64])
     parser.add_argument("--name", default="quickstart_heldout")
     args = parser.parse_args()
-    configs = [load_config(Path(run) / "config.yaml") for run in args.runs]
+    configs, commands = zip(*(run_config(run) for run in args.runs))
     base = configs[0]
+    if len(set(commands)) > 1:
+        raise SystemExit("the runs mix `evotune train` and `evotune grpo` runs; measure each command's apart")
     if any(config.seed == args.seed for config in configs):
         raise SystemExit(f"--seed {args.seed} is a run's own seed; choose another for a fresh held-out draw")
     task = get_task(base.task, seed=args.seed, num_eval=args.num_eval, **base.task_args)
@@ -67,9 +87,8 @@ def main() -> None:
     result = {"command": "python -m bench.quickstart.measure " + " ".join(sys.argv[1:]), "task": base.task,
               "training_max_new_tokens": base.max_new_tokens, "eval_max_new_tokens": budget,
               "num_prompts": len(rows), "dropped_as_seen_in_training": args.num_eval - len(rows),
-              "quickstart": {key: getattr(base, key) for key in (
-                  "space", "population_size", "antithetic", "sigma", "learning_rate", "noise", "iterations",
-                  "batch_size", "max_new_tokens", "dtype")},
+              "run_command": commands[0],
+              "quickstart": {key: getattr(base, key) for key in RECORDED[commands[0]]},
               "base": {"accuracy": {k: round(float(v.mean()), 4) for k, v in base_scores.items()}}, "runs": []}
     for run, config in zip(args.runs, configs):
         trained = scores_by_budget(str(Path(run) / "final"), config.dtype, task, rows, budgets)

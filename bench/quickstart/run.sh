@@ -3,10 +3,14 @@
 # one run after another on all the machine's cores (2 here), each run's wall time from start to its final/ model
 # (model load and evaluations included), then the held-out gain of each seed on fresh questions at 48 tokens.
 # Feeds bench/results/quickstart/quickstart_heldout.json, which README.md and docs/getting-started.md quote.
+# COMMAND=grpo measures `evotune grpo`'s quickstart the same way (grpo_quickstart_heldout.json).
 #   bash bench/quickstart/run.sh                 # seeds 0 1 2; runs only what is missing
+#   COMMAND=grpo SEEDS=0 bash bench/quickstart/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RUNS=${RUNS:-runs/quickstart_study}
+COMMAND=${COMMAND:-train}
+NAME=$([ "$COMMAND" = train ] && echo quickstart || echo "${COMMAND}_quickstart")
+RUNS=${RUNS:-runs/${NAME}_study}
 SEEDS=${SEEDS:-"0 1 2"}
 THREADS=${THREADS:-$(nproc)}
 export OMP_NUM_THREADS=$THREADS
@@ -15,11 +19,11 @@ for seed in $SEEDS; do
   [ -f "$dir/wall_time.json" ] && continue
   rm -rf "$dir"
   start=$(date +%s.%N)
-  evotune train --output-dir "$dir" --set seed="$seed"
+  evotune "$COMMAND" --output-dir "$dir" --set seed="$seed"
   end=$(date +%s.%N)
   python3 -c "import json, sys; json.dump({'wall_time_s': round($end - $start, 1), 'threads': $THREADS}, sys.stdout)" \
     > "$dir/wall_time.json"
 done
 runs=()
 for seed in $SEEDS; do runs+=("$RUNS/seed$seed"); done
-python3 -m bench.quickstart.measure "${runs[@]}"
+python3 -m bench.quickstart.measure "${runs[@]}" --name "${NAME}_heldout"
