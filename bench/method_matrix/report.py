@@ -111,6 +111,32 @@ def main_table(results: Path, task: str, budget: str) -> list[str]:
     return lines
 
 
+def budget_check(results: Path, task: str) -> list[str]:
+    """Each finished main run's held-out accuracy at every budget measure.py scored, and the base model's: an accuracy
+    that still rises past the scored budget means that budget cuts answers of that model."""
+    rows = [("base model", load(results, f"base/{task}.json"))]
+    rows += [(f"{spec['label']}, seed {seed}", load(results, f"main/{task}/{method}/seed{seed}.json"))
+             for method, spec in METHODS.items() for seed in TASKS[task]["seeds"]]
+    rows = [(name, data["heldout"]) for name, data in rows if data is not None and "heldout" in data]
+    if len(rows) < 2:
+        return []
+    budgets = sorted({budget for _, heldout in rows for budget in heldout["accuracy_by_budget"]}, key=int)
+    lines = ["| run | " + " | ".join(f"{budget} tokens" for budget in budgets) + " |",
+             "|---|" + "---|" * len(budgets)]
+    cut = []
+    for name, heldout in rows:
+        accuracy = heldout["accuracy_by_budget"]
+        lines.append(f"| {name} | " + " | ".join(f"{100 * accuracy[b]:.1f}%" if b in accuracy else "" for b in budgets)
+                     + " |")
+        scored, largest = str(heldout["scored_budget"]), budgets[-1]
+        if largest in accuracy and scored in accuracy and accuracy[largest] > accuracy[scored]:
+            cut.append(f"{name} ({100 * accuracy[scored]:.1f}% -> {100 * accuracy[largest]:.1f}%)")
+    summary = (f"At {budgets[-1]} tokens {len(cut)} of {len(rows)} runs score higher than at the scored budget, so "
+               f"that budget cuts some of their answers: {'; '.join(cut)}." if cut else
+               f"No run scores higher at {budgets[-1]} tokens than at the scored budget.")
+    return lines + ["", summary]
+
+
 def status(results: Path) -> tuple[int, int, list[str]]:
     jobs = plan(results)
     done = [job["path"] for job in jobs if (results / job["path"]).is_file()]
@@ -156,6 +182,9 @@ def report(results: Path) -> str:
         lines += [drift, ""]
     for task in TASKS:
         lines += [f"## Main runs: {task}", "", *main_table(results, task, "48"), ""]
+        check = budget_check(results, task)
+        if check:
+            lines += [f"### Does the token budget cut answers? ({task}, held-out accuracy by budget)", "", *check, ""]
     if missing:
         lines += ["## Not run yet", "", *(f"- `{path}`" for path in missing[:40])]
         if len(missing) > 40:

@@ -170,3 +170,20 @@ def test_the_report_names_the_speed_spread_between_runs_of_equal_work(tmp_path):
                                                  "validation_after": 0.3}, "machine": {"date": date}}))
     text = report(tmp_path)
     assert "took up to 25% longer per step in one job than in another (GRPO full-parameter: 120.0 s at" in text
+
+
+def test_the_report_says_which_runs_a_token_budget_cuts(tmp_path):
+    from bench.method_matrix.report import budget_check
+
+    def write(path: str, by_budget: dict[str, float]) -> None:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps({"heldout": {"scored_budget": 48, "accuracy_by_budget": by_budget}}))
+
+    write("base/arithmetic.json", {"32": 0.2, "48": 0.2, "64": 0.2})
+    write("main/arithmetic/full_es/seed0.json", {"32": 0.1, "48": 0.125, "64": 0.25})
+    lines = budget_check(tmp_path, "arithmetic")
+    assert "| full ES, seed 0 | 10.0% | 12.5% | 25.0% |" in lines
+    assert lines[-1].startswith("At 64 tokens 1 of 2 runs score higher")
+    assert "full ES, seed 0 (12.5% -> 25.0%)" in lines[-1]
+    write("main/arithmetic/full_es/seed0.json", {"32": 0.1, "48": 0.25, "64": 0.25})
+    assert budget_check(tmp_path, "arithmetic")[-1] == "No run scores higher at 64 tokens than at the scored budget."
