@@ -112,8 +112,9 @@ def main_table(results: Path, task: str, budget: str) -> list[str]:
 
 
 def budget_check(results: Path, task: str) -> list[str]:
-    """Each finished main run's held-out accuracy at every budget measure.py scored, and the base model's: an accuracy
-    that still rises past the scored budget means that budget cuts answers of that model."""
+    """Each finished main run's held-out accuracy at every budget measure.py scored, and the base model's. A score
+    above the scored budget's at the largest budget may mean the scored budget cut answers; one above it at a smaller
+    budget means text written after an answer changed what the scorer read. Either way the scored number moves."""
     rows = [("base model", load(results, f"base/{task}.json"))]
     rows += [(f"{spec['label']}, seed {seed}", load(results, f"main/{task}/{method}/seed{seed}.json"))
              for method, spec in METHODS.items() for seed in TASKS[task]["seeds"]]
@@ -123,18 +124,29 @@ def budget_check(results: Path, task: str) -> list[str]:
     budgets = sorted({budget for _, heldout in rows for budget in heldout["accuracy_by_budget"]}, key=int)
     lines = ["| run | " + " | ".join(f"{budget} tokens" for budget in budgets) + " |",
              "|---|" + "---|" * len(budgets)]
-    cut = []
+    longer, shorter = [], []
     for name, heldout in rows:
         accuracy = heldout["accuracy_by_budget"]
         lines.append(f"| {name} | " + " | ".join(f"{100 * accuracy[b]:.1f}%" if b in accuracy else "" for b in budgets)
                      + " |")
-        scored, largest = str(heldout["scored_budget"]), budgets[-1]
-        if largest in accuracy and scored in accuracy and accuracy[largest] > accuracy[scored]:
-            cut.append(f"{name} ({100 * accuracy[scored]:.1f}% -> {100 * accuracy[largest]:.1f}%)")
-    summary = (f"At {budgets[-1]} tokens {len(cut)} of {len(rows)} runs score higher than at the scored budget, so "
-               f"that budget cuts some of their answers: {'; '.join(cut)}." if cut else
-               f"No run scores higher at {budgets[-1]} tokens than at the scored budget.")
-    return lines + ["", summary]
+        scored = str(heldout["scored_budget"])
+        if scored not in accuracy:
+            continue
+        if accuracy.get(budgets[-1], 0) > accuracy[scored]:
+            longer.append(f"{name} ({100 * accuracy[scored]:.1f}% -> {100 * accuracy[budgets[-1]]:.1f}%)")
+        if any(int(b) < int(scored) and accuracy[b] > accuracy[scored] for b in accuracy):
+            shorter.append(name)
+    if not longer and not shorter:
+        return lines + ["", f"No run scores higher at another budget than at the scored {scored} tokens."]
+    summary = [f"Accuracy moves with the budget. At {budgets[-1]} tokens {len(longer)} of {len(rows)} runs score "
+               f"higher than at the scored {scored}" + (f": {'; '.join(longer)}" if longer else "") + "; there the "
+               "scored budget may cut answers."]
+    if shorter:
+        summary.append(f"{len(shorter)} score higher at a smaller budget than at the scored one "
+                       f"({'; '.join(shorter)}): text written after an answer changed what the scorer read, so a "
+                       "longer budget does not only complete answers.")
+    return lines + ["", " ".join(summary) + " Until the final models are scored at larger budgets, the scored "
+                    "numbers carry this much uncertainty."]
 
 
 def status(results: Path) -> tuple[int, int, list[str]]:

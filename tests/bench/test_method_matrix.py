@@ -183,7 +183,11 @@ def test_the_report_says_which_runs_a_token_budget_cuts(tmp_path):
     write("main/arithmetic/full_es/seed0.json", {"32": 0.1, "48": 0.125, "64": 0.25})
     lines = budget_check(tmp_path, "arithmetic")
     assert "| full ES, seed 0 | 10.0% | 12.5% | 25.0% |" in lines
-    assert lines[-1].startswith("At 64 tokens 1 of 2 runs score higher")
-    assert "full ES, seed 0 (12.5% -> 25.0%)" in lines[-1]
+    assert "At 64 tokens 1 of 2 runs score higher than at the scored 48: full ES, seed 0 (12.5% -> 25.0%)" in lines[-1]
+    assert "smaller budget" not in lines[-1]
+    write("main/arithmetic/full_es/seed0.json", {"32": 0.3, "48": 0.25, "64": 0.25})  # text after the answer
+    assert "1 score higher at a smaller budget than at the scored one (full ES, seed 0)" in budget_check(
+        tmp_path, "arithmetic")[-1]
     write("main/arithmetic/full_es/seed0.json", {"32": 0.1, "48": 0.25, "64": 0.25})
-    assert budget_check(tmp_path, "arithmetic")[-1] == "No run scores higher at 64 tokens than at the scored budget."
+    assert budget_check(tmp_path, "arithmetic")[-1] == ("No run scores higher at another budget than at the scored 48 "
+                                                        "tokens.")
