@@ -29,8 +29,11 @@ from evotune.cli.main import main
 pytestmark = requires_trl
 
 # 2 prompts x 2 completions a step, a checkpoint and an evaluation every step: kills land between them too.
+# temperature 1.0: the config's default, where these runs started before `evotune grpo` without a config ran its
+# quickstart (0.7); the refusals below name it
 TINY = ["task=conciseness", "batch_size=2", "num_generations=2", "max_new_tokens=4", "num_eval=2", "eval_every=1",
-        "checkpoint_every=1", "learning_rate=0.05", "report_to=[]", f"eval_max_new_tokens={TINY_EVAL_BUDGET}"]
+        "checkpoint_every=1", "learning_rate=0.05", "report_to=[]", f"eval_max_new_tokens={TINY_EVAL_BUDGET}",
+        "temperature=1.0"]
 
 
 def grpo_args(run: Path, model: str, iterations: int, *extra: str) -> list[str]:
