@@ -42,6 +42,17 @@ def quickstart() -> str:
             f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
 
 
+def grpo_quickstart() -> str:
+    """`evotune grpo` with no config, measured as the train quickstart is (bench/quickstart/run.sh, COMMAND=grpo)."""
+    data = _load("quickstart/grpo_quickstart_heldout.json")
+    budget = str(data["eval_max_new_tokens"])
+    runs = "; ".join(f"seed {run['seed']}: {100 * run['accuracy'][budget]:.1f}%, a gain of {run['gain_points']:+.1f} "
+                     f"points (95% interval [{run['gain_ci95'][0]:+.1f}, {run['gain_ci95'][1]:+.1f}]) in "
+                     f"{run['wall_time_s'] / 60:.1f} minutes" for run in data["runs"])
+    return (f"base {100 * data['base']['accuracy'][budget]:.1f}% -> {runs}; n = {data['num_prompts']} fresh questions "
+            f"scored at {budget} new tokens, on {data['runs'][0]['threads']} cores of an {data['machine']['cpu']}")
+
+
 def speed_reference() -> str:
     data = _load("quickstart/speed_reference.json")
     measured = data["probe"]
@@ -1320,7 +1331,8 @@ def hardware_status() -> str:
 
 CLAIMS: dict[str, Callable[[], str]] = {
     # README.md, getting-started, which-method and the quickstart page
-    "quickstart": quickstart, "speed-reference": speed_reference, "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
+    "quickstart": quickstart, "grpo-quickstart": grpo_quickstart, "speed-reference": speed_reference,
+    "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
     # docs/benchmarks/, page by page
     "eval-budget-arithmetic": eval_budget_arithmetic,
     "es-vs-grpo-time-10tok": es_vs_grpo_time_10tok, "es-vs-grpo-memory": es_vs_grpo_memory,
