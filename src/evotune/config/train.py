@@ -28,7 +28,7 @@ from .checks import (
 )
 from .fields import ConfigMixin, option
 from .files import read_config_values
-from .parts import ADAPTER_SPACES, check_parts, searched_count
+from .parts import ADAPTER_SPACES, TENSOR_PARALLEL_SIZE, check_parts, searched_count
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
 TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",
@@ -318,9 +318,8 @@ class TrainConfig(RunConfig):
             if isinstance(getattr(self, key), int) and getattr(self, key) < 1:
                 raise ConfigError(f"`{key}` is {getattr(self, key)}; use a positive number or remove it (the "
                                   "default).")
-        if self.tensor_parallel_size < 1:
-            raise ConfigError(f"`tensor_parallel_size` is {self.tensor_parallel_size}; it must be at least 1, and "
-                              "above 1 it needs `backend: vllm` (the hf backend runs one model per device).")
+        if self.tensor_parallel_size < 1:  # the same text that refuses more than 1 off vLLM
+            raise ConfigError(TENSOR_PARALLEL_SIZE.refusal.format(**vars(self)))
 
     def _validate_placement(self) -> None:
         check_device(self.device)
