@@ -139,6 +139,23 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
     return result
 
 
+def rescore(job: dict, runs: Path) -> dict[str, Any]:
+    """The held-out accuracy of a finished job's model measured again at measure.py's budgets (a result measured
+    before they grew); retention stays the original file's, read at the same budget as before."""
+    from .measure import measure
+
+    measured = job["of"]
+    if measured["kind"] == "base":
+        model = start = MODEL
+    else:
+        model = str(runs / measured["task"] / measured["phase"]
+                    / f"{measured['method']}_s{measured['setting']}_seed{measured['seed']}")
+        start = start_of(measured, runs)[0].get("model") or (
+            str(runs / measured["task"] / f"sft_seed{measured['seed']}" / "merged")
+            if TASKS[measured["task"]]["warm_start"] else MODEL)
+    return {"heldout": measure(model, measured["task"], start, measured.get("seed", 0), with_retention=False)}
+
+
 def memory(job: dict, runs: Path) -> dict[str, Any]:
     """Peak resident memory of 2 steps of a method's run (its process alone, model load and evaluation included),
     and the sizes of the copies of the weights it keeps, from the parameter count."""
@@ -185,6 +202,8 @@ def main() -> None:
         payload = {"training": warm_start(job, args.runs)}
     elif job["kind"] == "base":
         payload = base(job)
+    elif job["kind"] == "rescore":
+        payload = rescore(job, args.runs)
     elif job["kind"] == "memory":
         payload = {"memory": memory(job, args.runs)}
     else:

@@ -12,16 +12,19 @@ import json
 import os
 from typing import Any
 
-from ..common import accuracy_by_budget
-from .arms import MAIN_NUM_EVAL, MAX_NEW_TOKENS, TASKS, TUNING_SEED, VALIDATION_SIZE
+from .arms import MAIN_NUM_EVAL, TASKS, TUNING_SEED, VALIDATION_SIZE
 
 HELDOUT_SEED = 20261127
 HELDOUT_DRAW = {"arithmetic": 4000, "countdown": 1200}  # questions drawn before the disjointness filter
 # kept (n >= 512 asked): the first 512 fresh questions of the draw (METHOD_MATRIX_HELDOUT: fewer, for a smoke run)
 HELDOUT_SIZE = int(os.environ.get("METHOD_MATRIX_HELDOUT", 512))
-BUDGETS = [32, 48, 64]  # accuracy at growing budgets: the scored one (48) must equal the larger one's
+# accuracy at growing budgets, scored at the largest: 48 (training's budget) cut answers of some final models
+# (accuracy still rose at 64), so every held-out score is read at 128 with the share of answers that had ended
+BUDGETS = [32, 48, 64, 96, 128]
+SCORED_BUDGET = max(BUDGETS)
 RETENTION_TASKS = ["conciseness", "ifeval"]
 RETENTION_NUM_EVAL = 32
+RETENTION_BUDGET = 48  # training's budget; the retention and KL of every run are read at it
 
 
 def heldout_rows(task_name: str) -> list[dict]:
@@ -46,13 +49,33 @@ def retention(backend: Any, start_model: str, seed: int) -> dict[str, float]:
     from evotune.tasks import get_task
 
     tasks = [get_task(name, seed=seed, num_eval=RETENTION_NUM_EVAL) for name in RETENTION_TASKS]
-    scorer = Retention(tasks, MAX_NEW_TOKENS, reference_for(backend.model, start_model))
+    scorer = Retention(tasks, RETENTION_BUDGET, reference_for(backend.model, start_model))
     return scorer.evaluate(backend)
 
 
+def scores_by_budget(backend: Any, task: Any, rows: list[dict]) -> tuple[dict[int, Any], dict[int, float]]:
+    """Accuracy per question with the answer cut at each budget, {budget: (questions,)}, and the share of answers
+    that had ended (end of sequence) within each budget: one greedy generation at the largest budget, re-decoded
+    at each smaller one (greedy decoding's first K tokens do not depend on the budget). A completion ended
+    within a budget when its re-tokenized length is below it (one exactly at the budget counts as cut)."""
+    import numpy as np
+
+    from evotune.evaluation.generation import generate_in_chunks
+
+    completions = generate_in_chunks(backend, rows, SCORED_BUDGET)
+    ids = [backend.tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
+    scores, ended = {}, {}
+    for budget in BUDGETS:
+        cut = [backend.tokenizer.decode(row[:budget], skip_special_tokens=True) for row in ids]
+        scores[budget] = np.asarray(task.metric_values("accuracy", rows, cut), dtype=float)  # (questions,)
+        ended[budget] = float(np.mean([len(row) < budget for row in ids]))
+    return scores, ended
+
+
 def measure(model: str, task_name: str, start_model: str, seed: int, with_retention: bool = True) -> dict[str, Any]:
-    """Held-out accuracy at every budget (and the per-question scores at the scored budget, for paired
-    intervals against the start) plus retention, for a model directory or run directory."""
+    """Held-out accuracy at every budget, scored at the largest (and the per-question scores there, for paired
+    intervals against the start), the share of answers ended by each budget, plus retention, for a model
+    directory or run directory."""
     import torch
 
     from evotune.runs.loading import load_for_eval
@@ -63,11 +86,12 @@ def measure(model: str, task_name: str, start_model: str, seed: int, with_retent
     task = get_task(task_name, seed=HELDOUT_SEED, num_eval=8, **keys.get("task_args", {}))  # its metrics only
     rows = heldout_rows(task_name)
     backend = load_for_eval(model, "float32", "cpu")
-    scores = accuracy_by_budget(backend, task, rows, BUDGETS)
-    result = {"n": len(rows), "scored_budget": MAX_NEW_TOKENS,
-              "accuracy": round(float(scores[MAX_NEW_TOKENS].mean()), 4),
+    scores, ended = scores_by_budget(backend, task, rows)
+    result = {"n": len(rows), "scored_budget": SCORED_BUDGET,
+              "accuracy": round(float(scores[SCORED_BUDGET].mean()), 4),
               "accuracy_by_budget": {str(budget): round(float(value.mean()), 4) for budget, value in scores.items()},
-              "correct": "".join(str(int(value)) for value in scores[MAX_NEW_TOKENS])}
+              "ended_by_budget": {str(budget): round(value, 4) for budget, value in ended.items()},
+              "correct": "".join(str(int(value)) for value in scores[SCORED_BUDGET])}
     if with_retention:
         result["retention"] = {key: round(float(value), 5) for key, value in retention(backend, start_model,
                                                                                         seed).items()}

@@ -7,7 +7,8 @@ finished job's small result file is committed at once when --commit is given.
     python -m bench.method_matrix.run --plan          # list the jobs and which are done
     touch RESULTS/PAUSE                               # start no new job until the file is gone
 
-Order: the tuning runs (arithmetic, TUNING_SEED), the base model's held-out scores, then per method, once its
+Order: the held-out scores measured before measure.py's budgets grew, measured again (rescore/), then the
+tuning runs (arithmetic, TUNING_SEED), the base model's held-out scores, then per method, once its
 tuning is complete, its main runs with the best validation setting (arithmetic seeds, then countdown's, each
 from the same SFT warm start on countdown), then short memory probes (peak memory of each method's process
 in the study's dtype, GRPO with and without gradient accumulation, ES with and without its drift-base copy).
@@ -75,7 +76,24 @@ def plan(results: Path) -> list[dict]:
     for job in jobs:
         if job.get("method") == "essa" and job["task"] == "arithmetic":
             job["sft_result"] = str(results / f"warm_start/arithmetic/sft_seed{job['seed']}.json")
-    return jobs
+    return rescores(results, jobs) + jobs
+
+
+def rescores(results: Path, jobs: list[dict]) -> list[dict]:
+    """A job measuring again each finished held-out score that was read at another budget than measure.py's."""
+    from .measure import SCORED_BUDGET
+
+    again = []
+    for job in jobs:
+        file = results / job["path"]
+        if job["kind"] not in ("base", "train") or not file.is_file():
+            continue
+        heldout = json.loads(file.read_text()).get("heldout")
+        if heldout and heldout["scored_budget"] != SCORED_BUDGET:
+            measured = {key: value for key, value in job.items() if key not in ("path", "needs")}
+            again.append({"kind": "rescore", "task": job["task"], "of": measured, "needs": [job["path"]],
+                          "path": f"rescore/{job['path']}"})
+    return again
 
 
 def commit(results: Path, path: Path, message: str) -> None:
