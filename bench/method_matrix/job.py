@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .arms import ADAPTER_METHODS, METHODS, MODEL, TASKS, TRAINING_SECONDS, run_keys, sft_keys
+from .arms import ADAPTER_METHODS, DTYPE, METHODS, MODEL, TASKS, TRAINING_SECONDS, run_keys, sft_keys
 
 
 def machine() -> dict[str, Any]:
@@ -35,7 +35,7 @@ def machine() -> dict[str, Any]:
     flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(evotune.__file__).parent, capture_output=True,
                             text=True).stdout.strip()
-    return {"cpu": cpu, "amx_bf16": "amx_bf16" in flags, "threads": torch.get_num_threads(),
+    return {"cpu": cpu, "amx_bf16": "amx_bf16" in flags, "threads": torch.get_num_threads(), "dtype": DTYPE,
             "torch": torch.__version__, "python": platform.python_version(), "evotune_commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M")}
 
