@@ -12,8 +12,11 @@ import argparse
 import json
 import re
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from statistics import median
+
+from bench.method_matrix import page as matrix_page
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -197,14 +200,6 @@ def drift_arithmetic() -> str:
             f"{100 * data['at_equal_target']['level']:.1f}% accuracy (where it stood at {there}): {kl}")
 
 
-def drift_anchor() -> str:
-    methods = _load("drift/drift_arithmetic.json")["methods"]
-    free, anchored = methods["es"], methods["es-anchor10"]
-    ratio = free["retain/conciseness/kl"]["mean"] / anchored["retain/conciseness/kl"]["mean"]
-    cost = 100 * (free["target_accuracy"]["mean"] - anchored["target_accuracy"]["mean"])
-    return f"`anchor_decay` 10 cuts full ES's KL {ratio:.1f}x at {cost:.0f} points of accuracy"
-
-
 def _drift(key: str, metric: str, where: str = "final") -> float:
     data = _load("drift/drift_arithmetic.json")
     methods = data["methods"] if where == "final" else data["at_equal_target"]["methods"]
@@ -275,12 +270,6 @@ def drift_truncation() -> str:
     return (f"at training's 10 tokens GRPO's models score {_pct(_drift('grpo', 'target_accuracy_truncated'))} and full "
             f"ES's {_pct(_drift('es', 'target_accuracy_truncated'))}; at 24 tokens "
             f"{_pct(_drift('grpo', 'target_accuracy'))} and {_pct(_drift('es', 'target_accuracy'))}")
-
-
-def gpu_lowrank_ratio() -> str:
-    rows = {row["method"].split(" (")[0]: row for row in _load("gpu_check/gpu_h200_hf.json")["rows"]}
-    ratio = rows["low-rank ES"]["candidate_evals_per_second"] / rows["full ES"]["candidate_evals_per_second"]
-    return f"{ratio:.0f}x full ES's candidates per second on an H200"
 
 
 def lowrank_throughput_cpu() -> str:
@@ -1026,13 +1015,6 @@ def stability_conciseness_table() -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def es_vs_grpo_memory() -> str:
-    runs = _load("es_vs_grpo/compare_es_vs_grpo_time/compare.json")["runs"]
-    rss = {name: max(run["peak_rss_mib"] for run in runs if run["run"].rsplit("/", 1)[-1].startswith(name))
-           for name in ("es", "grpo")}
-    return f"ES at {rss['es']:,.0f} MiB peak RSS vs GRPO's {rss['grpo']:,.0f} MiB"
-
-
 def conciseness_pareto_summary() -> str:
     """The best GRPO and the best ES setting by reward, with their KL, and the base (means over seeds 0 and 1)."""
     groups: dict[str, list[dict]] = {}
@@ -1049,11 +1031,6 @@ def conciseness_pareto_summary() -> str:
     grpo, es = best("grpo"), best("es")
     return (f"GRPO {grpo['reward']:.1f} at KL {grpo['kl_per_token']:.3f}, best ES {es['reward']:.1f} at KL "
             f"{es['kl_per_token']:.3f} (base {means['base']['reward']:.1f})")
-
-
-def stability_conciseness() -> str:
-    gains = _load("stability/stability_eval_budget_conciseness.json")["spread"]["reward_gain"]
-    return f"std {gains['es']['32']['std']:.1f} (ES) vs {gains['grpo']['32']['std']:.1f} (GRPO)"
 
 
 def ray_coordinator_table() -> str:
@@ -1225,6 +1202,7 @@ NOT_RESULTS = {
     "population 48 x 8 prompts": "a shape", "0.5% pull per update": "the anchor's setting",
     "4% per update": "the anchor's setting", "4% of the distance back per update": "the anchor's setting",
     "paper's 0.5% per update": "the anchor's setting", "at most every 30 s": "curves.png's redraw interval",
+    "the 95% Wilson interval": "an interval's level", "its paired 95% interval": "an interval's level",
 }
 # A sentence holding one of these quotes a paper: its numbers are the paper's, not ours.
 PAPER_SENTENCES = ("The paper reports", "the paper reports", "paper recommends", "The paper trains")
@@ -1335,17 +1313,17 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "gpu-h200": gpu_h200, "gpu-h200-grpo": gpu_h200_grpo,
     # docs/benchmarks/, page by page
     "eval-budget-arithmetic": eval_budget_arithmetic,
-    "es-vs-grpo-time-10tok": es_vs_grpo_time_10tok, "es-vs-grpo-memory": es_vs_grpo_memory,
+    "es-vs-grpo-time-10tok": es_vs_grpo_time_10tok,
     "grpo-equal-samples": grpo_equal_samples, "grpo-memory": grpo_memory,
     "stability-arithmetic": stability_arithmetic, "stability-arithmetic-table": stability_arithmetic_table,
-    "stability-conciseness": stability_conciseness, "stability-conciseness-table": stability_conciseness_table,
+    "stability-conciseness-table": stability_conciseness_table,
     "stability-sources": stability_sources, "stability-averaging": stability_averaging,
     "stability-budget": stability_budget,
     "drift-arithmetic": drift_arithmetic, "drift-table": drift_table, "drift-equal-target": drift_equal_target,
-    "drift-anchor": drift_anchor, "drift-rescored": drift_rescored, "drift-keeps": drift_keeps,
+    "drift-rescored": drift_rescored, "drift-keeps": drift_keeps,
     "drift-retention-scores": drift_retention_scores, "drift-lowrank": drift_lowrank,
     "drift-lowrank-short": drift_lowrank_short, "drift-anchor-detail": drift_anchor_detail,
-    "drift-truncation": drift_truncation, "gpu-lowrank-ratio": gpu_lowrank_ratio,
+    "drift-truncation": drift_truncation,
     "conciseness-pareto": conciseness_pareto, "conciseness-pareto-summary": conciseness_pareto_summary,
     "sweep-arithmetic": sweep_arithmetic,
     "lowrank-throughput-cpu": lowrank_throughput_cpu, "lowrank-throughput-table": lowrank_throughput_table,
@@ -1385,7 +1363,16 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "stability-budget-seeds": stability_budget_seeds, "stability-budget-change": stability_budget_change,
     "stability-intro": stability_intro, "stability-formats": stability_formats,
     "stability-conciseness-base": stability_conciseness_base, "stability-sources-budget": stability_sources_budget,
-    "stability-sources-split": stability_sources_split}
+    "stability-sources-split": stability_sources_split,
+    # the method matrix (bench/method_matrix/page.py): "Which method?" and the README's results table
+    "matrix-status": matrix_page.status, "matrix-setup": matrix_page.setup,
+    "matrix-arithmetic-table": partial(matrix_page.task_table, "arithmetic"),
+    "matrix-countdown-table": partial(matrix_page.task_table, "countdown"),
+    "matrix-budget-arithmetic": partial(matrix_page.budget_table, "arithmetic"),
+    "matrix-budget-countdown": partial(matrix_page.budget_table, "countdown"),
+    "matrix-memory-table": matrix_page.memory_table, "matrix-answer": matrix_page.answer,
+    "matrix-papers-table": matrix_page.papers_table, "matrix-recommendations": matrix_page.recommendations,
+    "matrix-readme-table": matrix_page.readme_table}
 
 
 def render(name: str) -> str:

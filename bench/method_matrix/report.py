@@ -1,7 +1,7 @@
 """The method matrix's report: every result file under bench/results/method_matrix/ as tables, with what is still
 to run, into REPORT.md beside them (and a plot of the tuning runs' reward against training time).
 
-    python -m bench.method_matrix.report                 # bench/results/method_matrix/REPORT.md, tuning.png
+    python -m bench.method_matrix.report                 # bench/results/method_matrix/REPORT.md and its plots
     python -m bench.method_matrix.report --results DIR   # another results folder (a dry run's)
 
 Numbers come from the files only; a job without its file is listed as not run, never estimated. Validation
@@ -13,20 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
-from typing import Any
 
-from bench.common import RESULTS
 from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
+from bench.method_matrix.measure import SCORED_BUDGET
+from bench.method_matrix.page import budget_table, task_table
+from bench.method_matrix.plots import write_plots
+from bench.method_matrix.rows import STUDY, heldout, load
 from bench.method_matrix.run import plan, selection
-
-STUDY = RESULTS / "method_matrix"
-
-
-def load(results: Path, path: str) -> dict[str, Any] | None:
-    file = results / path
-    return json.loads(file.read_text()) if file.is_file() else None
 
 
 def setting_text(method: str, setting: int) -> str:
@@ -86,67 +80,45 @@ def speed_drift(results: Path) -> str | None:
             f"in its fixed time carry that much noise.")
 
 
-def heldout_accuracy(data: dict[str, Any], budget: str) -> float | None:
-    """A main run's held-out accuracy at `budget` new tokens, from measure.py's record."""
-    value = data.get("heldout", {}).get("accuracy_by_budget", {}).get(budget)
-    return None if value is None else float(value)
-
-
-def main_table(results: Path, task: str, budget: str) -> list[str]:
-    seeds = TASKS[task]["seeds"]
-    lines = [f"| method | runs | held-out accuracy at {budget} tokens, mean (std) | per seed |", "|---|---|---|---|"]
-    for method, spec in METHODS.items():
-        values = {}
-        for seed in seeds:
-            data = load(results, f"main/{task}/{method}/seed{seed}.json")
-            if data is not None and (value := heldout_accuracy(data, budget)) is not None:
-                values[seed] = 100 * value
-        if not values:
-            lines.append(f"| {spec['label']} | 0 of {len(seeds)} | not run | |")
-            continue
-        spread = f" ({statistics.stdev(values.values()):.1f})" if len(values) > 1 else ""
-        per_seed = ", ".join(f"{seed}: {value:.1f}%" for seed, value in values.items())
-        lines.append(f"| {spec['label']} | {len(values)} of {len(seeds)} | "
-                     f"{statistics.mean(values.values()):.1f}%{spread} | {per_seed} |")
-    return lines
-
-
 def budget_check(results: Path, task: str) -> list[str]:
-    """Each finished main run's held-out accuracy at every budget measure.py scored, and the base model's. A score
-    above the scored budget's at the largest budget may mean the scored budget cut answers; one above it at a smaller
-    budget means text written after an answer changed what the scorer read. Either way the scored number moves."""
-    rows = [("base model", load(results, f"base/{task}.json"))]
-    rows += [(f"{spec['label']}, seed {seed}", load(results, f"main/{task}/{method}/seed{seed}.json"))
+    """Each finished run's held-out accuracy at every budget measured, the share of its answers ended within the
+    largest, and the base model's. A run read at an older, smaller scored budget is marked until it is measured
+    again (rescore/). A score above the scored one at a smaller budget means text written after an answer changed
+    what the scorer read (arithmetic reads the last number)."""
+    rows = [("base model", heldout(results, f"base/{task}.json"))]
+    rows += [(f"{spec['label']}, seed {seed}", heldout(results, f"main/{task}/{method}/seed{seed}.json"))
              for method, spec in METHODS.items() for seed in TASKS[task]["seeds"]]
-    rows = [(name, data["heldout"]) for name, data in rows if data is not None and "heldout" in data]
-    if len(rows) < 2:
+    rows = [(name, record) for name, record in rows if record is not None]
+    if not rows:
         return []
-    budgets = sorted({budget for _, heldout in rows for budget in heldout["accuracy_by_budget"]}, key=int)
-    lines = ["| run | " + " | ".join(f"{budget} tokens" for budget in budgets) + " |",
-             "|---|" + "---|" * len(budgets)]
-    longer, shorter = [], []
-    for name, heldout in rows:
-        accuracy = heldout["accuracy_by_budget"]
+    budgets = sorted({budget for _, record in rows for budget in record["accuracy_by_budget"]}, key=int)
+    lines = ["| run | " + " | ".join(f"{budget} tokens" for budget in budgets) + " | ended within the largest |",
+             "|---|" + "---|" * (len(budgets) + 1)]
+    stale, shorter, cut = [], [], []
+    for name, record in rows:
+        accuracy, ended = record["accuracy_by_budget"], record.get("ended_by_budget", {})
+        largest = max(accuracy, key=int)
+        share = f"{100 * ended[largest]:.1f}%" if largest in ended else "not measured"
         lines.append(f"| {name} | " + " | ".join(f"{100 * accuracy[b]:.1f}%" if b in accuracy else "" for b in budgets)
-                     + " |")
-        scored = str(heldout["scored_budget"])
-        if scored not in accuracy:
-            continue
-        if accuracy.get(budgets[-1], 0) > accuracy[scored]:
-            longer.append(f"{name} ({100 * accuracy[scored]:.1f}% -> {100 * accuracy[budgets[-1]]:.1f}%)")
-        if any(int(b) < int(scored) and accuracy[b] > accuracy[scored] for b in accuracy):
+                     + f" | {share} |")
+        scored = str(record["scored_budget"])
+        if int(scored) != SCORED_BUDGET:
+            stale.append(name)
+        elif any(accuracy[b] > accuracy[scored] for b in accuracy if int(b) < int(scored)):
             shorter.append(name)
-    if not longer and not shorter:
-        return lines + ["", f"No run scores higher at another budget than at the scored {scored} tokens."]
-    summary = [f"Accuracy moves with the budget. At {budgets[-1]} tokens {len(longer)} of {len(rows)} runs score "
-               f"higher than at the scored {scored}" + (f": {'; '.join(longer)}" if longer else "") + "; there the "
-               "scored budget may cut answers."]
+        if largest in ended and ended[largest] < 0.99:
+            cut.append(f"{name} ({100 * ended[largest]:.1f}%)")
+    notes = []
+    if stale:
+        notes.append(f"Read at a smaller budget than {SCORED_BUDGET} and not yet measured again (left out of the "
+                     f"tables above): {'; '.join(stale)}.")
+    if cut:
+        notes.append(f"Under 99% of the answers ended within {SCORED_BUDGET} tokens: {'; '.join(cut)}.")
     if shorter:
-        summary.append(f"{len(shorter)} score higher at a smaller budget than at the scored one "
-                       f"({'; '.join(shorter)}): text written after an answer changed what the scorer read, so a "
-                       "longer budget does not only complete answers.")
-    return lines + ["", " ".join(summary) + " Until the final models are scored at larger budgets, the scored "
-                    "numbers carry this much uncertainty."]
+        notes.append(f"Higher at a smaller budget than at the scored one: {'; '.join(shorter)} (text written after "
+                     "an answer changed what the scorer read).")
+    return lines + ["", " ".join(notes) or f"Every run's answers ended within {SCORED_BUDGET} tokens (99% or more) "
+                    "and no run scores higher at a smaller budget."]
 
 
 def status(results: Path) -> tuple[int, int, list[str]]:
@@ -193,7 +165,9 @@ def report(results: Path) -> str:
     if drift:
         lines += [drift, ""]
     for task in TASKS:
-        lines += [f"## Main runs: {task}", "", *main_table(results, task, "48"), ""]
+        lines += [f"## Main runs: {task} (held-out accuracy at {SCORED_BUDGET} new tokens)", "",
+                  *task_table(task, results).strip("\n").splitlines(), "", "Accuracy by budget, mean over seeds:",
+                  "", *budget_table(task, results).strip("\n").splitlines(), ""]
         check = budget_check(results, task)
         if check:
             lines += [f"### Does the token budget cut answers? ({task}, held-out accuracy by budget)", "", *check, ""]
@@ -210,9 +184,9 @@ def main() -> None:
     args = parser.parse_args()
     text = report(args.results)
     (args.results / "REPORT.md").write_text(text)
-    plotted = plot_tuning(args.results, args.results / "tuning.png")
+    plotted = [plot_tuning(args.results, args.results / "tuning.png"), *write_plots(args.results)]
     print(text)
-    print(f"wrote {args.results / 'REPORT.md'}" + (f", {plotted}" if plotted else ""))
+    print(f"wrote {args.results / 'REPORT.md'}, " + ", ".join(str(path) for path in plotted if path))
 
 
 if __name__ == "__main__":

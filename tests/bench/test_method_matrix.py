@@ -122,13 +122,30 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
         assert result["machine"]["threads"] == 1
     countdown = json.loads((results / "main/countdown/es_lora/seed0.json").read_text())
     assert countdown["training"]["keys"]["adapter"].endswith("sft_seed0/adapter")  # from the warm start
-    assert countdown["heldout"]["n"] == 16 and set(countdown["heldout"]["accuracy_by_budget"]) == {"32", "48", "64"}
+    budgets = {str(budget) for budget in measure.BUDGETS}
+    assert countdown["heldout"]["n"] == 16 and set(countdown["heldout"]["accuracy_by_budget"]) == budgets
+    assert countdown["heldout"]["scored_budget"] == max(measure.BUDGETS)
+    ended = [countdown["heldout"]["ended_by_budget"][str(budget)] for budget in measure.BUDGETS]
+    assert ended == sorted(ended) and all(0.0 <= share <= 1.0 for share in ended)
     assert any(key.endswith("/kl") for key in countdown["heldout"]["retention"])
     essa = json.loads((results / "main/arithmetic/essa/seed0.json").read_text())
     sft = json.loads((results / "warm_start/arithmetic/sft_seed0.json").read_text())
     assert essa["training"]["sft_seconds_charged"] == sft["training"]["training_seconds"] > 0
     memory = json.loads((results / "memory/grpo_lora_accumulation4.json").read_text())["memory"]
     assert memory["keys"]["gradient_accumulation_steps"] == 4 and memory["peak_rss_mib"] > 0
+    # a score read before the budgets grew (as the first main runs were) is measured again from the run's model
+    grpo = results / "main/arithmetic/grpo_full/seed0.json"
+    first = json.loads(grpo.read_text())
+    grpo.write_text(json.dumps({**first, "heldout": {**first["heldout"], "scored_budget": 48}}))
+    [job] = [job for job in run.plan(results) if job["kind"] == "rescore"]
+    job = {key: value for key, value in job.items() if key != "needs"}
+    done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
+                           str(results), "--runs", str(runs)], env=environment, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    again = json.loads((results / "rescore/main/arithmetic/grpo_full/seed0.json").read_text())["heldout"]
+    assert again["scored_budget"] == max(measure.BUDGETS) and again["n"] == 16 and "retention" not in again
+    assert again["correct"] == first["heldout"]["correct"]  # the same model, questions and greedy decoding
 
 
 def test_two_grpo_jobs_never_run_at_once():
@@ -175,19 +192,54 @@ def test_the_report_names_the_speed_spread_between_runs_of_equal_work(tmp_path):
 def test_the_report_says_which_runs_a_token_budget_cuts(tmp_path):
     from bench.method_matrix.report import budget_check
 
-    def write(path: str, by_budget: dict[str, float]) -> None:
+    def write(path: str, scored: int, by_budget: dict[str, float], ended: dict[str, float] | None = None) -> None:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(json.dumps({"heldout": {"scored_budget": 48, "accuracy_by_budget": by_budget}}))
+        record = {"scored_budget": scored, "accuracy_by_budget": by_budget, **({"ended_by_budget": ended} if ended
+                                                                               else {})}
+        (tmp_path / path).write_text(json.dumps({"heldout": record}))
 
-    write("base/arithmetic.json", {"32": 0.2, "48": 0.2, "64": 0.2})
-    write("main/arithmetic/full_es/seed0.json", {"32": 0.1, "48": 0.125, "64": 0.25})
+    budgets = ["32", "48", "64", "96", "128"]
+    write("base/arithmetic.json", 48, {"32": 0.2, "48": 0.2, "64": 0.2})  # read before the budgets grew
+    write("main/arithmetic/full_es/seed0.json", 128, dict(zip(budgets, [0.1, 0.125, 0.25, 0.25, 0.25])),
+          dict(zip(budgets, [0.1, 0.5, 0.9, 0.95, 0.97])))
     lines = budget_check(tmp_path, "arithmetic")
-    assert "| full ES, seed 0 | 10.0% | 12.5% | 25.0% |" in lines
-    assert "At 64 tokens 1 of 2 runs score higher than at the scored 48: full ES, seed 0 (12.5% -> 25.0%)" in lines[-1]
-    assert "smaller budget" not in lines[-1]
-    write("main/arithmetic/full_es/seed0.json", {"32": 0.3, "48": 0.25, "64": 0.25})  # text after the answer
-    assert "1 score higher at a smaller budget than at the scored one (full ES, seed 0)" in budget_check(
-        tmp_path, "arithmetic")[-1]
-    write("main/arithmetic/full_es/seed0.json", {"32": 0.1, "48": 0.25, "64": 0.25})
-    assert budget_check(tmp_path, "arithmetic")[-1] == ("No run scores higher at another budget than at the scored 48 "
-                                                        "tokens.")
+    assert "| full ES, seed 0 | 10.0% | 12.5% | 25.0% | 25.0% | 25.0% | 97.0% |" in lines
+    assert "| base model | 20.0% | 20.0% | 20.0% | | | not measured |" in lines
+    assert "not yet measured again (left out of the tables above): base model." in lines[-1]
+    assert "Under 99% of the answers ended within 128 tokens: full ES, seed 0 (97.0%)." in lines[-1]
+    assert "smaller budget than at the scored one" not in lines[-1]
+    write("main/arithmetic/full_es/seed0.json", 128, dict(zip(budgets, [0.3, 0.25, 0.25, 0.25, 0.25])),
+          dict(zip(budgets, [0.5, 0.9, 0.99, 1.0, 1.0])))  # text after the answer changed the last number
+    assert "Higher at a smaller budget than at the scored one: full ES, seed 0" in budget_check(tmp_path,
+                                                                                                "arithmetic")[-1]
+    write("base/arithmetic.json", 128, dict(zip(budgets, [0.2] * 5)), dict(zip(budgets, [1.0] * 5)))
+    write("main/arithmetic/full_es/seed0.json", 128, dict(zip(budgets, [0.1, 0.25, 0.25, 0.25, 0.25])),
+          dict(zip(budgets, [0.5, 0.9, 0.99, 1.0, 1.0])))
+    assert budget_check(tmp_path, "arithmetic")[-1] == ("Every run's answers ended within 128 tokens (99% or more) "
+                                                        "and no run scores higher at a smaller budget.")
+
+
+def test_a_score_read_at_an_older_budget_is_measured_again_before_any_page_uses_it(tmp_path):
+    """A finished run read at 48 tokens gets a rescore job (first in the plan, needing the run's file); until it has
+    run, the run is left out of its arm; once it has, the arm reads the rescore's accuracy and the run's own
+    retention. A run read at the current budget gets no rescore."""
+    from bench.method_matrix.rows import arm
+
+    path = "main/arithmetic/lowrank/seed0.json"
+    old = {"n": 4, "scored_budget": 48, "accuracy": 0.25, "accuracy_by_budget": {"48": 0.25}, "correct": "0100",
+           "retention": {"retain/conciseness/kl": 0.1, "retain/ifeval/kl": 0.3}}
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_text(json.dumps({"training": {"steps": 7}, "heldout": old}))
+    jobs = run.plan(tmp_path)
+    assert jobs[0] == {"kind": "rescore", "task": "arithmetic", "needs": [path], "path": f"rescore/{path}",
+                       "of": {"kind": "train", "phase": "main", "task": "arithmetic", "method": "lowrank",
+                              "setting": None, "seed": 0}}
+    assert arm(tmp_path, "arithmetic", "lowrank").runs == []
+    again = {"n": 4, "scored_budget": measure.SCORED_BUDGET, "accuracy": 0.75, "correct": "0111",
+             "accuracy_by_budget": {str(measure.SCORED_BUDGET): 0.75}}
+    (tmp_path / "rescore" / path).parent.mkdir(parents=True)
+    (tmp_path / "rescore" / path).write_text(json.dumps({"heldout": again}))
+    [found] = arm(tmp_path, "arithmetic", "lowrank").runs
+    assert found.accuracy == 75.0 and found.heldout["correct"] == "0111" and found.mean_kl == 0.2
+    (tmp_path / path).write_text(json.dumps({"training": {"steps": 7}, "heldout": {**again, "retention": {}}}))
+    assert not any(job["kind"] == "rescore" for job in run.plan(tmp_path))

@@ -1,0 +1,255 @@
+"""The method matrix's quoted text: the tables, the answer paragraph, the papers' claims and the recommendations
+that "Which method?" and the README quote, each rendered from bench/results/method_matrix/ alone (bench/claims.py
+registers them as claims, so the pages cannot outlive the result files). Every sentence that compares methods
+names its rows and how many of the planned seeds are in; an arm without a finished run says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
+from bench.method_matrix.measure import SCORED_BUDGET
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, gain, machine, memory, start
+
+TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
+ES_METHODS = ("full_es", "es_lora", "lowrank", "essa")
+GRPO_METHODS = ("grpo_lora", "grpo_full")
+
+
+def _mean_text(found: Arm) -> str:
+    spread = f" (std {found.std:.1f})" if found.std is not None else ""
+    return f"{found.mean:.1f}%{spread}"
+
+
+def _seeds_text(found: Arm) -> str:
+    return f"{len(found.runs)} of {found.planned} seeds"
+
+
+def _named(found: Arm) -> str:
+    return f"{found.label} {_mean_text(found)}, {_seeds_text(found)}"
+
+
+def _finished(task: str, results: Path = STUDY) -> list[Arm]:
+    return [found for found in arms(results, task) if found.runs]
+
+
+def task_table(task: str, results: Path = STUDY) -> str:
+    """One task's table: every arm's held-out accuracy (mean, std, per-seed 95% intervals), its gain over the
+    start, the steps made in the equal training time, the training process's peak memory, and the KL to the start
+    on other tasks' prompts."""
+    lines = ["", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
+             "per seed | steps in the time | peak RSS, training | KL to the start (conciseness / IFEval) |",
+             "|---|---|---|---|---|---|---|---|"]
+    first = start(results, task, TASKS[task]["seeds"][0])
+    if first is not None and not TASKS[task]["warm_start"]:
+        measured = first["scored_budget"] == SCORED_BUDGET
+        lines.append("| base model (the start) | | "
+                     + (f"{100 * first['accuracy']:.1f}% | n = {first['n']}" if measured else
+                        f"not yet measured at {SCORED_BUDGET} tokens |") + " | | | | 0 |")
+    for found in arms(results, task):
+        if not found.runs:
+            lines.append(f"| {found.label} | 0 of {found.planned} | not run yet | | | | | |")
+            continue
+        per_seed = "; ".join(f"{run.seed}: {run.accuracy:.1f}% [{run.interval[0]:.1f}, {run.interval[1]:.1f}]"
+                             for run in found.runs)
+        gains = [(run.seed, gain(results, run, task)) for run in found.runs]
+        gain_text = "; ".join(f"{seed}: {value[0]:+.1f} [{value[1]:+.1f}, {value[2]:+.1f}]" for seed, value in gains
+                              if value is not None) or "start not measured at this budget yet"
+        kl = " / ".join(f"{sum(run.kl(name) for run in found.runs) / len(found.runs):.3f}"
+                        for name in ("conciseness", "ifeval"))
+        lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {_mean_text(found)} | {per_seed} | "
+                     f"{gain_text} | {found.mean_of('steps'):.0f} | {found.mean_of('peak_rss_mib'):,.0f} MiB | "
+                     f"{kl} |")
+    return "\n".join(lines) + "\n"
+
+
+def budget_table(task: str, results: Path = STUDY) -> str:
+    """Accuracy of each arm (mean over its seeds) at the budgets measured, and the share of answers that had ended
+    within the scored budget: whether the scored budget cuts answers."""
+    found = [item for item in _finished(task, results) if "ended_by_budget" in item.runs[0].heldout]
+    if not found:
+        return "\nno run has been measured at growing budgets yet\n"
+    budgets = sorted(found[0].runs[0].heldout["accuracy_by_budget"], key=int)
+    scored = str(found[0].runs[0].heldout["scored_budget"])
+    lines = ["", "| method | " + " | ".join(f"{budget} tokens" for budget in budgets)
+             + f" | answers ended within {scored} |", "|---|" + "---|" * (len(budgets) + 1)]
+    for item in found:
+        runs = [run for run in item.runs if "ended_by_budget" in run.heldout]
+        cells = [f"{100 * sum(run.heldout['accuracy_by_budget'][b] for run in runs) / len(runs):.1f}%"
+                 for b in budgets]
+        ended = sum(run.heldout["ended_by_budget"][scored] for run in runs) / len(runs)
+        lines.append(f"| {item.label} | " + " | ".join(cells) + f" | {100 * ended:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def memory_table(results: Path = STUDY) -> str:
+    """The memory probes: each method's peak resident memory in the study's dtype, and the copies of the weights
+    it holds besides activations."""
+    rows = memory(results)
+    if not rows:
+        return "\nthe memory probes have not run yet (they run after the main runs)\n"
+    lines = ["", "| method | variant | peak RSS | copies of the weights held |", "|---|---|---|---|"]
+    for row in rows:
+        copies = ", ".join(f"{name.replace('_', ' ')} {size:,.0f} MiB" for name, size in row["weights"].items())
+        lines.append(f"| {row['label']} | {row['variant']} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
+    return "\n".join(lines) + "\n"
+
+
+def _ranking(found: list[Arm]) -> str:
+    """Best arm first; 'ahead of' only when the gap exceeds both arms' seed spread."""
+    ordered = sorted(found, key=lambda item: -item.mean)
+    best, second = ordered[0], ordered[1]
+    spread = max(best.std or 0.0, second.std or 0.0)
+    settled = best.std is not None and second.std is not None and best.mean - second.mean > spread
+    relation = "ahead of" if settled else "not yet separated (one seed, or a gap within the seed spread) from"
+    return f"{_named(best)}, {relation} {_named(second)}"
+
+
+def _memory_sentence(results: Path) -> str:
+    rows = [row for row in memory(results) if row["variant"] == "default"]
+    if rows:
+        least = min(rows, key=lambda row: row["peak_rss_mib"])
+        most = max(rows, key=lambda row: row["peak_rss_mib"])
+        return (f"least memory: {least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS in the memory probe), "
+                f"most: {most['label']} ({most['peak_rss_mib']:,.0f} MiB)")
+    found = _finished("arithmetic", results)
+    if not found:
+        return "least memory: not measured yet"
+    least = min(found, key=lambda item: item.mean_of("peak_rss_mib"))
+    most = max(found, key=lambda item: item.mean_of("peak_rss_mib"))
+    return (f"least memory (peak RSS of the timed training process; the memory probes have not run yet): "
+            f"{least.label} ({least.mean_of('peak_rss_mib'):,.0f} MiB), most: {most.label} "
+            f"({most.mean_of('peak_rss_mib'):,.0f} MiB)")
+
+
+def answer(results: Path = STUDY) -> str:
+    """The paragraph answering, from the rows: which method learns most at equal CPU time, which keeps the base
+    best, which needs least memory, and whether full ES or ES on a LoRA is the better ES on a CPU."""
+    parts = []
+    for task in TASKS:
+        found = _finished(task, results)
+        if len(found) >= 2:
+            parts.append(f"on {TASK_NAMES[task]}, learns most: {_ranking(found)}")
+        else:
+            parts.append(f"on {TASK_NAMES[task]}: fewer than two methods have finished runs yet")
+    found = _finished("arithmetic", results)
+    if len(found) >= 2:
+        kept = sorted(found, key=lambda item: item.mean_kl)
+        parts.append(f"keeps the base best (lowest KL to the start on other tasks' prompts, 2-digit addition): "
+                     f"{kept[0].label} ({kept[0].mean_kl:.3f}), then {kept[1].label} ({kept[1].mean_kl:.3f}); "
+                     f"moves it most: {kept[-1].label} ({kept[-1].mean_kl:.3f})")
+    parts.append(_memory_sentence(results))
+    full, lora = arm(results, "arithmetic", "full_es"), arm(results, "arithmetic", "es_lora")
+    if full.runs and lora.runs:
+        better = max((full, lora), key=lambda item: item.mean)
+        parts.append(f"the better ES on a CPU on 2-digit addition: {better.label} ({_named(full)}; "
+                     f"{_named(lora)}; KL {full.mean_kl:.3f} vs {lora.mean_kl:.3f})")
+    return "; ".join(parts)
+
+
+def _verdict(ours: Arm, theirs: Arm) -> str:
+    """held / did not hold / not separated, for 'ours beats theirs' by mean over seeds."""
+    spread = max(ours.std or 0.0, theirs.std or 0.0)
+    if ours.std is None or theirs.std is None or abs(ours.mean - theirs.mean) <= spread:
+        return "not separated yet"
+    return "held" if ours.mean > theirs.mean else "did not hold"
+
+
+def papers_table(results: Path = STUDY) -> str:
+    """'Where the papers' claims held', each row from the matrix's rows (best ES arm against best GRPO arm, and
+    so on); a claim whose rows have not run says so."""
+    lines = ["", "| claim (paper) | rows compared | here |", "|---|---|---|"]
+    for task in TASKS:
+        found = {item.method: item for item in _finished(task, results)}
+        es = [found[m] for m in ES_METHODS if m in found]
+        grpo = [found[m] for m in GRPO_METHODS if m in found]
+        if es and grpo:
+            best_es, best_grpo = max(es, key=lambda item: item.mean), max(grpo, key=lambda item: item.mean)
+            lines.append(f"| ES beats GRPO at equal compute (ES at Scale), {TASK_NAMES[task]} | best ES "
+                         f"{_named(best_es)}; best GRPO {_named(best_grpo)} | {_verdict(best_es, best_grpo)} |")
+            spread_es = [item for item in es if item.std is not None]
+            spread_grpo = [item for item in grpo if item.std is not None]
+            if spread_es and spread_grpo:
+                low_es = min(spread_es, key=lambda item: item.std)
+                low_grpo = min(spread_grpo, key=lambda item: item.std)
+                held = "held" if low_es.std < low_grpo.std else "did not hold"
+                lines.append(f"| ES varies less from seed to seed (ES at Scale), {TASK_NAMES[task]} | steadiest ES "
+                             f"{low_es.label} std {low_es.std:.1f}; steadiest GRPO {low_grpo.label} std "
+                             f"{low_grpo.std:.1f} | {held} |")
+        if "essa" in found and "grpo_lora" in found:
+            lines.append(f"| ESSA beats GRPO on a LoRA (ESSA), {TASK_NAMES[task]} | {_named(found['essa'])}; "
+                         f"{_named(found['grpo_lora'])} | {_verdict(found['essa'], found['grpo_lora'])} |")
+    found = {item.method: item for item in _finished("arithmetic", results)}
+    if "lowrank" in found and "full_es" in found:
+        rates = {m: found[m].mean_of("steps") * METHODS[m]["keys"]["population_size"] / TRAINING_SECONDS
+                 for m in ("lowrank", "full_es")}
+        held = "held" if rates["lowrank"] > rates["full_es"] else "did not hold"
+        lines.append(f"| low-rank members are cheaper to evaluate (EGGROLL) | members evaluated per training second: "
+                     f"low-rank ES {rates['lowrank']:.3f}, full ES {rates['full_es']:.3f} (2-digit addition) | "
+                     f"{held} |")
+    probes = {(row["method"], row["variant"]): row for row in memory(results)}
+    if ("full_es", "default") in probes and ("grpo_full", "default") in probes:
+        es, grpo = probes[("full_es", "default")], probes[("grpo_full", "default")]
+        held = "held" if es["peak_rss_mib"] < grpo["peak_rss_mib"] else "did not hold"
+        lines.append(f"| ES needs only inference memory (ES at Scale) | full ES {es['peak_rss_mib']:,.0f} MiB; "
+                     f"GRPO full-parameter {grpo['peak_rss_mib']:,.0f} MiB (memory probes) | {held} |")
+    if len(lines) == 3:
+        lines.append("| every claim | not enough finished runs yet | |")
+    return "\n".join(lines) + "\n"
+
+
+def recommendations(results: Path = STUDY) -> str:
+    """Which method to pick, each recommendation naming the rows it stands on."""
+    found = _finished("arithmetic", results)
+    if len(found) < 2:
+        return "\n- not enough finished runs to recommend anything yet\n"
+    best = max(found, key=lambda item: item.mean)
+    kept = min(found, key=lambda item: item.mean_kl)
+    es = [item for item in found if item.method in ES_METHODS]
+    lines = ["", f"- **Most accuracy for the CPU time**: {best.label} (2-digit addition row: {_named(best)})."]
+    lines.append(f"- **Keep the base model's behaviour elsewhere**: {kept.label} (lowest KL to the start, "
+                 f"{kept.mean_kl:.3f}, 2-digit addition row).")
+    if es:
+        best_es = max(es, key=lambda item: item.mean)
+        lines.append(f"- **No room for a backward pass (ES only)**: {best_es.label} (2-digit addition row: "
+                     f"{_named(best_es)}).")
+    return "\n".join(lines) + "\n"
+
+
+def setup(results: Path = STUDY) -> str:
+    """What the runs ran on: CPU model, threads, dtype, torch, the commits, the training time."""
+    seen = machine(results)
+    return (f"{TRAINING_SECONDS / 60:.0f} minutes of training per run at {', '.join(map(str, seen['threads']))} CPU "
+            f"thread, two runs at a time, float32, on {' / '.join(seen['cpu'])} (torch {', '.join(seen['torch'])}; "
+            f"study commits {', '.join(seen['commits'])})")
+
+
+def status(results: Path = STUDY) -> str:
+    """How much of the study is in."""
+    from bench.method_matrix.run import plan
+
+    jobs = [job for job in plan(results) if job["kind"] != "rescore"]
+    done = sum((results / job["path"]).is_file() for job in jobs)
+    main = [job for job in jobs if job.get("phase") == "main"]
+    finished = sum((results / job["path"]).is_file() for job in main)
+    shown = sum(len(found.runs) for task in TASKS for found in arms(results, task))
+    waiting = f" ({finished - shown} of them wait to be measured again at {SCORED_BUDGET} tokens)" if shown < finished \
+        else ""
+    return (f"{done} of {len(jobs)} jobs of the study have run, {finished} of its {len(main)} main runs{waiting}; "
+            "every sentence below says how many seeds its rows have")
+
+
+def readme_table(results: Path = STUDY) -> str:
+    """The README's compact table: every arm's mean held-out accuracy per task and its KL to the start."""
+    lines = ["", "| method | " + " | ".join(TASK_NAMES[task].split(" (")[0] for task in TASKS)
+             + " | KL to the start |", "|---|" + "---|" * (len(TASKS) + 1)]
+    for method in METHODS:
+        cells, kl = [], ""
+        for task in TASKS:
+            found = arm(results, task, method)
+            cells.append(f"{_mean_text(found)}, {_seeds_text(found)}" if found.runs else "not run yet")
+            if task == "arithmetic" and found.runs:
+                kl = f"{found.mean_kl:.3f}"
+        lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,179 @@
+"""The method matrix's rows: each arm's finished runs read from bench/results/method_matrix/, with the statistics
+the report and the pages print (mean, std over seeds, per-seed intervals, the paired gain over the start).
+
+A run's held-out score is the one measure.py read at its scored budget; where a run was measured again at larger
+budgets (rescore/, the same held-out questions), that measurement replaces the first one's accuracy and its
+retention stays (retention and KL are read at training's budget either way). Nothing here estimates a missing run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+from bench.method_matrix.arms import METHODS, TASKS
+from bench.method_matrix.measure import SCORED_BUDGET
+
+STUDY = RESULTS / "method_matrix"
+RETENTION_TASKS = ("conciseness", "ifeval")
+
+
+def load(results: Path, path: str) -> dict[str, Any] | None:
+    file = results / path
+    return json.loads(file.read_text()) if file.is_file() else None
+
+
+def heldout(results: Path, path: str) -> dict[str, Any] | None:
+    """The held-out record of a finished job (its rescore's accuracy where one ran), or None."""
+    data = load(results, path)
+    if data is None or "heldout" not in data:
+        return None
+    record = dict(data["heldout"])
+    again = load(results, f"rescore/{path}")
+    if again is not None:
+        record.update({key: value for key, value in again["heldout"].items() if key != "retention"})
+    return record
+
+
+def wilson(correct: int, n: int) -> tuple[float, float]:
+    """95% Wilson interval of a proportion, in percent."""
+    if n == 0:
+        return (0.0, 100.0)
+    p, z = correct / n, 1.959964
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (100 * (centre - half), 100 * (centre + half))
+
+
+def paired_gain(after: str, before: str) -> tuple[float, float, float]:
+    """Gain in points of `after` over `before` on the same questions (strings of 0/1 per question), and its 95%
+    interval (normal approximation of the per-question differences)."""
+    differences = [int(a) - int(b) for a, b in zip(after, before, strict=True)]
+    n = len(differences)
+    mean = sum(differences) / n
+    spread = statistics.pstdev(differences) / math.sqrt(n)
+    return 100 * mean, 100 * (mean - 1.96 * spread), 100 * (mean + 1.96 * spread)
+
+
+@dataclass
+class Run:
+    """One finished main run: its seed, result file, and merged held-out record."""
+
+    seed: int
+    data: dict[str, Any]
+    heldout: dict[str, Any]
+
+    @property
+    def accuracy(self) -> float:
+        """Held-out accuracy in percent at the scored budget."""
+        return 100 * self.heldout["accuracy"]
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson(self.heldout["correct"].count("1"), self.heldout["n"])
+
+    def kl(self, task: str) -> float:
+        return self.heldout["retention"][f"retain/{task}/kl"]
+
+    @property
+    def mean_kl(self) -> float:
+        """Per-token KL to the starting model, averaged over the retention tasks' prompts."""
+        return statistics.mean(self.kl(task) for task in RETENTION_TASKS)
+
+
+@dataclass
+class Arm:
+    """One method on one task: its finished runs, in seed order."""
+
+    method: str
+    task: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return METHODS[self.method]["label"]
+
+    @property
+    def planned(self) -> int:
+        return len(TASKS[self.task]["seeds"])
+
+    @property
+    def accuracies(self) -> list[float]:
+        return [run.accuracy for run in self.runs]
+
+    @property
+    def mean(self) -> float:
+        return statistics.mean(self.accuracies)
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.accuracies) if len(self.runs) > 1 else None
+
+    @property
+    def mean_kl(self) -> float:
+        return statistics.mean(run.mean_kl for run in self.runs)
+
+    def mean_of(self, key: str) -> float:
+        """The mean over seeds of a training record's number (steps, peak_rss_mib, training_seconds)."""
+        return statistics.mean(run.data["training"][key] for run in self.runs)
+
+
+def arm(results: Path, task: str, method: str) -> Arm:
+    """A method's finished runs on a task; a run read at another budget than measure.py's, not yet measured
+    again, is left out (scores at two budgets never share a mean)."""
+    found = Arm(method, task)
+    for seed in TASKS[task]["seeds"]:
+        path = f"main/{task}/{method}/seed{seed}.json"
+        record = heldout(results, path)
+        if record is not None and record["scored_budget"] == SCORED_BUDGET:
+            found.runs.append(Run(seed, load(results, path), record))
+    return found
+
+
+def arms(results: Path, task: str) -> list[Arm]:
+    """Every method's arm on a task, in METHODS' order (arms without a finished run included, empty)."""
+    return [arm(results, task, method) for method in METHODS]
+
+
+def start(results: Path, task: str, seed: int) -> dict[str, Any] | None:
+    """The held-out record of the model a task's runs start from: the base model, or on a warm-start task the
+    seed's SFT model (every method starts there)."""
+    if TASKS[task]["warm_start"]:
+        return heldout(results, f"warm_start/{task}/sft_seed{seed}.json")
+    return heldout(results, f"base/{task}.json")
+
+
+def gain(results: Path, run: Run, task: str) -> tuple[float, float, float] | None:
+    """A run's paired gain over its start on the same questions at the same budget, or None if not comparable."""
+    before = start(results, task, run.seed)
+    if before is None or before["scored_budget"] != run.heldout["scored_budget"]:
+        return None
+    return paired_gain(run.heldout["correct"], before["correct"])
+
+
+def memory(results: Path) -> list[dict[str, Any]]:
+    """The memory probes that ran: method, label, variant, peak RSS (MiB) and the weight copies named."""
+    from bench.method_matrix.arms import MEMORY_PROBES
+
+    rows = []
+    for method, variant in MEMORY_PROBES:
+        data = load(results, f"memory/{method}_{variant}.json")
+        if data is not None:
+            probe = data["memory"]
+            rows.append({"method": method, "label": METHODS[method]["label"], "variant": variant,
+                         "peak_rss_mib": probe["peak_rss_mib"], "weights": probe["weights"]})
+    return rows
+
+
+def machine(results: Path) -> dict[str, Any]:
+    """What the runs recorded of their machine: CPU model, threads, torch, and the commits they ran from."""
+    records = [data["machine"] for path in sorted(results.rglob("*.json")) if path.name != "machine.json"
+               and (data := json.loads(path.read_text())).get("machine")]
+    return {"cpu": sorted({record["cpu"] for record in records}), "threads": sorted({r["threads"] for r in records}),
+            "torch": sorted({record["torch"] for record in records}),
+            "commits": sorted({record["evotune_commit"][:7] for record in records})}

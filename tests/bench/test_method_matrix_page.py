@@ -1,0 +1,112 @@
+"""bench/method_matrix's pages: the tables, the answer paragraph, the papers' claims and the plots are rendered
+from the result files alone, name their rows and seeds, and leave out what has not run or was read at another
+budget."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from bench.method_matrix import page, rows
+from bench.method_matrix.measure import SCORED_BUDGET
+
+N = 200
+
+
+def correct_string(hits: int) -> str:
+    return "1" * hits + "0" * (N - hits)
+
+
+def write_run(results, task: str, method: str, seed: int, hits: int, kl: float, steps: int = 10,
+              peak: float = 3000.0) -> None:
+    path = results / "main" / task / method / f"seed{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    heldout = {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": hits / N, "correct": correct_string(hits),
+               "accuracy_by_budget": {"64": hits / N, str(SCORED_BUDGET): hits / N},
+               "ended_by_budget": {"64": 0.9, str(SCORED_BUDGET): 1.0},
+               "retention": {"retain/conciseness/kl": kl, "retain/ifeval/kl": 3 * kl}}
+    path.write_text(json.dumps({"training": {"steps": steps, "peak_rss_mib": peak, "training_seconds": 600.0,
+                                             "reward_curve": [[60.0, 0.2], [600.0, 0.5]]},
+                                "heldout": heldout, "machine": {"cpu": "Test CPU", "threads": 1, "torch": "2.13.0",
+                                                                "evotune_commit": "abcdef0123"}}))
+
+
+@pytest.fixture
+def study(tmp_path):
+    """Base 20%; full ES 3 seeds around 30%, ES on a LoRA 1 seed, GRPO on a LoRA 2 seeds around 60%."""
+    base = tmp_path / "base" / "arithmetic.json"
+    base.parent.mkdir(parents=True)
+    base.write_text(json.dumps({"heldout": {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": 0.2,
+                                            "correct": correct_string(40), "accuracy_by_budget": {}}}))
+    for seed, hits in enumerate([56, 60, 64]):
+        write_run(tmp_path, "arithmetic", "full_es", seed, hits, kl=0.04, steps=3, peak=3100.0)
+    write_run(tmp_path, "arithmetic", "es_lora", 0, 46, kl=0.001, steps=4, peak=2500.0)
+    for seed, hits in enumerate([118, 122]):
+        write_run(tmp_path, "arithmetic", "grpo_lora", seed, hits, kl=0.01, steps=8, peak=16000.0)
+    return tmp_path
+
+
+def test_wilson_interval_and_paired_gain():
+    low, high = rows.wilson(0, 10)
+    assert low == pytest.approx(0.0, abs=1e-9) and high == pytest.approx(27.75, abs=0.01)  # the textbook value
+    low, high = rows.wilson(50, 100)
+    assert (low, high) == pytest.approx((40.38, 59.62), abs=0.01)
+    assert rows.paired_gain("1100", "1100") == (0.0, 0.0, 0.0)
+    mean, low, high = rows.paired_gain("1111", "0011")  # differences 1, 1, 0, 0: mean 0.5, sd 0.5
+    assert mean == 50.0 and (low, high) == pytest.approx((50 - 196 * 0.25, 50 + 196 * 0.25))
+
+
+def test_the_task_table_quotes_every_arm_from_its_files(study):
+    table = page.task_table("arithmetic", study)
+    accuracies = [28.0, 30.0, 32.0]
+    assert (f"| full ES | 3 of 5 | {statistics.mean(accuracies):.1f}% (std {statistics.stdev(accuracies):.1f}) | "
+            "0: 28.0% [22.2, 34.6]; 1: 30.0%") in table
+    assert "| ES on a LoRA | 1 of 5 | 23.0% | 0: 23.0%" in table  # one seed: no std
+    assert "| 0: +8.0 [" in table.split("| full ES |")[1]  # 56 vs 40 of 200 correct: +8.0 points over the base
+    assert "| 3 | 3,100 MiB | 0.040 / 0.120 |" in table
+    assert "| base model (the start) | | 20.0% | n = 200 |" in table
+    for label in ("low-rank ES", "ESSA", "GRPO full-parameter"):
+        assert f"| {label} | 0 of 5 | not run yet |" in table
+
+
+def test_the_answer_names_its_rows_and_seeds(study):
+    text = page.answer(study)
+    assert ("on 2-digit addition, learns most: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of full ES 30.0% "
+            "(std 2.0), 3 of 5 seeds") in text
+    assert "keeps the base best (lowest KL to the start on other tasks' prompts, 2-digit addition): ES on a LoRA " \
+           "(0.002), then GRPO on a LoRA (0.020); moves it most: full ES (0.080)" in text
+    assert "memory probes have not run yet): ES on a LoRA (2,500 MiB), most: GRPO on a LoRA (16,000 MiB)" in text
+    assert "the better ES on a CPU on 2-digit addition: full ES (full ES 30.0% (std 2.0), 3 of 5 seeds; " in text
+    assert "on Countdown (3 numbers, from the SFT warm start): fewer than two methods have finished runs yet" in text
+
+
+def test_an_arm_whose_seeds_overlap_is_not_called_ahead(study):
+    write_run(study, "arithmetic", "lowrank", 0, 121, kl=0.005)  # one seed beside GRPO's 60%
+    assert "not yet separated (one seed, or a gap within the seed spread) from" in page.answer(study)
+
+
+def test_the_papers_table_says_where_each_claim_held(study):
+    table = page.papers_table(study)
+    assert ("| ES beats GRPO at equal compute (ES at Scale), 2-digit addition | best ES full ES 30.0% (std 2.0), 3 of "
+            "5 seeds; best GRPO GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds | did not hold |") in table
+    assert "steadiest ES full ES std 2.0; steadiest GRPO GRPO on a LoRA std 1.4 | did not hold |" in table
+    assert "EGGROLL" not in table  # low-rank ES has not run
+
+
+def test_runs_read_at_another_budget_stay_out_of_every_page(study):
+    path = study / "main" / "arithmetic" / "grpo_lora" / "seed1.json"
+    data = json.loads(path.read_text())
+    data["heldout"]["scored_budget"] = 48
+    path.write_text(json.dumps(data))
+    assert "| GRPO on a LoRA | 1 of 5 | 59.0% |" in page.task_table("arithmetic", study)
+    assert "GRPO on a LoRA 59.0%, 1 of 5 seeds" in page.readme_table(study)
+
+
+def test_the_plots_draw_every_run(study):
+    from bench.method_matrix import plots
+
+    written = plots.write_plots(study)
+    assert [path.name for path in written] == ["accuracy.png", "accuracy_kl.png", "training_reward.png"]
+    assert all(path.stat().st_size > 10_000 for path in written)
