@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
-from bench.method_matrix.measure import SCORED_BUDGET
+from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
 from bench.method_matrix.rows import STUDY, Arm, arm, arms, gain, machine, memory, start
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
+IFEVAL_STRICT = "retain/ifeval/prompt_strict"
 ES_METHODS = ("full_es", "es_lora", "lowrank", "essa")
 GRPO_METHODS = ("grpo_lora", "grpo_full")
 
@@ -39,17 +40,19 @@ def task_table(task: str, results: Path = STUDY) -> str:
     start, the steps made in the equal training time, the training process's peak memory, and the KL to the start
     on other tasks' prompts."""
     lines = ["", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
-             "per seed | steps in the time | peak RSS, training | KL to the start (conciseness / IFEval) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "per seed | steps in the time | peak RSS, training | KL to the start (conciseness / IFEval) | IFEval "
+             f"prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---|---|---|---|---|---|---|---|---|"]
     first = start(results, task, TASKS[task]["seeds"][0])
     if first is not None and not TASKS[task]["warm_start"]:
         measured = first["scored_budget"] == SCORED_BUDGET
+        ifeval = first.get("retention", {}).get(IFEVAL_STRICT)
         lines.append("| base model (the start) | | "
                      + (f"{100 * first['accuracy']:.1f}% | n = {first['n']}" if measured else
-                        f"not yet measured at {SCORED_BUDGET} tokens |") + " | | | | 0 |")
+                        f"not yet measured at {SCORED_BUDGET} tokens |") + " | | | | 0 | "
+                     + (f"{100 * ifeval:.1f}% |" if ifeval is not None else " |"))
     for found in arms(results, task):
         if not found.runs:
-            lines.append(f"| {found.label} | 0 of {found.planned} | not run yet | | | | | |")
+            lines.append(f"| {found.label} | 0 of {found.planned} | not run yet | | | | | | |")
             continue
         per_seed = "; ".join(f"{run.seed}: {run.accuracy:.1f}% [{run.interval[0]:.1f}, {run.interval[1]:.1f}]"
                              for run in found.runs)
@@ -58,9 +61,10 @@ def task_table(task: str, results: Path = STUDY) -> str:
                               if value is not None) or "start not measured at this budget yet"
         kl = " / ".join(f"{sum(run.kl(name) for run in found.runs) / len(found.runs):.3f}"
                         for name in ("conciseness", "ifeval"))
+        ifeval = sum(run.heldout["retention"][IFEVAL_STRICT] for run in found.runs) / len(found.runs)
         lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {_mean_text(found)} | {per_seed} | "
                      f"{gain_text} | {found.mean_of('steps'):.0f} | {found.mean_of('peak_rss_mib'):,.0f} MiB | "
-                     f"{kl} |")
+                     f"{kl} | {100 * ifeval:.1f}% |")
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,8 @@ def write_run(results, task: str, method: str, seed: int, hits: int, kl: float, 
     heldout = {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": hits / N, "correct": correct_string(hits),
                "accuracy_by_budget": {"64": hits / N, str(SCORED_BUDGET): hits / N},
                "ended_by_budget": {"64": 0.9, str(SCORED_BUDGET): 1.0},
-               "retention": {"retain/conciseness/kl": kl, "retain/ifeval/kl": 3 * kl}}
+               "retention": {"retain/conciseness/kl": kl, "retain/ifeval/kl": 3 * kl,
+                             "retain/ifeval/prompt_strict": 0.5}}
     path.write_text(json.dumps({"training": {"steps": steps, "peak_rss_mib": peak, "training_seconds": 600.0,
                                              "reward_curve": [[60.0, 0.2], [600.0, 0.5]]},
                                 "heldout": heldout, "machine": {"cpu": "Test CPU", "threads": 1, "torch": "2.13.0",
@@ -65,7 +66,7 @@ def test_the_task_table_quotes_every_arm_from_its_files(study):
             "0: 28.0% [22.2, 34.6]; 1: 30.0%") in table
     assert "| ES on a LoRA | 1 of 5 | 23.0% | 0: 23.0%" in table  # one seed: no std
     assert "| 0: +8.0 [" in table.split("| full ES |")[1]  # 56 vs 40 of 200 correct: +8.0 points over the base
-    assert "| 3 | 3,100 MiB | 0.040 / 0.120 |" in table
+    assert "| 3 | 3,100 MiB | 0.040 / 0.120 | 50.0% |" in table
     assert "| base model (the start) | | 20.0% | n = 200 |" in table
     for label in ("low-rank ES", "ESSA", "GRPO full-parameter"):
         assert f"| {label} | 0 of 5 | not run yet |" in table
@@ -101,7 +102,7 @@ def test_runs_read_at_another_budget_stay_out_of_every_page(study):
     data["heldout"]["scored_budget"] = 48
     path.write_text(json.dumps(data))
     assert "| GRPO on a LoRA | 1 of 5 | 59.0% |" in page.task_table("arithmetic", study)
-    assert "GRPO on a LoRA 59.0%, 1 of 5 seeds" in page.readme_table(study)
+    assert "| GRPO on a LoRA | 59.0%, 1 of 5 seeds |" in page.readme_table(study)
 
 
 def test_the_plots_draw_every_run(study):
