@@ -1372,7 +1372,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "matrix-budget-countdown": partial(matrix_page.budget_table, "countdown"),
     "matrix-memory-table": matrix_page.memory_table, "matrix-answer": matrix_page.answer,
     "matrix-papers-table": matrix_page.papers_table, "matrix-recommendations": matrix_page.recommendations,
-    "matrix-readme-table": matrix_page.readme_table}
+    "matrix-readme-table": matrix_page.readme_table, "matrix-tuning-table": matrix_page.tuning_table}
 
 
 def render(name: str) -> str:

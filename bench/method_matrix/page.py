@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
+from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, gain, machine, memory, start
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, gain, load, machine, memory, start
+from bench.method_matrix.run import plan, selection
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
 IFEVAL_STRICT = "retain/ifeval/prompt_strict"
@@ -97,6 +98,33 @@ def memory_table(results: Path = STUDY) -> str:
     for row in rows:
         copies = ", ".join(f"{name.replace('_', ' ')} {size:,.0f} MiB" for name, size in row["weights"].items())
         lines.append(f"| {row['label']} | {row['variant']} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
+    return "\n".join(lines) + "\n"
+
+
+def tuning_table(results: Path = STUDY) -> str:
+    """Each method's tuning: the settings tried (the same budget for every method), the one chosen on the validation
+    split with its validation accuracy before and after, and whether a one-key grid chose its edge (a better
+    setting may lie beyond it)."""
+    lines = ["", "| method | settings tried | chosen | validation accuracy, before -> after |", "|---|---|---|---|"]
+    for method, spec in METHODS.items():
+        chosen = selection(results, method)
+        if chosen is None:
+            lines.append(f"| {spec['label']} | {len(spec['grid'])} | tuning not finished | |")
+            continue
+        run = load(results, f"tune/arithmetic/{method}/s{chosen}_seed{TUNING_SEED}.json")["training"]
+        setting = spec["grid"][chosen]
+        varied = {key for values in spec["grid"] for key in values if any(values.get(key) != other.get(key)
+                                                                           for other in spec["grid"])}
+        edge = ""
+        if len(varied) == 1:
+            key = varied.pop()
+            values = sorted(values[key] for values in spec["grid"])
+            if setting[key] in (values[0], values[-1]):
+                edge = f" (the grid's {'largest' if setting[key] == values[-1] else 'smallest'} {key})"
+        text = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+                         for key, value in setting.items())
+        lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {text}{edge} | {100 * run['validation_before']:.1f}% "
+                     f"-> {100 * run['validation_after']:.1f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -204,20 +232,34 @@ def papers_table(results: Path = STUDY) -> str:
 
 
 def recommendations(results: Path = STUDY) -> str:
-    """Which method to pick, each recommendation naming the rows it stands on."""
+    """Which method to pick, each recommendation naming the rows it stands on; marked provisional until every arm
+    has all its seeds."""
     found = _finished("arithmetic", results)
     if len(found) < 2:
         return "\n- not enough finished runs to recommend anything yet\n"
-    best = max(found, key=lambda item: item.mean)
-    kept = min(found, key=lambda item: item.mean_kl)
+    lines = [""]
+    runs = sum(len(item.runs) for item in arms(results, "arithmetic"))
+    planned = len(METHODS) * len(TASKS["arithmetic"]["seeds"])
+    if runs < planned:
+        lines.append(f"- *Provisional*: {runs} of the {planned} runs on 2-digit addition are in; each line below "
+                     "follows the rows as they stand.")
+    lines.append(f"- **Most accuracy for the CPU time**: {_ranking(found)} (2-digit addition rows).")
+    kept = sorted(found, key=lambda item: item.mean_kl)
+    lines.append(f"- **Keep the base model's behaviour elsewhere**: {kept[0].label} (KL to the start "
+                 f"{kept[0].mean_kl:.3f}; next {kept[1].label}, {kept[1].mean_kl:.3f}; 2-digit addition rows).")
     es = [item for item in found if item.method in ES_METHODS]
-    lines = ["", f"- **Most accuracy for the CPU time**: {best.label} (2-digit addition row: {_named(best)})."]
-    lines.append(f"- **Keep the base model's behaviour elsewhere**: {kept.label} (lowest KL to the start, "
-                 f"{kept.mean_kl:.3f}, 2-digit addition row).")
-    if es:
-        best_es = max(es, key=lambda item: item.mean)
-        lines.append(f"- **No room for a backward pass (ES only)**: {best_es.label} (2-digit addition row: "
-                     f"{_named(best_es)}).")
+    if len(es) >= 2:
+        lines.append(f"- **No room for a backward pass (ES only)**: {_ranking(es)} (2-digit addition rows).")
+    elif es:
+        lines.append(f"- **No room for a backward pass (ES only)**: {_named(es[0])}, the only ES arm in so far.")
+    rows = [row for row in memory(results) if row["variant"] == "default"]
+    if rows:
+        least = min(rows, key=lambda row: row["peak_rss_mib"])
+        lines.append(f"- **Least memory**: {least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS, memory "
+                     "probe rows).")
+    countdown = _finished("countdown", results)
+    if len(countdown) >= 2:
+        lines.append(f"- **A task that needs a warm start (Countdown)**: {_ranking(countdown)} (Countdown rows).")
     return "\n".join(lines) + "\n"
 
 
@@ -231,8 +273,6 @@ def setup(results: Path = STUDY) -> str:
 
 def status(results: Path = STUDY) -> str:
     """How much of the study is in."""
-    from bench.method_matrix.run import plan
-
     jobs = [job for job in plan(results) if job["kind"] != "rescore"]
     done = sum((results / job["path"]).is_file() for job in jobs)
     main = [job for job in jobs if job.get("phase") == "main"]

@@ -111,3 +111,14 @@ def test_the_plots_draw_every_run(study):
     written = plots.write_plots(study)
     assert [path.name for path in written] == ["accuracy.png", "accuracy_kl.png", "training_reward.png"]
     assert all(path.stat().st_size > 10_000 for path in written)
+
+
+def test_recommendations_name_their_rows_and_stay_provisional_until_every_seed_is_in(study):
+    text = page.recommendations(study)
+    assert "- *Provisional*: 6 of the 30 runs on 2-digit addition are in;" in text
+    assert "- **Most accuracy for the CPU time**: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of" in text
+    assert "- **Keep the base model's behaviour elsewhere**: ES on a LoRA (KL to the start 0.002; next GRPO on a " \
+           "LoRA, 0.020; 2-digit addition rows)." in text
+    assert "- **No room for a backward pass (ES only)**: full ES 30.0% (std 2.0), 3 of 5 seeds, not yet separated" \
+           in text  # ES on a LoRA has one seed
+    assert "Least memory" not in text and "Countdown" not in text  # neither has rows yet
