@@ -52,8 +52,11 @@ def grpo_quickstart() -> str:
     runs = "; ".join(f"seed {run['seed']}: {100 * run['accuracy'][budget]:.1f}%, a gain of {run['gain_points']:+.1f} "
                      f"points (95% interval [{run['gain_ci95'][0]:+.1f}, {run['gain_ci95'][1]:+.1f}]) in "
                      f"{run['wall_time_s'] / 60:.1f} minutes" for run in data["runs"])
-    return (f"base {100 * data['base']['accuracy'][budget]:.1f}% -> {runs}; n = {data['num_prompts']} fresh questions "
-            f"scored at {budget} new tokens, on {data['runs'][0]['threads']} cores of an {data['machine']['cpu']}")
+    largest = max(data["runs"][0]["gain_points_by_budget"], key=int)
+    at_largest = ", ".join(f"{run['gain_points_by_budget'][largest]:+.1f}" for run in data["runs"])
+    return (f"base {100 * data['base']['accuracy'][budget]:.1f}% -> {runs}; n = {data['num_prompts']:,} fresh "
+            f"questions scored at {budget} new tokens (a gain of {at_largest} points at {largest}), on "
+            f"{data['runs'][0]['threads']} cores of an {data['machine']['cpu']}")
 
 
 def speed_reference() -> str:

@@ -40,7 +40,7 @@ def task_table(task: str, results: Path = STUDY) -> str:
     """One task's table: every arm's held-out accuracy (mean, std, per-seed 95% intervals), its gain over the
     start, the steps made in the equal training time, the training process's peak memory, and the KL to the start
     on other tasks' prompts."""
-    lines = ["", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
+    lines = ["", "", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
              "per seed | steps in the time | peak RSS, training | KL to the start (conciseness / IFEval) | IFEval "
              f"prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---|---|---|---|---|---|---|---|---|"]
     first = start(results, task, TASKS[task]["seeds"][0])
@@ -66,7 +66,7 @@ def task_table(task: str, results: Path = STUDY) -> str:
         lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {_mean_text(found)} | {per_seed} | "
                      f"{gain_text} | {found.mean_of('steps'):.0f} | {found.mean_of('peak_rss_mib'):,.0f} MiB | "
                      f"{kl} | {100 * ifeval:.1f}% |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def budget_table(task: str, results: Path = STUDY) -> str:
@@ -74,10 +74,10 @@ def budget_table(task: str, results: Path = STUDY) -> str:
     within the scored budget: whether the scored budget cuts answers."""
     found = [item for item in _finished(task, results) if "ended_by_budget" in item.runs[0].heldout]
     if not found:
-        return "\nno run has been measured at growing budgets yet\n"
+        return "\n\nno run has been measured at growing budgets yet\n\n"
     budgets = sorted(found[0].runs[0].heldout["accuracy_by_budget"], key=int)
     scored = str(found[0].runs[0].heldout["scored_budget"])
-    lines = ["", "| method | " + " | ".join(f"{budget} tokens" for budget in budgets)
+    lines = ["", "", "| method | " + " | ".join(f"{budget} tokens" for budget in budgets)
              + f" | answers ended within {scored} |", "|---|" + "---|" * (len(budgets) + 1)]
     for item in found:
         runs = [run for run in item.runs if "ended_by_budget" in run.heldout]
@@ -85,7 +85,7 @@ def budget_table(task: str, results: Path = STUDY) -> str:
                  for b in budgets]
         ended = sum(run.heldout["ended_by_budget"][scored] for run in runs) / len(runs)
         lines.append(f"| {item.label} | " + " | ".join(cells) + f" | {100 * ended:.1f}% |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def memory_table(results: Path = STUDY) -> str:
@@ -93,19 +93,19 @@ def memory_table(results: Path = STUDY) -> str:
     it holds besides activations."""
     rows = memory(results)
     if not rows:
-        return "\nthe memory probes have not run yet (they run after the main runs)\n"
-    lines = ["", "| method | variant | peak RSS | copies of the weights held |", "|---|---|---|---|"]
+        return "\n\nthe memory probes have not run yet (they run after the main runs)\n\n"
+    lines = ["", "", "| method | variant | peak RSS | copies of the weights held |", "|---|---|---|---|"]
     for row in rows:
         copies = ", ".join(f"{name.replace('_', ' ')} {size:,.0f} MiB" for name, size in row["weights"].items())
         lines.append(f"| {row['label']} | {row['variant']} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def tuning_table(results: Path = STUDY) -> str:
     """Each method's tuning: the settings tried (the same budget for every method), the one chosen on the validation
     split with its validation accuracy before and after, and whether a one-key grid chose its edge (a better
     setting may lie beyond it)."""
-    lines = ["", "| method | settings tried | chosen | validation accuracy, before -> after |", "|---|---|---|---|"]
+    lines = ["", "", "| method | settings tried | chosen | validation accuracy, before -> after |", "|---|---|---|---|"]
     for method, spec in METHODS.items():
         chosen = selection(results, method)
         if chosen is None:
@@ -125,7 +125,7 @@ def tuning_table(results: Path = STUDY) -> str:
                          for key, value in setting.items())
         lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {text}{edge} | {100 * run['validation_before']:.1f}% "
                      f"-> {100 * run['validation_after']:.1f}% |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def _ranking(found: list[Arm]) -> str:
@@ -143,41 +143,39 @@ def _memory_sentence(results: Path) -> str:
     if rows:
         least = min(rows, key=lambda row: row["peak_rss_mib"])
         most = max(rows, key=lambda row: row["peak_rss_mib"])
-        return (f"least memory: {least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS in the memory probe), "
-                f"most: {most['label']} ({most['peak_rss_mib']:,.0f} MiB)")
+        return (f"{least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS in the memory probe); most: "
+                f"{most['label']} ({most['peak_rss_mib']:,.0f} MiB)")
     found = _finished("arithmetic", results)
     if not found:
-        return "least memory: not measured yet"
+        return "not measured yet"
     least = min(found, key=lambda item: item.mean_of("peak_rss_mib"))
     most = max(found, key=lambda item: item.mean_of("peak_rss_mib"))
-    return (f"least memory (peak RSS of the timed training process; the memory probes have not run yet): "
-            f"{least.label} ({least.mean_of('peak_rss_mib'):,.0f} MiB), most: {most.label} "
-            f"({most.mean_of('peak_rss_mib'):,.0f} MiB)")
+    return (f"{least.label} ({least.mean_of('peak_rss_mib'):,.0f} MiB peak RSS of the timed training process; the "
+            f"memory probes have not run yet); most: {most.label} ({most.mean_of('peak_rss_mib'):,.0f} MiB)")
 
 
 def answer(results: Path = STUDY) -> str:
-    """The paragraph answering, from the rows: which method learns most at equal CPU time, which keeps the base
-    best, which needs least memory, and whether full ES or ES on a LoRA is the better ES on a CPU."""
-    parts = []
+    """The answer, from the rows: which method learns most at equal CPU time, which keeps the base best, which needs
+    least memory, and whether full ES or ES on a LoRA is the better ES on a CPU (a list, one line per question)."""
+    lines = ["", ""]
     for task in TASKS:
         found = _finished(task, results)
-        if len(found) >= 2:
-            parts.append(f"on {TASK_NAMES[task]}, learns most: {_ranking(found)}")
-        else:
-            parts.append(f"on {TASK_NAMES[task]}: fewer than two methods have finished runs yet")
+        ranking = _ranking(found) if len(found) >= 2 else "fewer than two methods have finished runs yet"
+        lines.append(f"- **Learns most, {TASK_NAMES[task]}**: {ranking}.")
     found = _finished("arithmetic", results)
     if len(found) >= 2:
         kept = sorted(found, key=lambda item: item.mean_kl)
-        parts.append(f"keeps the base best (lowest KL to the start on other tasks' prompts, 2-digit addition): "
-                     f"{kept[0].label} ({kept[0].mean_kl:.3f}), then {kept[1].label} ({kept[1].mean_kl:.3f}); "
-                     f"moves it most: {kept[-1].label} ({kept[-1].mean_kl:.3f})")
-    parts.append(_memory_sentence(results))
+        most = f"; moves it most: {kept[-1].label} ({kept[-1].mean_kl:.3f})" if len(kept) > 2 else ""
+        lines.append(f"- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): "
+                     f"{kept[0].label} ({kept[0].mean_kl:.3f}), then {kept[1].label} ({kept[1].mean_kl:.3f}){most}.")
+    lines.append(f"- **Least memory**: {_memory_sentence(results)}.")
     full, lora = arm(results, "arithmetic", "full_es"), arm(results, "arithmetic", "es_lora")
     if full.runs and lora.runs:
-        better = max((full, lora), key=lambda item: item.mean)
-        parts.append(f"the better ES on a CPU on 2-digit addition: {better.label} ({_named(full)}; "
-                     f"{_named(lora)}; KL {full.mean_kl:.3f} vs {lora.mean_kl:.3f})")
-    return "; ".join(parts)
+        lines.append(f"- **Full ES or ES on a LoRA, on a CPU** (2-digit addition): {_ranking([full, lora])}; KL to the "
+                     f"start {full.mean_kl:.3f} (full ES) and {lora.mean_kl:.3f} (ES on a LoRA).")
+    else:
+        lines.append("- **Full ES or ES on a LoRA, on a CPU**: both need finished runs on 2-digit addition first.")
+    return "\n".join(lines) + "\n\n"
 
 
 def _verdict(ours: Arm, theirs: Arm) -> str:
@@ -191,7 +189,7 @@ def _verdict(ours: Arm, theirs: Arm) -> str:
 def papers_table(results: Path = STUDY) -> str:
     """'Where the papers' claims held', each row from the matrix's rows (best ES arm against best GRPO arm, and
     so on); a claim whose rows have not run says so."""
-    lines = ["", "| claim (paper) | rows compared | here |", "|---|---|---|"]
+    lines = ["", "", "| claim (paper) | rows compared | here |", "|---|---|---|"]
     for task in TASKS:
         found = {item.method: item for item in _finished(task, results)}
         es = [found[m] for m in ES_METHODS if m in found]
@@ -228,7 +226,7 @@ def papers_table(results: Path = STUDY) -> str:
                      f"GRPO full-parameter {grpo['peak_rss_mib']:,.0f} MiB (memory probes) | {held} |")
     if len(lines) == 3:
         lines.append("| every claim | not enough finished runs yet | |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def recommendations(results: Path = STUDY) -> str:
@@ -236,8 +234,8 @@ def recommendations(results: Path = STUDY) -> str:
     has all its seeds."""
     found = _finished("arithmetic", results)
     if len(found) < 2:
-        return "\n- not enough finished runs to recommend anything yet\n"
-    lines = [""]
+        return "\n\n- not enough finished runs to recommend anything yet\n\n"
+    lines = ["", ""]
     runs = sum(len(item.runs) for item in arms(results, "arithmetic"))
     planned = len(METHODS) * len(TASKS["arithmetic"]["seeds"])
     if runs < planned:
@@ -260,7 +258,7 @@ def recommendations(results: Path = STUDY) -> str:
     countdown = _finished("countdown", results)
     if len(countdown) >= 2:
         lines.append(f"- **A task that needs a warm start (Countdown)**: {_ranking(countdown)} (Countdown rows).")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def setup(results: Path = STUDY) -> str:
@@ -286,7 +284,7 @@ def status(results: Path = STUDY) -> str:
 
 def readme_table(results: Path = STUDY) -> str:
     """The README's compact table: every arm's mean held-out accuracy per task and its KL to the start."""
-    lines = ["", "| method | " + " | ".join(TASK_NAMES[task].split(" (")[0] for task in TASKS)
+    lines = ["", "", "| method | " + " | ".join(TASK_NAMES[task].split(" (")[0] for task in TASKS)
              + " | KL to the start |", "|---|" + "---|" * (len(TASKS) + 1)]
     for method in METHODS:
         cells, kl = [], ""
@@ -296,4 +294,4 @@ def readme_table(results: Path = STUDY) -> str:
             if task == "arithmetic" and found.runs:
                 kl = f"{found.mean_kl:.3f}"
         lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"

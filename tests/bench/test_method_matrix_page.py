@@ -74,13 +74,16 @@ def test_the_task_table_quotes_every_arm_from_its_files(study):
 
 def test_the_answer_names_its_rows_and_seeds(study):
     text = page.answer(study)
-    assert ("on 2-digit addition, learns most: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of full ES 30.0% "
-            "(std 2.0), 3 of 5 seeds") in text
-    assert "keeps the base best (lowest KL to the start on other tasks' prompts, 2-digit addition): ES on a LoRA " \
-           "(0.002), then GRPO on a LoRA (0.020); moves it most: full ES (0.080)" in text
-    assert "memory probes have not run yet): ES on a LoRA (2,500 MiB), most: GRPO on a LoRA (16,000 MiB)" in text
-    assert "the better ES on a CPU on 2-digit addition: full ES (full ES 30.0% (std 2.0), 3 of 5 seeds; " in text
-    assert "on Countdown (3 numbers, from the SFT warm start): fewer than two methods have finished runs yet" in text
+    assert ("- **Learns most, 2-digit addition**: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of full ES 30.0% "
+            "(std 2.0), 3 of 5 seeds.") in text
+    assert ("- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): ES on a "
+            "LoRA (0.002), then GRPO on a LoRA (0.020); moves it most: full ES (0.080).") in text
+    assert ("- **Least memory**: ES on a LoRA (2,500 MiB peak RSS of the timed training process; the memory probes "
+            "have not run yet); most: GRPO on a LoRA (16,000 MiB).") in text
+    assert ("- **Full ES or ES on a LoRA, on a CPU** (2-digit addition): full ES 30.0% (std 2.0), 3 of 5 seeds, not "
+            "yet separated (one seed, or a gap within the seed spread) from ES on a LoRA 23.0%, 1 of 5 seeds; KL to "
+            "the start 0.080 (full ES) and 0.002 (ES on a LoRA).") in text
+    assert "- **Learns most, Countdown (3 numbers, from the SFT warm start)**: fewer than two methods" in text
 
 
 def test_an_arm_whose_seeds_overlap_is_not_called_ahead(study):
