@@ -282,7 +282,7 @@ def reliability_lines() -> list[str]:
 
 def gpu_check_lines() -> list[str]:
     """The GPU check's reports (bench/gpu_check/): the table the docs quote, and each device call's command."""
-    from .claims import GPU_CHECK_FILES, gpu_check_table
+    from .claims.hardware import GPU_CHECK_FILES, gpu_check_table
 
     present = [name for name in GPU_CHECK_FILES if (RESULTS / name).exists()]
     if not present:

@@ -10,7 +10,7 @@
   the same edges as a table), read from the source with `ast`.
 - `<!-- evotune-cli -->` becomes the `--help` of `evotune` and of each of its commands, from the parsers
   themselves (a section per command).
-- `<!-- claim:NAME -->...<!-- /claim -->` spans are rendered anew from `bench/results/` (`bench/claims.py`).
+- `<!-- claim:NAME -->...<!-- /claim -->` spans are rendered anew from `bench/results/` (`bench/claims/`).
 - `<!-- bench-results -->` becomes `bench/results/README.md`, the tables `python -m bench.report` writes
   from the result JSON files (headings moved one level down).
 - Every plot under `bench/results/` is served at `benchmarks/plots/<its path under bench/results>`, so a page in
@@ -227,12 +227,11 @@ def bench_results() -> str:
 
 
 def quoted_claims(markdown: str) -> str:
-    """Each `<!-- claim:NAME -->...<!-- /claim -->` span rendered from bench/results (bench/claims.py)."""
-    import importlib.util
+    """Each `<!-- claim:NAME -->...<!-- /claim -->` span rendered from bench/results (bench/claims/)."""
+    if str(ROOT) not in sys.path:  # bench/ is the repository's own package, not an installed one
+        sys.path.insert(0, str(ROOT))
+    from bench import claims
 
-    spec = importlib.util.spec_from_file_location("claims", ROOT / "bench" / "claims.py")
-    claims = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(claims)
     return claims.substitute(markdown)
 
 

@@ -1,4 +1,4 @@
-"""Every measured number quoted in README.md and docs/ equals what its result file says (bench/claims.py)."""
+"""Every measured number quoted in README.md and docs/ equals what its result file says (bench/claims/)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def page_texts() -> dict[str, str]:
 def test_no_result_number_sits_outside_a_claim():
     found = [f"{page}:{line}: {number!r} in '{around}'" for page, text in page_texts().items()
              for line, number, around in claims.unclaimed_numbers(text, page)]
-    assert not found, ("a result number outside a claim (make it a claim in bench/claims.py, or, if it is a "
+    assert not found, ("a result number outside a claim (make it a claim in bench/claims/, or, if it is a "
                        "setting, a paper's figure or a size, add its context to NOT_RESULTS with why):\n"
                        + "\n".join(found))
 

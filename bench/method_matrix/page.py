@@ -1,11 +1,13 @@
 """The method matrix's quoted text: the tables, the answer paragraph, the papers' claims and the recommendations
-that "Which method?" and the README quote, each rendered from bench/results/method_matrix/ alone (bench/claims.py
+that "Which method?" and the README quote, each rendered from bench/results/method_matrix/ alone (bench/claims/
 registers them as claims, so the pages cannot outlive the result files). Every sentence that compares methods
 names its rows and how many of the planned seeds are in; an arm without a finished run says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS, TUNING_SEED, TUNING_SETTINGS
@@ -295,3 +297,14 @@ def readme_table(results: Path = STUDY) -> str:
                 kl = f"{found.mean_kl:.3f}"
         lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")
     return "\n".join(lines) + "\n\n"
+
+
+CLAIMS: dict[str, Callable[[], str]] = {
+    "matrix-status": status, "matrix-setup": setup, "matrix-tuning-table": tuning_table,
+    "matrix-arithmetic-table": partial(task_table, "arithmetic"),
+    "matrix-countdown-table": partial(task_table, "countdown"),
+    "matrix-budget-arithmetic": partial(budget_table, "arithmetic"),
+    "matrix-budget-countdown": partial(budget_table, "countdown"), "matrix-memory-table": memory_table,
+    "matrix-answer": answer, "matrix-papers-table": papers_table, "matrix-recommendations": recommendations,
+    "matrix-readme-table": readme_table,
+}

