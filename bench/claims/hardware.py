@@ -26,7 +26,6 @@ def gpu_h200_grpo() -> str:
 # one is not measured again in the next (`carried_from`).
 GPU_CHECK_FILES = ("gpu_check/gpu_check_h200.json", "gpu_check/gpu_check_h200_compiled.json")
 
-
 GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
                   "full_own_loop": "full ES, one at a time, transformers' own loop",
                   "full_batched": "full ES, population-batched (`population_batch_size: auto`)",

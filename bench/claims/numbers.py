@@ -8,13 +8,11 @@ from pathlib import Path
 
 from bench.claims._common import ROOT, SPAN
 
-# --- numbers outside claims ----------------------------------------------------------------------------------------
 # A number with a unit of results (%, x, points, s, minutes, MiB, ...) in README.md or a top-level docs page must sit
 # in a claim, or be covered by one of these contexts, which say why it is not one of our results: a setting or
 # default, a budget the reader chooses, a size computed from the model, a paper's figure, a statistic of the set's
 # size. Each context is matched in the number's sentence neighbourhood.
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
-
 
 RESULT_NUMBER = re.compile(rf"(?<![\w.\-/])[-+~]?{_NUMBER}(?:\s?[-–]\s?{_NUMBER})?(?:\s?(?:%|points?\b|x\b|×|s\b|"
                            r"seconds\b|minutes\b|MiB\b|GiB\b|MB\b|GB\b|tokens/s\b|it/s\b|ms\b))")
@@ -22,7 +20,6 @@ RESULT_NUMBER = re.compile(rf"(?<![\w.\-/])[-+~]?{_NUMBER}(?:\s?[-–]\s?{_NUMBE
 
 _HIDDEN = (SPAN, re.compile(r"```.*?```", re.S), re.compile(r"<!--.*?-->", re.S), re.compile(r"`[^`\n]*`"),
            re.compile(r"\]\([^)]*\)|https?://\S+"))
-
 
 NOT_RESULTS = {
     "95% interval": "a confidence level", "pooled 95%": "a confidence level", "bootstrap 95%": "a confidence level",
