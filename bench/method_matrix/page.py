@@ -43,8 +43,8 @@ def task_table(task: str, results: Path = STUDY) -> str:
     start, the steps made in the equal training time, the training process's peak memory, and the KL to the start
     on other tasks' prompts."""
     lines = ["", "", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
-             "per seed | steps in the time | peak RSS, training | KL to the start (conciseness / IFEval) | IFEval "
-             f"prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---|---|---|---|---|---|---|---|---|"]
+             "per seed | steps in the time | peak RSS (ESSA: its SFT's if higher) | KL to the start (conciseness / "
+             f"IFEval) | IFEval prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---" * 9 + "|"]
     first = start(results, task, TASKS[task]["seeds"][0])
     if first is not None and not TASKS[task]["warm_start"]:
         measured = first["scored_budget"] == SCORED_BUDGET
@@ -66,7 +66,7 @@ def task_table(task: str, results: Path = STUDY) -> str:
                         for name in ("conciseness", "ifeval"))
         ifeval = sum(run.heldout["retention"][IFEVAL_STRICT] for run in found.runs) / len(found.runs)
         lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {_mean_text(found)} | {per_seed} | "
-                     f"{gain_text} | {found.mean_of('steps'):.0f} | {found.mean_of('peak_rss_mib'):,.0f} MiB | "
+                     f"{gain_text} | {found.mean_of('steps'):.0f} | {found.peak_rss_mib:,.0f} MiB | "
                      f"{kl} | {100 * ifeval:.1f}% |")
     return "\n".join(lines) + "\n\n"
 
@@ -99,6 +99,8 @@ def memory_table(results: Path = STUDY) -> str:
     lines = ["", "", "| method | variant | peak RSS | copies of the weights held |", "|---|---|---|---|"]
     for row in rows:
         copies = ", ".join(f"{name.replace('_', ' ')} {size:,.0f} MiB" for name, size in row["weights"].items())
+        if row["sft_peak_rss_mib"]:
+            copies += f" (its SFT first: {row['sft_peak_rss_mib']:,.0f} MiB peak RSS)"
         lines.append(f"| {row['label']} | {row['variant']} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
     return "\n".join(lines) + "\n\n"
 
@@ -150,10 +152,10 @@ def _memory_sentence(results: Path) -> str:
     found = _finished("arithmetic", results)
     if not found:
         return "not measured yet"
-    least = min(found, key=lambda item: item.mean_of("peak_rss_mib"))
-    most = max(found, key=lambda item: item.mean_of("peak_rss_mib"))
-    return (f"{least.label} ({least.mean_of('peak_rss_mib'):,.0f} MiB peak RSS of the timed training process; the "
-            f"memory probes have not run yet); most: {most.label} ({most.mean_of('peak_rss_mib'):,.0f} MiB)")
+    least = min(found, key=lambda item: item.peak_rss_mib)
+    most = max(found, key=lambda item: item.peak_rss_mib)
+    return (f"{least.label} ({least.peak_rss_mib:,.0f} MiB peak RSS of the timed runs; the memory probes have not run "
+            f"yet); most: {most.label} ({most.peak_rss_mib:,.0f} MiB)")
 
 
 def answer(results: Path = STUDY) -> str:

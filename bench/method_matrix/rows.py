@@ -67,6 +67,12 @@ class Run:
     seed: int
     data: dict[str, Any]
     heldout: dict[str, Any]
+    sft_peak_rss_mib: float | None = None  # the SFT a run is charged for (ESSA on a task without a warm start)
+
+    @property
+    def peak_rss_mib(self) -> float:
+        """Peak resident memory of the run's training process, or of its charged SFT's where that was higher."""
+        return max(self.data["training"]["peak_rss_mib"], self.sft_peak_rss_mib or 0.0)
 
     @property
     def accuracy(self) -> float:
@@ -118,6 +124,10 @@ class Arm:
     def mean_kl(self) -> float:
         return statistics.mean(run.mean_kl for run in self.runs)
 
+    @property
+    def peak_rss_mib(self) -> float:
+        return statistics.mean(run.peak_rss_mib for run in self.runs)
+
     def mean_of(self, key: str) -> float:
         """The mean over seeds of a training record's number (steps, peak_rss_mib, training_seconds)."""
         return statistics.mean(run.data["training"][key] for run in self.runs)
@@ -131,7 +141,10 @@ def arm(results: Path, task: str, method: str) -> Arm:
         path = f"main/{task}/{method}/seed{seed}.json"
         record = heldout(results, path)
         if record is not None and record["scored_budget"] == SCORED_BUDGET:
-            found.runs.append(Run(seed, load(results, path), record))
+            data = load(results, path)
+            sft = load(results, f"warm_start/{task}/sft_seed{seed}.json") if data["training"].get(
+                "sft_seconds_charged") else None
+            found.runs.append(Run(seed, data, record, sft["training"]["peak_rss_mib"] if sft else None))
     return found
 
 
@@ -157,16 +170,20 @@ def gain(results: Path, run: Run, task: str) -> tuple[float, float, float] | Non
 
 
 def memory(results: Path) -> list[dict[str, Any]]:
-    """The memory probes that ran: method, label, variant, peak RSS (MiB) and the weight copies named."""
-    from bench.method_matrix.arms import MEMORY_PROBES
+    """The memory probes that ran: method, label, variant, peak RSS (MiB; ESSA's includes its SFT's, which it needs
+    first) and the weight copies named."""
+    from bench.method_matrix.arms import MEMORY_PROBES, TUNING_SEED
 
     rows = []
     for method, variant in MEMORY_PROBES:
         data = load(results, f"memory/{method}_{variant}.json")
         if data is not None:
             probe = data["memory"]
+            sft = load(results, f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json") if method == "essa" else None
+            sft_peak = sft["training"]["peak_rss_mib"] if sft else None
             rows.append({"method": method, "label": METHODS[method]["label"], "variant": variant,
-                         "peak_rss_mib": probe["peak_rss_mib"], "weights": probe["weights"]})
+                         "peak_rss_mib": max(probe["peak_rss_mib"], sft_peak or 0.0), "sft_peak_rss_mib": sft_peak,
+                         "weights": probe["weights"]})
     return rows
 
 

@@ -78,8 +78,8 @@ def test_the_answer_names_its_rows_and_seeds(study):
             "(std 2.0), 3 of 5 seeds.") in text
     assert ("- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): ES on a "
             "LoRA (0.002), then GRPO on a LoRA (0.020); moves it most: full ES (0.080).") in text
-    assert ("- **Least memory**: ES on a LoRA (2,500 MiB peak RSS of the timed training process; the memory probes "
-            "have not run yet); most: GRPO on a LoRA (16,000 MiB).") in text
+    assert ("- **Least memory**: ES on a LoRA (2,500 MiB peak RSS of the timed runs; the memory probes have not run "
+            "yet); most: GRPO on a LoRA (16,000 MiB).") in text
     assert ("- **Full ES or ES on a LoRA, on a CPU** (2-digit addition): full ES 30.0% (std 2.0), 3 of 5 seeds, not "
             "yet separated (one seed, or a gap within the seed spread) from ES on a LoRA 23.0%, 1 of 5 seeds; KL to "
             "the start 0.080 (full ES) and 0.002 (ES on a LoRA).") in text
@@ -125,3 +125,18 @@ def test_recommendations_name_their_rows_and_stay_provisional_until_every_seed_i
     assert "- **No room for a backward pass (ES only)**: full ES 30.0% (std 2.0), 3 of 5 seeds, not yet separated" \
            in text  # ES on a LoRA has one seed
     assert "Least memory" not in text and "Countdown" not in text  # neither has rows yet
+
+
+def test_essas_memory_counts_the_sft_it_is_charged_for(study):
+    """ESSA on 2-digit addition runs after an SFT whose time it is charged; its peak memory is the SFT's where
+    that was higher than the CMA-ES run's."""
+    write_run(study, "arithmetic", "essa", 0, 100, kl=0.02, peak=1300.0)
+    path = study / "main" / "arithmetic" / "essa" / "seed0.json"
+    data = json.loads(path.read_text())
+    data["training"]["sft_seconds_charged"] = 110.0
+    path.write_text(json.dumps(data))
+    sft = study / "warm_start" / "arithmetic" / "sft_seed0.json"
+    sft.parent.mkdir(parents=True)
+    sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0}}))
+    assert "| 10 | 2,600 MiB |" in page.task_table("arithmetic", study).split("| ESSA |")[1]
+    assert "Least memory**: ES on a LoRA (2,500 MiB" in page.answer(study)  # not ESSA at 1,300: its SFT took 2,600
