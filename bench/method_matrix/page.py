@@ -105,6 +105,12 @@ def memory_table(results: Path = STUDY) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def setting_text(method: str, setting: int) -> str:
+    """A tuning setting's keys as text, e.g. `sigma 0.002, learning_rate 0.008`."""
+    return ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+                     for key, value in METHODS[method]["grid"][setting].items())
+
+
 def tuning_table(results: Path = STUDY) -> str:
     """Each method's tuning: the settings tried (the same budget for every method), the one chosen on the validation
     split with its validation accuracy before and after, and whether a one-key grid chose its edge (a better
@@ -125,10 +131,8 @@ def tuning_table(results: Path = STUDY) -> str:
             values = sorted(values[key] for values in spec["grid"])
             if setting[key] in (values[0], values[-1]):
                 edge = f" (the grid's {'largest' if setting[key] == values[-1] else 'smallest'} {key})"
-        text = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
-                         for key, value in setting.items())
-        lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {text}{edge} | {100 * run['validation_before']:.1f}% "
-                     f"-> {100 * run['validation_after']:.1f}% |")
+        lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {setting_text(method, chosen)}{edge} | "
+                     f"{100 * run['validation_before']:.1f}% -> {100 * run['validation_after']:.1f}% |")
     return "\n".join(lines) + "\n\n"
 
 
@@ -142,8 +146,13 @@ def _ranking(found: list[Arm]) -> str:
     return f"{_named(best)}, {relation} {_named(second)}"
 
 
+def _default_probes(results: Path) -> list[dict]:
+    """The memory probes of each method as a user runs it (the `default` variant)."""
+    return [row for row in memory(results) if row["variant"] == "default"]
+
+
 def _memory_sentence(results: Path) -> str:
-    rows = [row for row in memory(results) if row["variant"] == "default"]
+    rows = _default_probes(results)
     if rows:
         least = min(rows, key=lambda row: row["peak_rss_mib"])
         most = max(rows, key=lambda row: row["peak_rss_mib"])
@@ -254,7 +263,7 @@ def recommendations(results: Path = STUDY) -> str:
         lines.append(f"- **No room for a backward pass (ES only)**: {_ranking(es)} (2-digit addition rows).")
     elif es:
         lines.append(f"- **No room for a backward pass (ES only)**: {_named(es[0])}, the only ES arm in so far.")
-    rows = [row for row in memory(results) if row["variant"] == "default"]
+    rows = _default_probes(results)
     if rows:
         least = min(rows, key=lambda row: row["peak_rss_mib"])
         lines.append(f"- **Least memory**: {least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS, memory "

@@ -17,15 +17,10 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import SCORED_BUDGET
-from bench.method_matrix.page import budget_table, task_table
+from bench.method_matrix.page import budget_table, setting_text, task_table
 from bench.method_matrix.plots import write_plots
 from bench.method_matrix.rows import STUDY, heldout, load
 from bench.method_matrix.run import plan, selection
-
-
-def setting_text(method: str, setting: int) -> str:
-    return ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
-                     for key, value in METHODS[method]["grid"][setting].items())
 
 
 def tuning_table(results: Path) -> list[str]:
