@@ -190,3 +190,41 @@ def test_max_training_seconds_stops_at_the_step_boundary_nearest_the_budget():
     assert out_of_time(540.0, 600.0, 180.0) and not out_of_time(450.0, 600.0, 180.0)
     assert not out_of_time(599.0, 600.0, 1.0)  # short steps (GRPO) run to the budget
     assert not out_of_time(0.0, 600.0, 1000.0)  # the first step is always taken
+
+
+@pytest.mark.parametrize("records, panels", [
+    # ES with evaluations and two retention tasks, each with its KL on a right-hand scale
+    ([{"iteration": i, "reward_mean": -17.5 + i, "reward_max": -2.5 + i, "eval/accuracy": 0.2 + i / 100,
+      "eval/length": 120.5 - i, "retain/ifeval/accuracy": 0.5 - i / 1000, "retain/ifeval/kl": 3e-4 * i,
+      "retain/countdown/reward": 0.1 + i / 1e4, "retain/countdown/kl": 1e-5 * i} for i in range(0, 41, 4)], 5),
+    # a GRPO run: one panel, with long tick labels
+    ([{"iteration": i, "reward_mean": -0.00175 + 3e-5 * i} for i in range(9)], 1),
+    # a retention task without KL last, after a metric with long labels
+    ([{"iteration": i, "reward_mean": 1e6 * i, "eval/reward": 123456.789 * i, "retain/ifeval/accuracy": 0.5}
+      for i in range(3)], 3),
+], ids=["es-retention", "grpo", "no-kl"])
+def test_curves_keep_every_label_on_the_figure_and_panels_apart(records, panels):
+    """The margins are set from the tick labels' lengths, not by tight_layout: nothing drawn may leave the figure,
+    and no panel's labels (its KL scale's included) may reach into the next panel."""
+    import matplotlib.pyplot as plt
+
+    from evotune.tracking.tracker import curves_figure
+
+    figure = curves_figure(records, title="ES: HuggingFaceTB/SmolLM2-135M-Instruct on arithmetic")
+    try:
+        renderer = figure.canvas.get_renderer()
+        figure.draw(renderer)
+        width, height = figure.bbox.width, figure.bbox.height
+        places: dict[tuple, list] = {}  # a panel's place: its axis and the KL scale's twin axis, if any
+        for axis in figure.axes:
+            places.setdefault(axis.get_position().bounds, []).append(axis.get_tightbbox(renderer))
+        assert len(places) == panels
+        extents = []
+        for _, boxes in sorted(places.items()):
+            extents.append((min(box.x0 for box in boxes), max(box.x1 for box in boxes)))
+            for box in boxes:
+                assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, (box, width, height)
+        for (_, right), (left, _) in zip(extents, extents[1:]):
+            assert right < left, extents
+    finally:
+        plt.close(figure)
