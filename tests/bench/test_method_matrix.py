@@ -122,6 +122,10 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
         assert result["machine"]["threads"] == 1
     countdown = json.loads((results / "main/countdown/es_lora/seed0.json").read_text())
     assert countdown["training"]["keys"]["adapter"].endswith("sft_seed0/adapter")  # from the warm start
+    # the warm start's own held-out score sits where a main run's does: the start of each countdown run's gain
+    start = json.loads((results / "warm_start/countdown/sft_seed0.json").read_text())
+    assert start["heldout"]["n"] == 16 and start["heldout"]["scored_budget"] == max(measure.BUDGETS)
+    assert start["training"]["steps"] > 0 and "heldout" not in start["training"]
     assert countdown["heldout"]["n"] == 16 and set(countdown["heldout"]["accuracy_by_budget"]) == {"32", "48", "64"}
     assert any(key.endswith("/kl") for key in countdown["heldout"]["retention"])
     essa = json.loads((results / "main/arithmetic/essa/seed0.json").read_text())
