@@ -68,7 +68,9 @@ def write_config(run: Path, keys: dict[str, Any]) -> Path:
 
 
 def warm_start(job: dict, runs: Path) -> dict[str, Any]:
-    """SFT on the task's own solutions (a LoRA), and that adapter merged into a full model."""
+    """SFT on the task's own solutions (a LoRA), and that adapter merged into a full model. On a warm-start task
+    the merged model is every method's start, so its held-out record is kept beside the training's, where the
+    pages read a start's (a main run's "heldout")."""
     run = runs / job["task"] / f"sft_seed{job['seed']}"
     config = write_config(run, sft_keys(job["task"], job["seed"]))
     cost = run_command(["sft", str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
@@ -76,12 +78,13 @@ def warm_start(job: dict, runs: Path) -> dict[str, Any]:
     run_command(["export", str(run / "adapter"), "--merge", "--dtype", "float32", "--output-dir", str(merged)],
                 run.parent / f"{run.name}_merge.log")
     steps = [r for r in records(run) if "loss" in r]
-    result = {"training_seconds": round(sum(r["time_s"] for r in steps), 1), "steps": len(steps), **cost}
+    payload = {"training": {"training_seconds": round(sum(r["time_s"] for r in steps), 1), "steps": len(steps),
+                            **cost}}
     if TASKS[job["task"]]["warm_start"]:
         from .measure import measure
 
-        result["heldout"] = measure(str(merged), job["task"], str(merged), job["seed"])
-    return result
+        payload["heldout"] = measure(str(merged), job["task"], str(merged), job["seed"])
+    return payload
 
 
 def base(job: dict) -> dict[str, Any]:
@@ -199,7 +202,7 @@ def main() -> None:
     job = args.job
     started = time.perf_counter()
     if job["kind"] == "sft":
-        payload = {"training": warm_start(job, args.runs)}
+        payload = warm_start(job, args.runs)
     elif job["kind"] == "base":
         payload = base(job)
     elif job["kind"] == "rescore":

@@ -6,13 +6,14 @@ names its rows and how many of the planned seeds are in; an arm without a finish
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, gain, load, machine, memory, start
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, gain, load, machine, memory, start, wilson
 from bench.method_matrix.run import plan, selection
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
@@ -45,14 +46,7 @@ def task_table(task: str, results: Path = STUDY) -> str:
     lines = ["", "", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
              "per seed | steps in the time | peak RSS (ESSA: its SFT's if higher) | KL to the start (conciseness / "
              f"IFEval) | IFEval prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---" * 9 + "|"]
-    first = start(results, task, TASKS[task]["seeds"][0])
-    if first is not None and not TASKS[task]["warm_start"]:
-        measured = first["scored_budget"] == SCORED_BUDGET
-        ifeval = first.get("retention", {}).get(IFEVAL_STRICT)
-        lines.append("| base model (the start) | | "
-                     + (f"{100 * first['accuracy']:.1f}% | n = {first['n']}" if measured else
-                        f"not yet measured at {SCORED_BUDGET} tokens |") + " | | | | 0 | "
-                     + (f"{100 * ifeval:.1f}% |" if ifeval is not None else " |"))
+    lines += _start_rows(task, results)
     for found in arms(results, task):
         if not found.runs:
             lines.append(f"| {found.label} | 0 of {found.planned} | not run yet | | | | | | |")
@@ -69,6 +63,33 @@ def task_table(task: str, results: Path = STUDY) -> str:
                      f"{gain_text} | {found.mean_of('steps'):.0f} | {found.peak_rss_mib:,.0f} MiB | "
                      f"{kl} | {100 * ifeval:.1f}% |")
     return "\n".join(lines) + "\n\n"
+
+
+def _start_rows(task: str, results: Path) -> list[str]:
+    """The task table's row of the model its runs start from: the base model, or on a warm-start task each seed's
+    SFT model (its accuracy per seed, as a method's)."""
+    seeds = TASKS[task]["seeds"]
+    if not TASKS[task]["warm_start"]:
+        first = start(results, task, seeds[0])
+        if first is None:
+            return []
+        measured = first["scored_budget"] == SCORED_BUDGET
+        ifeval = first.get("retention", {}).get(IFEVAL_STRICT)
+        return ["| base model (the start) | | "
+                + (f"{100 * first['accuracy']:.1f}% | n = {first['n']}" if measured else
+                   f"not yet measured at {SCORED_BUDGET} tokens |") + " | | | | 0 | "
+                + (f"{100 * ifeval:.1f}% |" if ifeval is not None else " |")]
+    found = [(seed, record) for seed in seeds if (record := start(results, task, seed)) is not None
+             and record["scored_budget"] == SCORED_BUDGET]
+    if not found:
+        return [f"| SFT warm start (the start) | 0 of {len(seeds)} | not run yet | | | | | 0 | |"]
+    accuracies = [100 * record["accuracy"] for _, record in found]
+    spread = f" (std {statistics.stdev(accuracies):.1f})" if len(found) > 1 else ""
+    per_seed = "; ".join(f"{seed}: {100 * record['accuracy']:.1f}% [{low:.1f}, {high:.1f}]" for seed, record in found
+                         for low, high in [wilson(record["correct"].count("1"), record["n"])])
+    ifeval = [record["retention"][IFEVAL_STRICT] for _, record in found if IFEVAL_STRICT in record.get("retention", {})]
+    return [f"| SFT warm start (the start) | {len(found)} of {len(seeds)} | {statistics.mean(accuracies):.1f}%{spread} "
+            f"| {per_seed} | | | | 0 | " + (f"{100 * statistics.mean(ifeval):.1f}% |" if ifeval else " |")]
 
 
 def budget_table(task: str, results: Path = STUDY) -> str:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.method_matrix import arms, measure, run
+from bench.method_matrix import arms, measure, page, rows, run
 
 
 def test_every_arm_is_a_valid_config_of_its_command():
@@ -127,6 +127,13 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     assert countdown["heldout"]["scored_budget"] == max(measure.BUDGETS)
     ended = [countdown["heldout"]["ended_by_budget"][str(budget)] for budget in measure.BUDGETS]
     assert ended == sorted(ended) and all(0.0 <= share <= 1.0 for share in ended)
+    # the warm start's own held-out score sits where a main run's does: the start of each countdown run's gain
+    start = json.loads((results / "warm_start/countdown/sft_seed0.json").read_text())
+    assert start["heldout"]["n"] == 16 and start["heldout"]["scored_budget"] == max(measure.BUDGETS)
+    assert start["training"]["steps"] > 0 and "heldout" not in start["training"]
+    assert all(rows.gain(results, found, "countdown") is not None
+               for arm in rows.arms(results, "countdown") for found in arm.runs)
+    assert "SFT warm start (the start)" in page.task_table("countdown", results)
     assert any(key.endswith("/kl") for key in countdown["heldout"]["retention"])
     essa = json.loads((results / "main/arithmetic/essa/seed0.json").read_text())
     sft = json.loads((results / "warm_start/arithmetic/sft_seed0.json").read_text())

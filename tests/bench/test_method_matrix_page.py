@@ -140,3 +140,23 @@ def test_essas_memory_counts_the_sft_it_is_charged_for(study):
     sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0}}))
     assert "| 10 | 2,600 MiB |" in page.task_table("arithmetic", study).split("| ESSA |")[1]
     assert "Least memory**: ES on a LoRA (2,500 MiB" in page.answer(study)  # not ESSA at 1,300: its SFT took 2,600
+
+
+def test_a_warm_start_task_shows_its_sft_start_and_measures_gains_from_it(study):
+    """Countdown's runs start from each seed's SFT model: the table's start row is that model's accuracy per seed,
+    and a run's gain is over its own seed's SFT on the same questions, not over the base model."""
+    for seed, hits in [(0, 80), (1, 90)]:  # as job.py writes a warm start: its held-out record at the top
+        path = study / "warm_start" / "countdown" / f"sft_seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"training": {"steps": 38, "peak_rss_mib": 2000.0},
+                                    "heldout": {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": hits / N,
+                                                "correct": correct_string(hits),
+                                                "retention": {"retain/ifeval/prompt_strict": 0.25}}}))
+    write_run(study, "countdown", "full_es", 1, 100, kl=0.02)
+    table = page.task_table("countdown", study)
+    assert "| SFT warm start (the start) | 2 of 3 | 42.5% (std 3.5) | 0: 40.0% [33.5, 46.9]; 1: 45.0% [38.3, 51.9]" \
+        in table and "base model" not in table
+    # seed 1: 100 right against its SFT's 90 (the first 90 of the same questions): +5.0 points
+    assert "| full ES | 1 of 3 | 50.0% |" in table and "1: +5.0 [" in table
+    assert [row for row in table.splitlines() if row.startswith("| ES on a LoRA")] == [
+        "| ES on a LoRA | 0 of 3 | not run yet | | | | | | |"]
