@@ -77,10 +77,13 @@ def speed_drift(results: Path) -> str | None:
 
 def budget_check(results: Path, task: str) -> list[str]:
     """Each finished run's held-out accuracy at every budget measured, the share of its answers ended within the
-    largest, and the base model's. A run read at an older, smaller scored budget is marked until it is measured
-    again (rescore/). A score above the scored one at a smaller budget means text written after an answer changed
-    what the scorer read (arithmetic reads the last number)."""
+    largest, the base model's, and on a warm-start task each seed's SFT start's. A run read at an older, smaller
+    scored budget is marked until it is measured again (rescore/). A score above the scored one at a smaller budget
+    means text written after an answer changed what the scorer read (arithmetic reads the last number)."""
     rows = [("base model", heldout(results, f"base/{task}.json"))]
+    if TASKS[task]["warm_start"]:  # each seed's start
+        rows += [(f"SFT warm start, seed {seed}", heldout(results, f"warm_start/{task}/sft_seed{seed}.json"))
+                 for seed in TASKS[task]["seeds"]]
     rows += [(f"{spec['label']}, seed {seed}", heldout(results, f"main/{task}/{method}/seed{seed}.json"))
              for method, spec in METHODS.items() for seed in TASKS[task]["seeds"]]
     rows = [(name, record) for name, record in rows if record is not None]

@@ -224,6 +224,11 @@ def test_the_report_says_which_runs_a_token_budget_cuts(tmp_path):
           dict(zip(budgets, [0.5, 0.9, 0.99, 1.0, 1.0])))
     assert budget_check(tmp_path, "arithmetic")[-1] == ("Every run's answers ended within 128 tokens (99% or more) "
                                                         "and no run scores higher at a smaller budget.")
+    # on countdown each seed's SFT start is a row too: its answers are the runs' starting point
+    write("warm_start/countdown/sft_seed1.json", 128, dict(zip(budgets, [0.4] * 5)), dict(zip(budgets, [0.9] * 5)))
+    lines = budget_check(tmp_path, "countdown")
+    assert "| SFT warm start, seed 1 | 40.0% | 40.0% | 40.0% | 40.0% | 40.0% | 90.0% |" in lines
+    assert "SFT warm start, seed 1 (90.0%)" in lines[-1]
 
 
 def test_a_score_read_at_an_older_budget_is_measured_again_before_any_page_uses_it(tmp_path):
