@@ -35,10 +35,13 @@ def accuracy_plot(results: Path, output: Path) -> Path:
                 axis.scatter(column, run.accuracy, color=colour, marker=MARKERS[run.seed % len(MARKERS)], zorder=3)
             if found.runs:
                 axis.hlines(found.mean, column - 0.3, column + 0.3, color=colour, linewidth=2)
-        first = start(results, task, TASKS[task]["seeds"][0])
-        if first is not None:
-            axis.axhline(100 * first["accuracy"], color="grey", linestyle="--", linewidth=1,
-                         label="the start (base model)" if not TASKS[task]["warm_start"] else "the start (SFT, seed 0)")
+        # the base model, or on a warm-start task the mean of the seeds' SFT starts measured so far
+        starts = [record["accuracy"] for seed in TASKS[task]["seeds"]
+                  if (record := start(results, task, seed)) is not None]
+        if starts:
+            label = ("the start (base model)" if not TASKS[task]["warm_start"] else
+                     f"the start (SFT, mean of {len(starts)} seed{'s' if len(starts) > 1 else ''})")
+            axis.axhline(100 * sum(starts) / len(starts), color="grey", linestyle="--", linewidth=1, label=label)
             axis.legend(loc="lower right", fontsize=8)
         axis.set_xticks(range(len(METHODS)), [spec["label"] for spec in METHODS.values()], rotation=25, ha="right")
         axis.set_ylabel("held-out accuracy (%)")
