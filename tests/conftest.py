@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny random-weight Llama with the default model's real tokenizer, and a local Ray.
+"""Shared fixtures: a tiny random-weight Llama with the default model's tokenizer (cut to 4,096 tokens), and a local
+Ray.
 
 Shared functions and the `requires_*` marks are in helpers.py."""
 
@@ -29,7 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
-    """A 2-layer, 16-wide Llama saved with save_pretrained, plus SmolLM2's tokenizer and chat template."""
+    """A 2-layer, 16-wide Llama saved with save_pretrained, plus SmolLM2's tokenizer (its first 4,096 tokens) and
+    chat template."""
     from helpers import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

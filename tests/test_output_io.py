@@ -116,8 +116,9 @@ def test_a_read_only_directory_is_refused_before_the_model_loads(tiny_model_dir,
 
 @requires_mount
 def test_a_full_disk_stops_with_a_resume_hint_and_the_resumed_run_is_exact(tiny_model_dir, tmp_path, reference):
-    # 6 MB: the first checkpoint (~3.2 MB of fp32 mean) fits, the next one's new copy does not
-    with tmpfs(tmp_path / "disk", "6m") as disk:
+    # the first checkpoint (the fp32 mean, as large as the model's weights) fits, the next one's new copy does not
+    weights = os.path.getsize(Path(tiny_model_dir) / "model.safetensors")
+    with tmpfs(tmp_path / "disk", f"{int(1.7 * weights) // 1024}k") as disk:
         run = disk / "run"
         config_file = tmp_path / "config.yaml"
         config_file.write_text(yaml.safe_dump(config(tiny_model_dir).to_dict()))

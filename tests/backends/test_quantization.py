@@ -32,7 +32,7 @@ MAX_NEW_TOKENS = 6
 
 @pytest.fixture(scope="module")
 def wide_model_dir(tmp_path_factory) -> str:
-    """A 2-layer, 64-wide Llama (k/v 32 wide, MLP 128) with SmolLM2's tokenizer: every Linear fits the CPU 4-bit
+    """A 2-layer, 64-wide Llama (k/v 32 wide, MLP 128) with the tiny models' tokenizer: every Linear fits the CPU 4-bit
     kernel's blocks of 32 rows."""
     return save_tiny_llama(tmp_path_factory.mktemp("wide-llama"), hidden_size=64, intermediate_size=128)
 

@@ -136,7 +136,7 @@ def test_engine_generates_from_the_weights_es_writes(engine, model_dir, paramete
 
 def test_update_equals_the_hf_space_bit_for_bit(engine, model_dir):
     """One seed update (gaussian noise, weight decay): the engine's fp32 mean is the hf backend's, bit for bit,
-    over all 3.2M weights, and the engine then generates what the HF model with that mean generates."""
+    over all 336K weights, and the engine then generates what the HF model with that mean generates."""
     hf = HFBackend.load(model_dir, dtype="float32")
     space = engine_space(engine, noise="gaussian", learning_rate=0.05, weight_decay=0.01)
     hf_space = FullParameterSpace(hf.model, noise_kind="gaussian", optimizer=make_optimizer("sgd", 0.05, 0.01))
@@ -144,7 +144,7 @@ def test_update_equals_the_hf_space_bit_for_bit(engine, model_dir):
     space.apply_update(update)
     hf_space.apply_update(update)
     engine_mean, hf_mean = space.state_tensors(), hf_space.state_tensors()
-    assert set(engine_mean) == set(hf_mean) and space.num_parameters == hf_space.num_parameters == 3_219_776
+    assert set(engine_mean) == set(hf_mean) and space.num_parameters == hf_space.num_parameters == 336_192
     for name, tensor in hf_mean.items():
         assert torch.equal(engine_mean[name], tensor), name
     assert not torch.equal(engine_mean["model.layers.0.mlp.down_proj.weight"],

@@ -14,7 +14,7 @@ from evotune.types import Candidate
 pytestmark = requires_vllm
 
 # A shared instruction of several KV blocks (vLLM caches whole blocks only), then a short question per prompt.
-INSTRUCTION = " ".join(f"Rule {index}: answer briefly and show the number." for index in range(34))
+INSTRUCTION = " ".join(f"Rule {index}: answer briefly and show the number." for index in range(20))
 PROMPTS = [f"{INSTRUCTION}\nQuestion: what is {7 * index} + {3 * index}?" for index in range(4)]
 
 

@@ -57,7 +57,7 @@ def pooled_run(model_dir: str, directory, engine_core: str, workers: int = 2):
     for a, b in zip(local_records, pooled_records):
         assert (a["reward_mean"], a["reward_max"]) == (b["reward_mean"], b["reward_max"])
     pooled.evaluator.check_replicas()  # each engine actor holds the driver's mean, bit for bit
-    # seeds, coefficients and rewards only: a few hundred bytes, not the model's 13 MB of fp32 weights
+    # seeds, coefficients and rewards only: a few hundred bytes, not the model's 1.3 MB of fp32 weights
     assert 0 < pooled_records[-1]["bytes_exchanged"] < 10_000
     assert any(not torch.equal(base[name], tensor) for name, tensor in local_state.items())  # it moved
     return pooled, local_records, local_state

@@ -102,7 +102,7 @@ def test_ifeval_bad_rows_name_row_and_column(tmp_path):
 
 @pytest.fixture(scope="module")
 def reward_model_dir(tmp_path_factory, tiny_model_dir):
-    """A tiny random Llama sequence classifier (one label) with the default model's tokenizer."""
+    """A tiny random Llama sequence classifier (one label) with the tiny model's tokenizer."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
