@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, gain, load, machine, memory, start, wilson
+from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, machine, memory, start
 from bench.method_matrix.run import plan, selection
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
@@ -23,8 +23,17 @@ GRPO_METHODS = ("grpo_lora", "grpo_full")
 
 
 def _mean_text(found: Arm) -> str:
-    spread = f" (std {found.std:.1f})" if found.std is not None else ""
-    return f"{found.mean:.1f}%{spread}"
+    return _accuracy_text(found.accuracies)
+
+
+def _accuracy_text(accuracies: list[float]) -> str:
+    """Mean accuracy over seeds, with its std once there are two."""
+    spread = f" (std {statistics.stdev(accuracies):.1f})" if len(accuracies) > 1 else ""
+    return f"{statistics.mean(accuracies):.1f}%{spread}"
+
+
+def _per_seed_text(runs: list[Run]) -> str:
+    return "; ".join(f"{run.seed}: {run.accuracy:.1f}% [{run.interval[0]:.1f}, {run.interval[1]:.1f}]" for run in runs)
 
 
 def _seeds_text(found: Arm) -> str:
@@ -51,15 +60,14 @@ def task_table(task: str, results: Path = STUDY) -> str:
         if not found.runs:
             lines.append(f"| {found.label} | 0 of {found.planned} | not run yet | | | | | | |")
             continue
-        per_seed = "; ".join(f"{run.seed}: {run.accuracy:.1f}% [{run.interval[0]:.1f}, {run.interval[1]:.1f}]"
-                             for run in found.runs)
         gains = [(run.seed, gain(results, run, task)) for run in found.runs]
         gain_text = "; ".join(f"{seed}: {value[0]:+.1f} [{value[1]:+.1f}, {value[2]:+.1f}]" for seed, value in gains
                               if value is not None) or "start not measured at this budget yet"
         kl = " / ".join(f"{sum(run.kl(name) for run in found.runs) / len(found.runs):.3f}"
                         for name in ("conciseness", "ifeval"))
         ifeval = sum(run.heldout["retention"][IFEVAL_STRICT] for run in found.runs) / len(found.runs)
-        lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {_mean_text(found)} | {per_seed} | "
+        lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {_mean_text(found)} | "
+                     f"{_per_seed_text(found.runs)} | "
                      f"{gain_text} | {found.mean_of('steps'):.0f} | {found.peak_rss_mib:,.0f} MiB | "
                      f"{kl} | {100 * ifeval:.1f}% |")
     return "\n".join(lines) + "\n\n"
@@ -79,17 +87,15 @@ def _start_rows(task: str, results: Path) -> list[str]:
                 + (f"{100 * first['accuracy']:.1f}% | n = {first['n']}" if measured else
                    f"not yet measured at {SCORED_BUDGET} tokens |") + " | | | | 0 | "
                 + (f"{100 * ifeval:.1f}% |" if ifeval is not None else " |")]
-    found = [(seed, record) for seed in seeds if (record := start(results, task, seed)) is not None
-             and record["scored_budget"] == SCORED_BUDGET]
+    found = [Run(seed, load(results, f"warm_start/{task}/sft_seed{seed}.json"), record) for seed in seeds
+             if (record := start(results, task, seed)) is not None and record["scored_budget"] == SCORED_BUDGET]
     if not found:
         return [f"| SFT warm start (the start) | 0 of {len(seeds)} | not run yet | | | | | 0 | |"]
-    accuracies = [100 * record["accuracy"] for _, record in found]
-    spread = f" (std {statistics.stdev(accuracies):.1f})" if len(found) > 1 else ""
-    per_seed = "; ".join(f"{seed}: {100 * record['accuracy']:.1f}% [{low:.1f}, {high:.1f}]" for seed, record in found
-                         for low, high in [wilson(record["correct"].count("1"), record["n"])])
-    ifeval = [record["retention"][IFEVAL_STRICT] for _, record in found if IFEVAL_STRICT in record.get("retention", {})]
-    return [f"| SFT warm start (the start) | {len(found)} of {len(seeds)} | {statistics.mean(accuracies):.1f}%{spread} "
-            f"| {per_seed} | | | | 0 | " + (f"{100 * statistics.mean(ifeval):.1f}% |" if ifeval else " |")]
+    ifeval = [run.heldout["retention"][IFEVAL_STRICT] for run in found
+              if IFEVAL_STRICT in run.heldout.get("retention", {})]
+    return [f"| SFT warm start (the start) | {len(found)} of {len(seeds)} | "
+            f"{_accuracy_text([run.accuracy for run in found])} | {_per_seed_text(found)} | | | | 0 | "
+            + (f"{100 * statistics.mean(ifeval):.1f}% |" if ifeval else " |")]
 
 
 def budget_table(task: str, results: Path = STUDY) -> str:
