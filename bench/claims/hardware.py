@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.claims._common import RESULTS, load, machine_label
+from bench.claims._common import RESULTS, load, machine_label, pct
+from bench.gpu_check.check import limits_distance
+from evotune.evaluation.statistics import wilson_interval
 
 
 def gpu_h200() -> str:
@@ -24,7 +26,15 @@ def gpu_h200_grpo() -> str:
 
 # The GPU check's reports (bench/gpu_check/), one file per device call on the same warm machine; a row measured in
 # one is not measured again in the next (`carried_from`).
-GPU_CHECK_FILES = ("gpu_check/gpu_check_h200.json", "gpu_check/gpu_check_h200_compiled.json")
+GPU_CHECK_FILES = ("gpu_check/gpu_check_h200.json", "gpu_check/gpu_check_h200_compiled.json",
+                   "gpu_check/gpu_check_h200_learn.json", "gpu_check/gpu_check_h200_learn2.json")
+# The goals the GPU check was built to test (issue 50), on one H100/H200: (what, arms, key, goal).
+GPU_GOALS = [("full ES candidate evals/s", ("full_one_at_a_time", "full_batched", "full_compiled"),
+              "candidate_evals_per_second", 10.0),
+             ("low-rank ES candidate evals/s", ("lowrank",), "candidate_evals_per_second", 60.0),
+             ("fraction of pure-inference throughput, low-rank ES", ("lowrank",), "fraction_of_pure_inference", 0.9),
+             ("fraction of pure-inference throughput, batched full ES", ("full_batched",),
+              "fraction_of_pure_inference", 0.9)]
 
 GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
                   "full_own_loop": "full ES, one at a time, transformers' own loop",
@@ -43,6 +53,12 @@ def _gpu_check_rows() -> dict[str, tuple[str, dict]]:
     return rows
 
 
+def _bandwidth_share(row: dict, facts: dict) -> str:
+    """The row's weight reads per iteration over the card's memory bandwidth (bfloat16: 2 bytes a parameter)."""
+    distance = limits_distance(row, facts, bytes_per_parameter=2)
+    return f"{100 * distance['share_of_bandwidth']:.2f}%" if distance else ""
+
+
 def gpu_check_table() -> str:
     rows = _gpu_check_rows()
     base = rows["full_one_at_a_time"][1]["seconds_per_iteration"]
@@ -50,20 +66,82 @@ def gpu_check_table() -> str:
     lines = ["", "", f"{facts['name']}, torch {facts['torch']}, SmolLM2-135M in bfloat16, arithmetic, 30 candidates "
              "x 32 prompts x 48 new tokens:", "",
              "| arm | s per iteration | speed vs one at a time | candidate evals/s | fraction of pure inference | "
-             "peak GPU memory | file |", "|---|---|---|---|---|---|---|"]
+             "share of memory bandwidth | peak GPU memory | file |", "|---|---|---|---|---|---|---|---|"]
     for arm, label in GPU_CHECK_ARMS.items():
         if arm not in rows:
-            lines.append(f"| {label} | not run | | | | | |")
+            lines.append(f"| {label} | not run | | | | | | |")
             continue
         name, row = rows[arm]
         lines.append(f"| {label} | {row['seconds_per_iteration']:.1f} | {base / row['seconds_per_iteration']:.1f}x | "
                      f"{row['candidate_evals_per_second']} | {100 * row['fraction_of_pure_inference']:.0f}% | "
-                     f"{row['peak_gpu_memory_mib']:,.0f} MiB | `{name}` |")
+                     f"{_bandwidth_share(row, facts)} | {row['peak_gpu_memory_mib']:,.0f} MiB | `{name}` |")
+    if "grpo" in rows:
+        name, grpo = rows["grpo"]
+        lines += ["", f"GRPO (TRL, full parameters, {grpo['completions_per_second'] * grpo['seconds_per_step']:.0f} "
+                  f"completions per step): {grpo['seconds_per_step']:.2f} s per step, "
+                  f"{grpo['token_slots_per_second']:,.0f} token slots/s, peak GPU memory "
+                  f"{grpo['peak_gpu_memory_mib']:,.0f} MiB (`{name}`)."]
     resume = rows["resume"][1]
     lines.append("")
     lines.append(f"Stop and resume: {resume['differing']} of {resume['tensors']} tensors differ from the "
                  f"uninterrupted run (`{rows['resume'][0]}`).")
     return "\n".join(lines) + "\n"
+
+
+def gpu_limits() -> str:
+    """The largest share of the card's memory bandwidth and bf16 peak that any measured arm used."""
+    rows = _gpu_check_rows()
+    facts = load(GPU_CHECK_FILES[0])["facts"]
+    distances = [limits_distance(row, facts, bytes_per_parameter=2) for arm, (_, row) in rows.items()
+                 if arm in GPU_CHECK_ARMS]
+    bandwidth = max(distance["share_of_bandwidth"] for distance in distances)
+    compute = max(distance["share_of_bf16_peak"] for distance in distances)
+    return (f"at most {100 * bandwidth:.2f}% of the card's memory bandwidth and {100 * compute:.2f}% of its bfloat16 "
+            f"peak ({len(distances)} arms)")
+
+
+def gpu_learning_table() -> str:
+    """The fixed-wall-time learning rows: held-out accuracy before and after the same seconds of training."""
+    rows = sorted(((row["method"], row["seed"], name, row) for arm, (name, row) in _gpu_check_rows().items()
+                   if arm.startswith("learn_")), key=lambda item: (item[0], item[1]))
+    labels = {"lowrank": "low-rank ES (rank 1)", "full_batched": "full ES, population-batched", "grpo": "GRPO (TRL)"}
+    lines = ["", "", "| method | seed | steps in the time | held-out before | held-out after [95% interval] | gain | "
+             "file |", "|---|---|---|---|---|---|---|"]
+    for method, seed, name, row in rows:
+        low, high = wilson_interval(row["accuracy_after"] * row["num_eval"], row["num_eval"])
+        lines.append(f"| {labels.get(method, method)} | {seed} | {row['steps']} | {pct(row['accuracy_before'])} | "
+                     f"{pct(row['accuracy_after'])} [{100 * low:.1f}, {100 * high:.1f}] | "
+                     f"{100 * (row['accuracy_after'] - row['accuracy_before']):+.1f} points | `{name}` |")
+    seconds = {row["learn_seconds"] for *_, row in rows}
+    counts = {row["num_eval"] for *_, row in rows}
+    lines += ["", f"Each row: {'/'.join(f'{value:g}' for value in sorted(seconds))} s of training (evaluation "
+              f"excluded), {'/'.join(str(value) for value in sorted(counts))} held-out prompts at 48 new tokens."]
+    return "\n".join(lines) + "\n"
+
+
+def gpu_goals() -> str:
+    """Each goal of the GPU check against the best row that measured it, met or missed."""
+    rows = _gpu_check_rows()
+    parts = []
+    for what, arms, key, goal in GPU_GOALS:
+        measured = [(rows[arm][1][key], arm) for arm in arms if arm in rows]
+        if not measured:
+            parts.append(f"{what}: not measured")
+            continue
+        best, arm = max(measured)
+        shown = (lambda value: f"{100 * value:.0f}%") if key.startswith("fraction") else (lambda value: f"{value:g}")
+        verdict = "met" if best >= goal else "missed"
+        parts.append(f"{what} \u2265 {shown(goal)}: {verdict} ({shown(best)}, {GPU_CHECK_ARMS[arm].split(' (')[0]})")
+    return "; ".join(parts)
+
+
+def gpu_sync_free() -> str:
+    rows = _gpu_check_rows()
+    (one_file, one), (own_file, own) = rows["full_one_at_a_time"], rows["full_own_loop"]
+    return (f"{own['seconds_per_iteration'] / one['seconds_per_iteration']:.2f}x faster than transformers' own loop "
+            f"({one['seconds_per_iteration']:.1f} vs {own['seconds_per_iteration']:.1f} s per iteration; plain "
+            f"generation {one['pure_token_slots_per_second']:,.0f} vs {own['pure_token_slots_per_second']:,.0f} "
+            f"token slots/s), measured in two device calls on H200 machines (`{one_file}`, `{own_file}`)")
 
 
 def gpu_batched_full() -> str:
@@ -89,6 +167,29 @@ def gpu_compiled_full() -> str:
     return (f"{one['seconds_per_iteration'] / compiled['seconds_per_iteration']:.1f}x the plain loop's speed "
             f"({compiled['seconds_per_iteration']:.1f} vs {one['seconds_per_iteration']:.1f} s per iteration, peak "
             f"GPU memory {compiled['peak_gpu_memory_mib']:,.0f} MiB)")
+
+
+# The profile rows' phases (bench/gpu_check/profile.py) in the profile table's columns.
+PROFILE_COLUMNS = {"generate": ("generate", "generate_population"), "rewards": ("reward",),
+                   "writing candidates": ("apply", "candidate_factors", "restore"), "ask + tell": ("ask", "tell"),
+                   "update": ("apply_update", "sync")}
+
+
+def gpu_profile() -> str:
+    """Where one iteration's time went, per profiled arm; a line saying so where no lent GPU has profiled yet."""
+    rows = {arm[len("profile_"):]: found for arm, found in _gpu_check_rows().items() if arm.startswith("profile_")}
+    if not rows:
+        return ("not measured yet: the profile rows (`bench/gpu_check/profile.py`) came after the last lent GPU, "
+                "and the next one measures them first")
+    lines = ["", "", "| arm | s per iteration | " + " | ".join(PROFILE_COLUMNS) + " | other | kernel launches | file |",
+             "|---" * (len(PROFILE_COLUMNS) + 5) + "|"]
+    for arm, (name, row) in rows.items():
+        total = row["iteration_seconds"]
+        cells = [sum(row["phase_seconds"].get(phase, 0.0) for phase in phases) for phases in PROFILE_COLUMNS.values()]
+        shares = [f"{value:.2f} s ({100 * value / total:.0f}%)" for value in [*cells, row["other_seconds"]]]
+        lines.append(f"| {GPU_CHECK_ARMS[arm].split(' (')[0]} | {total:.2f} | " + " | ".join(shares) +
+                     f" | {row['kernel_launches']:,} | `{name}` |")
+    return "\n".join(lines) + "\n"
 
 
 # What ran on which hardware, one row per capability: the result files that show it on a CPU, and the row of the
@@ -147,4 +248,9 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "gpu-batched-full": gpu_batched_full,
     "gpu-compiled-full": gpu_compiled_full,
     "gpu-lowrank-fraction": gpu_lowrank_fraction,
+    "gpu-learning-table": gpu_learning_table,
+    "gpu-goals": gpu_goals,
+    "gpu-sync-free": gpu_sync_free,
+    "gpu-profile": gpu_profile,
+    "gpu-limits": gpu_limits,
 }

@@ -19,6 +19,9 @@ step so a killed run still leaves what it measured):
     plain generation with the same model, the same prompts, rows per generate and new tokens, timed in this run;
   * its distance to the device's limits: FLOPs per iteration over bf16 peak, weight bytes read per decoding step
     over memory bandwidth;
+  * where the time goes (profile.py): for low-rank, batched and one-at-a-time full ES, one iteration's phases
+    (ask, writing candidates, generate, rewards, tell, update) timed with the device synchronized, and the top
+    operators and kernel launches of the next under torch.profiler (`--no-profile` leaves them out);
   * learning at a fixed wall time (`--learn-seconds`, 60 on a GPU): held-out accuracy before and after, for
     low-rank ES, batched full ES and GRPO, seeds 0..2 where time allows.
 
@@ -47,6 +50,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from bench.gpu_check.profile import profile_row
+
 # Dense bf16 peak and memory bandwidth of the cards we may be lent (vendor datasheets, SXM parts).
 DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
                  "H100": {"bf16_tflops": 989.0, "bandwidth_tb_s": 3.35}}
@@ -60,7 +65,11 @@ ARMS = {"full_one_at_a_time": {"population_batch_size": 1}, "full_batched": {"po
 # evaluations included, rounded up: a step starts only when its estimate fits the time left (a learning row: its
 # --learn-seconds plus LEARN_OVERHEAD_SECONDS).
 ESTIMATE_SECONDS = {"resume": 60, "full_one_at_a_time": 160, "full_own_loop": 170, "full_batched": 70,
-                    "lowrank": 45, "full_compiled": 115, "grpo": 90}
+                    "lowrank": 45, "full_compiled": 115, "grpo": 90,
+                    # guessed from the throughput rows (a load, three iterations, the profiler's own cost)
+                    "profile_lowrank": 40, "profile_full_batched": 75, "profile_full_one_at_a_time": 180}
+# The arms profiled (profile.py), cheapest first.
+PROFILE_ARMS = ("lowrank", "full_batched", "full_one_at_a_time")
 LEARN_OVERHEAD_SECONDS = 45
 # Learning at a fixed wall time: (name, overrides, seeds); GRPO is added where TRL is installed.
 LEARN = [("lowrank", ARMS["lowrank"], (0, 1, 2)), ("full_batched", ARMS["full_batched"], (0,))]
@@ -210,12 +219,14 @@ def resume_check(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def limits_distance(row: dict[str, Any], facts: dict[str, Any], bytes_per_parameter: int) -> dict[str, Any]:
     """How far the row is from the device's limits: decoding one token of one row costs ~2 FLOPs per parameter,
-    and each decoding step of a batch reads every weight once."""
+    and each decoding step of a batch reads every weight once, once per candidate where full-rank candidates share
+    a generate (each has its own copy of the weights; low-rank members share the base's)."""
     limits = facts.get("limits")
     if not limits or "tokens_per_iteration" not in row:
         return {}
     compute_s = 2.0 * row["parameters"] * row["tokens_per_iteration"] / (limits["bf16_tflops"] * 1e12)
-    weight_bytes = row["parameters"] * bytes_per_parameter
+    copies = row["candidates_per_generate"] if row["settings"].get("space", "full") == "full" else 1
+    weight_bytes = row["parameters"] * bytes_per_parameter * copies
     bandwidth_s = row["decoding_steps_per_iteration"] * weight_bytes / (limits["bandwidth_tb_s"] * 1e12)
     return {"compute_bound_seconds_per_iteration": round(compute_s, 5),
             "share_of_bf16_peak": round(compute_s / row["seconds_per_iteration"], 5),
@@ -332,6 +343,7 @@ def main() -> None:
     parser.add_argument("--throughput-num-eval", type=int, default=32, help="held-out prompts of the throughput rows")
     parser.add_argument("--learn-seconds", type=float, default=60.0, help="training time of each learning row")
     parser.add_argument("--no-learn", action="store_true", help="leave out the learning rows")
+    parser.add_argument("--no-profile", action="store_true", help="leave out the profile rows")
     parser.add_argument("--budget-seconds", type=float, default=440.0,
                         help="start no step that would end after this many seconds from the start")
     parser.add_argument("--work-dir", default="/tmp/evotune_gpu_check")
@@ -355,6 +367,10 @@ def main() -> None:
     has_trl = _has_trl()
     if "grpo" in args.arms and has_trl:
         report.step("grpo", lambda: grpo_row(args, work), needs_seconds=ESTIMATE_SECONDS["grpo"])
+    for name in () if args.no_profile else [name for name in PROFILE_ARMS if name in arms]:
+        report.step(f"profile_{name}", lambda name=name: profile_row(
+            base_config(args, num_eval=args.throughput_num_eval, **arms[name]), work / f"profile_{name}", name,
+            arms[name]), needs_seconds=ESTIMATE_SECONDS[f"profile_{name}"])
     if not args.no_learn:
         learning = [(name, overrides, seeds) for name, overrides, seeds in LEARN]
         if "full_batched" in arms:

@@ -77,6 +77,12 @@ def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str], le
         assert report["full_own_loop"]["accuracy_after"] == report["full_one_at_a_time"]["accuracy_after"]
     if "grpo" in arms:
         assert "error" not in report["grpo"] and report["grpo"]["steps"] == 2, report["grpo"]
+    for arm in (arm for arm in gpu_check.PROFILE_ARMS if arm in arms):  # where the time went, per profiled arm
+        row = report[f"profile_{arm}"]
+        assert "error" not in row, (arm, row)
+        assert {"ask", "reward", "tell", "apply_update"} <= row["phase_seconds"].keys(), row["phase_seconds"]
+        assert row["phase_calls"]["reward"] == 4  # one call per candidate
+        assert row["top_operators"] and row["iteration_seconds"] > 0
     for name in ("learn_lowrank_seed0", "learn_full_batched_seed0", "learn_grpo_seed0") if learn else ():
         row = report[name]
         assert "error" not in row, (name, row)
@@ -138,3 +144,41 @@ def test_a_step_whose_estimate_does_not_fit_is_skipped(tmp_path):
     report.step("full_one_at_a_time", lambda: pytest.fail("started without the time"),
                 needs_seconds=gpu_check.ESTIMATE_SECONDS["full_one_at_a_time"])
     assert "the step needs about 160" in report.results["full_one_at_a_time"]["skipped"]
+
+
+def test_a_profile_row_accounts_for_its_iteration_and_the_page_renders_it(tiny_model_dir, tmp_path, monkeypatch):
+    """profile.py on the tiny model: the timed phases fit inside the iteration, the trainer's methods are its own
+    again afterwards, and the page's profile table shows shares that add up to the iteration."""
+    from bench.claims import hardware
+    from bench.gpu_check.profile import profile_row
+
+    args = argparse.Namespace(model=tiny_model_dir, population_size=4, iterations=2, batch_size=2, max_new_tokens=4,
+                              num_eval=4, device="cpu", dtype="float32")
+    row = profile_row(gpu_check.base_config(args), tmp_path / "run", "full_one_at_a_time", {})
+    phases = row["phase_seconds"]
+    assert {"ask", "apply", "generate", "reward", "restore", "tell", "apply_update"} <= phases.keys(), phases
+    assert row["phase_calls"]["generate"] == 4 and row["phase_calls"]["apply"] == 4  # one per candidate
+    assert sum(phases.values()) <= row["iteration_seconds"] + 1e-3 and row["other_seconds"] >= -1e-3
+    assert row["sorted_by"] == "self_cpu_time_total" and len(row["top_operators"]) == 12
+    assert row["kernel_launches"] == 0  # a CPU launches none
+
+    monkeypatch.setattr(hardware, "_gpu_check_rows", lambda: {"profile_full_one_at_a_time": ("cpu.json", row)})
+    table = hardware.gpu_profile()
+    line = next(line for line in table.splitlines() if line.startswith("| full ES"))
+    shares = [float(cell.split("(")[1].rstrip("%) ")) for cell in line.split(" | ")[2:8]]
+    assert sum(shares) == pytest.approx(100, abs=4), line  # six rounded shares of one iteration
+    monkeypatch.setattr(hardware, "_gpu_check_rows", lambda: {})
+    assert hardware.gpu_profile().startswith("not measured yet")
+
+
+def test_bandwidth_distance_counts_a_weight_copy_per_batched_full_rank_candidate():
+    """Batched full-rank candidates each read their own copy of the weights per decoding step; low-rank members
+    share the base's."""
+    facts = {"limits": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8}}
+    row = {"parameters": 100, "tokens_per_iteration": 960, "decoding_steps_per_iteration": 48,
+           "seconds_per_iteration": 1.0, "candidates_per_generate": 30, "settings": {"population_batch_size": "auto"}}
+    batched = gpu_check.limits_distance(row, facts, bytes_per_parameter=2)
+    lowrank = gpu_check.limits_distance({**row, "settings": {"space": "lowrank"}}, facts, bytes_per_parameter=2)
+    assert batched["weight_bytes_per_step"] == 30 * 200 and lowrank["weight_bytes_per_step"] == 200
+    assert batched["share_of_bandwidth"] == pytest.approx(30 * lowrank["share_of_bandwidth"], rel=1e-3)
+    assert gpu_check.limits_distance(row, {"limits": None}, bytes_per_parameter=2) == {}
