@@ -170,7 +170,7 @@ def test_drift_and_retention_metrics_can_be_compared_and_small_values_keep_their
         result = compare_runs(runs, str(output), metric=metric)
         assert result["methods"][0]["final_mean"] == pytest.approx(final)
         assert (output / f"{metric.replace('/', '_')}_vs_samples.png").stat().st_size > 0
-    from evotune.runs.compare import _cell
+    from evotune.runs.compare_output import _cell
 
     assert _cell([0.0018, 0.0042]) == "[0.0018, 0.0042]" and _cell([0.5, 0.25]) == "[0.500, 0.250]"
     with pytest.raises(ConfigError, match="has no `drift/typo`"):

@@ -18,7 +18,8 @@ from ..errors import ConfigError, EvotuneError
 from ..evaluation.report import format_table
 from ..files.checkpoint import find_checkpoint
 from ..import_utils import startup_imports
-from ..runs.compare import compare_runs, format_markdown
+from ..runs.compare import compare_runs
+from ..runs.compare_output import format_markdown
 from ..runs.directory import read_run_config
 from ..runs.export import export_model
 from ..runs.loading import eval_quantization, load_for_eval
