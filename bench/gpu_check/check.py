@@ -68,8 +68,10 @@ ESTIMATE_SECONDS = {"resume": 60, "full_one_at_a_time": 160, "full_own_loop": 17
                     "lowrank": 45, "full_compiled": 115, "grpo": 90,
                     # guessed from the throughput rows (a load, three iterations, the profiler's own cost)
                     "profile_lowrank": 40, "profile_full_batched": 75, "profile_full_one_at_a_time": 180}
-# The arms profiled (profile.py), cheapest first.
+# The arms profiled (profile.py), cheapest first; one at a time comes after the learning rows, since its generate
+# is already 80% of its iteration (the throughput row) and its profile costs the most.
 PROFILE_ARMS = ("lowrank", "full_batched", "full_one_at_a_time")
+PROFILED_LAST = ("full_one_at_a_time",)
 LEARN_OVERHEAD_SECONDS = 45
 # Learning at a fixed wall time: (name, overrides, seeds); GRPO is added where TRL is installed.
 LEARN = [("lowrank", ARMS["lowrank"], (0, 1, 2)), ("full_batched", ARMS["full_batched"], (0,))]
@@ -326,7 +328,7 @@ def carried_rows(previous: list[Path], facts: dict[str, Any]) -> dict[str, dict[
     return rows
 
 
-def main() -> None:
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -350,7 +352,11 @@ def main() -> None:
     parser.add_argument("--output", required=True, help="JSON file for the report")
     parser.add_argument("--previous", nargs="*", type=Path, default=[],
                         help="earlier reports: their rows measured on a card of this name are kept, not measured again")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_arguments()
     work = Path(args.work_dir)
     if work.exists() and any(work.iterdir()):
         raise SystemExit(f"--work-dir {work} is not empty; give a new one (its runs would be refused)")
@@ -367,25 +373,31 @@ def main() -> None:
     has_trl = _has_trl()
     if "grpo" in args.arms and has_trl:
         report.step("grpo", lambda: grpo_row(args, work), needs_seconds=ESTIMATE_SECONDS["grpo"])
-    for name in () if args.no_profile else [name for name in PROFILE_ARMS if name in arms]:
-        report.step(f"profile_{name}", lambda name=name: profile_row(
-            base_config(args, num_eval=args.throughput_num_eval, **arms[name]), work / f"profile_{name}", name,
-            arms[name]), needs_seconds=ESTIMATE_SECONDS[f"profile_{name}"])
-    if not args.no_learn:
-        learning = [(name, overrides, seeds) for name, overrides, seeds in LEARN]
-        if "full_batched" in arms:
-            learning[1] = ("full_batched", arms["full_batched"], learning[1][2])
-        if has_trl:
-            learning.append(("grpo", {}, LEARN_GRPO_SEEDS))
-        # first seed of every method, then the further seeds while time is left
-        order = [(name, overrides, seed) for index in range(3) for name, overrides, seeds in learning
-                 if index < len(seeds) for seed in [seeds[index]]]
-        for name, overrides, seed in order:
-            report.step(f"learn_{name}_seed{seed}",
-                        lambda name=name, overrides=overrides, seed=seed: learn_row(args, work, name, overrides, seed),
-                        needs_seconds=args.learn_seconds + LEARN_OVERHEAD_SECONDS)
+    profiled = [] if args.no_profile else [name for name in PROFILE_ARMS if name in arms]
+
+    def profile_steps(names: list[str]) -> None:
+        for name in names:
+            report.step(f"profile_{name}", lambda name=name: profile_row(
+                base_config(args, num_eval=args.throughput_num_eval, **arms[name]), work / f"profile_{name}", name,
+                arms[name]), needs_seconds=ESTIMATE_SECONDS[f"profile_{name}"])
+
+    profile_steps([name for name in profiled if name not in PROFILED_LAST])
+    for name, overrides, seed in [] if args.no_learn else learning_order(arms, has_trl):
+        report.step(f"learn_{name}_seed{seed}",
+                    lambda name=name, overrides=overrides, seed=seed: learn_row(args, work, name, overrides, seed),
+                    needs_seconds=args.learn_seconds + LEARN_OVERHEAD_SECONDS)
+    profile_steps([name for name in profiled if name in PROFILED_LAST])
     print(json.dumps({name: {k: v for k, v in value.items() if k != "traceback"} if isinstance(value, dict) else value
                       for name, value in report.results.items()}, indent=2, default=str))
+
+
+def learning_order(arms: dict[str, dict[str, Any]], has_trl: bool) -> list[tuple[str, dict[str, Any], int]]:
+    """(method, overrides, seed) of the learning rows: the first seed of every method, then the further seeds."""
+    learning = [(name, arms.get(name, overrides), seeds) for name, overrides, seeds in LEARN]
+    if has_trl:
+        learning.append(("grpo", {}, LEARN_GRPO_SEEDS))
+    return [(name, overrides, seeds[index]) for index in range(3) for name, overrides, seeds in learning
+            if index < len(seeds)]
 
 
 def _has_trl() -> bool:

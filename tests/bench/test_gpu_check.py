@@ -182,3 +182,15 @@ def test_bandwidth_distance_counts_a_weight_copy_per_batched_full_rank_candidate
     assert batched["weight_bytes_per_step"] == 30 * 200 and lowrank["weight_bytes_per_step"] == 200
     assert batched["share_of_bandwidth"] == pytest.approx(30 * lowrank["share_of_bandwidth"], rel=1e-3)
     assert gpu_check.limits_distance(row, {"limits": None}, bytes_per_parameter=2) == {}
+
+
+def test_learning_rows_take_every_methods_first_seed_before_further_seeds():
+    """A lent GPU's minutes may end midway: the first seed of every method comes before any second seed, and the
+    batched arm learns with the batch size the throughput row used."""
+    arms = {"full_batched": {"population_batch_size": 2}, "lowrank": gpu_check.ARMS["lowrank"]}
+    order = [(name, seed) for name, _, seed in gpu_check.learning_order(arms, has_trl=True)]
+    assert order == [("lowrank", 0), ("full_batched", 0), ("grpo", 0), ("lowrank", 1), ("grpo", 1), ("lowrank", 2),
+                     ("grpo", 2)]
+    batched = next(overrides for name, overrides, _ in gpu_check.learning_order(arms, False) if name == "full_batched")
+    assert batched == {"population_batch_size": 2}
+    assert "grpo" not in {name for name, _, _ in gpu_check.learning_order(arms, has_trl=False)}
