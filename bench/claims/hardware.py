@@ -39,17 +39,20 @@ GPU_GOALS = [("full ES candidate evals/s", ("full_one_at_a_time", "full_batched"
 GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
                   "full_own_loop": "full ES, one at a time, transformers' own loop",
                   "full_batched": "full ES, population-batched (`population_batch_size: auto`)",
+                  "full_batched_device_master": "full ES, population-batched, `master_device: device`",
                   "full_compiled": "full ES, one at a time, `compile_generation: true`",
-                  "lowrank": "low-rank ES (rank 1, the whole population in one generate)"}
+                  "lowrank": "low-rank ES (rank 1, the whole population in one generate)",
+                  "lowrank_device_master": "low-rank ES, `master_device: device`"}
 
 
 def _gpu_check_rows() -> dict[str, tuple[str, dict]]:
-    """Each measured arm of the GPU check: (the file it was measured in, its row)."""
+    """Each measured arm of the GPU check: (the file it was measured in, its row); an arm measured again in a later
+    file (the check's --remeasure, after the code it times changed) is that file's row."""
     rows: dict[str, tuple[str, dict]] = {}
-    for name in GPU_CHECK_FILES:
+    for name in GPU_CHECK_FILES:  # in the order they were measured
         for arm, row in load(name).items():
             if isinstance(row, dict) and "carried_from" not in row and not {"skipped", "error"} & row.keys():
-                rows.setdefault(arm, (name, row))
+                rows[arm] = (name, row)
     return rows
 
 

@@ -12,7 +12,8 @@ step so a killed run still leaves what it measured):
     full ES one candidate at a time (`full_one_at_a_time`: greedy decoding without a host sync per token), the
     same with transformers' own loop (`full_own_loop`, a host sync per token), population-batched
     (`full_batched`: `population_batch_size`, auto by default: sized from free GPU memory), low-rank ES
-    (`lowrank`: the whole population in one generate), `compile_generation` (`full_compiled`), and GRPO where
+    (`lowrank`: the whole population in one generate), both again with the fp32 mean on the GPU
+    (`*_device_master`: `master_device: device`), `compile_generation` (`full_compiled`), and GRPO where
     TRL is installed. Each row: seconds per iteration (median after the first), candidate evaluations per
     second, generated token slots per second (rows x new tokens), peak GPU memory, and
   * the fraction of pure-inference throughput (EGGROLL's measure): the row's token slots per second over those of
@@ -58,14 +59,23 @@ DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
 
 # The ES throughput rows: config overrides of each (full_own_loop also decodes with transformers' own loop).
 # (full ES on CUDA defaults to `population_batch_size: auto`, so the one-at-a-time arms say 1)
+# The *_device_master arms keep the fp32 mean beside the weights on the GPU (`master_device: device`) instead of on
+# the host, where every candidate written crosses to the GPU.
 ARMS = {"full_one_at_a_time": {"population_batch_size": 1}, "full_batched": {"population_batch_size": "auto"},
-        "lowrank": {"space": "lowrank", "perturbation_rank": 1}, "full_own_loop": {"population_batch_size": 1},
-        "full_compiled": {"compile_generation": True}}
+        "full_batched_device_master": {"population_batch_size": "auto", "master_device": "device"},
+        "lowrank": {"space": "lowrank", "perturbation_rank": 1},
+        "lowrank_device_master": {"space": "lowrank", "perturbation_rank": 1, "master_device": "device"},
+        "full_own_loop": {"population_batch_size": 1}, "full_compiled": {"compile_generation": True}}
+# Rows measured again even when an earlier report on the same card has them: the code they time changed since
+# (rademacher noise crosses to the GPU as bytes, not int64 indices; the 2026-11-28 change). Empty it once a lent
+# GPU has measured them.
+REMEASURE = ("full_batched", "lowrank")
 # Seconds each step took on the first H200 run (bench/results/gpu_check/gpu_check_h200*.json), model loads and
 # evaluations included, rounded up: a step starts only when its estimate fits the time left (a learning row: its
 # --learn-seconds plus LEARN_OVERHEAD_SECONDS).
 ESTIMATE_SECONDS = {"resume": 60, "full_one_at_a_time": 160, "full_own_loop": 170, "full_batched": 70,
-                    "lowrank": 45, "full_compiled": 115, "grpo": 90,
+                    "full_batched_device_master": 70, "lowrank": 45, "lowrank_device_master": 45,
+                    "full_compiled": 115, "grpo": 90,
                     # guessed from the throughput rows (a load, three iterations, the profiler's own cost)
                     "profile_lowrank": 40, "profile_full_batched": 75, "profile_full_one_at_a_time": 180}
 # The arms profiled (profile.py), cheapest first; one at a time comes after the learning rows, since its generate
@@ -281,11 +291,12 @@ def learn_row(args: argparse.Namespace, work: Path, name: str, overrides: dict[s
 class Report:
     """The report's rows, written after every step, and the time left for more."""
 
-    def __init__(self, output: Path, budget_seconds: float, facts: dict[str, Any], previous: list[Path] = ()):
+    def __init__(self, output: Path, budget_seconds: float, facts: dict[str, Any], previous: list[Path] = (),
+                 remeasure: tuple[str, ...] | list[str] = ()):
         self.output, self.deadline, self.started = output, time.perf_counter() + budget_seconds, time.perf_counter()
         self.results: dict[str, Any] = {"command": "python -m bench.gpu_check.check " + " ".join(sys.argv[1:]),
                                          "facts": facts}
-        self.carried = carried_rows(previous, facts)
+        self.carried = {name: row for name, row in carried_rows(previous, facts).items() if name not in remeasure}
         self.write()
 
     def write(self) -> None:
@@ -350,6 +361,8 @@ def parse_arguments() -> argparse.Namespace:
                         help="start no step that would end after this many seconds from the start")
     parser.add_argument("--work-dir", default="/tmp/evotune_gpu_check")
     parser.add_argument("--output", required=True, help="JSON file for the report")
+    parser.add_argument("--remeasure", nargs="*", default=list(REMEASURE),
+                        help="rows measured again even when --previous has them (default: %(default)s)")
     parser.add_argument("--previous", nargs="*", type=Path, default=[],
                         help="earlier reports: their rows measured on a card of this name are kept, not measured again")
     return parser.parse_args()
@@ -361,12 +374,13 @@ def main() -> None:
     if work.exists() and any(work.iterdir()):
         raise SystemExit(f"--work-dir {work} is not empty; give a new one (its runs would be refused)")
     facts = device_facts(args.device)
-    report = Report(Path(args.output), args.budget_seconds, facts, args.previous)
+    report = Report(Path(args.output), args.budget_seconds, facts, args.previous, args.remeasure)
     if "resume" in args.arms:
         report.step("resume", lambda: resume_check(args, work), needs_seconds=ESTIMATE_SECONDS["resume"])
     arms = {name: dict(overrides) for name, overrides in ARMS.items() if name in args.arms}
-    if "full_batched" in arms:
-        arms["full_batched"]["population_batch_size"] = args.population_batch_size
+    for name in ("full_batched", "full_batched_device_master"):
+        if name in arms:
+            arms[name]["population_batch_size"] = args.population_batch_size
     for name, overrides in arms.items():
         report.step(name, lambda name=name, overrides=overrides: es_row(args, name, work, facts, **overrides),
                     needs_seconds=ESTIMATE_SECONDS[name])

@@ -194,3 +194,17 @@ def test_learning_rows_take_every_methods_first_seed_before_further_seeds():
     batched = next(overrides for name, overrides, _ in gpu_check.learning_order(arms, False) if name == "full_batched")
     assert batched == {"population_batch_size": 2}
     assert "grpo" not in {name for name, _, _ in gpu_check.learning_order(arms, has_trl=False)}
+
+
+def test_rows_named_for_remeasuring_are_measured_again_though_carried(tmp_path):
+    """--remeasure (default REMEASURE): rows whose code changed since a card measured them are measured again."""
+    h200 = {"facts": {"name": "NVIDIA H200"}, "lowrank": {"seconds_per_iteration": 2.8},
+            "full_compiled": {"seconds_per_iteration": 10.6}}
+    (tmp_path / "gpu_check_h200.json").write_text(json.dumps(h200))
+    report = gpu_check.Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"}, [tmp_path / "gpu_check_h200.json"],
+                              remeasure=["lowrank"])
+    measured = []
+    for name in ("lowrank", "full_compiled"):
+        report.step(name, lambda name=name: measured.append(name) or {"seconds_per_iteration": 1.0})
+    assert measured == ["lowrank"] and report.results["full_compiled"]["carried_from"] == "gpu_check_h200.json"
+    assert set(gpu_check.REMEASURE) <= set(gpu_check.ARMS)

@@ -76,3 +76,59 @@ def test_cma_mean_update_is_refused_with_the_fix(model):
     """No small mean vector: CMA-ES's MeanUpdate is a ConfigError naming `strategy: openes` and vector spaces."""
     with pytest.raises(ConfigError, match="strategy: cma"):
         FullParameterSpace(model).apply_update(MeanUpdate(0, [0.0, 1.0]))
+
+
+def test_master_device_is_the_host_on_a_cpu_and_a_bad_setting_names_the_choices():
+    from evotune.spaces.full import master_device_for
+
+    for setting in ("host", "device", "auto"):
+        assert master_device_for(setting, torch.device("cpu"), 10**9) == torch.device("cpu")
+    with pytest.raises(ConfigError, match="`master_device` is 'gpu'; set it to one of host, device, auto"):
+        master_device_for("gpu", torch.device("cpu"), 10)
+
+
+def test_a_placed_master_keeps_the_mean_and_state_comes_back_on_the_host(model):
+    """place_master moves the fp32 mean (the same values); state_tensors and a checkpoint load stay on the host's
+    side of the contract wherever it lives, and the live weights are restored exactly."""
+    space = FullParameterSpace(model, optimizer=SGD(learning_rate=1e-3))
+    reference = snapshot(model)
+    space.apply_update(SeedUpdate(0, [3, 4], [1.0, -0.5]))
+    before = {name: tensor.clone() for name, tensor in space.state_tensors().items()}
+    space.place_master("cpu")
+    assert space.master_device == torch.device("cpu")
+    state = space.state_tensors()
+    assert all(tensor.device.type == "cpu" and torch.equal(tensor, before[name]) for name, tensor in state.items())
+    space.load_state_tensors(before)
+    assert all(space.master[name].device == space.master_device for name in space.master)
+    assert space.mean_is_finite()
+    space.apply(Candidate(5, 0.01))
+    space.restore()
+    moved = snapshot(model)
+    assert any(not torch.equal(moved[name], reference[name]) for name in reference)  # the update is in the weights
+    space.load_state_tensors({name: param.to(torch.float32) for name, param in reference.items()})
+    assert_unchanged(model, reference)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_master_on_the_gpu_gives_the_host_masters_run(model_source):
+    """master_device: device on CUDA: full ES's candidates and update are the host master's, bit for bit (bf16
+    weights, rademacher and gaussian noise), and the master never leaves the GPU."""
+    from evotune.spaces.full import master_device_for
+
+    for kind in ("rademacher", "gaussian"):
+        runs = []
+        for setting in ("host", "device"):
+            model = model_source.base("bfloat16").to("cuda")
+            space = FullParameterSpace(model, noise_kind=kind, optimizer=SGD(learning_rate=1e-3))
+            space.place_master(master_device_for(setting, torch.device("cuda"), space.num_parameters))
+            assert space.master_device.type == ("cpu" if setting == "host" else "cuda")
+            space.apply(Candidate(7, 0.02))
+            applied = snapshot(model)
+            stacked = space.candidate_factors([Candidate(7, 0.02), Candidate(8, -0.02)])
+            space.restore()
+            space.apply_update(SeedUpdate(0, [7, 8], [1.0, -1.0]))
+            runs.append((applied, [tensor.clone() for tensor in stacked], space.state_tensors(), snapshot(model)))
+        for first, second in zip(runs[0], runs[1]):
+            pairs = zip(first.values(), second.values()) if isinstance(first, dict) else zip(first, second)
+            assert all(torch.equal(a.cpu(), b.cpu()) for a, b in pairs), kind

@@ -15,13 +15,13 @@ from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..spaces import SPACES as HF_SPACES
 from ..spaces.base import FactoredSpace, Space
+from ..spaces.full import MASTER_DEVICES
 from ..spaces.lowrank import LowRankNoise, linear_weights
 
 if TYPE_CHECKING:
     from .vllm import VLLMBackend
 
 
-MASTER_DEVICES = ("host", "device", "auto")
 
 
 def hf_parameter_shapes(model: str) -> dict[str, list[int]]:
@@ -53,7 +53,7 @@ class EngineSpace(Space):
     side keeps an identical one only for its counters (checkpoint state), since SGD has no tensors.
     `master_device` (host | device | auto) is where the engine keeps the fp32 master on CUDA:
     host costs 8 bytes of host->GPU traffic per weight per candidate (apply and restore), device
-    costs 4 bytes of GPU memory per weight (auto: device when that leaves MASTER_HEADROOM_BYTES free).
+    costs 4 bytes of GPU memory per weight (auto: device when that leaves spaces.full.MASTER_HEADROOM_BYTES free).
     """
 
     @classmethod

@@ -17,11 +17,9 @@ from typing import Any
 from ..errors import ConfigError
 from ..optimizers import Chain
 from ..spaces import FullParameterSpace
+from ..spaces.full import master_device_for
 from ..types import Candidate
 from .vllm_cpu import keep_engine_weights
-
-# `master_device: auto` keeps the fp32 master on the GPU only if this much stays free besides it.
-MASTER_HEADROOM_BYTES = 2 * 2**30
 
 # The names multiprocessing gives the processes vLLM starts for an engine: its engine core, and a worker per rank.
 VLLM_ENGINE_PROCESSES = ("EngineCore", "VllmWorker")
@@ -77,8 +75,6 @@ class EngineWeightsExtension:
         shards."""
         import math
 
-        import torch
-
         from .vllm_cpu import packed_weight_layers
         from .vllm_weights import engine_pieces
 
@@ -111,21 +107,14 @@ class EngineWeightsExtension:
                                                     named_tensors=views, shards=shards, optimizer=optimizer_object,
                                                     keep_base=keep_base)
         self.evotune_shards = shards
-        live = self.evotune_space.parameters[0][1].device
-        self.evotune_master_device = torch.device("cpu")
-        if live.type == "cuda" and master_device != "host":
-            need = 4 * self.evotune_space.num_parameters  # the fp32 master: 4 bytes per weight
-            free, _ = torch.cuda.mem_get_info(live)
-            if master_device == "device" or free >= need + MASTER_HEADROOM_BYTES:
-                self.evotune_master_device = live
+        self.evotune_master_device = master_device_for(master_device, self.evotune_space.parameters[0][1].device,
+                                                       self.evotune_space.num_parameters)
         self._evotune_place_master()
         return sum(math.prod(shapes[name]) for name in self.evotune_space.master)
 
     def _evotune_place_master(self) -> None:
         """Move the fp32 master (name -> tensor shaped like the weight) to the chosen device."""
-        master = self.evotune_space.master
-        for name in master:
-            master[name] = master[name].to(self.evotune_master_device)
+        self.evotune_space.place_master(self.evotune_master_device)
 
     def _evotune_rank(self) -> int:
         return int(getattr(self, "rank", 0))

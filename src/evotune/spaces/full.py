@@ -5,7 +5,8 @@ regenerated from the seed, one tensor at a time, and written in place, so the ex
 memory is one tensor's noise, never a second model on the device.
 
 Exactness: adding then subtracting noise in bf16/fp16 drifts. The mean lives in an fp32
-master copy on the host; apply() writes cast(master + scale * noise) and restore() writes
+master copy (on the host by default; `master_device` may keep it beside the weights on a GPU, see
+master_device_for); apply() writes cast(master + scale * noise) and restore() writes
 cast(master), so after any number of cycles the live weights are bit-identical. Updates
 accumulate in fp32 into the master and are written to the live weights once.
 """
@@ -64,6 +65,26 @@ class StackedWeight:
     shape: tuple[int, ...]
 
 
+# `master_device: auto` keeps the fp32 master on the GPU only if this much stays free besides it.
+MASTER_HEADROOM_BYTES = 2 * 2**30
+MASTER_DEVICES = ("host", "device", "auto")
+
+
+def master_device_for(setting: str, live: torch.device, num_parameters: int) -> torch.device:
+    """Where the fp32 master of `num_parameters` weights living on `live` goes (`master_device`). On the host, every
+    candidate written moves 8 bytes per weight to the GPU (4 of the master, and its noise); beside the weights, it
+    takes 4 bytes of GPU memory per weight and moves nothing. auto: beside them when MASTER_HEADROOM_BYTES stay
+    free. A CPU's weights are on the host either way."""
+    if setting not in MASTER_DEVICES:
+        raise ConfigError(f"`master_device` is {setting!r}; set it to one of {', '.join(MASTER_DEVICES)}.")
+    if live.type != "cuda" or setting == "host":
+        return torch.device("cpu")
+    if setting == "device":
+        return live
+    free, _ = torch.cuda.mem_get_info(live)
+    return live if free >= 4 * num_parameters + MASTER_HEADROOM_BYTES else torch.device("cpu")
+
+
 class FullParameterSpace(FactoredSpace):
     """All (or a regex-selected subset of) a model's parameters, perturbed in place, or (candidate_factors) as
     one stacked copy per member for a population-batched forward."""
@@ -72,9 +93,12 @@ class FullParameterSpace(FactoredSpace):
     @classmethod
     def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> FullParameterSpace:
         """The run's space (registry entry `full` on the hf backend) over `backend.model`."""
-        return cls(backend.model, config.parameters or None, config.exclude_parameters or None,
-                   noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift,
-                   prefetch=config.prefetch_candidates)
+        space = cls(backend.model, config.parameters or None, config.exclude_parameters or None,
+                    noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift,
+                    prefetch=config.prefetch_candidates)
+        space.place_master(master_device_for(config.master_device, space.parameters[0][1].device,
+                                             space.num_parameters))
+        return space
 
     def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian",
@@ -91,7 +115,8 @@ class FullParameterSpace(FactoredSpace):
         self.noise_kind = noise_kind
         self.optimizer = optimizer
         self.parameters = select_parameters(model, include, exclude, named_tensors)
-        # fp32 master copy on the host: the exact mean (invariant: no drift).
+        # fp32 master copy, on the host until place_master() moves it: the exact mean (invariant: no drift).
+        self.master_device = torch.device("cpu")
         self.master = {name: param.detach().to("cpu", torch.float32, copy=True) for name, param in self.parameters}
         # the starting weights in their own dtype (exact, spaces/drift.py), taken before any checkpoint's mean
         # is loaded: what anchored weight decay pulls toward and drift is measured from
@@ -248,8 +273,22 @@ class FullParameterSpace(FactoredSpace):
 
         return noise_fingerprint(self.noise_kind, self.parameters[0][1].device)
 
+    def place_master(self, device: torch.device | str) -> None:
+        """Keep the fp32 master on `device` (master_device_for chooses); the same values, so the same run."""
+        if self._prefetcher is not None:
+            self._prefetcher.settle()
+        self.master_device = torch.device(device)
+        for name in self.master:
+            self.master[name] = self.master[name].to(self.master_device)
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        return dict(self.master)
+        """The fp32 mean on the host (the master itself when it lives there; a copy from a GPU)."""
+        return {name: tensor.cpu() for name, tensor in self.master.items()}
+
+    def mean_is_finite(self) -> bool:
+        """As Space.mean_is_finite, on the master where it lives (no copy of a GPU master to the host)."""
+        return all(bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+                   for tensor in self.master.values())
 
     @torch.no_grad()
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -261,5 +300,5 @@ class FullParameterSpace(FactoredSpace):
         if self._prefetcher is not None:
             self._prefetcher.settle()
         for name in self.master:
-            self.master[name] = tensors[name].to(torch.float32).clone()
+            self.master[name] = tensors[name].to(self.master_device, torch.float32, copy=True)
         self.restore()

@@ -44,7 +44,7 @@ from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace
-from .full import FullParameterSpace, select_parameters
+from .full import FullParameterSpace, master_device_for, select_parameters
 from .noise import noise
 
 
@@ -148,9 +148,12 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
     @classmethod
     def from_config(cls, config: Any, backend: Any, optimizer: Optimizer) -> LowRankSpace:
         """EGGROLL's rank-r members of a full-parameter mean (registry entry `lowrank` on the hf backend)."""
-        return cls(backend.model, config.perturbation_rank, config.parameters or None,
-                   config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer,
-                   keep_base=config.log_drift)
+        space = cls(backend.model, config.perturbation_rank, config.parameters or None,
+                    config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer,
+                    keep_base=config.log_drift)
+        space.place_master(master_device_for(config.master_device, space.parameters[0][1].device,
+                                             space.num_parameters))
+        return space
 
     def __init__(self, model: torch.nn.Module | None, rank: int = 1, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian", optimizer: Optimizer | None = None,

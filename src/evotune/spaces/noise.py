@@ -62,7 +62,8 @@ def fill_noise_chunk(out: torch.Tensor, seed: int, name: str, chunk: int, kind: 
         return out if scale == 1.0 else out.mul_(scale)
     if kind == "rademacher":
         count = out.numel()
-        packed = torch.from_numpy(rademacher_bytes(count, chunk_seed).astype(np.int64)).to(out.device)  # (bytes,)
+        # the bytes cross to out's device as bytes (a GPU's copy: 1/8 of the weights' count), widened there
+        packed = torch.from_numpy(rademacher_bytes(count, chunk_seed)).to(out.device).int()  # (bytes,) int32
         # +-1 * scale is exactly +-scale: scaling the (256, 8) table scales every element, with no extra pass
         table = _sign_table(out.device) if scale == 1.0 else _sign_table(out.device) * scale
         if count % 8 == 0:  # expand straight into `out`, viewed as (bytes, 8)
