@@ -201,8 +201,8 @@ def test_rows_named_for_remeasuring_are_measured_again_though_carried(tmp_path):
     h200 = {"facts": {"name": "NVIDIA H200"}, "lowrank": {"seconds_per_iteration": 2.8},
             "full_compiled": {"seconds_per_iteration": 10.6}}
     (tmp_path / "gpu_check_h200.json").write_text(json.dumps(h200))
-    report = gpu_check.Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"}, [tmp_path / "gpu_check_h200.json"],
-                              remeasure=["lowrank"])
+    report = gpu_check.Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"},
+                              [tmp_path / "gpu_check_h200.json"], remeasure=["lowrank"])
     measured = []
     for name in ("lowrank", "full_compiled"):
         report.step(name, lambda name=name: measured.append(name) or {"seconds_per_iteration": 1.0})
