@@ -2,7 +2,8 @@
 rot: prepared, installed into a target folder and run from there, as on the GPU machine.
 
 CI's dry run takes the arms that generate differently (one at a time, stacked copies, low-rank) and leaves out
-the learning rows, GRPO, transformers' own loop and `full_compiled` (torch.compile of the tiny model's decoding step
+the profile rows (profile_row has its own test here), the learning rows, GRPO, transformers' own loop and
+`full_compiled` (torch.compile of the tiny model's decoding step
 costs ~10 s of a cold interpreter): each is the same es_row or learn_row with other config keys (checked below on
 every push), compiled generation and GRPO have their own tests, and the slow test runs every arm."""
 
@@ -45,9 +46,10 @@ def installed_site(tmp_path_factory):
     return site
 
 
-def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str], learn: bool = True) -> dict:
+def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str], learn: bool = True,
+            profile: bool = True) -> dict:
     output = tmp_path / "gpu_check.json"
-    extra = "" if learn else " --no-learn"
+    extra = ("" if learn else " --no-learn") + ("" if profile else " --no-profile")
     environment = {**os.environ, "DEVICE": "cpu", "MODEL": tiny_model_dir, "OUTPUT": str(output), "SITE": str(site),
                    "WORK": str(tmp_path / "runs"), "GPU_CHECK_ARGS": f"{SETTINGS} --arms {' '.join(arms)}{extra}",
                    "TIMEOUT": "300"}
@@ -77,7 +79,7 @@ def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str], le
         assert report["full_own_loop"]["accuracy_after"] == report["full_one_at_a_time"]["accuracy_after"]
     if "grpo" in arms:
         assert "error" not in report["grpo"] and report["grpo"]["steps"] == 2, report["grpo"]
-    for arm in (arm for arm in gpu_check.PROFILE_ARMS if arm in arms):  # where the time went, per profiled arm
+    for arm in (arm for arm in gpu_check.PROFILE_ARMS if arm in arms and profile):  # where the time went
         row = report[f"profile_{arm}"]
         assert "error" not in row, (arm, row)
         assert {"ask", "reward", "tell", "apply_update"} <= row["phase_seconds"].keys(), row["phase_seconds"]
@@ -94,9 +96,9 @@ def test_gpu_check_dry_run_on_cpu(installed_site, tiny_model_dir, tmp_path):
     """CI's dry run: the installed wheel, the resume check and the arms that differ in how they generate (the slow
     test below adds transformers' own loop, compiled generation, GRPO and the learning rows)."""
     arms = ["resume", "full_one_at_a_time", "full_batched", "lowrank"]
-    report = dry_run(installed_site, tiny_model_dir, tmp_path, arms, learn=False)
+    report = dry_run(installed_site, tiny_model_dir, tmp_path, arms, learn=False, profile=False)
     assert "full_compiled" not in report and "grpo" not in report  # --arms picks
-    assert not any(name.startswith("learn_") for name in report)  # --no-learn
+    assert not any(name.startswith(("learn_", "profile_")) for name in report)  # --no-learn, --no-profile
 
 
 def test_every_arm_is_a_config_train_accepts(tiny_model_dir):
