@@ -163,9 +163,12 @@ def device_commands(calls: int) -> list[dict]:
               "command": f"mkdir -p {STAGE} && cp .gpu_carry/call{index}/model.part{index} {STAGE}/ && ls -l {STAGE}"}
              for index in range(1, calls)]
     steps.append({"carry": [f".gpu_carry/call{calls}"],
+                  # the check's own budget (500 s) and timeout (540 s) inside the call's 590 s: install takes ~20 s,
+                  # and what is left of a lent GPU's 15 minutes after the start and these calls runs one more call
                   "command": "set -o pipefail; PYTHONUNBUFFERED=1 bash bench/gpu_check/gpu_check.sh install && "
-                             "PYTHONUNBUFFERED=1 bash bench/gpu_check/gpu_check.sh run 2>&1 | tee $OUT/gpu_check.log",
-                  "timeout_s": 560})
+                             "PYTHONUNBUFFERED=1 TIMEOUT=540 GPU_CHECK_ARGS='--budget-seconds 500' "
+                             "bash bench/gpu_check/gpu_check.sh run 2>&1 | tee $OUT/gpu_check.log",
+                  "timeout_s": 590})
     return steps
 
 

@@ -43,15 +43,13 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
-import traceback
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from bench.gpu_check.profile import profile_row
+from bench.gpu_check.report import Report, Step, print_plan
 
 # Dense bf16 peak and memory bandwidth of the cards we may be lent (vendor datasheets, SXM parts).
 DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
@@ -288,57 +286,6 @@ def learn_row(args: argparse.Namespace, work: Path, name: str, overrides: dict[s
             "num_eval": args.num_eval}
 
 
-class Report:
-    """The report's rows, written after every step, and the time left for more."""
-
-    def __init__(self, output: Path, budget_seconds: float, facts: dict[str, Any], previous: list[Path] = (),
-                 remeasure: tuple[str, ...] | list[str] = ()):
-        self.output, self.deadline, self.started = output, time.perf_counter() + budget_seconds, time.perf_counter()
-        self.results: dict[str, Any] = {"command": "python -m bench.gpu_check.check " + " ".join(sys.argv[1:]),
-                                         "facts": facts}
-        self.carried = {name: row for name, row in carried_rows(previous, facts).items() if name not in remeasure}
-        self.write()
-
-    def write(self) -> None:
-        self.output.parent.mkdir(parents=True, exist_ok=True)
-        self.results["elapsed_s"] = round(time.perf_counter() - self.started, 1)
-        self.output.write_text(json.dumps(self.results, indent=2, default=str) + "\n")
-
-    def step(self, name: str, work: Callable[[], Any], needs_seconds: float = 0.0) -> None:
-        """One check: its result, or its error (the script goes on); carried from an earlier run when one on this
-        card measured it; skipped when fewer than `needs_seconds` are left before the deadline."""
-        left = self.deadline - time.perf_counter()
-        if name in self.carried:
-            self.results[name] = self.carried[name]
-            print(f"gpu_check: {name}: carried from {self.carried[name]['carried_from']}", file=sys.stderr, flush=True)
-        elif left < needs_seconds:
-            self.results[name] = {"skipped": f"{left:.0f} s left, the step needs about {needs_seconds:.0f}"}
-        else:
-            started = time.perf_counter()
-            try:
-                self.results[name] = work()
-            except Exception as error:  # noqa: BLE001 - a failed check is a row of the report, not the end of it
-                self.results[name] = {"error": f"{type(error).__name__}: {error}",
-                                      "traceback": traceback.format_exc()[-2000:]}
-            row = self.results[name]
-            state = "FAIL " + row["error"] if isinstance(row, dict) and "error" in row else "ok"
-            print(f"gpu_check: {name} ({time.perf_counter() - started:.1f} s): {state}", file=sys.stderr, flush=True)
-        self.write()
-
-
-def carried_rows(previous: list[Path], facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The measured rows (not skipped, not failed) of earlier reports from a card of the same name as this one."""
-    rows: dict[str, dict[str, Any]] = {}
-    for path in previous:
-        report = json.loads(Path(path).read_text())
-        if report.get("facts", {}).get("name") != facts.get("name"):
-            continue
-        for name, row in report.items():
-            if isinstance(row, dict) and name != "facts" and not {"skipped", "error"} & row.keys():
-                rows.setdefault(name, {**row, "carried_from": row.get("carried_from", Path(path).name)})
-    return rows
-
-
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -360,47 +307,61 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--budget-seconds", type=float, default=440.0,
                         help="start no step that would end after this many seconds from the start")
     parser.add_argument("--work-dir", default="/tmp/evotune_gpu_check")
-    parser.add_argument("--output", required=True, help="JSON file for the report")
+    parser.add_argument("--output", help="JSON file for the report (required unless --plan)")
+    parser.add_argument("--plan", action="store_true", help="print what a run would measure, carry and skip, and stop")
+    parser.add_argument("--card", default="NVIDIA H200", help="with --plan: the card's name, for the carried rows")
     parser.add_argument("--remeasure", nargs="*", default=list(REMEASURE),
                         help="rows measured again even when --previous has them (default: %(default)s)")
     parser.add_argument("--previous", nargs="*", type=Path, default=[],
                         help="earlier reports: their rows measured on a card of this name are kept, not measured again")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if not args.plan and not args.output:
+        parser.error("--output is required (or give --plan)")
+    return args
 
 
-def main() -> None:
-    args = parse_arguments()
-    work = Path(args.work_dir)
-    if work.exists() and any(work.iterdir()):
-        raise SystemExit(f"--work-dir {work} is not empty; give a new one (its runs would be refused)")
-    facts = device_facts(args.device)
-    report = Report(Path(args.output), args.budget_seconds, facts, args.previous, args.remeasure)
+
+
+def plan_steps(args: argparse.Namespace, work: Path, facts: dict[str, Any], has_trl: bool) -> list[Step]:
+    """Every row the check may measure, in order: resume, the throughput arms, GRPO, the cheaper profiles, the
+    learning rows (the first seed of every method first), the costliest profile."""
+    steps: list[Step] = []
     if "resume" in args.arms:
-        report.step("resume", lambda: resume_check(args, work), needs_seconds=ESTIMATE_SECONDS["resume"])
+        steps.append(("resume", lambda: resume_check(args, work), ESTIMATE_SECONDS["resume"]))
     arms = {name: dict(overrides) for name, overrides in ARMS.items() if name in args.arms}
     for name in ("full_batched", "full_batched_device_master"):
         if name in arms:
             arms[name]["population_batch_size"] = args.population_batch_size
     for name, overrides in arms.items():
-        report.step(name, lambda name=name, overrides=overrides: es_row(args, name, work, facts, **overrides),
-                    needs_seconds=ESTIMATE_SECONDS[name])
-    has_trl = _has_trl()
+        steps.append((name, lambda name=name, overrides=overrides: es_row(args, name, work, facts, **overrides),
+                      ESTIMATE_SECONDS[name]))
     if "grpo" in args.arms and has_trl:
-        report.step("grpo", lambda: grpo_row(args, work), needs_seconds=ESTIMATE_SECONDS["grpo"])
+        steps.append(("grpo", lambda: grpo_row(args, work), ESTIMATE_SECONDS["grpo"]))
     profiled = [] if args.no_profile else [name for name in PROFILE_ARMS if name in arms]
-
-    def profile_steps(names: list[str]) -> None:
-        for name in names:
-            report.step(f"profile_{name}", lambda name=name: profile_row(
-                base_config(args, num_eval=args.throughput_num_eval, **arms[name]), work / f"profile_{name}", name,
-                arms[name]), needs_seconds=ESTIMATE_SECONDS[f"profile_{name}"])
-
-    profile_steps([name for name in profiled if name not in PROFILED_LAST])
+    profiles = {name: (f"profile_{name}", lambda name=name: profile_row(
+        base_config(args, num_eval=args.throughput_num_eval, **arms[name]), work / f"profile_{name}", name,
+        arms[name]), ESTIMATE_SECONDS[f"profile_{name}"]) for name in profiled}
+    steps += [step for name, step in profiles.items() if name not in PROFILED_LAST]
     for name, overrides, seed in [] if args.no_learn else learning_order(arms, has_trl):
-        report.step(f"learn_{name}_seed{seed}",
-                    lambda name=name, overrides=overrides, seed=seed: learn_row(args, work, name, overrides, seed),
-                    needs_seconds=args.learn_seconds + LEARN_OVERHEAD_SECONDS)
-    profile_steps([name for name in profiled if name in PROFILED_LAST])
+        steps.append((f"learn_{name}_seed{seed}",
+                      lambda name=name, overrides=overrides, seed=seed: learn_row(args, work, name, overrides, seed),
+                      args.learn_seconds + LEARN_OVERHEAD_SECONDS))
+    steps += [step for name, step in profiles.items() if name in PROFILED_LAST]
+    return steps
+
+
+def main() -> None:
+    args = parse_arguments()
+    work = Path(args.work_dir)
+    if args.plan:
+        print_plan(plan_steps(args, work, {}, _has_trl()), args)
+        return
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"--work-dir {work} is not empty; give a new one (its runs would be refused)")
+    facts = device_facts(args.device)
+    report = Report(Path(args.output), args.budget_seconds, facts, args.previous, args.remeasure)
+    for name, measure, seconds in plan_steps(args, work, facts, _has_trl()):
+        report.step(name, measure, needs_seconds=seconds)
     print(json.dumps({name: {k: v for k, v in value.items() if k != "traceback"} if isinstance(value, dict) else value
                       for name, value in report.results.items()}, indent=2, default=str))
 

@@ -8,6 +8,8 @@
 # then the printed calls: calls 1..N-1 leave a part of the model in /tmp on the GPU machine; the last one runs
 #   bash bench/gpu_check/gpu_check.sh install    # wheels into /tmp/evotune_site, the model reassembled (sha256)
 #   bash bench/gpu_check/gpu_check.sh run        # the measurement (bench/gpu_check/check.py), one timeout
+# and, here, before spending a lent GPU's minutes (no device needed):
+#   bash bench/gpu_check/gpu_check.sh plan ["NVIDIA H100 80GB HBM3"]   # each row: carried, measured or skipped
 # `run` writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT), rewritten after every step; rows
 # bench/results/gpu_check/gpu_check_*.json measured on a card of the same name are carried, not measured again.
 # It imports evotune from the installed target only (PYTHONPATH, and the checkout's src/ is not on the path).
@@ -24,6 +26,11 @@ case "${1:-run}" in
 import importlib.util as u
 print('installed: evotune', evotune.__version__, evotune.__file__, '| transformers', transformers.__version__,
       '| trl', 'yes' if u.find_spec('trl') else 'no')" ;;
+  plan)
+    shopt -s nullglob
+    previous=(bench/results/gpu_check/gpu_check_*.json)
+    python3 -m bench.gpu_check.check --plan --card "${2:-NVIDIA H200}" --budget-seconds "${BUDGET:-500}" \
+      --previous "${previous[@]}" ${GPU_CHECK_ARGS:-} ;;
   run)
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
     DEVICE=${DEVICE:-cuda}
@@ -37,5 +44,5 @@ print('installed: evotune', evotune.__version__, evotune.__file__, '| transforme
     if [ ${#previous[@]} -gt 0 ]; then extra+=(--previous "${previous[@]}"); fi
     timeout "${TIMEOUT:-480}" python3 -m bench.gpu_check.check --device "$DEVICE" --output "$OUTPUT" \
       --work-dir "$WORK" "${extra[@]}" ${GPU_CHECK_ARGS:-} ;;
-  *) echo "usage: bash bench/gpu_check/gpu_check.sh [prepare|install|run]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_check/gpu_check.sh [prepare|install|plan|run]" >&2; exit 2 ;;
 esac

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench.gpu_check import check as gpu_check
+from bench.gpu_check.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check" / "gpu_check.sh"
@@ -130,7 +131,7 @@ def test_rows_measured_on_the_same_card_are_carried_and_not_measured_again(tmp_p
     (tmp_path / "gpu_check_h200.json").write_text(json.dumps(h200))
     (tmp_path / "gpu_check_h100.json").write_text(json.dumps(h100))
     previous = [tmp_path / "gpu_check_h200.json", tmp_path / "gpu_check_h100.json"]
-    report = gpu_check.Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"}, previous)
+    report = Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"}, previous)
     assert set(report.carried) == {"resume", "lowrank"}  # not the skipped or failed rows, not another card's
     measured = []
     for name in ("resume", "lowrank", "grpo", "full_own_loop"):
@@ -142,7 +143,7 @@ def test_rows_measured_on_the_same_card_are_carried_and_not_measured_again(tmp_p
 
 
 def test_a_step_whose_estimate_does_not_fit_is_skipped(tmp_path):
-    report = gpu_check.Report(tmp_path / "out.json", 30.0, {"name": "cpu"})
+    report = Report(tmp_path / "out.json", 30.0, {"name": "cpu"})
     report.step("full_one_at_a_time", lambda: pytest.fail("started without the time"),
                 needs_seconds=gpu_check.ESTIMATE_SECONDS["full_one_at_a_time"])
     assert "the step needs about 160" in report.results["full_one_at_a_time"]["skipped"]
@@ -203,10 +204,28 @@ def test_rows_named_for_remeasuring_are_measured_again_though_carried(tmp_path):
     h200 = {"facts": {"name": "NVIDIA H200"}, "lowrank": {"seconds_per_iteration": 2.8},
             "full_compiled": {"seconds_per_iteration": 10.6}}
     (tmp_path / "gpu_check_h200.json").write_text(json.dumps(h200))
-    report = gpu_check.Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"},
+    report = Report(tmp_path / "out.json", 1000.0, {"name": "NVIDIA H200"},
                               [tmp_path / "gpu_check_h200.json"], remeasure=["lowrank"])
     measured = []
     for name in ("lowrank", "full_compiled"):
         report.step(name, lambda name=name: measured.append(name) or {"seconds_per_iteration": 1.0})
     assert measured == ["lowrank"] and report.results["full_compiled"]["carried_from"] == "gpu_check_h200.json"
     assert set(gpu_check.REMEASURE) <= set(gpu_check.ARMS)
+
+
+def test_the_plan_says_what_a_lent_gpu_would_measure_carry_and_skip(tmp_path, capsys, monkeypatch):
+    """--plan, with no device: rows an earlier report on this card measured are carried, the rest measured in order
+    while their estimates fit the budget, the others skipped; nothing is run."""
+    h200 = {"facts": {"name": "NVIDIA H200"}, "resume": {"tensors": 1, "differing": 0},
+            "full_one_at_a_time": {"seconds_per_iteration": 34.1}, "lowrank": {"seconds_per_iteration": 2.8}}
+    (tmp_path / "gpu_check_h200.json").write_text(json.dumps(h200))
+    monkeypatch.setattr(sys, "argv", ["check", "--plan", "--budget-seconds", "200", "--remeasure", "lowrank",
+                                      "--arms", "resume", "full_one_at_a_time", "full_batched", "lowrank",
+                                      "--previous", str(tmp_path / "gpu_check_h200.json")])
+    gpu_check.main()
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "carried from gpu_check_h200.json" in lines["resume"]
+    assert "carried from" in lines["full_one_at_a_time"]
+    assert "measure, ~70 s (~70 s of 200)" in lines["full_batched"]
+    assert "measure, ~45 s (~115 s of 200)" in lines["lowrank"]  # named for remeasuring
+    assert "measure, ~40 s" in lines["profile_lowrank"] and "does not fit" in lines["profile_full_batched"]
