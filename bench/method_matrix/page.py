@@ -48,6 +48,22 @@ def _finished(task: str, results: Path = STUDY) -> list[Arm]:
     return [found for found in arms(results, task) if found.runs]
 
 
+# Below this share of answers ended within the scored budget, an arm's accuracy is flagged: the budget cuts its
+# answers, so its number says "no answer within the budget", not "a wrong answer".
+ENDED_SHARE_FLAG = 0.9
+
+
+def _cut_text(found: Arm) -> str:
+    """' (answers cut: ...)' when the scored budget ended fewer than ENDED_SHARE_FLAG of the arm's answers."""
+    runs = [run for run in found.runs if "ended_by_budget" in run.heldout]
+    if not runs:
+        return ""
+    scored = str(runs[0].heldout["scored_budget"])
+    ended = sum(run.heldout["ended_by_budget"][scored] for run in runs) / len(runs)
+    return (f" (answers cut: {100 * ended:.0f}% ended within {scored} tokens)" if ended < ENDED_SHARE_FLAG
+            else "")
+
+
 def task_table(task: str, results: Path = STUDY) -> str:
     """One task's table: every arm's held-out accuracy (mean, std, per-seed 95% intervals), its gain over the
     start, the steps made in the equal training time, the training process's peak memory, and the KL to the start
@@ -66,7 +82,8 @@ def task_table(task: str, results: Path = STUDY) -> str:
         kl = " / ".join(f"{sum(run.kl(name) for run in found.runs) / len(found.runs):.3f}"
                         for name in ("conciseness", "ifeval"))
         ifeval = sum(run.heldout["retention"][IFEVAL_STRICT] for run in found.runs) / len(found.runs)
-        lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {_mean_text(found)} | "
+        accuracy = _mean_text(found) + _cut_text(found)
+        lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {accuracy} | "
                      f"{_per_seed_text(found.runs)} | "
                      f"{gain_text} | {found.mean_of('steps'):.0f} | {found.peak_rss_mib:,.0f} MiB | "
                      f"{kl} | {100 * ifeval:.1f}% |")

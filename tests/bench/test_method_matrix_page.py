@@ -160,3 +160,17 @@ def test_a_warm_start_task_shows_its_sft_start_and_measures_gains_from_it(study)
     assert "| full ES | 1 of 3 | 50.0% |" in table and "1: +5.0 [" in table
     assert [row for row in table.splitlines() if row.startswith("| ES on a LoRA")] == [
         "| ES on a LoRA | 0 of 3 | not run yet | | | | | | |"]
+
+
+def test_an_arm_whose_answers_the_budget_cuts_is_flagged_in_the_table(study):
+    """An accuracy read where most answers had not ended says "no answer within the budget": the table says so next
+    to the number, and only for that arm."""
+    path = study / "main" / "arithmetic" / "es_lora" / "seed0.json"
+    record = json.loads(path.read_text())
+    record["heldout"]["ended_by_budget"][str(SCORED_BUDGET)] = 0.43
+    path.write_text(json.dumps(record))
+    lines = [line for line in page.task_table("arithmetic", study).splitlines() if line.startswith("| ")]
+    flagged = [line.split(" | ")[0] for line in lines if "answers cut" in line]
+    assert flagged == ["| ES on a LoRA"], flagged
+    assert f"(answers cut: 43% ended within {SCORED_BUDGET} tokens)" in next(line for line in lines
+                                                                              if "ES on a LoRA" in line)
