@@ -17,7 +17,6 @@ from typing import Any
 from ..errors import ConfigError
 from ..optimizers import Chain
 from ..spaces import FullParameterSpace
-from ..spaces.full import master_device_for
 from ..types import Candidate
 from .vllm_cpu import keep_engine_weights
 
@@ -107,14 +106,8 @@ class EngineWeightsExtension:
                                                     named_tensors=views, shards=shards, optimizer=optimizer_object,
                                                     keep_base=keep_base)
         self.evotune_shards = shards
-        self.evotune_master_device = master_device_for(master_device, self.evotune_space.parameters[0][1].device,
-                                                       self.evotune_space.num_parameters)
-        self._evotune_place_master()
+        self.evotune_space.place_master_for(master_device)
         return sum(math.prod(shapes[name]) for name in self.evotune_space.master)
-
-    def _evotune_place_master(self) -> None:
-        """Move the fp32 master (name -> tensor shaped like the weight) to the chosen device."""
-        self.evotune_space.place_master(self.evotune_master_device)
 
     def _evotune_rank(self) -> int:
         return int(getattr(self, "rank", 0))
@@ -141,7 +134,6 @@ class EngineWeightsExtension:
         from .engine_state import read_rank_slices
 
         self.evotune_space.load_state_tensors(read_rank_slices(path, self.evotune_space.master, self.evotune_shards))
-        self._evotune_place_master()
 
     def evotune_drift_sums(self) -> dict[str, list[float]]:
         """Per parameter group, this rank's drift sums (spaces/drift.py, weight_sums): plain numbers. A tensor
@@ -175,6 +167,6 @@ class EngineWeightsExtension:
         crossings = sum(4 * master.numel() for (name, live), master in
                         zip(self.evotune_space.parameters, self.evotune_space.master.values())
                         if master.device != live.device)
-        return {"master_device": str(self.evotune_master_device), "apply": crossings, "restore": crossings,
+        return {"master_device": str(self.evotune_space.master_device), "apply": crossings, "restore": crossings,
                 "update": 3 * crossings, "per_candidate": 2 * crossings,
                 "master_bytes": 4 * self.evotune_space.num_parameters}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -116,7 +116,11 @@ class Space(ABC):
         one pass without a (numel,) bool tensor; only a non-finite sum (or an overflow) is checked element
         by element."""
         return all(bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
-                   for tensor in self.state_tensors().values())
+                   for tensor in self.mean_tensors())
+
+    def mean_tensors(self) -> Iterable[torch.Tensor]:
+        """The mean's tensors where they live, for checks on them (mean_is_finite): state_tensors() by default."""
+        return self.state_tensors().values()
 
     def drift_metrics(self) -> dict[str, float]:
         """How far the mean is from where it started, as `drift/<name>` numbers (spaces/drift.py): computed

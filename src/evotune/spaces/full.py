@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -96,8 +96,7 @@ class FullParameterSpace(FactoredSpace):
         space = cls(backend.model, config.parameters or None, config.exclude_parameters or None,
                     noise_kind=config.noise, optimizer=optimizer, keep_base=config.log_drift,
                     prefetch=config.prefetch_candidates)
-        space.place_master(master_device_for(config.master_device, space.parameters[0][1].device,
-                                             space.num_parameters))
+        space.place_master_for(config.master_device)
         return space
 
     def __init__(self, model: torch.nn.Module | None, include: list[str] | None = None,
@@ -273,6 +272,10 @@ class FullParameterSpace(FactoredSpace):
 
         return noise_fingerprint(self.noise_kind, self.parameters[0][1].device)
 
+    def place_master_for(self, setting: str) -> None:
+        """Place the master where `master_device` SETTING puts it for these weights (master_device_for)."""
+        self.place_master(master_device_for(setting, self.parameters[0][1].device, self.num_parameters))
+
     def place_master(self, device: torch.device | str) -> None:
         """Keep the fp32 master on `device` (master_device_for chooses); the same values, so the same run."""
         if self._prefetcher is not None:
@@ -285,10 +288,9 @@ class FullParameterSpace(FactoredSpace):
         """The fp32 mean on the host (the master itself when it lives there; a copy from a GPU)."""
         return {name: tensor.cpu() for name, tensor in self.master.items()}
 
-    def mean_is_finite(self) -> bool:
-        """As Space.mean_is_finite, on the master where it lives (no copy of a GPU master to the host)."""
-        return all(bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
-                   for tensor in self.master.values())
+    def mean_tensors(self) -> Iterable[torch.Tensor]:
+        """The master where it lives (no copy of a GPU master to the host)."""
+        return self.master.values()
 
     @torch.no_grad()
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:

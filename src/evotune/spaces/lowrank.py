@@ -44,7 +44,7 @@ from ..errors import ConfigError
 from ..optimizers import Optimizer
 from ..types import Candidate, Member
 from .base import FactoredSpace
-from .full import FullParameterSpace, master_device_for, select_parameters
+from .full import FullParameterSpace, select_parameters
 from .noise import noise
 
 
@@ -151,8 +151,7 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
         space = cls(backend.model, config.perturbation_rank, config.parameters or None,
                     config.exclude_parameters or None, noise_kind=config.noise, optimizer=optimizer,
                     keep_base=config.log_drift)
-        space.place_master(master_device_for(config.master_device, space.parameters[0][1].device,
-                                             space.num_parameters))
+        space.place_master_for(config.master_device)
         return space
 
     def __init__(self, model: torch.nn.Module | None, rank: int = 1, include: list[str] | None = None,
