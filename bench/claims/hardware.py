@@ -27,21 +27,25 @@ def gpu_h200_grpo() -> str:
 # The GPU check's reports (bench/gpu_check/), one file per device call on the same warm machine; a row measured in
 # one is not measured again in the next (`carried_from`).
 GPU_CHECK_FILES = ("gpu_check/gpu_check_h200.json", "gpu_check/gpu_check_h200_compiled.json",
-                   "gpu_check/gpu_check_h200_learn.json", "gpu_check/gpu_check_h200_learn2.json")
+                   "gpu_check/gpu_check_h200_learn.json", "gpu_check/gpu_check_h200_learn2.json",
+                   "gpu_check/gpu_check_h200_master.json", "gpu_check/gpu_check_h200_master2.json")
 # The goals the GPU check was built to test (issue 50), on one H100/H200: (what, arms, key, goal).
-GPU_GOALS = [("full ES candidate evals/s", ("full_one_at_a_time", "full_batched", "full_compiled"),
+GPU_GOALS = [("full ES candidate evals/s",
+              ("full_one_at_a_time", "full_batched", "full_batched_device_master", "full_compiled"),
               "candidate_evals_per_second", 10.0),
-             ("low-rank ES candidate evals/s", ("lowrank",), "candidate_evals_per_second", 60.0),
-             ("fraction of pure-inference throughput, low-rank ES", ("lowrank",), "fraction_of_pure_inference", 0.9),
-             ("fraction of pure-inference throughput, batched full ES", ("full_batched",),
+             ("low-rank ES candidate evals/s", ("lowrank", "lowrank_device_master"), "candidate_evals_per_second",
+              60.0),
+             ("fraction of pure-inference throughput, low-rank ES", ("lowrank", "lowrank_device_master"),
+              "fraction_of_pure_inference", 0.9),
+             ("fraction of pure-inference throughput, batched full ES", ("full_batched", "full_batched_device_master"),
               "fraction_of_pure_inference", 0.9)]
 
 GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
                   "full_own_loop": "full ES, one at a time, transformers' own loop",
-                  "full_batched": "full ES, population-batched (`population_batch_size: auto`)",
+                  "full_batched": "full ES, population-batched (`population_batch_size: auto`, mean on the host)",
                   "full_batched_device_master": "full ES, population-batched, `master_device: device`",
                   "full_compiled": "full ES, one at a time, `compile_generation: true`",
-                  "lowrank": "low-rank ES (rank 1, the whole population in one generate)",
+                  "lowrank": "low-rank ES (rank 1, the whole population in one generate, mean on the host)",
                   "lowrank_device_master": "low-rank ES, `master_device: device`"}
 
 
@@ -158,6 +162,23 @@ def gpu_batched_full() -> str:
             f"{batched['num_eval']} prompts)")
 
 
+def gpu_device_master() -> str:
+    """Each space's host-master row against its `master_device: device` row, both from one device call."""
+    rows = _gpu_check_rows()
+    parts = []
+    for arm, label in (("full_batched", "batched full ES"), ("lowrank", "low-rank ES")):
+        (host_file, host), (device_file, device) = rows[arm], rows[f"{arm}_device_master"]
+        if host_file != device_file:
+            raise ValueError(f"{arm} and {arm}_device_master come from two device calls ({host_file}, "
+                             f"{device_file}); measure them side by side (the check's --remeasure)")
+        same = "the same" if host["accuracy_after"] == device["accuracy_after"] else "a different"
+        parts.append(f"{label} {host['seconds_per_iteration'] / device['seconds_per_iteration']:.2f}x faster "
+                     f"({device['seconds_per_iteration']:.2f} vs {host['seconds_per_iteration']:.2f} s per iteration, "
+                     f"peak GPU memory {device['peak_gpu_memory_mib']:,.0f} vs {host['peak_gpu_memory_mib']:,.0f} "
+                     f"MiB, {same} held-out accuracy after {device['iterations']} iterations)")
+    return "; ".join(parts) + f" (`{rows['full_batched'][0]}`)"
+
+
 def gpu_lowrank_fraction() -> str:
     name, row = _gpu_check_rows()["lowrank"]
     return (f"{100 * row['fraction_of_pure_inference']:.0f}% with {row['candidates_per_generate']} members x "
@@ -190,7 +211,10 @@ def gpu_profile() -> str:
         total = row["iteration_seconds"]
         cells = [sum(row["phase_seconds"].get(phase, 0.0) for phase in phases) for phases in PROFILE_COLUMNS.values()]
         shares = [f"{value:.2f} s ({100 * value / total:.0f}%)" for value in [*cells, row["other_seconds"]]]
-        lines.append(f"| {GPU_CHECK_ARMS[arm].split(' (')[0]} | {total:.2f} | " + " | ".join(shares) +
+        # every arm names master_device now; rows from before it was a setting had the mean on the host
+        where = "GPU" if row["settings"].get("master_device") == "device" else "host"
+        lines.append(f"| {GPU_CHECK_ARMS[arm].split(' (')[0]}, mean on the {where} | {total:.2f} | " +
+                     " | ".join(shares) +
                      f" | {row['kernel_launches']:,} | `{name}` |")
     return "\n".join(lines) + "\n"
 
@@ -255,5 +279,6 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "gpu-goals": gpu_goals,
     "gpu-sync-free": gpu_sync_free,
     "gpu-profile": gpu_profile,
+    "gpu-device-master": gpu_device_master,
     "gpu-limits": gpu_limits,
 }

@@ -57,17 +57,20 @@ DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
 
 # The ES throughput rows: config overrides of each (full_own_loop also decodes with transformers' own loop).
 # (full ES on CUDA defaults to `population_batch_size: auto`, so the one-at-a-time arms say 1)
-# The *_device_master arms keep the fp32 mean beside the weights on the GPU (`master_device: device`) instead of on
-# the host, where every candidate written crosses to the GPU.
-ARMS = {"full_one_at_a_time": {"population_batch_size": 1}, "full_batched": {"population_batch_size": "auto"},
+# Every arm names where the fp32 mean lives: the first rows were measured with it on the host (then the default),
+# and the *_device_master arms keep it beside the weights on the GPU (now `auto`'s choice where it fits), so a
+# default that changes does not change what a row measures.
+HOST = {"master_device": "host"}
+ARMS = {"full_one_at_a_time": {"population_batch_size": 1, **HOST},
+        "full_batched": {"population_batch_size": "auto", **HOST},
         "full_batched_device_master": {"population_batch_size": "auto", "master_device": "device"},
-        "lowrank": {"space": "lowrank", "perturbation_rank": 1},
+        "lowrank": {"space": "lowrank", "perturbation_rank": 1, **HOST},
         "lowrank_device_master": {"space": "lowrank", "perturbation_rank": 1, "master_device": "device"},
-        "full_own_loop": {"population_batch_size": 1}, "full_compiled": {"compile_generation": True}}
-# Rows measured again even when an earlier report on the same card has them: the code they time changed since
-# (rademacher noise crosses to the GPU as bytes, not int64 indices; the 2026-11-28 change). Empty it once a lent
-# GPU has measured them.
-REMEASURE = ("full_batched", "lowrank")
+        "full_own_loop": {"population_batch_size": 1, **HOST},
+        "full_compiled": {"compile_generation": True, **HOST}}
+# Rows measured again even when an earlier report on the same card has them: name an arm here when the code it
+# times changes, and empty it once a lent GPU has measured it again.
+REMEASURE: tuple[str, ...] = ()
 # Seconds each step took on the first H200 run (bench/results/gpu_check/gpu_check_h200*.json), model loads and
 # evaluations included, rounded up: a step starts only when its estimate fits the time left (a learning row: its
 # --learn-seconds plus LEARN_OVERHEAD_SECONDS).

@@ -67,7 +67,7 @@ def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str], le
         assert row["iterations"] == 2 and row["seconds_per_iteration"] > 0
         assert row["pure_generation_seconds"] > 0 and row["fraction_of_pure_inference"] > 0
         assert row["token_slots_per_second"] == pytest.approx(4 * 2 * 4 / row["seconds_per_iteration"], rel=0.01)
-    assert report["full_batched"]["settings"] == {"population_batch_size": 2}
+    assert report["full_batched"]["settings"] == {"population_batch_size": 2, "master_device": "host"}
     assert report["full_batched"]["candidates_per_generate"] == 2
     assert report["full_one_at_a_time"]["candidates_per_generate"] == 1
     assert len(report["full_one_at_a_time"]["reward_mean_per_iteration"]) == 2
@@ -112,13 +112,13 @@ def test_every_arm_is_a_config_train_accepts(tiny_model_dir):
         config = TrainConfig(**gpu_check.base_config(args, **overrides))
         for key, value in overrides.items():
             assert getattr(config, key) == value, (name, key)
-    assert gpu_check.ARMS["full_compiled"] == {"compile_generation": True}
+    assert gpu_check.ARMS["full_compiled"] == {"compile_generation": True, "master_device": "host"}
 
 
 @pytest.mark.slow
 def test_gpu_check_dry_run_on_cpu_with_every_arm(installed_site, tiny_model_dir, tmp_path):
     report = dry_run(installed_site, tiny_model_dir, tmp_path, ["resume", *gpu_check.ARMS, "grpo"])
-    assert report["full_compiled"]["settings"] == {"compile_generation": True}
+    assert report["full_compiled"]["settings"] == {"compile_generation": True, "master_device": "host"}
     assert "error" not in report["full_compiled"], report["full_compiled"]
 
 

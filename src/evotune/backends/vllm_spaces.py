@@ -65,7 +65,7 @@ class EngineSpace(Space):
                    keep_base=config.log_drift)
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], include: list[str] | None,
-                 exclude: list[str] | None, noise_kind: str, optimizer: Optimizer, master_device: str = "host",
+                 exclude: list[str] | None, noise_kind: str, optimizer: Optimizer, master_device: str = "auto",
                  perturbation_rank: int | None = None, linear_names: list[str] | None = None,
                  keep_base: bool = False):
         """optimizer: the chain every rank's space steps with; each rank builds the same one from
@@ -162,7 +162,7 @@ class EngineLowRankSpace(EngineSpace, FactoredSpace):
 
     def __init__(self, backend: VLLMBackend, hf_shapes: dict[str, list[int]], linear_names: list[str], rank: int,
                  include: list[str] | None, exclude: list[str] | None, noise_kind: str, optimizer: Optimizer,
-                 master_device: str = "host", keep_base: bool = False):
+                 master_device: str = "auto", keep_base: bool = False):
         from ..spaces.full import select_parameters
         from .vllm_lora import lowrank_adapter_config
 

@@ -63,7 +63,7 @@ class EngineWeightsExtension:
     """
 
     def evotune_init(self, hf_shapes: dict[str, list[int]], include: list[str] | None, exclude: list[str] | None,
-                     noise_kind: str, optimizer: dict[str, Any], master_device: str = "host",
+                     noise_kind: str, optimizer: dict[str, Any], master_device: str = "auto",
                      perturbation_rank: int | None = None, linear_names: list[str] | None = None,
                      keep_base: bool = False) -> int:
         """A FullParameterSpace over this rank's part of the engine's weights; with perturbation_rank, a

@@ -5,7 +5,7 @@ regenerated from the seed, one tensor at a time, and written in place, so the ex
 memory is one tensor's noise, never a second model on the device.
 
 Exactness: adding then subtracting noise in bf16/fp16 drifts. The mean lives in an fp32
-master copy (on the host by default; `master_device` may keep it beside the weights on a GPU, see
+master copy (beside the weights on a GPU when it fits, else on the host: `master_device`, see
 master_device_for); apply() writes cast(master + scale * noise) and restore() writes
 cast(master), so after any number of cycles the live weights are bit-identical. Updates
 accumulate in fp32 into the master and are written to the live weights once.
