@@ -339,6 +339,19 @@ def status(results: Path = STUDY) -> str:
             "every sentence below says how many seeds its rows have")
 
 
+def validation_text(task: str, results: Path = STUDY) -> str:
+    """Each finished arm's accuracy on its runs' own validation split (at training's budget) before and after
+    training, per seed: whether training itself moved the score the held-out table reads, up or down."""
+    parts = [f"{found.label} " + ", ".join(
+        f"{100 * run.data['training']['validation_before']:.1f}% -> "
+        f"{100 * run.data['training']['validation_after']:.1f}% (seed {run.seed})" for run in found.runs)
+        for found in _finished(task, results)]
+    counts = sorted({run.data["training"]["keys"]["num_eval"] for found in _finished(task, results)
+                     for run in found.runs})
+    return ("; ".join(parts) + f" ({'/'.join(map(str, counts))} validation questions per run)") if parts \
+        else "no run has finished yet"
+
+
 def readme_table(results: Path = STUDY) -> str:
     """The README's compact table: every arm's mean held-out accuracy per task and its KL to the start."""
     lines = ["", "", "| method | " + " | ".join(TASK_NAMES[task].split(" (")[0] for task in TASKS)
@@ -360,6 +373,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "matrix-countdown-table": partial(task_table, "countdown"),
     "matrix-budget-arithmetic": partial(budget_table, "arithmetic"),
     "matrix-budget-countdown": partial(budget_table, "countdown"), "matrix-memory-table": memory_table,
+    "matrix-validation-countdown": partial(validation_text, "countdown"),
     "matrix-answer": answer, "matrix-papers-table": papers_table, "matrix-recommendations": recommendations,
     "matrix-readme-table": readme_table,
 }

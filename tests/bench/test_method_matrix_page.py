@@ -20,7 +20,7 @@ def correct_string(hits: int) -> str:
 
 
 def write_run(results, task: str, method: str, seed: int, hits: int, kl: float, steps: int = 10,
-              peak: float = 3000.0) -> None:
+              peak: float = 3000.0, validation: tuple[float, float] = (0.2, 0.3)) -> None:
     path = results / "main" / task / method / f"seed{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     heldout = {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": hits / N, "correct": correct_string(hits),
@@ -29,7 +29,9 @@ def write_run(results, task: str, method: str, seed: int, hits: int, kl: float, 
                "retention": {"retain/conciseness/kl": kl, "retain/ifeval/kl": 3 * kl,
                              "retain/ifeval/prompt_strict": 0.5}}
     path.write_text(json.dumps({"training": {"steps": steps, "peak_rss_mib": peak, "training_seconds": 600.0,
-                                             "reward_curve": [[60.0, 0.2], [600.0, 0.5]]},
+                                             "reward_curve": [[60.0, 0.2], [600.0, 0.5]],
+                                             "validation_before": validation[0], "validation_after": validation[1],
+                                             "keys": {"num_eval": 64}},
                                 "heldout": heldout, "machine": {"cpu": "Test CPU", "threads": 1, "torch": "2.13.0",
                                                                 "evotune_commit": "abcdef0123"}}))
 
@@ -174,3 +176,14 @@ def test_an_arm_whose_answers_the_budget_cuts_is_flagged_in_the_table(study):
     assert flagged == ["| ES on a LoRA"], flagged
     assert f"(answers cut: 43% ended within {SCORED_BUDGET} tokens)" in next(line for line in lines
                                                                               if "ES on a LoRA" in line)
+
+
+def test_the_validation_line_shows_an_arm_that_fell_during_training_per_seed(study):
+    """An arm whose own validation score fell while it trained is visible per seed, beside the arms that rose."""
+    assert page.validation_text("countdown", study) == "no run has finished yet"
+    write_run(study, "countdown", "full_es", 0, 30, kl=0.03, validation=(0.078125, 0.125))
+    write_run(study, "countdown", "grpo_lora", 0, 0, kl=0.09, validation=(0.078125, 0.0))
+    write_run(study, "countdown", "grpo_lora", 1, 0, kl=0.09, validation=(0.0625, 0.015625))
+    assert page.validation_text("countdown", study) == (
+        "full ES 7.8% -> 12.5% (seed 0); GRPO on a LoRA 7.8% -> 0.0% (seed 0), 6.2% -> 1.6% (seed 1) "
+        "(64 validation questions per run)")
