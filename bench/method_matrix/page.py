@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, machine, memory, start
+from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, machine, memory, paired_gain, start
 from bench.method_matrix.run import plan, selection
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
@@ -180,13 +180,31 @@ def tuning_table(results: Path = STUDY) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _separated(first: Arm, second: Arm) -> bool:
+    """Whether two arms' means differ beyond both kinds of noise: each has two seeds or more, the gap exceeds
+    both arms' seed spread, and the paired per-question difference pooled over the seeds both ran (the same
+    held-out questions per seed) has a 95% interval that leaves out 0. Two seeds can agree by luck, so the
+    spread alone would call a gap within one held-out set's sampling noise a ranking."""
+    if first.std is None or second.std is None or abs(first.mean - second.mean) <= max(first.std, second.std):
+        return False
+    theirs = {run.seed: run for run in second.runs}
+    shared = [(run, theirs[run.seed]) for run in first.runs if run.seed in theirs]
+    if not shared:
+        return False
+    _, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
+                               "".join(other.heldout["correct"] for _, other in shared))
+    return low > 0 or high < 0
+
+
+NOT_SEPARATED = ("not yet separated (one seed, a gap within the seed spread, or a paired difference whose 95% "
+                 "interval holds 0) from")
+
+
 def _ranking(found: list[Arm]) -> str:
-    """Best arm first; 'ahead of' only when the gap exceeds both arms' seed spread."""
+    """Best arm first; 'ahead of' only when the two are separated (_separated)."""
     ordered = sorted(found, key=lambda item: -item.mean)
     best, second = ordered[0], ordered[1]
-    spread = max(best.std or 0.0, second.std or 0.0)
-    settled = best.std is not None and second.std is not None and best.mean - second.mean > spread
-    relation = "ahead of" if settled else "not yet separated (one seed, or a gap within the seed spread) from"
+    relation = "ahead of" if _separated(best, second) else NOT_SEPARATED
     return f"{_named(best)}, {relation} {_named(second)}"
 
 
@@ -236,9 +254,8 @@ def answer(results: Path = STUDY) -> str:
 
 
 def _verdict(ours: Arm, theirs: Arm) -> str:
-    """held / did not hold / not separated, for 'ours beats theirs' by mean over seeds."""
-    spread = max(ours.std or 0.0, theirs.std or 0.0)
-    if ours.std is None or theirs.std is None or abs(ours.mean - theirs.mean) <= spread:
+    """held / did not hold / not separated (_separated), for 'ours beats theirs' by mean over seeds."""
+    if not _separated(ours, theirs):
         return "not separated yet"
     return "held" if ours.mean > theirs.mean else "did not hold"
 
@@ -260,10 +277,13 @@ def papers_table(results: Path = STUDY) -> str:
             if spread_es and spread_grpo:
                 low_es = min(spread_es, key=lambda item: item.std)
                 low_grpo = min(spread_grpo, key=lambda item: item.std)
-                held = "held" if low_es.std < low_grpo.std else "did not hold"
+                # a spread read from fewer than every planned seed is too unsteady to compare
+                complete = all(len(item.runs) == item.planned for item in (*spread_es, *spread_grpo))
+                held = ("not every seed in yet" if not complete else
+                        "held" if low_es.std < low_grpo.std else "did not hold")
                 lines.append(f"| ES varies less from seed to seed (ES at Scale), {TASK_NAMES[task]} | steadiest ES "
-                             f"{low_es.label} std {low_es.std:.1f}; steadiest GRPO {low_grpo.label} std "
-                             f"{low_grpo.std:.1f} | {held} |")
+                             f"{low_es.label} std {low_es.std:.1f}, {_seeds_text(low_es)}; steadiest GRPO "
+                             f"{low_grpo.label} std {low_grpo.std:.1f}, {_seeds_text(low_grpo)} | {held} |")
         if "essa" in found and "grpo_lora" in found:
             lines.append(f"| ESSA beats GRPO on a LoRA (ESSA), {TASK_NAMES[task]} | {_named(found['essa'])}; "
                          f"{_named(found['grpo_lora'])} | {_verdict(found['essa'], found['grpo_lora'])} |")
