@@ -362,12 +362,12 @@ def status(results: Path = STUDY) -> str:
 def validation_text(task: str, results: Path = STUDY) -> str:
     """Each finished arm's accuracy on its runs' own validation split (at training's budget) before and after
     training, per seed: whether training itself moved the score the held-out table reads, up or down."""
+    finished = _finished(task, results)
     parts = [f"{found.label} " + ", ".join(
         f"{100 * run.data['training']['validation_before']:.1f}% -> "
         f"{100 * run.data['training']['validation_after']:.1f}% (seed {run.seed})" for run in found.runs)
-        for found in _finished(task, results)]
-    counts = sorted({run.data["training"]["keys"]["num_eval"] for found in _finished(task, results)
-                     for run in found.runs})
+        for found in finished]
+    counts = sorted({run.data["training"]["keys"]["num_eval"] for found in finished for run in found.runs})
     return ("; ".join(parts) + f" ({'/'.join(map(str, counts))} validation questions per run)") if parts \
         else "no run has finished yet"
 

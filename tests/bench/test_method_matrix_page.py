@@ -20,10 +20,12 @@ def correct_string(hits: int) -> str:
 
 
 def write_run(results, task: str, method: str, seed: int, hits: int, kl: float, steps: int = 10,
-              peak: float = 3000.0, validation: tuple[float, float] = (0.2, 0.3)) -> None:
+              peak: float = 3000.0, validation: tuple[float, float] = (0.2, 0.3), correct: str | None = None) -> None:
+    """correct: which questions the run got right (default: the first `hits`)."""
     path = results / "main" / task / method / f"seed{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    heldout = {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": hits / N, "correct": correct_string(hits),
+    correct = correct_string(hits) if correct is None else correct
+    heldout = {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": hits / N, "correct": correct,
                "accuracy_by_budget": {"64": hits / N, str(SCORED_BUDGET): hits / N},
                "ended_by_budget": {"64": 0.9, str(SCORED_BUDGET): 1.0},
                "retention": {"retain/conciseness/kl": kl, "retain/ifeval/kl": 3 * kl,
@@ -99,11 +101,7 @@ def test_two_seeds_that_agree_by_luck_do_not_rank_arms_within_the_held_out_sets_
     spread), but whose answers differ question by question on 25% of the questions: the paired difference's
     interval holds 0, so neither is called ahead. The same gap with agreeing answers is a ranking."""
     def write(method, seed, correct):
-        write_run(study, "countdown", method, seed, correct.count("1"), kl=0.01)
-        path = study / "main" / "countdown" / method / f"seed{seed}.json"
-        data = json.loads(path.read_text())
-        data["heldout"].update(correct=correct, accuracy=correct.count("1") / N)
-        path.write_text(json.dumps(data))
+        write_run(study, "countdown", method, seed, correct.count("1"), kl=0.01, correct=correct)
 
     essa = "1" * 30 + "0" * (N - 30)  # questions 0-29 right
     noisy = "1" * 6 + "0" * 24 + "1" * 18 + "0" * (N - 48)  # 6 of ESSA's and 18 others: 42 of 200 answers differ
