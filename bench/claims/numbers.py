@@ -45,6 +45,7 @@ NOT_RESULTS = {
     "4% per update": "the anchor's setting", "4% of the distance back per update": "the anchor's setting",
     "paper's 0.5% per update": "the anchor's setting", "at most every 30 s": "curves.png's redraw interval",
     "the 95% Wilson interval": "an interval's level", "its paired 95% interval": "an interval's level",
+    "variances at 5%": "a test's level",
 }
 
 

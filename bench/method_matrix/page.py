@@ -260,6 +260,42 @@ def _verdict(ours: Arm, theirs: Arm) -> str:
     return "held" if ours.mean > theirs.mean else "did not hold"
 
 
+# "ES varies less from seed to seed" compares arms that move the same weights, chosen before any spread was seen:
+# picking the steadiest of four ES arms against the steadiest of two GRPO arms would favour ES by the choice alone.
+SPREAD_PAIRS = (("full_es", "grpo_full", "every weight"), ("es_lora", "grpo_lora", "the same adapter"))
+SPREAD_LEVEL = 0.05
+
+
+def spread_test(es: Arm, grpo: Arm) -> tuple[float, float, float]:
+    """(variance ratio GRPO/ES, p of 'ES varies less', p of 'GRPO varies less'): one-sided F tests of the two
+    variances over seeds. With 5 seeds each, one variance must be 6.4 times the other for p < 0.05: a std
+    nearly twice the other's is a gap that two arms of one spread show often at 5 seeds."""
+    from scipy.stats import f as f_distribution
+
+    es_df, grpo_df = len(es.runs) - 1, len(grpo.runs) - 1
+    es_var, grpo_var = es.std ** 2, grpo.std ** 2
+    if es_var == 0 or grpo_var == 0:
+        ratio = float("inf") if grpo_var > es_var else 0.0 if es_var > grpo_var else 1.0
+        return ratio, 0.0 if ratio == float("inf") else 1.0, 0.0 if ratio == 0.0 else 1.0
+    ratio = grpo_var / es_var
+    return ratio, float(f_distribution.sf(ratio, grpo_df, es_df)), float(f_distribution.sf(1 / ratio, es_df, grpo_df))
+
+
+def _spread_row(task: str, es: Arm, grpo: Arm, moved: str) -> str:
+    """One row of 'ES varies less from seed to seed': 'held' or 'did not hold' only once every planned seed is in
+    and a one-sided F test rejects equal spreads at SPREAD_LEVEL; otherwise 'not separated'."""
+    compared = "; ".join(f"{item.label} std {item.std:.1f}, {_seeds_text(item)}" if item.std is not None else
+                         f"{item.label}, {_seeds_text(item)}" for item in (es, grpo))
+    if any(len(item.runs) < item.planned for item in (es, grpo)):
+        verdict = "not every seed in yet"
+    else:
+        ratio, p_less, p_more = spread_test(es, grpo)
+        compared += f"; variance ratio {ratio:.2f}, F test p = {min(p_less, p_more):.2f}"
+        verdict = "held" if p_less < SPREAD_LEVEL else "did not hold" if p_more < SPREAD_LEVEL else "not separated"
+    return (f"| ES varies less from seed to seed (ES at Scale), {TASK_NAMES[task]}, {moved} | {compared} | "
+            f"{verdict} |")
+
+
 def papers_table(results: Path = STUDY) -> str:
     """'Where the papers' claims held', each row from the matrix's rows (best ES arm against best GRPO arm, and
     so on); a claim whose rows have not run says so."""
@@ -272,18 +308,9 @@ def papers_table(results: Path = STUDY) -> str:
             best_es, best_grpo = max(es, key=lambda item: item.mean), max(grpo, key=lambda item: item.mean)
             lines.append(f"| ES beats GRPO at equal compute (ES at Scale), {TASK_NAMES[task]} | best ES "
                          f"{_named(best_es)}; best GRPO {_named(best_grpo)} | {_verdict(best_es, best_grpo)} |")
-            spread_es = [item for item in es if item.std is not None]
-            spread_grpo = [item for item in grpo if item.std is not None]
-            if spread_es and spread_grpo:
-                low_es = min(spread_es, key=lambda item: item.std)
-                low_grpo = min(spread_grpo, key=lambda item: item.std)
-                # a spread read from fewer than every planned seed is too unsteady to compare
-                complete = all(len(item.runs) == item.planned for item in (*spread_es, *spread_grpo))
-                held = ("not every seed in yet" if not complete else
-                        "held" if low_es.std < low_grpo.std else "did not hold")
-                lines.append(f"| ES varies less from seed to seed (ES at Scale), {TASK_NAMES[task]} | steadiest ES "
-                             f"{low_es.label} std {low_es.std:.1f}, {_seeds_text(low_es)}; steadiest GRPO "
-                             f"{low_grpo.label} std {low_grpo.std:.1f}, {_seeds_text(low_grpo)} | {held} |")
+            for es_method, grpo_method, moved in SPREAD_PAIRS:
+                if es_method in found and grpo_method in found:
+                    lines.append(_spread_row(task, found[es_method], found[grpo_method], moved))
         if "essa" in found and "grpo_lora" in found:
             lines.append(f"| ESSA beats GRPO on a LoRA (ESSA), {TASK_NAMES[task]} | {_named(found['essa'])}; "
                          f"{_named(found['grpo_lora'])} | {_verdict(found['essa'], found['grpo_lora'])} |")

@@ -101,7 +101,9 @@ def test_generate_is_identical_with_and_without(tiny_model_dir, name, dtype):
         assert len(set(expected)) > 1, "prompts must give different completions"
     for size in (3, 1):  # generate batches of 3 and 1 (one row: no prefix to share)
         shared.generation_batch_size = plain.generation_batch_size = size
-        assert shared.generate(prompts, MAX_NEW_TOKENS) == expected
+        # against the plain path at the same batch size: in bfloat16 a batch's padding can round a near-tie
+        # differently on some CPUs' kernels, which is plain generation's behaviour, not the shared prefix's
+        assert shared.generate(prompts, MAX_NEW_TOKENS) == plain.generate(prompts, MAX_NEW_TOKENS)
 
 
 def test_the_prefix_runs_once_per_generate(tiny_model_dir):

@@ -123,15 +123,32 @@ def test_the_papers_table_says_where_each_claim_held(study):
     table = page.papers_table(study)
     assert ("| ES beats GRPO at equal compute (ES at Scale), 2-digit addition | best ES full ES 30.0% (std 2.0), 3 of "
             "5 seeds; best GRPO GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds | did not hold |") in table
-    # a seed spread is compared only once every planned seed is in
-    assert ("steadiest ES full ES std 2.0, 3 of 5 seeds; steadiest GRPO GRPO on a LoRA std 1.4, 2 of 5 seeds | not "
-            "every seed in yet |") in table
-    for seed in (3, 4):
-        write_run(study, "arithmetic", "full_es", seed, 60, kl=0.04)
-    for seed in (2, 3, 4):
-        write_run(study, "arithmetic", "grpo_lora", seed, 120, kl=0.01)
-    assert ("steadiest ES full ES std 1.4, 5 of 5 seeds; steadiest GRPO GRPO on a LoRA std 0.7, 5 of 5 seeds | did "
-            "not hold |") in page.papers_table(study)
+    # a seed spread is compared only between arms that move the same weights, once every planned seed is in
+    assert "steadiest" not in table
+    assert ("| ES varies less from seed to seed (ES at Scale), 2-digit addition, the same adapter | ES on a LoRA, "
+            "1 of 5 seeds; GRPO on a LoRA std 1.4, 2 of 5 seeds | not every seed in yet |") in table
+    assert "every weight" not in table  # full-parameter GRPO has not run
+    for seed, hits in zip(range(1, 5), [46, 47, 46, 45]):
+        write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
+    for seed, hits in zip(range(2, 5), [100, 140, 110]):
+        write_run(study, "arithmetic", "grpo_lora", seed, hits, kl=0.01)
+    row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
+    # std 0.4 against 7.4 points: a ratio an F test does not leave to chance
+    assert row.endswith("| held |") and "variance ratio" in row
+    for seed, hits in zip(range(1, 5), [40, 52, 44, 50]):  # ES on a LoRA: std 2.4 points
+        write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
+    for seed, hits in zip(range(5), [112, 120, 127, 110, 118]):  # GRPO on a LoRA: std 3.4 points
+        write_run(study, "arithmetic", "grpo_lora", seed, hits, kl=0.01)
+    found = {item.method: item for item in page._finished("arithmetic", study)}
+    assert found["es_lora"].std < found["grpo_lora"].std
+    ratio, p_less, p_more = page.spread_test(found["es_lora"], found["grpo_lora"])
+    assert ratio > 1 and p_less > page.SPREAD_LEVEL and p_more > 0.5
+    row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
+    assert row.endswith("| not separated |")  # a lower std over 5 seeds, but not by more than chance gives
+    for seed, hits in zip(range(5), [20, 70, 30, 60, 45]):  # ES on a LoRA: std 10.0 points
+        write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
+    row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
+    assert row.endswith("| did not hold |")
     assert "EGGROLL" not in table  # low-rank ES has not run
 
 
