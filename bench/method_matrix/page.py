@@ -208,6 +208,39 @@ def _ranking(found: list[Arm]) -> str:
     return f"{_named(best)}, {relation} {_named(second)}"
 
 
+def _kl_separated(first: Arm, second: Arm) -> bool:
+    """Whether two arms' KL to the start differ beyond seed noise: each has two seeds or more, the gap exceeds both
+    arms' seed spread, and the paired per-seed difference over the seeds both ran has a 95% t interval without 0."""
+    from scipy.stats import t as t_distribution
+
+    first_kl, second_kl = ({run.seed: run.mean_kl for run in item.runs} for item in (first, second))
+    shared = sorted(first_kl.keys() & second_kl.keys())
+    if min(len(first_kl), len(second_kl)) < 2 or len(shared) < 2:
+        return False
+    spread = max(statistics.stdev(first_kl.values()), statistics.stdev(second_kl.values()))
+    if abs(first.mean_kl - second.mean_kl) <= spread:
+        return False
+    differences = [first_kl[seed] - second_kl[seed] for seed in shared]
+    half = t_distribution.ppf(0.975, len(shared) - 1) * statistics.stdev(differences) / len(shared) ** 0.5
+    return abs(statistics.mean(differences)) > half
+
+
+def _kept_best(found: list[Arm]) -> str:
+    """The arm with the lowest KL to the start, with every arm not separated from it (_kl_separated)."""
+    kept = sorted(found, key=lambda item: item.mean_kl)
+    best, rest = kept[0], kept[1:]
+    tied = [item for item in rest if not _kl_separated(best, item)]
+    if not tied:
+        return f"{best.label} ({best.mean_kl:.4f}), ahead of {rest[0].label} ({rest[0].mean_kl:.4f})"
+    names = [f"{item.label} ({item.mean_kl:.4f})" for item in tied]
+    names = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"{best.label} ({best.mean_kl:.4f}), {NOT_SEPARATED_KL} {names}"
+
+
+NOT_SEPARATED_KL = ("not yet separated (one seed, a gap within the seed spread, or a paired per-seed difference "
+                    "whose 95% interval holds 0) from")
+
+
 def _default_probes(results: Path) -> list[dict]:
     """The memory probes of each method as a user runs it (the `default` variant)."""
     return [row for row in memory(results) if row["variant"] == "default"]
@@ -242,7 +275,7 @@ def answer(results: Path = STUDY) -> str:
         kept = sorted(found, key=lambda item: item.mean_kl)
         most = f"; moves it most: {kept[-1].label} ({kept[-1].mean_kl:.3f})" if len(kept) > 2 else ""
         lines.append(f"- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): "
-                     f"{kept[0].label} ({kept[0].mean_kl:.3f}), then {kept[1].label} ({kept[1].mean_kl:.3f}){most}.")
+                     f"{_kept_best(found)}{most}.")
     lines.append(f"- **Least memory**: {_memory_sentence(results)}.")
     full, lora = arm(results, "arithmetic", "full_es"), arm(results, "arithmetic", "es_lora")
     if full.runs and lora.runs:
@@ -346,9 +379,8 @@ def recommendations(results: Path = STUDY) -> str:
         lines.append(f"- *Provisional*: {runs} of the {planned} runs on 2-digit addition are in; each line below "
                      "follows the rows as they stand.")
     lines.append(f"- **Most accuracy for the CPU time**: {_ranking(found)} (2-digit addition rows).")
-    kept = sorted(found, key=lambda item: item.mean_kl)
-    lines.append(f"- **Keep the base model's behaviour elsewhere**: {kept[0].label} (KL to the start "
-                 f"{kept[0].mean_kl:.3f}; next {kept[1].label}, {kept[1].mean_kl:.3f}; 2-digit addition rows).")
+    lines.append(f"- **Keep the base model's behaviour elsewhere** (lowest KL to the start): {_kept_best(found)} "
+                 "(2-digit addition rows).")
     es = [item for item in found if item.method in ES_METHODS]
     if len(es) >= 2:
         lines.append(f"- **No room for a backward pass (ES only)**: {_ranking(es)} (2-digit addition rows).")
