@@ -215,6 +215,9 @@ class GPUReservation:
     def gpu_ids(self) -> list[str]:
         return [str(gpu) for gpu in _ray().get_gpu_ids()]
 
+    def booked_gpus(self) -> float:
+        return _ray().get_runtime_context().get_assigned_resources().get("GPU", 0.0)
+
 
 def reserve_driver_gpus(num_gpus: float, address: str | None, timeout: float = 30.0) -> tuple[Any, list[str]]:
     """Book `num_gpus` GPUs of the driver's node for the driver's replica; returns (the holding actor, the GPU
@@ -449,8 +452,20 @@ class RayEvaluator(UnitEvaluator):
                                "every replica must apply identical updates. Check that all workers run the same "
                                "evotune, torch and model files, then resume from the last checkpoint.")
 
-    def close(self) -> None:
-        """Stop the actors and give the driver's GPUs back to Ray (the run is over: no actor starts after)."""
+    def close(self, release_seconds: float = 15.0) -> None:
+        """Stop the actors and give the driver's GPUs back to Ray (the run is over: no actor starts after). Returns
+        once Ray lists the GPUs free again, or after `release_seconds`: ray.kill returns before Ray frees them, and
+        a run started right after (a sweep's next point, a second Trainer) would find them still booked."""
+        if not self.workers and self.driver_reservation is None:
+            return  # closed already, or never started
+        held = self.num_gpus * len(self.workers)
+        if self.driver_reservation is not None:
+            try:
+                held += self.ray.get(self.driver_reservation.booked_gpus.remote())
+            except Exception:  # noqa: BLE001 - a reservation already gone holds nothing
+                pass
+        expected = min(self.ray.available_resources().get("GPU", 0.0) + held,
+                       self.ray.cluster_resources().get("GPU", 0.0)) if held else 0.0
         for worker in self.workers:
             self.ray.kill(worker, no_restart=True)
         self.workers, self.idle, self.starting, self.owners, self.unsynced = [], deque(), {}, {}, {}
@@ -458,6 +473,9 @@ class RayEvaluator(UnitEvaluator):
         if self.driver_reservation is not None:
             self.ray.kill(self.driver_reservation, no_restart=True)
             self.driver_reservation = None
+        deadline = time.monotonic() + release_seconds
+        while self.ray.available_resources().get("GPU", 0.0) < expected - 1e-9 and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 def shutdown() -> None:
     """Stop this process's Ray connection (a local instance stops with it)."""
