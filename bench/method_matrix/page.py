@@ -381,11 +381,17 @@ def recommendations(results: Path = STUDY) -> str:
     lines.append(f"- **Most accuracy for the CPU time**: {_ranking(found)} (2-digit addition rows).")
     lines.append(f"- **Keep the base model's behaviour elsewhere** (lowest KL to the start): {_kept_best(found)} "
                  "(2-digit addition rows).")
-    es = [item for item in found if item.method in ES_METHODS]
-    if len(es) >= 2:
-        lines.append(f"- **No room for a backward pass (ES only)**: {_ranking(es)} (2-digit addition rows).")
-    elif es:
-        lines.append(f"- **No room for a backward pass (ES only)**: {_named(es[0])}, the only ES arm in so far.")
+    # ESSA evolves an SFT adapter, and that SFT is a backward pass: it is named beside, not ranked, here
+    free = [item for item in found if item.method in ES_METHODS and item.method != "essa"]
+    essa = next((item for item in found if item.method == "essa"), None)
+    beside = (f"; ESSA, which starts from an SFT adapter (a backward pass, or an adapter you already have), "
+              f"reached {_mean_text(essa)}, {_seeds_text(essa)}" if essa else "")
+    if len(free) >= 2:
+        lines.append(f"- **No room for a backward pass (no gradients at all)**: {_ranking(free)}{beside} (2-digit "
+                     "addition rows).")
+    elif free:
+        lines.append(f"- **No room for a backward pass (no gradients at all)**: {_named(free[0])}, the only such ES "
+                     f"arm in so far{beside}.")
     rows = _default_probes(results)
     if rows:
         least = min(rows, key=lambda row: row["peak_rss_mib"])

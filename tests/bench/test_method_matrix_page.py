@@ -189,9 +189,21 @@ def test_recommendations_name_their_rows_and_stay_provisional_until_every_seed_i
     assert "- **Most accuracy for the CPU time**: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of" in text
     assert ("- **Keep the base model's behaviour elsewhere** (lowest KL to the start): ES on a LoRA (0.0020), "
             f"{page.NOT_SEPARATED_KL} GRPO on a LoRA (0.0200) and full ES (0.0800) (2-digit addition rows).") in text
-    assert "- **No room for a backward pass (ES only)**: full ES 30.0% (std 2.0), 3 of 5 seeds, not yet separated" \
+    assert "- **No room for a backward pass (no gradients at all)**: full ES 30.0% (std 2.0), 3 of 5 seeds, not yet " \
+           "separated" \
            in text  # ES on a LoRA has one seed
     assert "Least memory" not in text and "Countdown" not in text  # neither has rows yet
+
+
+def test_essa_is_not_recommended_as_gradient_free(study):
+    """ESSA evolves an SFT adapter: the line for a machine with no room for a backward pass names it beside the
+    gradient-free arms, never as their best, however high it scores."""
+    for seed in range(2):
+        write_run(study, "arithmetic", "essa", seed, 150 + seed, kl=0.05)
+    line = [line for line in page.recommendations(study).splitlines() if "No room for a backward pass" in line][0]
+    assert line.startswith("- **No room for a backward pass (no gradients at all)**: full ES 30.0%")
+    assert ("; ESSA, which starts from an SFT adapter (a backward pass, or an adapter you already have), reached "
+            "75.2% (std 0.4), 2 of 5 seeds (2-digit addition rows).") in line
 
 
 def test_essas_memory_counts_the_sft_it_is_charged_for(study):
