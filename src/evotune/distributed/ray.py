@@ -456,8 +456,6 @@ class RayEvaluator(UnitEvaluator):
         """Stop the actors and give the driver's GPUs back to Ray (the run is over: no actor starts after). Returns
         once Ray lists the GPUs free again, or after `release_seconds`: ray.kill returns before Ray frees them, and
         a run started right after (a sweep's next point, a second Trainer) would find them still booked."""
-        if not self.workers and self.driver_reservation is None:
-            return  # closed already, or never started
         held = self.num_gpus * len(self.workers)
         if self.driver_reservation is not None:
             try:
@@ -474,8 +472,9 @@ class RayEvaluator(UnitEvaluator):
             self.ray.kill(self.driver_reservation, no_restart=True)
             self.driver_reservation = None
         deadline = time.monotonic() + release_seconds
-        while self.ray.available_resources().get("GPU", 0.0) < expected - 1e-9 and time.monotonic() < deadline:
+        while held and self.ray.available_resources().get("GPU", 0.0) < expected - 1e-9 and time.monotonic() < deadline:
             time.sleep(0.1)
+
 
 def shutdown() -> None:
     """Stop this process's Ray connection (a local instance stops with it)."""
