@@ -4,7 +4,7 @@ result file is its only mark of being done), so a study stopped midway loses at 
 finished job's small result file is committed at once when --commit is given.
 
     python -m bench.method_matrix.run --results bench/results/method_matrix --runs /tmp/study_runs --commit
-    python -m bench.method_matrix.run --plan          # list the jobs and which are done
+    python -m bench.method_matrix.run --plan          # list the jobs and which are done (any machine)
     touch RESULTS/PAUSE                               # start no new job until the file is gone
 
 Order: the held-out scores measured before measure.py's budgets grew, measured again (rescore/), then the
@@ -128,6 +128,16 @@ def machine_type() -> dict:
     return {"cpu": model, "amx_bf16": "amx_bf16" in flags, "cores": os.cpu_count()}
 
 
+def machine_mismatch(results: Path, here: dict) -> str | None:
+    """Why this machine may not run the study's jobs (another machine type than machine.json's), or None."""
+    path = results / "machine.json"
+    recorded = json.loads(path.read_text()) if path.exists() else here
+    if recorded == here:
+        return None
+    return (f"method_matrix: this machine ({here}) is not the study's machine type ({recorded}); finish the study "
+            "on that type, or start it over in another --results folder.")
+
+
 def check_machine(results: Path, commit_it: bool) -> None:
     """The study runs on one machine type: the first run records it, later ones (other sessions) must match."""
     path = results / "machine.json"
@@ -137,10 +147,9 @@ def check_machine(results: Path, commit_it: bool) -> None:
         if commit_it:
             commit(results, path, "method matrix: the study's machine type")
         return
-    recorded = json.loads(path.read_text())
-    if recorded != here:
-        raise SystemExit(f"method_matrix: this machine ({here}) is not the study's machine type ({recorded}); "
-                         "finish the study on that type, or start it over in another --results folder.")
+    mismatch = machine_mismatch(results, here)
+    if mismatch:
+        raise SystemExit(mismatch)
 
 
 def launch(job: dict, results: Path, runs: Path, log_dir: Path) -> subprocess.Popen:
@@ -168,11 +177,12 @@ def main() -> None:
     args = parser.parse_args()
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
-    check_machine(results, args.commit)
-    if args.plan:
+    if args.plan:  # reads only: on any machine, saying whether this one may run the missing jobs
         for job in plan(results):
             print(("done    " if (results / job["path"]).exists() else "missing ") + job["path"])
+        print(machine_mismatch(results, machine_type()) or "this machine is the study's machine type")
         return
+    check_machine(results, args.commit)
     running: dict[str, subprocess.Popen] = {}
     failed: set[str] = set()
     while True:

@@ -155,6 +155,22 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     assert again["correct"] == first["heldout"]["correct"]  # the same model, questions and greedy decoding
 
 
+def test_another_machine_type_may_plan_but_not_run(tmp_path, monkeypatch, capsys):
+    """The study's jobs run on the machine type its first run recorded; --plan reads only, so it lists the missing
+    jobs on any machine and says whether this one may run them."""
+    recorded = {"cpu": "Study CPU", "amx_bf16": True, "cores": 2}
+    (tmp_path / "machine.json").write_text(json.dumps(recorded))
+    here = run.machine_type()
+    assert run.machine_mismatch(tmp_path, recorded) is None
+    assert "is not the study's machine type" in run.machine_mismatch(tmp_path, here)
+    monkeypatch.setattr("sys.argv", ["run", "--results", str(tmp_path), "--plan"])
+    run.main()
+    printed = capsys.readouterr().out
+    assert "missing main/arithmetic/full_es/seed0.json" in printed and "is not the study's machine type" in printed
+    with pytest.raises(SystemExit, match="is not the study's machine type"):
+        run.check_machine(tmp_path, commit_it=False)
+
+
 def test_two_grpo_jobs_never_run_at_once():
     ready = [{"path": "tune/arithmetic/grpo_full/s0_seed10.json"}, {"path": "tune/arithmetic/full_es/s1_seed10.json"}]
     assert run.next_job(ready, ["tune/arithmetic/grpo_lora/s0_seed10.json"])["path"].endswith("full_es/s1_seed10.json")
