@@ -180,12 +180,20 @@ def tuning_table(results: Path = STUDY) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _gap_beyond_spread(first: list[float], second: list[float]) -> bool:
+    """Two seeds or more on each side, and the gap between the means larger than either side's std over seeds."""
+    if min(len(first), len(second)) < 2:
+        return False
+    spread = max(statistics.stdev(first), statistics.stdev(second))
+    return abs(statistics.mean(first) - statistics.mean(second)) > spread
+
+
 def _separated(first: Arm, second: Arm) -> bool:
     """Whether two arms' means differ beyond both kinds of noise: each has two seeds or more, the gap exceeds
     both arms' seed spread, and the paired per-question difference pooled over the seeds both ran (the same
     held-out questions per seed) has a 95% interval that leaves out 0. Two seeds can agree by luck, so the
     spread alone would call a gap within one held-out set's sampling noise a ranking."""
-    if first.std is None or second.std is None or abs(first.mean - second.mean) <= max(first.std, second.std):
+    if not _gap_beyond_spread(first.accuracies, second.accuracies):
         return False
     theirs = {run.seed: run for run in second.runs}
     shared = [(run, theirs[run.seed]) for run in first.runs if run.seed in theirs]
@@ -215,10 +223,7 @@ def _kl_separated(first: Arm, second: Arm) -> bool:
 
     first_kl, second_kl = ({run.seed: run.mean_kl for run in item.runs} for item in (first, second))
     shared = sorted(first_kl.keys() & second_kl.keys())
-    if min(len(first_kl), len(second_kl)) < 2 or len(shared) < 2:
-        return False
-    spread = max(statistics.stdev(first_kl.values()), statistics.stdev(second_kl.values()))
-    if abs(first.mean_kl - second.mean_kl) <= spread:
+    if len(shared) < 2 or not _gap_beyond_spread(list(first_kl.values()), list(second_kl.values())):
         return False
     differences = [first_kl[seed] - second_kl[seed] for seed in shared]
     half = t_distribution.ppf(0.975, len(shared) - 1) * statistics.stdev(differences) / len(shared) ** 0.5
@@ -272,8 +277,8 @@ def answer(results: Path = STUDY) -> str:
         lines.append(f"- **Learns most, {TASK_NAMES[task]}**: {ranking}.")
     found = _finished("arithmetic", results)
     if len(found) >= 2:
-        kept = sorted(found, key=lambda item: item.mean_kl)
-        most = f"; moves it most: {kept[-1].label} ({kept[-1].mean_kl:.3f})" if len(kept) > 2 else ""
+        moved = max(found, key=lambda item: item.mean_kl)
+        most = f"; moves it most: {moved.label} ({moved.mean_kl:.3f})" if len(found) > 2 else ""
         lines.append(f"- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): "
                      f"{_kept_best(found)}{most}.")
     lines.append(f"- **Least memory**: {_memory_sentence(results)}.")
@@ -307,9 +312,12 @@ def spread_test(es: Arm, grpo: Arm) -> tuple[float, float, float]:
 
     es_df, grpo_df = len(es.runs) - 1, len(grpo.runs) - 1
     es_var, grpo_var = es.std ** 2, grpo.std ** 2
-    if es_var == 0 or grpo_var == 0:
-        ratio = float("inf") if grpo_var > es_var else 0.0 if es_var > grpo_var else 1.0
-        return ratio, 0.0 if ratio == float("inf") else 1.0, 0.0 if ratio == 0.0 else 1.0
+    if es_var == grpo_var == 0:
+        return 1.0, 1.0, 1.0
+    if es_var == 0:  # no spread at all against some: no F value needed
+        return float("inf"), 0.0, 1.0
+    if grpo_var == 0:
+        return 0.0, 1.0, 0.0
     ratio = grpo_var / es_var
     return ratio, float(f_distribution.sf(ratio, grpo_df, es_df)), float(f_distribution.sf(1 / ratio, es_df, grpo_df))
 
