@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
-from bench.method_matrix.page import TASK_NAMES
 from bench.method_matrix.rows import STUDY, arms, start
+from bench.method_matrix.tables import TASK_NAMES
 
 COLOURS = {"full_es": "#1f77b4", "es_lora": "#17becf", "lowrank": "#2ca02c", "essa": "#9467bd",
            "grpo_lora": "#d62728", "grpo_full": "#ff7f0e"}

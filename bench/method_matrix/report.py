@@ -17,10 +17,10 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import SCORED_BUDGET
-from bench.method_matrix.page import budget_table, setting_text, task_table
 from bench.method_matrix.plots import write_plots
 from bench.method_matrix.rows import STUDY, heldout, load
 from bench.method_matrix.run import plan, selection
+from bench.method_matrix.tables import budget_table, setting_text, task_table
 
 
 def tuning_table(results: Path) -> list[str]:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.reliability.inputs import ENVIRONMENT, Case, Result, base_values, cli, flat, run, write_yaml
+from bench.reliability.harness import ENVIRONMENT, Case, Result, base_values, cli, flat, run, write_yaml
 
 RAY_CLI = ["ray"]
 

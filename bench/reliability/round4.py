@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.reliability.cluster import cluster_cases
-from bench.reliability.inputs import (
+from bench.reliability.harness import (
     ENVIRONMENT,
     Case,
     Result,

@@ -222,7 +222,8 @@ class Doctor:
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
 
     def ray_pool(self) -> tuple[str, str]:
-        from .distributed.ray import is_ray_available, shutdown
+        from .distributed.ray import shutdown
+        from .import_utils import is_ray_available
 
         if not is_ray_available():
             return "skip", "Ray is not installed (pip install 'evotune[ray]')"

@@ -110,13 +110,13 @@ def test_two_seeds_that_agree_by_luck_do_not_rank_arms_within_the_held_out_sets_
     write("essa", 1, essa)
     write("lowrank", 0, noisy)
     write("lowrank", 1, "1" * 6 + "0" * 24 + "1" * 17 + "0" * (N - 47))
-    found = {item.method: item for item in page._finished("countdown", study)}
+    found = {item.method: item for item in page.finished_arms("countdown", study)}
     assert found["essa"].mean - found["lowrank"].mean > max(found["essa"].std, found["lowrank"].std)
     assert not page._separated(found["essa"], found["lowrank"])
     assert page.NOT_SEPARATED in page.answer(study)
     write("lowrank", 0, "1" * 24 + "0" * (N - 24))  # the same 6-7 questions fewer, every other answer agreeing
     write("lowrank", 1, "1" * 23 + "0" * (N - 23))
-    found = {item.method: item for item in page._finished("countdown", study)}
+    found = {item.method: item for item in page.finished_arms("countdown", study)}
     assert page._separated(found["essa"], found["lowrank"])
 
 
@@ -140,7 +140,7 @@ def test_the_papers_table_says_where_each_claim_held(study):
         write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
     for seed, hits in zip(range(5), [112, 120, 127, 110, 118]):  # GRPO on a LoRA: std 3.4 points
         write_run(study, "arithmetic", "grpo_lora", seed, hits, kl=0.01)
-    found = {item.method: item for item in page._finished("arithmetic", study)}
+    found = {item.method: item for item in page.finished_arms("arithmetic", study)}
     assert found["es_lora"].std < found["grpo_lora"].std
     ratio, p_less, p_more = page.spread_test(found["es_lora"], found["grpo_lora"])
     assert ratio > 1 and p_less > page.SPREAD_LEVEL and p_more > 0.5
@@ -178,7 +178,7 @@ def test_the_lowest_kl_is_called_best_only_when_seeds_separate_it(study):
     assert "ES on a LoRA (0.0024), ahead of GRPO on a LoRA (0.0200)" in page.answer(study)
     for seed, kl in ((0, 0.001), (1, 0.03), (2, 0.001)):  # above GRPO's on seed 1, its mean too
         write_run(study, "arithmetic", "es_lora", seed, 46, kl=kl)
-    found = {item.method: item for item in page._finished("arithmetic", study)}
+    found = {item.method: item for item in page.finished_arms("arithmetic", study)}
     assert not page._kl_separated(found["es_lora"], found["grpo_lora"])
     assert f"GRPO on a LoRA (0.0200), {page.NOT_SEPARATED_KL} ES on a LoRA (0.0213)" in page.answer(study)
 

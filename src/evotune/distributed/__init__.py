@@ -1,6 +1,6 @@
 """Population evaluation: in process (one candidate or many per generate), or on a Ray actor pool.
 
-The Ray pool lives in `ray.py`, the only module that imports ray; import it from there.
+The Ray pool lives in the `ray` package, the only place that imports ray; import it from there.
 """
 
 from .base import Evaluator, Replica

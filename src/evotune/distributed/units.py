@@ -9,7 +9,7 @@ in-process evaluator scores through the same `combine`, so every evaluator gives
 
 `UnitEvaluator` is the driver's loop over a transport: it owns what to send where and when (pending
 units, free workers, the straggler deadline, first result wins); a subclass owns how (Ray actors in
-`ray.py`; a simulated pool on a virtual clock in `simulated.py`, which bench/ray_cluster/ measures with).
+`ray/pool.py`; a simulated pool on a virtual clock in `simulated.py`, which bench/ray_cluster/ measures with).
 A unit not back after `straggler_factor` times the
 median unit time is sent again to a free worker, and whichever copy finishes first is taken: units are
 deterministic (greedy decoding of the same weights and prompts), so the outcome does not depend on which.

@@ -1,0 +1,191 @@
+"""The method matrix's tables, rendered from bench/results/method_matrix/ alone: each task's arms (accuracy with
+per-seed intervals, gains, steps, memory, KL, retention), accuracy at growing budgets, the memory probes, the tuning
+and the README's compact table; and the row texts page.py's comparisons quote."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
+from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
+from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, memory, start
+from bench.method_matrix.run import selection
+
+TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
+IFEVAL_STRICT = "retain/ifeval/prompt_strict"
+ES_METHODS = ("full_es", "es_lora", "lowrank", "essa")
+GRPO_METHODS = ("grpo_lora", "grpo_full")
+
+
+def mean_text(found: Arm) -> str:
+    return _accuracy_text(found.accuracies)
+
+
+def _accuracy_text(accuracies: list[float]) -> str:
+    """Mean accuracy over seeds, with its std once there are two."""
+    spread = f" (std {statistics.stdev(accuracies):.1f})" if len(accuracies) > 1 else ""
+    return f"{statistics.mean(accuracies):.1f}%{spread}"
+
+
+def _per_seed_text(runs: list[Run]) -> str:
+    return "; ".join(f"{run.seed}: {run.accuracy:.1f}% [{run.interval[0]:.1f}, {run.interval[1]:.1f}]" for run in runs)
+
+
+def seeds_text(found: Arm) -> str:
+    return f"{len(found.runs)} of {found.planned} seeds"
+
+
+def named(found: Arm) -> str:
+    return f"{found.label} {mean_text(found)}, {seeds_text(found)}"
+
+
+def finished_arms(task: str, results: Path = STUDY) -> list[Arm]:
+    return [found for found in arms(results, task) if found.runs]
+
+
+# Below this share of answers ended within the scored budget, an arm's accuracy is flagged: the budget cuts its
+# answers, so its number says "no answer within the budget", not "a wrong answer".
+ENDED_SHARE_FLAG = 0.9
+
+
+def _cut_text(found: Arm) -> str:
+    """' (answers cut: ...)' when the scored budget ended fewer than ENDED_SHARE_FLAG of the arm's answers."""
+    runs = [run for run in found.runs if "ended_by_budget" in run.heldout]
+    if not runs:
+        return ""
+    scored = str(runs[0].heldout["scored_budget"])
+    ended = sum(run.heldout["ended_by_budget"][scored] for run in runs) / len(runs)
+    return (f" (answers cut: {100 * ended:.0f}% ended within {scored} tokens)" if ended < ENDED_SHARE_FLAG
+            else "")
+
+
+def task_table(task: str, results: Path = STUDY) -> str:
+    """One task's table: every arm's held-out accuracy (mean, std, per-seed 95% intervals), its gain over the
+    start, the steps made in the equal training time, the training process's peak memory, and the KL to the start
+    on other tasks' prompts."""
+    lines = ["", "", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
+             "per seed | steps in the time | peak RSS (ESSA: its SFT's if higher) | KL to the start (conciseness / "
+             f"IFEval) | IFEval prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---" * 9 + "|"]
+    lines += _start_rows(task, results)
+    for found in arms(results, task):
+        if not found.runs:
+            lines.append(f"| {found.label} | 0 of {found.planned} | not run yet | | | | | | |")
+            continue
+        gains = [(run.seed, gain(results, run, task)) for run in found.runs]
+        gain_text = "; ".join(f"{seed}: {value[0]:+.1f} [{value[1]:+.1f}, {value[2]:+.1f}]" for seed, value in gains
+                              if value is not None) or "start not measured at this budget yet"
+        kl = " / ".join(f"{sum(run.kl(name) for run in found.runs) / len(found.runs):.3f}"
+                        for name in ("conciseness", "ifeval"))
+        ifeval = sum(run.heldout["retention"][IFEVAL_STRICT] for run in found.runs) / len(found.runs)
+        accuracy = mean_text(found) + _cut_text(found)
+        lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {accuracy} | "
+                     f"{_per_seed_text(found.runs)} | "
+                     f"{gain_text} | {found.mean_of('steps'):.0f} | {found.peak_rss_mib:,.0f} MiB | "
+                     f"{kl} | {100 * ifeval:.1f}% |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _start_rows(task: str, results: Path) -> list[str]:
+    """The task table's row of the model its runs start from: the base model, or on a warm-start task each seed's
+    SFT model (its accuracy per seed, as a method's)."""
+    seeds = TASKS[task]["seeds"]
+    if not TASKS[task]["warm_start"]:
+        first = start(results, task, seeds[0])
+        if first is None:
+            return []
+        measured = first["scored_budget"] == SCORED_BUDGET
+        ifeval = first.get("retention", {}).get(IFEVAL_STRICT)
+        return ["| base model (the start) | | "
+                + (f"{100 * first['accuracy']:.1f}% | n = {first['n']}" if measured else
+                   f"not yet measured at {SCORED_BUDGET} tokens |") + " | | | | 0 | "
+                + (f"{100 * ifeval:.1f}% |" if ifeval is not None else " |")]
+    found = [Run(seed, load(results, f"warm_start/{task}/sft_seed{seed}.json"), record) for seed in seeds
+             if (record := start(results, task, seed)) is not None and record["scored_budget"] == SCORED_BUDGET]
+    if not found:
+        return [f"| SFT warm start (the start) | 0 of {len(seeds)} | not run yet | | | | | 0 | |"]
+    ifeval = [run.heldout["retention"][IFEVAL_STRICT] for run in found
+              if IFEVAL_STRICT in run.heldout.get("retention", {})]
+    return [f"| SFT warm start (the start) | {len(found)} of {len(seeds)} | "
+            f"{_accuracy_text([run.accuracy for run in found])} | {_per_seed_text(found)} | | | | 0 | "
+            + (f"{100 * statistics.mean(ifeval):.1f}% |" if ifeval else " |")]
+
+
+def budget_table(task: str, results: Path = STUDY) -> str:
+    """Accuracy of each arm (mean over its seeds) at the budgets measured, and the share of answers that had ended
+    within the scored budget: whether the scored budget cuts answers."""
+    found = [item for item in finished_arms(task, results) if "ended_by_budget" in item.runs[0].heldout]
+    if not found:
+        return "\n\nno run has been measured at growing budgets yet\n\n"
+    budgets = sorted(found[0].runs[0].heldout["accuracy_by_budget"], key=int)
+    scored = str(found[0].runs[0].heldout["scored_budget"])
+    lines = ["", "", "| method | " + " | ".join(f"{budget} tokens" for budget in budgets)
+             + f" | answers ended within {scored} |", "|---|" + "---|" * (len(budgets) + 1)]
+    for item in found:
+        runs = [run for run in item.runs if "ended_by_budget" in run.heldout]
+        cells = [f"{100 * sum(run.heldout['accuracy_by_budget'][b] for run in runs) / len(runs):.1f}%"
+                 for b in budgets]
+        ended = sum(run.heldout["ended_by_budget"][scored] for run in runs) / len(runs)
+        lines.append(f"| {item.label} | " + " | ".join(cells) + f" | {100 * ended:.1f}% |")
+    return "\n".join(lines) + "\n\n"
+
+
+def memory_table(results: Path = STUDY) -> str:
+    """The memory probes: each method's peak resident memory in the study's dtype, and the copies of the weights
+    it holds besides activations."""
+    rows = memory(results)
+    if not rows:
+        return "\n\nthe memory probes have not run yet (they run after the main runs)\n\n"
+    lines = ["", "", "| method | variant | peak RSS | copies of the weights held |", "|---|---|---|---|"]
+    for row in rows:
+        copies = ", ".join(f"{name.replace('_', ' ')} {size:,.0f} MiB" for name, size in row["weights"].items())
+        if row["sft_peak_rss_mib"]:
+            copies += f" (its SFT first: {row['sft_peak_rss_mib']:,.0f} MiB peak RSS)"
+        lines.append(f"| {row['label']} | {row['variant']} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def setting_text(method: str, setting: int) -> str:
+    """A tuning setting's keys as text, e.g. `sigma 0.002, learning_rate 0.008`."""
+    return ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+                     for key, value in METHODS[method]["grid"][setting].items())
+
+
+def tuning_table(results: Path = STUDY) -> str:
+    """Each method's tuning: the settings tried (the same budget for every method), the one chosen on the validation
+    split with its validation accuracy before and after, and whether a one-key grid chose its edge (a better
+    setting may lie beyond it)."""
+    lines = ["", "", "| method | settings tried | chosen | validation accuracy, before -> after |", "|---|---|---|---|"]
+    for method, spec in METHODS.items():
+        chosen = selection(results, method)
+        if chosen is None:
+            lines.append(f"| {spec['label']} | {len(spec['grid'])} | tuning not finished | |")
+            continue
+        run = load(results, f"tune/arithmetic/{method}/s{chosen}_seed{TUNING_SEED}.json")["training"]
+        setting = spec["grid"][chosen]
+        varied = {key for values in spec["grid"] for key in values if any(values.get(key) != other.get(key)
+                                                                           for other in spec["grid"])}
+        edge = ""
+        if len(varied) == 1:
+            key = varied.pop()
+            values = sorted(values[key] for values in spec["grid"])
+            if setting[key] in (values[0], values[-1]):
+                edge = f" (the grid's {'largest' if setting[key] == values[-1] else 'smallest'} {key})"
+        lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {setting_text(method, chosen)}{edge} | "
+                     f"{100 * run['validation_before']:.1f}% -> {100 * run['validation_after']:.1f}% |")
+    return "\n".join(lines) + "\n\n"
+
+
+def readme_table(results: Path = STUDY) -> str:
+    """The README's compact table: every arm's mean held-out accuracy per task and its KL to the start."""
+    lines = ["", "", "| method | " + " | ".join(TASK_NAMES[task].split(" (")[0] for task in TASKS)
+             + " | KL to the start |", "|---|" + "---|" * (len(TASKS) + 1)]
+    for method in METHODS:
+        cells, kl = [], ""
+        for task in TASKS:
+            found = arm(results, task, method)
+            cells.append(f"{mean_text(found)}, {seeds_text(found)}" if found.runs else "not run yet")
+            if task == "arithmetic" and found.runs:
+                kl = f"{found.mean_kl:.3f}"
+        lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")
+    return "\n".join(lines) + "\n\n"
