@@ -31,6 +31,7 @@ import torch
 from .backends.base import resolve_device
 from .builders import build_space, build_task, load_backend, on_hf_backend
 from .config.train import QUICKSTART, TrainConfig
+from .import_utils import is_ray_available
 from .spaces.base import differing_tensors
 
 # A run short enough for a CPU: 2 iterations of 4 antithetic members on 3 prompts.
@@ -223,7 +224,6 @@ class Doctor:
 
     def ray_pool(self) -> tuple[str, str]:
         from .distributed.ray import shutdown
-        from .import_utils import is_ray_available
 
         if not is_ray_available():
             return "skip", "Ray is not installed (pip install 'evotune[ray]')"
