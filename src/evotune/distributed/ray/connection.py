@@ -10,7 +10,8 @@ from ...errors import ConfigError
 from ...import_utils import is_ray_available
 
 
-def _ray():
+def import_ray():
+    """The ray module, or an error that names the extra to install."""
     if not is_ray_available():
         raise ConfigError("`distributed: ray` needs Ray: pip install 'evotune[ray]' (or set `distributed: local`).")
     import ray
@@ -23,12 +24,12 @@ def machine_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _connect(address: str | None, timeout: float = 30.0) -> Any:
+def connect(address: str | None, timeout: float = 30.0) -> Any:
     """Ray, initialized once: the cluster at `address` (or $RAY_ADDRESS), else a local instance with this
     machine's cores (and the GPUs Ray finds). "local" is explicit because a bare ray.init() joins any cluster
     that `ray start` left running on this machine. Joining a cluster is bounded by `timeout` seconds, and every
     failure is one line naming the address, what was tried and what to check."""
-    ray = _ray()
+    ray = import_ray()
     if ray.is_initialized():
         return ray
     address = address or os.environ.get("RAY_ADDRESS")
@@ -101,16 +102,16 @@ class GPUReservation:
     """An actor that does nothing but hold GPUs in Ray's books for the driver's own replica."""
 
     def gpu_ids(self) -> list[str]:
-        return [str(gpu) for gpu in _ray().get_gpu_ids()]
+        return [str(gpu) for gpu in import_ray().get_gpu_ids()]
 
     def booked_gpus(self) -> float:
-        return _ray().get_runtime_context().get_assigned_resources().get("GPU", 0.0)
+        return import_ray().get_runtime_context().get_assigned_resources().get("GPU", 0.0)
 
 
 def reserve_driver_gpus(num_gpus: float, address: str | None, timeout: float = 30.0) -> tuple[Any, list[str]]:
     """Book `num_gpus` GPUs of the driver's node for the driver's replica; returns (the holding actor, the GPU
     ids Ray gave it). Keep the actor alive for as long as the driver's engine runs (ray.kill releases them)."""
-    ray = _connect(address, timeout)
+    ray = connect(address, timeout)
     free = ray.available_resources().get("GPU", 0.0)
     if free < num_gpus:
         raise ConfigError(f"the driver's own engine needs {num_gpus:g} GPUs and Ray has {free:g} free; free some, "
@@ -142,4 +143,4 @@ def reserve_for_driver(num_gpus: float, address: str | None, timeout: float, eng
 def shutdown() -> None:
     """Stop this process's Ray connection (a local instance stops with it)."""
     if is_ray_available():
-        _ray().shutdown()
+        import_ray().shutdown()

@@ -16,7 +16,7 @@ from ...errors import ConfigError, EvotuneError
 from ...types import Member, Population, Update
 from ..base import Replica
 from ..units import Event, UnitEvaluator
-from .connection import _connect
+from .connection import connect
 from .worker import ReplicaWorker
 
 
@@ -45,7 +45,7 @@ class RayEvaluator(UnitEvaluator):
         super().__init__(num_workers, shards, straggler_factor)
         self.driver_fingerprint = driver_fingerprint
         self.local = not (address or os.environ.get("RAY_ADDRESS"))
-        self.ray = ray = _connect(address, timeout)
+        self.ray = ray = connect(address, timeout)
         self.num_cpus = num_cpus
         self.start_timeout = 10 * timeout
         self.driver_reservation = driver_reservation

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .connection import _connect
+from .connection import connect
 
 
 def _run_task(function: Callable[[], Any], num_threads: int) -> None:
@@ -21,7 +21,7 @@ def run_tasks(functions: list[tuple[str, Callable[[], Any]]], max_parallel: int,
     """Run independent (name, function) jobs as Ray tasks, at most `max_parallel` at once, each with
     `num_cpus` cores; returns {name: exception} of the jobs that failed (the others' results are their
     side effects, e.g. run directories). Used by `evotune sweep --parallel` for one run per task."""
-    ray = _connect(address)
+    ray = connect(address)
     remote = ray.remote(num_cpus=num_cpus, max_retries=0)(_run_task)
     queue, running, failures = deque(functions), {}, {}
     while queue or running:

@@ -12,7 +12,7 @@ from ...import_utils import startup_imports
 from ...types import Member, Update
 from ..base import Replica
 from ..units import UnitRewards, unit_rewards
-from .connection import _ray
+from .connection import import_ray
 
 
 class ReplicaWorker:
@@ -49,11 +49,11 @@ class ReplicaWorker:
 
     def node(self) -> str:
         """The id of the Ray node this actor runs on."""
-        return _ray().get_runtime_context().get_node_id()
+        return import_ray().get_runtime_context().get_node_id()
 
     def devices(self) -> dict[str, Any]:
         """The GPUs Ray gave this actor and what its engine sees (CUDA_VISIBLE_DEVICES)."""
-        ray = _ray()
+        ray = import_ray()
         return {"gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
