@@ -79,7 +79,6 @@ def ray_instance(_ray_for_this_worker):
 LONGEST_FILES = ("test_ray_vllm.py", "test_vllm_engine.py", "test_ray_cluster.py", "test_sweep_bookkeeping.py",
                  "test_ray.py", "test_retention.py", "test_grpo_run_directory.py", "test_vllm_engine_lora.py",
                  "test_doctor.py", "test_lowrank_vllm.py", "test_vllm_engine_process.py",
-                 "test_vllm_tensor_parallel.py",
                  "test_lowrank.py", "test_anchor_decay_training.py", "test_ray_gpus.py",
                  "test_checkpoint.py", "test_gpu_check.py", "test_gpu_carry.py")
 

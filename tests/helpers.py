@@ -329,8 +329,8 @@ ENGINE_CORES = ["in_process", "separate_process"]
 # The same two, for engine tests in CI: there the shape CUDA runs (the engine core in its own process, msgpack
 # between the processes), while the in-process shape (a CPU's default) runs with the slow tests. The in-process
 # engine stays in CI through test_doctor.py (full ES, ESSA and low-rank as LoRA requests, each equal to its hf
-# run), test_vllm_engine_process.py (threads, GC and process group), test_vllm_prefix_cache.py and the references
-# of test_ray_vllm.py and test_vllm_tensor_parallel.py.
+# run), test_vllm_engine_process.py (threads, GC and process group), test_vllm_prefix_cache.py and the reference
+# of test_ray_vllm.py.
 ENGINE_CORES_IN_PROCESS_SLOW = [pytest.param("in_process", marks=pytest.mark.slow), "separate_process"]
 
 

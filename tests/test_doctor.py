@@ -2,7 +2,7 @@
 ran where. CI runs the hf and vLLM groups in this machine's default engine shape on every push (in process: an
 engine starts in ~3 s there against ~20 s in its own process), so the doctor cannot rot; the slow test runs every
 group in both shapes. Each path has its own fast test in CUDA's shape, the engine core in its own process:
-test_vllm_engine.py, test_vllm_engine_lora.py and test_lowrank_vllm.py (the vLLM group), test_vllm_tensor_parallel.py
+test_vllm_engine.py (with tensor parallel 2), test_vllm_engine_lora.py and test_lowrank_vllm.py (the vLLM group),
 and test_ray_vllm.py."""
 
 from __future__ import annotations

