@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -84,6 +86,12 @@ LONGEST_FILES = ("test_ray_vllm.py", "test_vllm_engine.py", "test_ray_cluster.py
 
 
 def pytest_configure(config):
+    from helpers import TOKENIZER_CACHE
+
+    # one folder for the session's cut tokenizers (helpers.save_smollm2_tokenizer): made by the xdist controller (or
+    # the only process) before the workers start, which inherit its name
+    if TOKENIZER_CACHE not in os.environ:
+        os.environ[TOKENIZER_CACHE] = config.tokenizer_cache = tempfile.mkdtemp(prefix="evotune-test-tokenizers-")
     # pytest-xdist (3.6+) reorders --dist loadfile's files by their number of tests, most first, which undoes the
     # order of LONGEST_FILES: a one-test file such as test_ray_vllm.py then starts last and runs alone at the end.
     if hasattr(config.option, "loadscopereorder"):
@@ -131,3 +139,11 @@ def pytest_runtest_teardown(item, nextitem):
     if _unfrozen and (nextitem is None or nextitem.module is not item.module):
         _freeze_heap()
         _unfrozen.clear()
+
+
+def pytest_unconfigure(config):
+    from helpers import TOKENIZER_CACHE
+
+    if getattr(config, "tokenizer_cache", None):  # the process that made it
+        shutil.rmtree(config.tokenizer_cache, ignore_errors=True)
+        os.environ.pop(TOKENIZER_CACHE, None)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import shutil
 import zlib
 from pathlib import Path
 
@@ -195,9 +197,31 @@ def make_task(reward_fn=fingerprint_reward, rows: list[dict] = POPULATION_ROWS):
 TINY_VOCAB = 4096
 
 
+# conftest.py names a folder here for the whole test session, its xdist workers and the subprocesses included
+TOKENIZER_CACHE = "EVOTUNE_TEST_TOKENIZERS"
+
+
 def save_smollm2_tokenizer(directory, size: int | None = TINY_VOCAB):
     """SmolLM2's tokenizer saved to `directory` with its first `size` tokens and the merges among them (None: the
-    whole tokenizer); returns it."""
+    whole tokenizer); returns it. Reading it from the package's GGUF costs ~10 s of CPU, so each size is cut once
+    per test session into the TOKENIZER_CACHE folder (under a lock: the workers share it) and copied from there."""
+    from filelock import FileLock
+    from transformers import AutoTokenizer
+
+    cache = os.environ.get(TOKENIZER_CACHE)
+    if cache is None:
+        return cut_smollm2_tokenizer(directory, size)
+    cached = Path(cache) / f"smollm2-{size or 'whole'}"
+    with FileLock(f"{cached}.lock"):
+        if not (cached / "tokenizer.json").exists():
+            cut_smollm2_tokenizer(cached.with_name(f"{cached.name}.partial"), size)
+            os.replace(cached.with_name(f"{cached.name}.partial"), cached)  # whole or absent
+    shutil.copytree(cached, directory, dirs_exist_ok=True)
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def cut_smollm2_tokenizer(directory, size: int | None):
+    """save_smollm2_tokenizer's work itself, from the package's GGUF."""
     from transformers import AutoTokenizer
 
     from evotune.backends.models import resolve_model
