@@ -85,9 +85,12 @@ LONGEST_FILES = ("test_ray_vllm.py", "test_vllm_engine.py", "test_ray_cluster.py
                  "test_checkpoint.py", "test_gpu_check.py", "test_gpu_carry.py")
 
 
-def pytest_configure(config):
-    from helpers import TOKENIZER_CACHE
+# The session's folder of cut tokenizers (helpers.save_smollm2_tokenizer reads this variable). conftest does not
+# import helpers for it: with xdist this process only hands out files, and helpers imports torch.
+TOKENIZER_CACHE = "EVOTUNE_TEST_TOKENIZERS"
 
+
+def pytest_configure(config):
     # one folder for the session's cut tokenizers (helpers.save_smollm2_tokenizer): made by the xdist controller (or
     # the only process) before the workers start, which inherit its name
     if TOKENIZER_CACHE not in os.environ:
@@ -142,8 +145,6 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_unconfigure(config):
-    from helpers import TOKENIZER_CACHE
-
     if getattr(config, "tokenizer_cache", None):  # the process that made it
         shutil.rmtree(config.tokenizer_cache, ignore_errors=True)
         os.environ.pop(TOKENIZER_CACHE, None)

@@ -198,7 +198,7 @@ TINY_VOCAB = 4096
 
 
 # conftest.py names a folder here for the whole test session, its xdist workers and the subprocesses included
-TOKENIZER_CACHE = "EVOTUNE_TEST_TOKENIZERS"
+TOKENIZER_CACHE = "EVOTUNE_TEST_TOKENIZERS"  # conftest.TOKENIZER_CACHE
 
 
 def save_smollm2_tokenizer(directory, size: int | None = TINY_VOCAB):
