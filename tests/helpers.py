@@ -212,10 +212,11 @@ def save_smollm2_tokenizer(directory, size: int | None = TINY_VOCAB):
     if cache is None:
         return cut_smollm2_tokenizer(directory, size)
     cached = Path(cache) / f"smollm2-{size or 'whole'}"
+    partial = cached.with_name(f"{cached.name}.partial")
     with FileLock(f"{cached}.lock"):
         if not (cached / "tokenizer.json").exists():
-            cut_smollm2_tokenizer(cached.with_name(f"{cached.name}.partial"), size)
-            os.replace(cached.with_name(f"{cached.name}.partial"), cached)  # whole or absent
+            cut_smollm2_tokenizer(partial, size)
+            os.replace(partial, cached)  # whole or absent
     shutil.copytree(cached, directory, dirs_exist_ok=True)
     return AutoTokenizer.from_pretrained(directory)
 
