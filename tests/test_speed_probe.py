@@ -21,6 +21,19 @@ def test_the_reference_is_the_measured_one():
     assert doctor.SPEED_REFERENCE == measured
 
 
+def test_the_check_on_another_machine_used_this_reference_and_its_prediction():
+    """The check (a probe, then the quickstart, on another machine) must have been predicted from the reference the
+    probe uses now, by the probe's own formula: a new reference makes the quoted check stale, and this fails."""
+    data = json.loads((ROOT / "bench/results/quickstart/speed_check_amd_epyc.json").read_text())
+    prediction = data["prediction"]
+    assert prediction["reference"] == doctor.SPEED_REFERENCE
+    assert data["machine"]["cpu"] != doctor.SPEED_REFERENCE["machine"]
+    assert prediction["predicted_s"] == pytest.approx(doctor.expected_quickstart_seconds(data["probe"]["probe_s"]),
+                                                      abs=0.05)
+    assert prediction["measured_over_predicted"] == pytest.approx(data["quickstart_s"] / prediction["predicted_s"],
+                                                                  abs=5e-4)
+
+
 def test_the_expected_time_scales_with_the_probe():
     reference = doctor.SPEED_REFERENCE
     assert doctor.expected_quickstart_seconds(reference["probe_s"]) == pytest.approx(reference["quickstart_s"])

@@ -47,6 +47,16 @@ def speed_reference() -> str:
             f"minutes")
 
 
+def speed_check() -> str:
+    """The probe's prediction checked on another machine: a probe, then the quickstart, one after the other there."""
+    data = load("quickstart/speed_check_amd_epyc.json")
+    prediction = data["prediction"]
+    return (f"on an {data['machine']['cpu']} ({data['probe']['dtype']}, {data['probe']['threads']} threads) the "
+            f"probe took {data['probe']['probe_s']:.2f} s, so it predicted {prediction['predicted_s'] / 60:.1f} "
+            f"minutes, and the quickstart (seed {data['seed']}) took {data['quickstart_s'] / 60:.1f} "
+            f"minutes ({prediction['measured_over_predicted']:.2f}x the prediction)")
+
+
 def eval_budget_arithmetic() -> str:
     """The base model's held-out accuracy at each token budget; equal neighbours share one value."""
     data = load("eval_budget/eval_budget_arithmetic.json")
@@ -152,6 +162,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "quickstart": quickstart,
     "grpo-quickstart": grpo_quickstart,
     "speed-reference": speed_reference,
+    "speed-check": speed_check,
     "eval-budget-arithmetic": eval_budget_arithmetic,
     "sweep-arithmetic": sweep_arithmetic,
     "countdown-small": countdown_small,
