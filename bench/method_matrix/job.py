@@ -67,23 +67,44 @@ def write_config(run: Path, keys: dict[str, Any]) -> Path:
     return path
 
 
-def warm_start(job: dict, runs: Path) -> dict[str, Any]:
-    """SFT on the task's own solutions (a LoRA), and that adapter merged into a full model. On a warm-start task
-    the merged model is every method's start, so its held-out record is kept beside the training's, where the
-    pages read a start's (a main run's "heldout")."""
+def sft_and_merge(job: dict, runs: Path) -> tuple[Path, dict[str, Any]]:
+    """SFT on the task's own solutions (a LoRA) into RUNS/<task>/sft_seed<seed>, and that adapter merged into a
+    full model beside it (merged/): the run folder and what the training cost."""
     run = runs / job["task"] / f"sft_seed{job['seed']}"
     config = write_config(run, sft_keys(job["task"], job["seed"]))
     cost = run_command(["sft", str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
-    merged = run / "merged"
-    run_command(["export", str(run / "adapter"), "--merge", "--dtype", "float32", "--output-dir", str(merged)],
+    run_command(["export", str(run / "adapter"), "--merge", "--dtype", "float32", "--output-dir", str(run / "merged")],
                 run.parent / f"{run.name}_merge.log")
     steps = [r for r in records(run) if "loss" in r]
-    payload = {"training": {"training_seconds": round(sum(r["time_s"] for r in steps), 1), "steps": len(steps),
-                            **cost}}
+    return run, {"training_seconds": round(sum(r["time_s"] for r in steps), 1), "steps": len(steps), **cost,
+                 "adapter_sha256": adapter_digest(run / "adapter")}
+
+
+def adapter_digest(adapter: Path) -> str:
+    """sha256 over an adapter's tensors (names, dtypes, shapes, bytes) in name order: equal exactly when the weights
+    are, whatever the file's header holds."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import load_file
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(load_file(str(adapter / "adapter_model.safetensors")).items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def warm_start(job: dict, runs: Path) -> dict[str, Any]:
+    """The SFT warm start (sft_and_merge). On a warm-start task the merged model is every method's start, so its
+    held-out record is kept beside the training's, where the pages read a start's (a main run's "heldout")."""
+    run, training = sft_and_merge(job, runs)
+    payload = {"training": training}
     if TASKS[job["task"]]["warm_start"]:
         from .measure import measure
 
-        payload["heldout"] = measure(str(merged), job["task"], str(merged), job["seed"])
+        merged = str(run / "merged")
+        payload["heldout"] = measure(merged, job["task"], merged, job["seed"])
     return payload
 
 
@@ -207,6 +228,10 @@ def main() -> None:
         payload = base(job)
     elif job["kind"] == "rescore":
         payload = rescore(job, args.runs)
+    elif job["kind"] == "restore":
+        from .restore import restore
+
+        payload = {"restored": restore(job, args.runs)}
     elif job["kind"] == "memory":
         payload = {"memory": memory(job, args.runs)}
     else:

@@ -1,7 +1,8 @@
 """The method matrix, one command: every method tuned alike on a validation split, then run on every seed of
 every task at equal wall time, one CPU thread per run, two runs at a time. It runs only what is missing (a job's
 result file is its only mark of being done), so a study stopped midway loses at most the jobs in flight; each
-finished job's small result file is committed at once when --commit is given.
+finished job's small result file is committed at once when --commit is given. An SFT's weights from an earlier
+session are made again and checked before the runs that start from them (restore.py).
 
     python -m bench.method_matrix.run --results bench/results/method_matrix --runs /tmp/study_runs --commit
     python -m bench.method_matrix.run --plan          # list the jobs and which are done (any machine)
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
+from .restore import with_restores
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -178,8 +180,14 @@ def main() -> None:
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     if args.plan:  # reads only: on any machine, saying whether this one may run the missing jobs
-        for job in plan(results):
+        jobs = plan(results)
+        for job in jobs:
             print(("done    " if (results / job["path"]).exists() else "missing ") + job["path"])
+        waiting = [job for job in jobs if not (results / job["path"]).exists()]
+        for restore in with_restores(waiting, results, args.runs, skip=set()):
+            if restore["kind"] == "restore":
+                print(f"restore {restore['needs'][0]}: its weights are not under {args.runs}; made again and "
+                      "checked before the runs that start from it")
         print(machine_mismatch(results, machine_type()) or "this machine is the study's machine type")
         return
     check_machine(results, args.commit)
@@ -202,6 +210,7 @@ def main() -> None:
         ready = [job for job in jobs if job["path"] not in running and all((results / need).exists()
                                                                            for need in job["needs"])
                  and job.get("setting", 0) is not None]
+        ready = with_restores(ready, results, args.runs, skip=set(running) | failed)
         if not jobs and not running:
             print("method_matrix: every job is done" + (f" but {len(failed)} failed" if failed else ""), flush=True)
             return

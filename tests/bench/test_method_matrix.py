@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.method_matrix import arms, measure, page, rows, run
+from bench.method_matrix import arms, measure, page, restore, rows, run
 
 
 def test_every_arm_is_a_valid_config_of_its_command():
@@ -94,6 +94,7 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     adapter method, an arithmetic main run of ESSA charged its SFT, GRPO full-parameter, the base measurement and
     a memory probe. Each leaves its result file with what the pages read from it."""
     import os
+    import shutil
     import subprocess
     import sys
 
@@ -154,6 +155,28 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     assert again["scored_budget"] == max(measure.BUDGETS) and again["n"] == 16 and "retention" not in again
     assert again["correct"] == first["heldout"]["correct"]  # the same model, questions and greedy decoding
 
+    # a later session has no weights under --runs: the SFT is made again, checked against its result file
+    # (steps, adapter digest, the first held-out answers), and a result it does not reproduce stops it
+    recorded = json.loads((results / "warm_start/countdown/sft_seed0.json").read_text())
+    shutil.rmtree(runs / "countdown" / "sft_seed0")
+    [job] = [job for job in restore.with_restores([plan["main/countdown/full_es/seed0.json"]], results, runs, set())]
+    job = {key: value for key, value in job.items() if key != "needs"}
+    done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
+                           str(results), "--runs", str(runs)], env=environment, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    restored = json.loads((results / "restored/warm_start/countdown/sft_seed0.json").read_text())["restored"]
+    assert set(restored["checks"]) == {"steps", "adapter_sha256", "first_answers_correct"}
+    assert restored["checks"]["adapter_sha256"][0] == recorded["training"]["adapter_sha256"]
+    assert restored["checks"]["first_answers_correct"][1] == recorded["heldout"]["correct"]
+    assert restore.weights_present(runs / "countdown" / "sft_seed0")
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps({**recorded, "training": {**recorded["training"], "adapter_sha256": "0" * 64}}))
+    done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps({**job, "sft_result":
+                           str(tampered)}), "--results", str(results), "--runs", str(runs)], env=environment,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0 and "differs from the recorded one" in done.stderr, done.stderr[-3000:]
+
 
 def test_another_machine_type_may_plan_but_not_run(tmp_path, monkeypatch, capsys):
     """The study's jobs run on the machine type its first run recorded; --plan reads only, so it lists the missing
@@ -169,6 +192,33 @@ def test_another_machine_type_may_plan_but_not_run(tmp_path, monkeypatch, capsys
     assert "missing main/arithmetic/full_es/seed0.json" in printed and "is not the study's machine type" in printed
     with pytest.raises(SystemExit, match="is not the study's machine type"):
         run.check_machine(tmp_path, commit_it=False)
+
+
+def test_a_run_whose_sft_weights_are_gone_waits_for_them_to_be_made_again(tmp_path):
+    """A later session's --runs folder holds no weights of the SFTs earlier sessions made: each job starting from
+    one waits for one restore job (not one per job), a running or failed restore is not started again, and a job
+    whose SFT weights are there, or that starts from no SFT, starts as it is."""
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    sft = "warm_start/countdown/sft_seed2.json"
+    tuned = "tune/arithmetic/essa/s0_seed10.json"
+    ready = [{"path": "main/countdown/essa/seed2.json", "needs": [tuned, sft]},
+             {"path": "main/countdown/grpo_lora/seed2.json", "needs": [sft]},
+             {"path": "memory/full_es_default.json", "needs": [tuned]}]
+    jobs = restore.with_restores(ready, results, runs, skip=set())
+    assert [job["path"] for job in jobs] == ["restored/warm_start/countdown/sft_seed2.json",
+                                             "memory/full_es_default.json"]
+    assert jobs[0] == {"kind": "restore", "task": "countdown", "seed": 2, "needs": [sft],
+                       "sft_result": str(results / sft), "path": "restored/" + sft}
+    assert [job["path"] for job in restore.with_restores(ready, results, runs, skip={"restored/" + sft})] == [
+        "memory/full_es_default.json"]
+    weights = restore.weights_folder(runs, sft)
+    assert weights == runs / "countdown" / "sft_seed2" and restore.weights_folder(runs, tuned) is None
+    (weights / "adapter").mkdir(parents=True)
+    (weights / "adapter" / "adapter_model.safetensors").write_bytes(b"")
+    assert restore.with_restores(ready, results, runs, skip=set())[0]["path"] == "restored/" + sft  # merged/ missing
+    (weights / "merged").mkdir()
+    (weights / "merged" / "config.json").write_text("{}")
+    assert restore.with_restores(ready, results, runs, skip=set()) == ready
 
 
 def test_two_grpo_jobs_never_run_at_once():

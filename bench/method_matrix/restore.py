@@ -1,0 +1,94 @@
+"""An SFT warm start's weights made again in a later session. A result file is a job's only mark of being done, but
+the weights it made live under --runs, on the machine that ran it: a session that goes on with the study starts
+with none. A job that starts from an SFT (ESSA's adapter; every method's start on countdown) whose weights are
+missing waits for a restore job, which runs the same SFT again into --runs and checks it is the one recorded (the
+same steps; the same adapter digest where the result records one; on a warm-start task the same answers to the
+first held-out questions, one generate chunk, so the same batch). A mismatch stops it, and the runs still to start
+from that SFT with it: they would not start where the seed's other runs did.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CHECKED_QUESTIONS = 64  # generate_in_chunks' chunk: the first generate of the recorded measurement, the same batch
+
+
+def weights_folder(runs: Path, need: str) -> Path | None:
+    """Where an SFT result's weights live under --runs (None when `need` is not an SFT's result file)."""
+    parts = Path(need).parts  # warm_start/<task>/sft_seed<seed>.json
+    if len(parts) != 3 or parts[0] != "warm_start":
+        return None
+    return runs / parts[1] / Path(parts[2]).stem
+
+
+def weights_present(folder: Path) -> bool:
+    adapter, merged = folder / "adapter" / "adapter_model.safetensors", folder / "merged" / "config.json"
+    return adapter.is_file() and merged.is_file()
+
+
+def restore_job(need: str, results: Path) -> dict[str, Any]:
+    task, name = Path(need).parts[1], Path(need).stem
+    return {"kind": "restore", "task": task, "seed": int(name.removeprefix("sft_seed")), "needs": [need],
+            "sft_result": str(results / need), "path": f"restored/{need}"}
+
+
+def with_restores(ready: list[dict], results: Path, runs: Path, skip: set[str]) -> list[dict]:
+    """The ready jobs, each that starts from an SFT whose weights are missing under --runs replaced by the job that
+    makes them again (once per SFT; none whose path is in `skip`: running, or failed)."""
+    jobs: list[dict] = []
+    for job in ready:
+        missing = [need for need in job["needs"] if (folder := weights_folder(runs, need)) is not None
+                   and not weights_present(folder)]
+        if not missing:
+            jobs.append(job)
+        for need in missing:
+            restore = restore_job(need, results)
+            if restore["path"] not in skip and all(restore["path"] != other["path"] for other in jobs):
+                jobs.append(restore)
+    return jobs
+
+
+def restore(job: dict, runs: Path) -> dict[str, Any]:
+    """The job's body: the SFT again, then the checks against its result file (raises on a mismatch)."""
+    from .arms import TASKS
+    from .job import sft_and_merge
+
+    recorded = json.loads(Path(job["sft_result"]).read_text())
+    run, training = sft_and_merge(job, runs)
+    checks: dict[str, Any] = {"steps": [training["steps"], recorded["training"]["steps"]]}
+    if "adapter_sha256" in recorded["training"]:
+        checks["adapter_sha256"] = [training["adapter_sha256"], recorded["training"]["adapter_sha256"]]
+    if TASKS[job["task"]]["warm_start"]:
+        correct = recorded["heldout"]["correct"]  # per question, at the scored budget
+        checks["first_answers_correct"] = [first_answers(run / "merged", job["task"], len(correct)),
+                                           correct[:CHECKED_QUESTIONS]]
+    differ = {name: pair for name, pair in checks.items() if pair[0] != pair[1]}
+    if differ:
+        raise RuntimeError(f"{job['sft_result']}: the SFT made again differs from the recorded one ({differ}: made "
+                           "again, recorded). The runs still to start from it cannot start where the seed's others "
+                           "did: delete that result file and the seed's runs that started from it, and run them again.")
+    return {"training": training, "checks": checks, "weights": str(run)}
+
+
+def first_answers(model: Path, task_name: str, recorded_size: int) -> str:
+    """The first CHECKED_QUESTIONS held-out answers' scores at the scored budget, as measure.py writes `correct`."""
+    import torch
+
+    from evotune.runs.loading import load_for_eval
+    from evotune.tasks import get_task
+
+    from .arms import TASKS
+    from .measure import HELDOUT_SEED, SCORED_BUDGET, heldout_rows, scores_by_budget
+
+    torch.manual_seed(0)
+    keys = TASKS[task_name]["keys"]
+    task = get_task(task_name, seed=HELDOUT_SEED, num_eval=8, **keys.get("task_args", {}))  # its metrics only
+    rows = heldout_rows(task_name)
+    if len(rows) != recorded_size:
+        raise RuntimeError(f"{len(rows)} held-out questions here, {recorded_size} when the SFT was measured: "
+                           "set METHOD_MATRIX_HELDOUT as it was then")
+    scores, _ = scores_by_budget(load_for_eval(str(model), "float32", "cpu"), task, rows[:CHECKED_QUESTIONS])
+    return "".join(str(int(value)) for value in scores[SCORED_BUDGET])
