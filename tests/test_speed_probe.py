@@ -32,6 +32,8 @@ def test_the_check_on_another_machine_used_this_reference_and_its_prediction():
                                                       abs=0.05)
     assert prediction["measured_over_predicted"] == pytest.approx(data["quickstart_s"] / prediction["predicted_s"],
                                                                   abs=5e-4)
+    assert doctor.SPEED_CHECK == {"machine": data["machine"]["cpu"], "dtype": data["probe"]["dtype"],
+                                  "measured_over_predicted": prediction["measured_over_predicted"]}
 
 
 def test_the_expected_time_scales_with_the_probe():
@@ -49,6 +51,7 @@ def test_the_probe_times_a_quickstart_generate(tiny_model_dir):
     text = doctor.describe_speed(result)
     minutes = doctor.expected_quickstart_seconds(result["probe_s"]) / 60
     assert f"about {minutes:.0f} minutes here" in text and doctor.SPEED_REFERENCE["machine"] in text
+    assert f"{doctor.SPEED_CHECK['measured_over_predicted']:.2f}x the time its probe predicted" in text
 
 
 @pytest.mark.slow  # loads the built-in SmolLM2-135M and generates 4 x 16 prompts x 48 tokens
