@@ -103,6 +103,11 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     results, runs = tmp_path / "results", tmp_path / "runs"
     environment = {**os.environ, "METHOD_MATRIX_MODEL": tiny_model_dir, "METHOD_MATRIX_SECONDS": "2",
                    "METHOD_MATRIX_HELDOUT": "16", "OMP_NUM_THREADS": "1"}
+
+    def run_job(job: dict) -> subprocess.CompletedProcess:  # in its own process, as the runner starts it
+        return subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
+                               str(results), "--runs", str(runs)], env=environment, capture_output=True, text=True,
+                              timeout=900)
     for method in arms_module.METHODS:  # the tuning as done: every method picks setting 0 (the first of a tie)
         for setting in range(arms_module.TUNING_SETTINGS):
             path = results / "tune" / "arithmetic" / method / f"s{setting}_seed{arms_module.TUNING_SEED}.json"
@@ -115,9 +120,7 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
               "memory/grpo_lora_accumulation4.json"]
     for path in wanted:
         job = {key: value for key, value in plan[path].items() if key != "needs"}
-        done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
-                               str(results), "--runs", str(runs)], env=environment, capture_output=True, text=True,
-                              timeout=900)
+        done = run_job(job)
         assert done.returncode == 0, (path, done.stdout[-2000:], done.stderr[-4000:])
         result = json.loads((results / path).read_text())
         assert result["machine"]["threads"] == 1
@@ -147,9 +150,7 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     grpo.write_text(json.dumps({**first, "heldout": {**first["heldout"], "scored_budget": 48}}))
     [job] = [job for job in run.plan(results) if job["kind"] == "rescore"]
     job = {key: value for key, value in job.items() if key != "needs"}
-    done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
-                           str(results), "--runs", str(runs)], env=environment, capture_output=True, text=True,
-                          timeout=900)
+    done = run_job(job)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     again = json.loads((results / "rescore/main/arithmetic/grpo_full/seed0.json").read_text())["heldout"]
     assert again["scored_budget"] == max(measure.BUDGETS) and again["n"] == 16 and "retention" not in again
@@ -161,9 +162,7 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     shutil.rmtree(runs / "countdown" / "sft_seed0")
     [job] = [job for job in restore.with_restores([plan["main/countdown/full_es/seed0.json"]], results, runs, set())]
     job = {key: value for key, value in job.items() if key != "needs"}
-    done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
-                           str(results), "--runs", str(runs)], env=environment, capture_output=True, text=True,
-                          timeout=900)
+    done = run_job(job)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     restored = json.loads((results / "restored/warm_start/countdown/sft_seed0.json").read_text())["restored"]
     assert set(restored["checks"]) == {"steps", "adapter_sha256", "first_answers_correct"}
@@ -172,9 +171,7 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     assert restore.weights_present(runs / "countdown" / "sft_seed0")
     tampered = tmp_path / "tampered.json"
     tampered.write_text(json.dumps({**recorded, "training": {**recorded["training"], "adapter_sha256": "0" * 64}}))
-    done = subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps({**job, "sft_result":
-                           str(tampered)}), "--results", str(results), "--runs", str(runs)], env=environment,
-                          capture_output=True, text=True, timeout=900)
+    done = run_job({**job, "sft_result": str(tampered)})
     assert done.returncode != 0 and "differs from the recorded one" in done.stderr, done.stderr[-3000:]
 
 
