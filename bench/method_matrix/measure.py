@@ -72,10 +72,11 @@ def scores_by_budget(backend: Any, task: Any, rows: list[dict]) -> tuple[dict[in
     return scores, ended
 
 
-def measure(model: str, task_name: str, start_model: str, seed: int, with_retention: bool = True) -> dict[str, Any]:
+def measure(model: str, task_name: str, start_model: str, seed: int, with_retention: bool = True,
+            questions: int | None = None) -> dict[str, Any]:
     """Held-out accuracy at every budget, scored at the largest (and the per-question scores there, for paired
     intervals against the start), the share of answers ended by each budget, plus retention, for a model
-    directory or run directory."""
+    directory or run directory; on the first `questions` held-out questions only, when given."""
     import torch
 
     from evotune.runs.loading import load_for_eval
@@ -84,7 +85,7 @@ def measure(model: str, task_name: str, start_model: str, seed: int, with_retent
     torch.manual_seed(0)
     keys = TASKS[task_name]["keys"]
     task = get_task(task_name, seed=HELDOUT_SEED, num_eval=8, **keys.get("task_args", {}))  # its metrics only
-    rows = heldout_rows(task_name)
+    rows = heldout_rows(task_name)[:questions]
     backend = load_for_eval(model, "float32", "cpu")
     scores, ended = scores_by_budget(backend, task, rows)
     result = {"n": len(rows), "scored_budget": SCORED_BUDGET,

@@ -55,40 +55,25 @@ def restore(job: dict, runs: Path) -> dict[str, Any]:
     """The job's body: the SFT again, then the checks against its result file (raises on a mismatch)."""
     from .arms import TASKS
     from .job import sft_and_merge
+    from .measure import HELDOUT_SIZE, measure
 
     recorded = json.loads(Path(job["sft_result"]).read_text())
+    warm_start = TASKS[job["task"]]["warm_start"]
+    correct = recorded["heldout"]["correct"] if warm_start else ""  # per question, at the scored budget
+    if warm_start and len(correct) != HELDOUT_SIZE:  # before the SFT's minutes, not after
+        raise RuntimeError(f"{HELDOUT_SIZE} held-out questions here, {len(correct)} when the SFT was measured: "
+                           "set METHOD_MATRIX_HELDOUT as it was then")
     run, training = sft_and_merge(job, runs)
     checks: dict[str, Any] = {"steps": [training["steps"], recorded["training"]["steps"]]}
     if "adapter_sha256" in recorded["training"]:
         checks["adapter_sha256"] = [training["adapter_sha256"], recorded["training"]["adapter_sha256"]]
-    if TASKS[job["task"]]["warm_start"]:
-        correct = recorded["heldout"]["correct"]  # per question, at the scored budget
-        checks["first_answers_correct"] = [first_answers(run / "merged", job["task"], len(correct)),
-                                           correct[:CHECKED_QUESTIONS]]
+    if warm_start:
+        merged = str(run / "merged")
+        again = measure(merged, job["task"], merged, job["seed"], with_retention=False, questions=CHECKED_QUESTIONS)
+        checks["first_answers_correct"] = [again["correct"], correct[:CHECKED_QUESTIONS]]
     differ = {name: pair for name, pair in checks.items() if pair[0] != pair[1]}
     if differ:
         raise RuntimeError(f"{job['sft_result']}: the SFT made again differs from the recorded one ({differ}: made "
                            "again, recorded). The runs still to start from it cannot start where the seed's others "
                            "did: delete that result file and the seed's runs that started from it, and run them again.")
     return {"training": training, "checks": checks, "weights": str(run)}
-
-
-def first_answers(model: Path, task_name: str, recorded_size: int) -> str:
-    """The first CHECKED_QUESTIONS held-out answers' scores at the scored budget, as measure.py writes `correct`."""
-    import torch
-
-    from evotune.runs.loading import load_for_eval
-    from evotune.tasks import get_task
-
-    from .arms import TASKS
-    from .measure import HELDOUT_SEED, SCORED_BUDGET, heldout_rows, scores_by_budget
-
-    torch.manual_seed(0)
-    keys = TASKS[task_name]["keys"]
-    task = get_task(task_name, seed=HELDOUT_SEED, num_eval=8, **keys.get("task_args", {}))  # its metrics only
-    rows = heldout_rows(task_name)
-    if len(rows) != recorded_size:
-        raise RuntimeError(f"{len(rows)} held-out questions here, {recorded_size} when the SFT was measured: "
-                           "set METHOD_MATRIX_HELDOUT as it was then")
-    scores, _ = scores_by_budget(load_for_eval(str(model), "float32", "cpu"), task, rows[:CHECKED_QUESTIONS])
-    return "".join(str(int(value)) for value in scores[SCORED_BUDGET])
