@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
+from bench.method_matrix.arms import MEMORY_PROBES, METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
 from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, memory, start
 from bench.method_matrix.run import selection
@@ -130,18 +130,27 @@ def budget_table(task: str, results: Path = STUDY) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+# How each memory probe's variant (bench/method_matrix/arms.py's MEMORY_VARIANTS) reads in a table.
+VARIANT_NAMES = {"default": "as a user runs it", "no_drift": "`log_drift: false`, as the timed runs",
+                 "accumulation4": "`gradient_accumulation_steps: 4`"}
+
+
 def memory_table(results: Path = STUDY) -> str:
     """The memory probes: each method's peak resident memory in the study's dtype, and the copies of the weights
-    it holds besides activations."""
-    rows = memory(results)
-    if not rows:
+    it holds besides activations; a probe that has not run yet keeps its row and says so."""
+    found = {(row["method"], row["variant"]): row for row in memory(results)}
+    if not found:
         return "\n\nthe memory probes have not run yet (they run after the main runs)\n\n"
     lines = ["", "", "| method | variant | peak RSS | copies of the weights held |", "|---|---|---|---|"]
-    for row in rows:
+    for method, variant in MEMORY_PROBES:
+        row = found.get((method, variant))
+        if row is None:
+            lines.append(f"| {METHODS[method]['label']} | {VARIANT_NAMES[variant]} | not run yet | |")
+            continue
         copies = ", ".join(f"{name.replace('_', ' ')} {size:,.0f} MiB" for name, size in row["weights"].items())
         if row["sft_peak_rss_mib"]:
             copies += f" (its SFT first: {row['sft_peak_rss_mib']:,.0f} MiB peak RSS)"
-        lines.append(f"| {row['label']} | {row['variant']} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
+        lines.append(f"| {row['label']} | {VARIANT_NAMES[variant]} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
     return "\n".join(lines) + "\n\n"
 
 

@@ -264,3 +264,68 @@ def test_the_validation_line_shows_an_arm_that_fell_during_training_per_seed(stu
     assert page.validation_text("countdown", study) == (
         "full ES 7.8% -> 12.5% (seed 0); GRPO on a LoRA 7.8% -> 0.0% (seed 0), 6.2% -> 1.6% (seed 1) "
         "(64 validation questions per run)")
+
+
+def write_probe(results, method: str, variant: str, peak: float) -> None:
+    """A memory probe's result file as job.py writes it: its peak RSS and the weight copies the method holds."""
+    from bench.method_matrix.arms import METHODS, memory_keys
+    from bench.method_matrix.job import weight_copies
+
+    keys = memory_keys(method, METHODS[method]["grid"][0], variant)
+    path = results / "memory" / f"{method}_{variant}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"memory": {"keys": keys, "variant": variant, "peak_rss_mib": peak, "seconds": 60.0,
+                                           "weights": weight_copies(method, keys)},
+                                "machine": {"cpu": "Test CPU", "threads": 1, "torch": "2.13.0",
+                                            "evotune_commit": "abcdef0123"}}))
+
+
+PROBES = {("full_es", "default"): 2400.0, ("full_es", "no_drift"): 1900.0, ("es_lora", "default"): 1400.0,
+          ("lowrank", "default"): 2900.0, ("essa", "default"): 1500.0, ("grpo_lora", "default"): 15000.0,
+          ("grpo_lora", "accumulation4"): 5000.0, ("grpo_full", "default"): 17000.0,
+          ("grpo_full", "accumulation4"): 7000.0}
+
+
+def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_answer_reads_them(study):
+    from bench.method_matrix.arms import TUNING_SEED
+
+    for (method, variant), peak in PROBES.items():
+        write_probe(study, method, variant, peak)
+    sft = study / "warm_start" / "arithmetic" / f"sft_seed{TUNING_SEED}.json"  # ESSA's probe starts from it
+    sft.parent.mkdir(parents=True)
+    sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0}}))
+    table = page.memory_table(study)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == len(PROBES) and "not run yet" not in table
+    assert ("| full ES | as a user runs it | 2,400 MiB | model weights 513 MiB, fp32 master of the mean 513 MiB, fp32 "
+            "drift base 513 MiB |") in rows
+    assert ("| full ES | `log_drift: false`, as the timed runs | 1,900 MiB | model weights 513 MiB, fp32 master of the "
+            "mean 513 MiB |") in rows
+    assert ("| GRPO full-parameter | `gradient_accumulation_steps: 4` | 7,000 MiB | model weights 513 MiB, gradients "
+            "513 MiB, adamw moments 1,026 MiB |") in rows
+    essa = "| ESSA | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB peak RSS) |"
+    assert essa in rows
+    assert ("- **Least memory**: ES on a LoRA (1,400 MiB peak RSS in its memory probe); most: GRPO full-parameter "
+            "(17,000 MiB; 7,000 MiB with `gradient_accumulation_steps: 4`).") in page.answer(study)
+    assert ("- **Least memory**: ES on a LoRA (1,400 MiB peak RSS in its memory probe); most: GRPO full-parameter "
+            "(17,000 MiB; 7,000 MiB with `gradient_accumulation_steps: 4`) (memory probe rows).") \
+        in page.recommendations(study)
+    assert ("| ES needs only inference memory (ES at Scale) | full ES 2,400 MiB (with its drift copy); GRPO "
+            "full-parameter 17,000 MiB (as a user runs it), 7,000 MiB (`gradient_accumulation_steps: 4`) (memory "
+            "probes) | held |") in page.papers_table(study)
+    write_probe(study, "grpo_full", "accumulation4", 2300.0)  # sliced, GRPO's loss fits under full ES
+    assert ("GRPO full-parameter 17,000 MiB (as a user runs it), 2,300 MiB (`gradient_accumulation_steps: 4`) (memory "
+            "probes) | did not hold |") in page.papers_table(study)
+
+
+def test_a_partial_set_of_memory_probes_says_how_many_are_in(study):
+    """A study stopped midway through its probes: no least or most is called over the methods that happen to be in
+    without saying so, and the probes that have not run keep their rows."""
+    write_probe(study, "full_es", "default", 2400.0)
+    write_probe(study, "grpo_full", "default", 17000.0)
+    assert ("- **Least memory**: full ES (2,400 MiB peak RSS in its memory probe); most: GRPO full-parameter (17,000 "
+            "MiB) (2 of the 6 methods' memory probes have run: least and most so far).") in page.answer(study)
+    table = page.memory_table(study)
+    assert sum("| not run yet |" in line for line in table.splitlines()) == len(PROBES) - 2
+    assert "| ES on a LoRA | as a user runs it | not run yet | |" in table
+    assert "(memory probes) | not every probe in yet |" in page.papers_table(study)
