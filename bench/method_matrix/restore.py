@@ -24,9 +24,16 @@ def weights_folder(runs: Path, need: str) -> Path | None:
     return runs / parts[1] / Path(parts[2]).stem
 
 
+def unchecked_marker(folder: Path) -> Path:
+    """Beside an SFT's weights while a restore job makes them again: gone only once they matched the result file."""
+    return folder.parent / f"{folder.name}.unchecked"
+
+
 def weights_present(folder: Path) -> bool:
+    """The SFT's adapter and merged model are whole, and no restore left them unchecked (killed before its checks
+    ended, or stopped by a mismatch): runs start only from weights the study recorded."""
     adapter, merged = folder / "adapter" / "adapter_model.safetensors", folder / "merged" / "config.json"
-    return adapter.is_file() and merged.is_file()
+    return adapter.is_file() and merged.is_file() and not unchecked_marker(folder).exists()
 
 
 def restore_job(need: str, results: Path) -> dict[str, Any]:
@@ -63,6 +70,9 @@ def restore(job: dict, runs: Path) -> dict[str, Any]:
     if warm_start and len(correct) != HELDOUT_SIZE:  # before the SFT's minutes, not after
         raise RuntimeError(f"{HELDOUT_SIZE} held-out questions here, {len(correct)} when the SFT was measured: "
                            "set METHOD_MATRIX_HELDOUT as it was then")
+    marker = unchecked_marker(runs / job["task"] / f"sft_seed{job['seed']}")  # sft_and_merge's folder
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("an SFT made again by a restore job, not yet checked against its result file\n")
     run, training = sft_and_merge(job, runs)
     checks: dict[str, Any] = {"steps": [training["steps"], recorded["training"]["steps"]]}
     if "adapter_sha256" in recorded["training"]:
@@ -76,4 +86,5 @@ def restore(job: dict, runs: Path) -> dict[str, Any]:
         raise RuntimeError(f"{job['sft_result']}: the SFT made again differs from the recorded one ({differ}: made "
                            "again, recorded). The runs still to start from it cannot start where the seed's others "
                            "did: delete that result file and the seed's runs that started from it, and run them again.")
+    marker.unlink()
     return {"training": training, "checks": checks, "weights": str(run)}

@@ -173,6 +173,7 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     tampered.write_text(json.dumps({**recorded, "training": {**recorded["training"], "adapter_sha256": "0" * 64}}))
     done = run_job({**job, "sft_result": str(tampered)})
     assert done.returncode != 0 and "differs from the recorded one" in done.stderr, done.stderr[-3000:]
+    assert not restore.weights_present(runs / "countdown" / "sft_seed0")  # no run starts from weights that differ
 
 
 def test_another_machine_type_may_plan_but_not_run(tmp_path, monkeypatch, capsys):
@@ -216,6 +217,9 @@ def test_a_run_whose_sft_weights_are_gone_waits_for_them_to_be_made_again(tmp_pa
     (weights / "merged").mkdir()
     (weights / "merged" / "config.json").write_text("{}")
     assert restore.with_restores(ready, results, runs, skip=set()) == ready
+    # a restore killed after making the weights, before its checks ended, left them unchecked: made again
+    restore.unchecked_marker(weights).write_text("")
+    assert restore.with_restores(ready, results, runs, skip=set())[0]["path"] == "restored/" + sft
 
 
 def test_two_grpo_jobs_never_run_at_once():
