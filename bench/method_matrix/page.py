@@ -22,6 +22,7 @@ from bench.method_matrix.tables import (
     TASK_NAMES,
     VARIANT_NAMES,
     budget_table,
+    cut_text,
     finished_arms,
     mean_text,
     memory_table,
@@ -61,11 +62,18 @@ NOT_SEPARATED = ("not yet separated (one seed, a gap within the seed spread, or 
                  "interval holds 0) from")
 
 
+# An arm whose answers the scored budget cut (cut_text) may hold right answers past it: no ranking rests on it.
+CUT_NOT_RANKED = "not ranked, as the scored budget cut answers (the budget table), against"
+
+
 def _ranking(found: list[Arm]) -> str:
-    """Best arm first; 'ahead of' only when the two are separated (_separated)."""
+    """Best arm first; 'ahead of' only when the two are separated (_separated) and neither arm's answers were cut."""
     ordered = sorted(found, key=lambda item: -item.mean)
     best, second = ordered[0], ordered[1]
-    relation = "ahead of" if _separated(best, second) else NOT_SEPARATED
+    if cut_text(best) or cut_text(second):
+        relation = CUT_NOT_RANKED
+    else:
+        relation = "ahead of" if _separated(best, second) else NOT_SEPARATED
     return f"{named(best)}, {relation} {named(second)}"
 
 
@@ -161,7 +169,10 @@ def answer(results: Path = STUDY) -> str:
 
 
 def _verdict(ours: Arm, theirs: Arm) -> str:
-    """held / did not hold / not separated (_separated), for 'ours beats theirs' by mean over seeds."""
+    """held / did not hold / not separated (_separated), for 'ours beats theirs' by mean over seeds; open while the
+    scored budget cuts either arm's answers."""
+    if cut_text(ours) or cut_text(theirs):
+        return "open: the scored budget cut answers"
     if not _separated(ours, theirs):
         return "not separated yet"
     return "held" if ours.mean > theirs.mean else "did not hold"
@@ -198,6 +209,8 @@ def _spread_row(task: str, es: Arm, grpo: Arm, moved: str) -> str:
                          f"{item.label}, {seeds_text(item)}" for item in (es, grpo))
     if any(len(item.runs) < item.planned for item in (es, grpo)):
         verdict = "not every seed in yet"
+    elif cut_text(es) or cut_text(grpo):
+        verdict = "open: the scored budget cut answers"
     else:
         ratio, p_less, p_more = spread_test(es, grpo)
         compared += f"; variance ratio {ratio:.2f}, F test p = {min(p_less, p_more):.2f}"

@@ -37,7 +37,8 @@ def seeds_text(found: Arm) -> str:
 
 
 def named(found: Arm) -> str:
-    return f"{found.label} {mean_text(found)}, {seeds_text(found)}"
+    """An arm with its mean accuracy and seeds, and the flag of cut_text where the budget cut its answers."""
+    return f"{found.label} {mean_text(found)}, {seeds_text(found)}{cut_text(found)}"
 
 
 def finished_arms(task: str, results: Path = STUDY) -> list[Arm]:
@@ -49,7 +50,7 @@ def finished_arms(task: str, results: Path = STUDY) -> list[Arm]:
 ENDED_SHARE_FLAG = 0.9
 
 
-def _cut_text(found: Arm) -> str:
+def cut_text(found: Arm) -> str:
     """' (answers cut: ...)' when the scored budget ended fewer than ENDED_SHARE_FLAG of the arm's answers."""
     runs = [run for run in found.runs if "ended_by_budget" in run.heldout]
     if not runs:
@@ -78,7 +79,7 @@ def task_table(task: str, results: Path = STUDY) -> str:
         kl = " / ".join(f"{sum(run.kl(name) for run in found.runs) / len(found.runs):.3f}"
                         for name in ("conciseness", "ifeval"))
         ifeval = sum(run.heldout["retention"][IFEVAL_STRICT] for run in found.runs) / len(found.runs)
-        accuracy = mean_text(found) + _cut_text(found)
+        accuracy = mean_text(found) + cut_text(found)
         lines.append(f"| {found.label} | {len(found.runs)} of {found.planned} | {accuracy} | "
                      f"{_per_seed_text(found.runs)} | "
                      f"{gain_text} | {found.mean_of('steps'):.0f} | {found.peak_rss_mib:,.0f} MiB | "
@@ -193,7 +194,7 @@ def readme_table(results: Path = STUDY) -> str:
         cells, kl = [], ""
         for task in TASKS:
             found = arm(results, task, method)
-            cells.append(f"{mean_text(found)}, {seeds_text(found)}" if found.runs else "not run yet")
+            cells.append(f"{mean_text(found)}, {seeds_text(found)}{cut_text(found)}" if found.runs else "not run yet")
             if task == "arithmetic" and found.runs:
                 kl = f"{found.mean_kl:.3f}"
         lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")

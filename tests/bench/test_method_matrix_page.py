@@ -329,3 +329,38 @@ def test_a_partial_set_of_memory_probes_says_how_many_are_in(study):
     assert sum("| not run yet |" in line for line in table.splitlines()) == len(PROBES) - 2
     assert "| ES on a LoRA | as a user runs it | not run yet | |" in table
     assert "(memory probes) | not every probe in yet |" in page.papers_table(study)
+
+
+def test_an_arm_whose_answers_the_budget_cuts_is_flagged_wherever_it_is_named_and_never_ranked(study):
+    """GRPO on a LoRA leads full ES by 30 points over seeds that separate them; once most of its answers had not
+    ended within the scored budget, its number may hide answers past the budget: each sentence and the README's
+    table that name it carry the flag, no ranking or paper's verdict rests on it, and arms not cut rank as before."""
+    assert "GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of full ES" in page.answer(study)
+    write_run(study, "arithmetic", "es_lora", 1, 47, kl=0.001)
+    for seed in range(2):
+        path = study / "main" / "arithmetic" / "grpo_lora" / f"seed{seed}.json"
+        record = json.loads(path.read_text())
+        record["heldout"]["ended_by_budget"][str(SCORED_BUDGET)] = 0.4
+        path.write_text(json.dumps(record))
+    flag = f" (answers cut: 40% ended within {SCORED_BUDGET} tokens)"
+    assert (f"- **Learns most, 2-digit addition**: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds{flag}, "
+            f"{page.CUT_NOT_RANKED} full ES 30.0% (std 2.0), 3 of 5 seeds.") in page.answer(study)
+    assert f"| GRPO on a LoRA | 60.0% (std 1.4), 2 of 5 seeds{flag} |" in page.readme_table(study)
+    assert "| full ES | 30.0% (std 2.0), 3 of 5 seeds |" in page.readme_table(study)
+    papers = page.papers_table(study)
+    assert f"best GRPO GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds{flag} | open: the scored budget cut answers |" \
+        in papers
+    assert "| held |" not in papers and "did not hold" not in papers
+    for seed, hits in zip(range(2, 5), [46, 47, 46]):  # every planned seed in: the spread row is open too
+        write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
+    for seed, hits in zip(range(2, 5), [100, 140, 110]):
+        write_run(study, "arithmetic", "grpo_lora", seed, hits, kl=0.01)
+        path = study / "main" / "arithmetic" / "grpo_lora" / f"seed{seed}.json"
+        record = json.loads(path.read_text())
+        record["heldout"]["ended_by_budget"][str(SCORED_BUDGET)] = 0.4
+        path.write_text(json.dumps(record))
+    row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
+    assert row.endswith("| open: the scored budget cut answers |"), row  # "held" were GRPO's answers whole
+    # full ES against ES on a LoRA (neither cut) ranks as ever: 7 points apart over the 3 seeds both ran
+    assert "full ES 30.0% (std 2.0), 3 of 5 seeds, ahead of ES on a LoRA 23.2% (std 0.3), 5 of 5 seeds" \
+        in page.answer(study)
