@@ -103,3 +103,17 @@ def test_run_commands_say_how_long_they_run_with_their_own_defaults(capsys, tmp_
                  "iterations=5"]) == 2
     assert "unknown SFT key `iterations`" in capsys.readouterr().err
     assert "## How long a run is: `iterations` and `max_steps`" in (ROOT / "docs" / "cli.md").read_text()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["grpo", "--help"]])
+def test_help_answers_without_importing_torch(argv):
+    """`evotune --help` and a command's help are read before anything runs: the process that prints them imports
+    neither torch nor transformers (seconds on a CPU), only the parser's own modules."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom evotune.cli.main import console_main\ntry:\n    console_main(sys.argv[1:])\n"
+              "except SystemExit:\n    pass\nprint(sorted({'torch', 'transformers'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage: evotune" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]

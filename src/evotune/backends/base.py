@@ -42,7 +42,6 @@ def resolve_device(device: str) -> str:
     """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""
     import torch
 
-
     check_device(device)
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"

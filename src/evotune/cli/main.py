@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 from typing import Any, get_origin
 
-from ..backends.base import resolve_device
 from ..config.files import absolutize_paths, parse_overrides, read_config_values
 from ..config.grpo import GRPO_QUICKSTART
 from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
@@ -21,7 +20,6 @@ from ..import_utils import startup_imports
 from ..runs.compare import compare_runs
 from ..runs.compare_output import format_markdown
 from ..runs.directory import read_run_config
-from ..runs.export import export_model
 from ..runs.loading import eval_quantization, load_for_eval
 from ..runs.sweep_grid import parse_grid
 from ..tasks import get_task
@@ -98,6 +96,7 @@ def _print_config(config: Any) -> int:
     runs and nothing is written."""
     import yaml
 
+    from ..backends.base import resolve_device
     from ..backends.models import resolve_dtype
 
     absolutize_paths(config)
@@ -129,6 +128,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from ..backends.base import resolve_device
     from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models
 
     output = Path(args.output or f"evotune-eval-{args.task}.json")
@@ -181,6 +181,8 @@ def _require_output_dir(args: argparse.Namespace) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from ..runs.export import export_model  # here, not at the top: `evotune --help` needs no torch
+
     print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype, args.overwrite,
                                   args.average_last), indent=2))
     return 0
@@ -317,10 +319,9 @@ def console_main(argv: list[str] | None = None) -> int:
     its own."""
     import importlib
 
-
     argv = sys.argv[1:] if argv is None else argv
     modules = HEAVY_MODULES.get(next((word for word in argv if not word.startswith("-")), ""), ())
-    if modules:
+    if modules and not {"-h", "--help"} & set(argv):  # help is printed before any of them would be used
         with startup_imports():
             for name in ("torch", "transformers.modeling_utils", "transformers.generation.utils", *modules):
                 importlib.import_module(name)

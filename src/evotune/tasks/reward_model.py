@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ..errors import ConfigError
 from .base import Task, completion_text
 from .data import load_prompt_rows, split_rows
@@ -37,6 +35,7 @@ class RewardModelScorer:
         self.__name__ = f"reward_model({model})"
 
     def load(self) -> None:
+        import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         try:
@@ -61,19 +60,21 @@ class RewardModelScorer:
             return self.tokenizer.apply_chat_template(messages, tokenize=False)
         return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
-    @torch.inference_mode()
     def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+        import torch
+
         if self.model is None:
             self.load()
         texts = [self._text(p, c) for p, c in zip(prompts, completions)]
         scores: list[float] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                   truncation=True, max_length=self.max_length, add_special_tokens=False)
-            output = self.model(**{key: value.to(self.device) for key, value in batch.items()})
-            score = getattr(output, "score", None)
-            values = score if score is not None else output.logits[:, 0]  # (batch,)
-            scores.extend(float(v) for v in values.float().view(-1).tolist())
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                       truncation=True, max_length=self.max_length, add_special_tokens=False)
+                output = self.model(**{key: value.to(self.device) for key, value in batch.items()})
+                score = getattr(output, "score", None)
+                values = score if score is not None else output.logits[:, 0]  # (batch,)
+                scores.extend(float(v) for v in values.float().view(-1).tolist())
         return scores
 
 
