@@ -321,7 +321,7 @@ def console_main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     modules = HEAVY_MODULES.get(next((word for word in argv if not word.startswith("-")), ""), ())
-    if modules and not {"-h", "--help"} & set(argv):  # help is printed before any of them would be used
+    if modules and not {"-h", "--help", "--print-config"} & set(argv):  # these print before anything runs
         with startup_imports():
             for name in ("torch", "transformers.modeling_utils", "transformers.generation.utils", *modules):
                 importlib.import_module(name)
