@@ -17,7 +17,7 @@ import time
 
 from bench.common import write_result
 from evotune.backends import DEFAULT_MODEL, HFBackend  # noqa: E402
-from evotune.backends.base import resolve_device  # noqa: E402
+from evotune.config.checks import resolve_device  # noqa: E402
 from evotune.spaces import FullParameterSpace  # noqa: E402
 from evotune.strategies import OpenES  # noqa: E402
 from evotune.tasks import get_task  # noqa: E402

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import Backend, resolve_device
+from .backends.base import Backend
+from .config.checks import resolve_device
 from .config.train import TrainConfig
 from .distributed.base import Evaluator, Replica
 from .optimizers import make_optimizer

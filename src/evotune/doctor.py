@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from .backends.base import resolve_device
 from .builders import build_space, build_task, load_backend, on_hf_backend
+from .config.checks import resolve_device
 from .config.train import QUICKSTART, TrainConfig
 from .import_utils import is_ray_available
 from .spaces.base import differing_tensors

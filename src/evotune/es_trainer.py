@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .backends import HFBackend
-from .backends.base import resolve_device
 from .callbacks import ESCallback
+from .config.checks import resolve_device
 from .config.fields import option
 from .config.train import ADAPTER_SPACES, TrainConfig
 from .errors import ConfigError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
+from .files.adapters import check_target_modules
 from .files.checkpoint import find_checkpoint
 from .runs.directory import existing_artifacts
 from .tasks import Task
@@ -191,8 +192,6 @@ class ESTrainer:
                               "loads a saved one; pass only one of them.")
         targets = target_module_list(peft_config.target_modules, values["lora_target_modules"])
         if self.backend is not None:  # a loaded model: name missing modules now, before anything is written
-            from .files.adapters import check_target_modules
-
             check_target_modules(self.backend.model, [] if targets == ["all-linear"] else targets,
                                  "peft_config.target_modules")
         return {"lora_rank": int(peft_config.r), "lora_alpha": float(peft_config.lora_alpha),

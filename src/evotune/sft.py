@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .backends import HFBackend
-from .backends.base import resolve_device
 from .backends.hf import render_prompt
+from .config.checks import resolve_device
 from .config.files import absolutize_paths, read_config_values
 from .config.sft import SFTConfig
 from .errors import CheckpointError, ConfigError, DataError

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .backends.base import Backend, resolve_device
+from .backends.base import Backend
 from .builders import build_evaluator, build_space, build_strategy, build_task, load_backend, reserve_driver_gpus
 from .callbacks import ESCallback, default_callbacks
+from .config.checks import resolve_device
 from .config.train import TrainConfig
 from .distributed.base import Replica
 from .errors import EvotuneError, RewardFunctionError

@@ -9,9 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..config.checks import check_device
-from ..errors import ConfigError
-
 
 @runtime_checkable
 class Backend(Protocol):
@@ -36,15 +33,3 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release what the backend started (vLLM's engine processes); nothing for an in-process model."""
-
-
-def resolve_device(device: str) -> str:
-    """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""
-    import torch
-
-    check_device(device)
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"`device` is {device!r} but CUDA is not available; set `device: cpu` (or auto).")
-    return device

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, get_origin
 
+from ..config.checks import resolve_device
 from ..config.files import absolutize_paths, parse_overrides, read_config_values
 from ..config.grpo import GRPO_QUICKSTART
 from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
@@ -96,7 +97,6 @@ def _print_config(config: Any) -> int:
     runs and nothing is written."""
     import yaml
 
-    from ..backends.base import resolve_device
     from ..backends.models import resolve_dtype
 
     absolutize_paths(config)
@@ -128,7 +128,6 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ..backends.base import resolve_device
     from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models
 
     output = Path(args.output or f"evotune-eval-{args.task}.json")

@@ -64,6 +64,18 @@ def check_device(device: str) -> None:
                           "available, else cpu).")
 
 
+def resolve_device(device: str) -> str:
+    """`auto` -> cuda when available, else cpu; a CUDA device on a machine without CUDA is an error."""
+    import torch
+
+    check_device(device)
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"`device` is {device!r} but CUDA is not available; set `device: cpu` (or auto).")
+    return device
+
+
 class RewardKeys(Protocol):
     """The keys `check_rewards` reads, which TrainConfig and the GRPO baseline's config both have."""
 

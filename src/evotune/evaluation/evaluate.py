@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..backends.base import Backend, resolve_device
+from ..backends.base import Backend
+from ..config.checks import resolve_device
 from ..config.eval_options import FALLBACK_MAX_NEW_TOKENS, EvalOptions
 from ..errors import ConfigError
 from ..tasks.base import Task

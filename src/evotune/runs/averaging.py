@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..backends.base import resolve_device
+from ..config.checks import resolve_device
 from ..config.train import TrainConfig, load_config
 from ..errors import CheckpointError, ConfigError
 from ..files.checkpoint import load_checkpoint, load_state, problem_of, verify_checkpoint

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ..config.checks import resolve_device
 from ..config.files import absolutize_paths
 from ..config.train import TrainConfig
 from ..errors import ConfigError, OutputError
@@ -197,7 +198,6 @@ def inspect_train_run(run: RunLifecycle, config: TrainConfig) -> Path | None:
         run.refuse_existing(resumable=bool(checkpoint or "config.yaml" in run.found()))
         checkpoint = None
     if config.dtype == "auto":  # config.yaml records the machine's choice, so a resume elsewhere keeps it
-        from ..backends.base import resolve_device
         from ..backends.models import resolve_dtype
 
         config.dtype = resolve_dtype("auto", resolve_device(config.device))
