@@ -67,10 +67,15 @@ def write_config(run: Path, keys: dict[str, Any]) -> Path:
     return path
 
 
+def sft_folder(runs: Path, task: str, seed: int) -> Path:
+    """Where a task's SFT of a seed lives under --runs: its adapter/ and its merged/ model."""
+    return runs / task / f"sft_seed{seed}"
+
+
 def sft_and_merge(job: dict, runs: Path) -> tuple[Path, dict[str, Any]]:
     """SFT on the task's own solutions (a LoRA) into RUNS/<task>/sft_seed<seed>, and that adapter merged into a
     full model beside it (merged/): the run folder and what the training cost."""
-    run = runs / job["task"] / f"sft_seed{job['seed']}"
+    run = sft_folder(runs, job["task"], job["seed"])
     config = write_config(run, sft_keys(job["task"], job["seed"]))
     cost = run_command(["sft", str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
     run_command(["export", str(run / "adapter"), "--merge", "--dtype", "float32", "--output-dir", str(run / "merged")],
@@ -117,7 +122,7 @@ def base(job: dict) -> dict[str, Any]:
 def start_of(job: dict, runs: Path) -> tuple[dict[str, Any], float]:
     """The model (or adapter) a run starts from, and the seconds of SFT charged to it."""
     task, method, seed = job["task"], job["method"], job["seed"]
-    sft = runs / task / f"sft_seed{seed}"
+    sft = sft_folder(runs, task, seed)
     if TASKS[task]["warm_start"]:
         if method in ADAPTER_METHODS:
             return {"adapter": str(sft / "adapter")}, 0.0
@@ -157,10 +162,16 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
     if job["phase"] != "tune":
         from .measure import measure
 
-        start_model = start.get("model") or (str(runs / job["task"] / f"sft_seed{job['seed']}" / "merged")
-                                             if TASKS[job["task"]]["warm_start"] else MODEL)
-        result["heldout"] = measure(str(run), job["task"], start_model, job["seed"])
+        result["heldout"] = measure(str(run), job["task"], start_model(job, start, runs), job["seed"])
     return result
+
+
+def start_model(job: dict, start: dict[str, Any], runs: Path) -> str:
+    """The model a run's gains are measured against: its start's model, else the seed's merged SFT on a warm-start
+    task, else the base model (an adapter run starts from the base or its SFT's adapter)."""
+    if start.get("model"):
+        return start["model"]
+    return str(sft_folder(runs, job["task"], job["seed"]) / "merged") if TASKS[job["task"]]["warm_start"] else MODEL
 
 
 def rescore(job: dict, runs: Path) -> dict[str, Any]:
@@ -174,9 +185,7 @@ def rescore(job: dict, runs: Path) -> dict[str, Any]:
     else:
         model = str(runs / measured["task"] / measured["phase"]
                     / f"{measured['method']}_s{measured['setting']}_seed{measured['seed']}")
-        start = start_of(measured, runs)[0].get("model") or (
-            str(runs / measured["task"] / f"sft_seed{measured['seed']}" / "merged")
-            if TASKS[measured["task"]]["warm_start"] else MODEL)
+        start = start_model(measured, start_of(measured, runs)[0], runs)
     return {"heldout": measure(model, measured["task"], start, measured.get("seed", 0), with_retention=False)}
 
 

@@ -107,20 +107,16 @@ NOT_SEPARATED_KL = ("not yet separated (one seed, a gap within the seed spread, 
                     "whose 95% interval holds 0) from")
 
 
-def _default_probes(results: Path) -> list[dict]:
-    """The memory probes of each method as a user runs it (the `default` variant)."""
-    return [row for row in memory(results) if row["variant"] == "default"]
-
-
 def _probes_sentence(results: Path) -> str | None:
     """Least and most peak RSS over the methods' default memory probes; the most, where it is GRPO, also with its
     loss in four slices; a partial set of probes says how many methods are in. None before any probe ran."""
-    rows = _default_probes(results)
+    probes = memory(results)
+    rows = [row for row in probes if row["variant"] == "default"]  # each method as a user runs it
     if not rows:
         return None
     least = min(rows, key=lambda row: row["peak_rss_mib"])
     most = max(rows, key=lambda row: row["peak_rss_mib"])
-    sliced = {row["method"]: row for row in memory(results) if row["variant"] == "accumulation4"}
+    sliced = {row["method"]: row for row in probes if row["variant"] == "accumulation4"}
     most_text = f"{most['peak_rss_mib']:,.0f} MiB"
     if most["method"] in sliced:
         most_text += f"; {sliced[most['method']]['peak_rss_mib']:,.0f} MiB with `gradient_accumulation_steps: 4`"

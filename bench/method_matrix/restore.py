@@ -61,7 +61,7 @@ def with_restores(ready: list[dict], results: Path, runs: Path, skip: set[str]) 
 def restore(job: dict, runs: Path) -> dict[str, Any]:
     """The job's body: the SFT again, then the checks against its result file (raises on a mismatch)."""
     from .arms import TASKS
-    from .job import sft_and_merge
+    from .job import sft_and_merge, sft_folder
     from .measure import HELDOUT_SIZE, measure
 
     recorded = json.loads(Path(job["sft_result"]).read_text())
@@ -70,7 +70,7 @@ def restore(job: dict, runs: Path) -> dict[str, Any]:
     if warm_start and len(correct) != HELDOUT_SIZE:  # before the SFT's minutes, not after
         raise RuntimeError(f"{HELDOUT_SIZE} held-out questions here, {len(correct)} when the SFT was measured: "
                            "set METHOD_MATRIX_HELDOUT as it was then")
-    marker = unchecked_marker(runs / job["task"] / f"sft_seed{job['seed']}")  # sft_and_merge's folder
+    marker = unchecked_marker(sft_folder(runs, job["task"], job["seed"]))
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("an SFT made again by a restore job, not yet checked against its result file\n")
     run, training = sft_and_merge(job, runs)

@@ -26,12 +26,16 @@ ROOT = Path(__file__).resolve().parents[2]  # this checkout
 COMMANDS = [["--help"], ["train", "--help"], ["train", "--print-config"]]
 
 
+def environment(checkout: Path) -> dict[str, str]:
+    """This process's environment with CHECKOUT's evotune first on the path, at one thread."""
+    return {**os.environ, "PYTHONPATH": str(checkout / "src"), "OMP_NUM_THREADS": "1"}
+
+
 def run_once(checkout: Path, arguments: list[str]) -> float:
     """Wall seconds of `python -m evotune.cli.main ARGUMENTS` on CHECKOUT's src/ (it must succeed)."""
-    environment = {**os.environ, "PYTHONPATH": str(checkout / "src"), "OMP_NUM_THREADS": "1"}
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "evotune.cli.main", *arguments], env=environment, capture_output=True,
-                   check=True, cwd=checkout)
+    subprocess.run([sys.executable, "-m", "evotune.cli.main", *arguments], env=environment(checkout),
+                   capture_output=True, check=True, cwd=checkout)
     return time.perf_counter() - started
 
 
@@ -40,9 +44,8 @@ def peak_mib(checkout: Path, arguments: list[str]) -> float:
     script = ("import os, resource, subprocess, sys\n"
               "subprocess.run(sys.argv[1:], check=True, capture_output=True)\n"
               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    environment = {**os.environ, "PYTHONPATH": str(checkout / "src"), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "evotune.cli.main", *arguments],
-                          env=environment, capture_output=True, text=True, check=True, cwd=checkout)
+                          env=environment(checkout), capture_output=True, text=True, check=True, cwd=checkout)
     return int(done.stdout.split()[-1]) / 1024  # ru_maxrss is in KiB on Linux
 
 
