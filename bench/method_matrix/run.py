@@ -6,6 +6,7 @@ session are made again and checked before the runs that start from them (restore
 
     python -m bench.method_matrix.run --results bench/results/method_matrix --runs /tmp/study_runs --commit
     python -m bench.method_matrix.run --plan          # list the jobs and which are done (any machine)
+    python -m bench.method_matrix.run --only memory/  # the memory probes alone: on any machine type (their CPU named)
     touch RESULTS/PAUSE                               # start no new job until the file is gone
 
 Order: the held-out scores measured before measure.py's budgets grew, measured again (rescore/), then the
@@ -140,8 +141,14 @@ def machine_mismatch(results: Path, here: dict) -> str | None:
             "on that type, or start it over in another --results folder.")
 
 
-def check_machine(results: Path, commit_it: bool) -> None:
-    """The study runs on one machine type: the first run records it, later ones (other sessions) must match."""
+# Jobs whose result does not hang on the CPU's speed: a memory probe runs 2 steps, whatever their seconds, in the
+# study's dtype and threads, and its file names its CPU (the page names it too, with the same SFT's peak on both).
+ANY_MACHINE_PREFIX = "memory/"
+
+
+def check_machine(results: Path, commit_it: bool, only: list[str] | None = None) -> None:
+    """The study runs on one machine type: the first run records it, later ones (other sessions) must match,
+    except for a run of the memory probes alone (`--only memory/`)."""
     path = results / "machine.json"
     here = machine_type()
     if not path.exists():
@@ -150,8 +157,8 @@ def check_machine(results: Path, commit_it: bool) -> None:
             commit(results, path, "method matrix: the study's machine type")
         return
     mismatch = machine_mismatch(results, here)
-    if mismatch:
-        raise SystemExit(mismatch)
+    if mismatch and not (only and all(prefix.startswith(ANY_MACHINE_PREFIX) for prefix in only)):
+        raise SystemExit(mismatch + f" The memory probes alone may run here: --only {ANY_MACHINE_PREFIX}")
 
 
 def launch(job: dict, results: Path, runs: Path, log_dir: Path) -> subprocess.Popen:
@@ -188,9 +195,11 @@ def main() -> None:
             if restore["kind"] == "restore":
                 print(f"restore {restore['needs'][0]}: its weights are not under {args.runs}; made again and "
                       "checked before the runs that start from it")
-        print(machine_mismatch(results, machine_type()) or "this machine is the study's machine type")
+        mismatch = machine_mismatch(results, machine_type())
+        print(f"{mismatch} The memory probes alone may run here: --only {ANY_MACHINE_PREFIX}" if mismatch
+              else "this machine is the study's machine type")
         return
-    check_machine(results, args.commit)
+    check_machine(results, args.commit, args.only)
     running: dict[str, subprocess.Popen] = {}
     failed: set[str] = set()
     while True:

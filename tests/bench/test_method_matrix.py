@@ -177,8 +177,9 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
 
 
 def test_another_machine_type_may_plan_but_not_run(tmp_path, monkeypatch, capsys):
-    """The study's jobs run on the machine type its first run recorded; --plan reads only, so it lists the missing
-    jobs on any machine and says whether this one may run them."""
+    """The study's jobs run on the machine type its first run recorded, but for the memory probes alone, whose two
+    steps do not hang on the CPU's speed; --plan reads only, so it lists the missing jobs on any machine and says
+    whether this one may run them."""
     recorded = {"cpu": "Study CPU", "amx_bf16": True, "cores": 2}
     (tmp_path / "machine.json").write_text(json.dumps(recorded))
     here = run.machine_type()
@@ -190,6 +191,10 @@ def test_another_machine_type_may_plan_but_not_run(tmp_path, monkeypatch, capsys
     assert "missing main/arithmetic/full_es/seed0.json" in printed and "is not the study's machine type" in printed
     with pytest.raises(SystemExit, match="is not the study's machine type"):
         run.check_machine(tmp_path, commit_it=False)
+    with pytest.raises(SystemExit, match="--only memory/"):  # a timed job among the selected ones
+        run.check_machine(tmp_path, commit_it=False, only=["memory/", "main/countdown/"])
+    run.check_machine(tmp_path, commit_it=False, only=["memory/"])  # the memory probes alone run on any machine
+    assert json.loads((tmp_path / "machine.json").read_text()) == recorded  # and leave the study's type as it was
 
 
 def test_a_run_whose_sft_weights_are_gone_waits_for_them_to_be_made_again(tmp_path):
