@@ -117,6 +117,21 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  evotune train --output-dir runs/quickstart\n  evotune train --help")
     parser.add_argument("--version", action="version", version=f"evotune {__version__}")
     commands = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")  # sweep has a --command
+    _add_train_and_sft(commands)
+    _add_eval(commands)
+    _add_export(commands)
+    _add_grpo(commands)
+    compare, sweep = _add_compare(commands), _add_sweep(commands)
+    _add_doctor(commands)
+    _add_keys(commands)
+    for command in (compare, sweep):  # required, though argparse cannot mark it so beside its old spelling
+        usage = command.format_usage().removeprefix("usage: ").strip()
+        command.usage = usage.replace("[--output-dir OUTPUT_DIR]", "--output-dir OUTPUT_DIR")
+    return parser
+
+
+def _add_train_and_sft(commands: Any) -> None:
+    """`evotune train` (ES) and `evotune sft` (ESSA's first stage): runs with a run directory."""
     train = _run_parser(commands, "train", "run ES training (no config: the quickstart on the built-in model)", """
         evotune train --output-dir runs/quickstart
         evotune train examples/arithmetic.yaml --output-dir runs/arith --set sigma=2e-3
@@ -129,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         evotune sft --output-dir runs/sft_arithmetic --resume""", "runs/sft")
     _add_resume_flags(sft, "config.yaml, metrics.jsonl, checkpoint/, adapter/, loss.png, ...")
 
+
+def _add_eval(commands: Any) -> None:
+    """`evotune eval`: one or more models scored on a task."""
     evaluate = _add_command(commands, "eval", "evaluate one or more models on a task", """
         evotune eval --model smollm2-135m-instruct --model runs/arith --task arithmetic --num-eval 512
         evotune eval --model runs/conc --task conciseness --kl-reference smollm2-135m-instruct""")
@@ -146,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--eval-dataset", help="held-out data file (default: a seeded split of --dataset)")
     evaluate.add_argument("--plot", help="reward-vs-KL PNG file (default: next to --output when --kl-reference is set)")
 
+
+def _add_export(commands: Any) -> None:
+    """`evotune export`: a model directory from_pretrained loads."""
     export = _add_command(commands, "export", "write a model directory from_pretrained loads (--merge folds a LoRA "
                                               "adapter into the base)", """
         evotune export runs/essa_arithmetic --merge --output-dir runs/essa_arithmetic_merged
@@ -162,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an `evotune train` run's mean averaged over its last K iterates, replayed from its "
                              "update log (tail averaging: smooths the last updates' noise)")
 
+
+def _add_grpo(commands: Any) -> None:
+    """`evotune grpo`: the GRPO baseline, with a learning-rate sweep."""
     grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract", """
         evotune grpo --output-dir runs/grpo
         evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_arithmetic
@@ -171,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     grpo.add_argument("--sweep-learning-rates", type=float, nargs="+", metavar="LR",
                       help="one run per learning rate, in OUTPUT_DIR/lr_<value>")
 
+
+def _add_compare(commands: Any) -> argparse.ArgumentParser:
+    """`evotune compare`: runs side by side (its --output-dir is required)."""
     compare = _add_command(commands, "compare", "runs side by side: table and curves vs samples and time", """
         evotune compare runs/es-seed0 runs/es-seed1 runs/grpo-seed0 --output-dir runs/compare
         evotune compare runs/* --metric eval/accuracy --budget-time 1800 --output-dir runs/compare""")
@@ -186,7 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
                          help="name run DIR's method NAME (repeatable): runs of one NAME share a row, whatever their "
                               "configs (default: runs whose configs differ only in the seed share a row)")
+    return compare
 
+
+def _add_sweep(commands: Any) -> argparse.ArgumentParser:
+    """`evotune sweep`: one run per grid point and seed (its --output-dir is required)."""
     sweep = _add_command(commands, "sweep", "one run per grid point and seed (resumable), a table and a heatmap", """
         evotune sweep examples/arithmetic.yaml --grid sigma=1e-3,2e-3 --grid learning_rate=2e-3,4e-3 \\
             --seeds 0 1 --output-dir runs/sweep --set max_training_seconds=300""")
@@ -203,7 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run N grid runs at once as Ray tasks (1: one after another, no Ray)")
     sweep.add_argument("--cpus-per-run", type=float, default=1, metavar="C", help="with --parallel: cores per run")
     sweep.add_argument("--ray-address", help="with --parallel: Ray cluster to use (default: $RAY_ADDRESS, else local)")
+    return sweep
 
+
+def _add_doctor(commands: Any) -> None:
+    """`evotune doctor`: every path checked on a tiny model, or this machine's speed probe."""
     doctor = _add_command(commands, "doctor", "check every path (hf, vLLM shapes, LoRA, low-rank, TP, Ray) on a tiny "
                                               "model on this machine: a table of pass/fail", """
         evotune doctor
@@ -221,15 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="instead of the checks: time one quickstart generate on the built-in model (~1 minute "
                              "with its load) and print how long `evotune train` with no config should take here")
 
+
+def _add_keys(commands: Any) -> None:
+    """`evotune keys`: the config keys with their defaults, choices and help."""
     keys = _add_command(commands, "keys", "list the config keys with their defaults, choices and help", """
         evotune keys
         evotune keys sft""")
     keys.add_argument("which", nargs="?", default="train", choices=["train", "sft", "grpo"], metavar="COMMAND",
                       help="whose keys: train, sft or grpo")
-    for command in (compare, sweep):  # required, though argparse cannot mark it so beside its old spelling
-        usage = command.format_usage().removeprefix("usage: ").strip()
-        command.usage = usage.replace("[--output-dir OUTPUT_DIR]", "--output-dir OUTPUT_DIR")
-    return parser
 
 
 def _add_resume_flags(command: argparse.ArgumentParser, files: str, checkpoint: str = "its checkpoint") -> None:
