@@ -27,6 +27,7 @@ from bench.method_matrix.tables import (
     mean_text,
     memory_table,
     named,
+    probe_cpu_note,
     readme_table,
     seeds_text,
     task_table,
@@ -120,7 +121,8 @@ def _probes_sentence(results: Path) -> str | None:
     most_text = f"{most['peak_rss_mib']:,.0f} MiB"
     if most["method"] in sliced:
         most_text += f"; {sliced[most['method']]['peak_rss_mib']:,.0f} MiB with `gradient_accumulation_steps: 4`"
-    text = (f"{least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS in its memory probe); most: "
+    text = (f"{least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS in its memory probe"
+            f"{probe_cpu_note(results)}); most: "
             f"{most['label']} ({most_text})")
     if len(rows) < len(METHODS):
         text += f" ({len(rows)} of the {len(METHODS)} methods' memory probes have run: least and most so far)"
@@ -229,7 +231,7 @@ def _inference_memory_row(results: Path) -> str | None:
     else:
         held = "held" if es["peak_rss_mib"] < min(row["peak_rss_mib"] for row in grpo) else "did not hold"
     return (f"| ES needs only inference memory (ES at Scale) | full ES {es['peak_rss_mib']:,.0f} MiB (with its drift "
-            f"copy); GRPO full-parameter {grpo_text} (memory probes) | {held} |")
+            f"copy); GRPO full-parameter {grpo_text} (memory probes{probe_cpu_note(results)}) | {held} |")
 
 
 def papers_table(results: Path = STUDY) -> str:

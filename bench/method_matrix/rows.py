@@ -171,26 +171,50 @@ def gain(results: Path, run: Run, task: str) -> tuple[float, float, float] | Non
 
 def memory(results: Path) -> list[dict[str, Any]]:
     """The memory probes that ran: method, label, variant, peak RSS (MiB; ESSA's includes its SFT's, which it needs
-    first) and the weight copies named."""
-    from bench.method_matrix.arms import MEMORY_PROBES, TUNING_SEED
+    first, as that SFT peaked on the probe's own CPU), the weight copies named, and the probe's CPU."""
+    from bench.method_matrix.arms import MEMORY_PROBES
 
     rows = []
     for method, variant in MEMORY_PROBES:
         data = load(results, f"memory/{method}_{variant}.json")
         if data is not None:
-            probe = data["memory"]
-            sft = load(results, f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json") if method == "essa" else None
-            sft_peak = sft["training"]["peak_rss_mib"] if sft else None
+            probe, cpu = data["memory"], data["machine"]["cpu"]
+            sft_peak = sft_peak_on(results, cpu) if method == "essa" else None
             rows.append({"method": method, "label": METHODS[method]["label"], "variant": variant,
                          "peak_rss_mib": max(probe["peak_rss_mib"], sft_peak or 0.0), "sft_peak_rss_mib": sft_peak,
-                         "weights": probe["weights"]})
+                         "probe_peak_rss_mib": probe["peak_rss_mib"],
+                         "weights": probe["weights"], "cpu": cpu})
     return rows
 
 
-def machine(results: Path) -> dict[str, Any]:
-    """What the runs recorded of their machine: CPU model, threads, torch, and the commits they ran from."""
-    records = [data["machine"] for path in sorted(results.rglob("*.json")) if path.name != "machine.json"
-               and (data := json.loads(path.read_text())).get("machine")]
+def sft_peak_on(results: Path, cpu: str) -> float | None:
+    """Peak RSS of the SFT the ESSA probe starts from, as it ran on `cpu`: the study's own SFT, or its restore (the
+    same SFT made again) on another machine type. None when neither ran on that CPU."""
+    from bench.method_matrix.arms import TUNING_SEED
+
+    for path in (f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json",
+                 f"restored/warm_start/arithmetic/sft_seed{TUNING_SEED}.json"):
+        data = load(results, path)
+        if data is not None and data["machine"]["cpu"] == cpu:
+            return data["training"]["peak_rss_mib"] if "training" in data else data["restored"]["training"][
+                "peak_rss_mib"]
+    return None
+
+
+# Jobs that may run on another machine type than the study's (run.py's ANY_MACHINE_PREFIX), and the restores made
+# for them: the study's setup line names the timed jobs' machine, the memory table its probes'.
+OFF_STUDY_MACHINE = ("memory/", "restored/")
+
+
+def machine(results: Path, probes: bool = False) -> dict[str, Any]:
+    """What the jobs recorded of their machine (CPU model, threads, torch, and the commits they ran from): the
+    study's timed jobs', or with `probes` the memory probes'."""
+    records = []
+    for path in sorted(results.rglob("*.json")):
+        relative = path.relative_to(results).as_posix()
+        wanted = relative.startswith("memory/") if probes else not relative.startswith(OFF_STUDY_MACHINE)
+        if wanted and path.name != "machine.json" and (data := json.loads(path.read_text())).get("machine"):
+            records.append(data["machine"])
     return {"cpu": sorted({record["cpu"] for record in records}), "threads": sorted({r["threads"] for r in records}),
             "torch": sorted({record["torch"] for record in records}),
             "commits": sorted({record["evotune_commit"][:7] for record in records})}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.method_matrix.arms import MEMORY_PROBES, METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, memory, start
+from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, machine, memory, sft_peak_on, start
 from bench.method_matrix.run import selection
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
@@ -142,7 +142,8 @@ def memory_table(results: Path = STUDY) -> str:
     found = {(row["method"], row["variant"]): row for row in memory(results)}
     if not found:
         return "\n\nthe memory probes have not run yet (they run after the main runs)\n\n"
-    lines = ["", "", "| method | variant | peak RSS | copies of the weights held |", "|---|---|---|---|"]
+    lines = ["", "", probes_machine_text(results), "", "| method | variant | peak RSS | copies of the weights held |",
+             "|---|---|---|---|"]
     for method, variant in MEMORY_PROBES:
         row = found.get((method, variant))
         if row is None:
@@ -150,9 +151,34 @@ def memory_table(results: Path = STUDY) -> str:
             continue
         copies = ", ".join(f"{name.replace('_', ' ')} {size:,.0f} MiB" for name, size in row["weights"].items())
         if row["sft_peak_rss_mib"]:
-            copies += f" (its SFT first: {row['sft_peak_rss_mib']:,.0f} MiB peak RSS)"
+            copies += (f" (its SFT first: {row['sft_peak_rss_mib']:,.0f} MiB peak RSS; the evolution alone, from an "
+                       f"adapter you have: {row['probe_peak_rss_mib']:,.0f} MiB)")
         lines.append(f"| {row['label']} | {VARIANT_NAMES[variant]} | {row['peak_rss_mib']:,.0f} MiB | {copies} |")
     return "\n".join(lines) + "\n\n"
+
+
+def probe_cpu_note(results: Path = STUDY) -> str:
+    """' on <CPU>' where the memory probes ran on another machine type than the timed runs, else ''."""
+    probes, study = machine(results, probes=True)["cpu"], machine(results)["cpu"]
+    return f" on {' / '.join(probes)}" if probes and probes != study else ""
+
+
+def probes_machine_text(results: Path = STUDY) -> str:
+    """Where the memory probes ran, and, when that is not the timed runs' machine type, the peak RSS of the one job
+    that ran on both (the SFT that ESSA's probe starts from, made again there by its restore)."""
+    probes, study = machine(results, probes=True), machine(results)
+    text = (f"The probes ran on {' / '.join(probes['cpu'])} at {', '.join(map(str, probes['threads']))} thread "
+            f"(torch {', '.join(probes['torch'])}; commit {', '.join(probes['commits'])})")
+    if probes["cpu"] == study["cpu"]:
+        return text + ", the timed runs' machine type."
+    text += (f", not the timed runs' {' / '.join(study['cpu'])}: peak memory in one dtype at one thread does not hang "
+             "on the CPU's speed, and a probe's two steps are the same work on any CPU. ")
+    peaks = [(cpu, sft_peak_on(results, cpu)) for cpu in study["cpu"] + probes["cpu"]]
+    if any(peak is None for _, peak in peaks):
+        return text + "The job that checks this on both machines (the SFT that ESSA's probe starts from) has not run " \
+                      "on both yet."
+    return text + ("The one job run on both, the arithmetic SFT that ESSA's probe starts from, peaked at "
+                   + " and ".join(f"{peak:,.0f} MiB on {cpu}" for cpu, peak in peaks) + ".")
 
 
 def setting_text(method: str, setting: int) -> str:

@@ -266,8 +266,9 @@ def test_the_validation_line_shows_an_arm_that_fell_during_training_per_seed(stu
         "(64 validation questions per run)")
 
 
-def write_probe(results, method: str, variant: str, peak: float) -> None:
-    """A memory probe's result file as job.py writes it: its peak RSS and the weight copies the method holds."""
+def write_probe(results, method: str, variant: str, peak: float, cpu: str = "Test CPU") -> None:
+    """A memory probe's result file as job.py writes it: its peak RSS, the weight copies the method holds, and the
+    CPU it ran on (the timed runs' "Test CPU" unless told)."""
     from bench.method_matrix.arms import METHODS, memory_keys
     from bench.method_matrix.job import weight_copies
 
@@ -276,7 +277,7 @@ def write_probe(results, method: str, variant: str, peak: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"memory": {"keys": keys, "variant": variant, "peak_rss_mib": peak, "seconds": 60.0,
                                            "weights": weight_copies(method, keys)},
-                                "machine": {"cpu": "Test CPU", "threads": 1, "torch": "2.13.0",
+                                "machine": {"cpu": cpu, "threads": 1, "torch": "2.13.0",
                                             "evotune_commit": "abcdef0123"}}))
 
 
@@ -293,8 +294,12 @@ def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_an
         write_probe(study, method, variant, peak)
     sft = study / "warm_start" / "arithmetic" / f"sft_seed{TUNING_SEED}.json"  # ESSA's probe starts from it
     sft.parent.mkdir(parents=True)
-    sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0}}))
+    sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0},
+                               "machine": {"cpu": "Test CPU", "threads": 1, "torch": "2.13.0",
+                                           "evotune_commit": "abcdef0123"}}))
     table = page.memory_table(study)
+    assert "The probes ran on Test CPU at 1 thread (torch 2.13.0; commit abcdef0), the timed runs' machine type." \
+        in table
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == len(PROBES) and "not run yet" not in table
     assert ("| full ES | as a user runs it | 2,400 MiB | model weights 513 MiB, fp32 master of the mean 513 MiB, fp32 "
@@ -303,7 +308,8 @@ def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_an
             "mean 513 MiB |") in rows
     assert ("| GRPO full-parameter | `gradient_accumulation_steps: 4` | 7,000 MiB | model weights 513 MiB, gradients "
             "513 MiB, adamw moments 1,026 MiB |") in rows
-    essa = "| ESSA | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB peak RSS) |"
+    essa = ("| ESSA | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB peak RSS; the "
+            "evolution alone, from an adapter you have: 1,500 MiB) |")
     assert essa in rows
     assert ("- **Least memory**: ES on a LoRA (1,400 MiB peak RSS in its memory probe); most: GRPO full-parameter "
             "(17,000 MiB; 7,000 MiB with `gradient_accumulation_steps: 4`).") in page.answer(study)
@@ -364,3 +370,34 @@ def test_an_arm_whose_answers_the_budget_cuts_is_flagged_wherever_it_is_named_an
     # full ES against ES on a LoRA (neither cut) ranks as ever: 7 points apart over the 3 seeds both ran
     assert "full ES 30.0% (std 2.0), 3 of 5 seeds, ahead of ES on a LoRA 23.2% (std 0.3), 5 of 5 seeds" \
         in page.answer(study)
+
+
+def test_memory_probes_on_another_machine_type_name_it_and_the_job_run_on_both(study):
+    """The probes alone may run on another CPU than the timed runs (run.py): every sentence quoting them names that
+    CPU, the study's setup line keeps the timed runs' CPU alone, ESSA's row takes its SFT's peak from the probes'
+    own CPU (the restore made it there), and the SFT's peak on both machines is set side by side."""
+    from bench.method_matrix.arms import TUNING_SEED
+
+    for (method, variant), peak in PROBES.items():
+        write_probe(study, method, variant, peak, cpu="Probe CPU")
+    machine = {"threads": 1, "torch": "2.13.0", "evotune_commit": "abcdef0123"}
+    sft = study / "warm_start" / "arithmetic" / f"sft_seed{TUNING_SEED}.json"
+    sft.parent.mkdir(parents=True)
+    sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0}, "machine": {"cpu": "Test CPU", **machine}}))
+    table = page.memory_table(study)
+    assert "The probes ran on Probe CPU at 1 thread (torch 2.13.0; commit abcdef0), not the timed runs' Test CPU" \
+        in table
+    assert "(the SFT that ESSA's probe starts from) has not run on both yet." in table
+    assert "| ESSA | as a user runs it | 1,500 MiB | model weights 513 MiB |" in table  # no SFT peak from Test CPU
+    restored = study / "restored" / "warm_start" / "arithmetic" / f"sft_seed{TUNING_SEED}.json"
+    restored.parent.mkdir(parents=True)
+    restored.write_text(json.dumps({"restored": {"training": {"peak_rss_mib": 2250.0}},
+                                    "machine": {"cpu": "Probe CPU", **machine}}))
+    table = page.memory_table(study)
+    assert ("The one job run on both, the arithmetic SFT that ESSA's probe starts from, peaked at 2,600 MiB on Test "
+            "CPU and 2,250 MiB on Probe CPU.") in table
+    assert ("| ESSA | as a user runs it | 2,250 MiB | model weights 513 MiB (its SFT first: 2,250 MiB peak RSS; the "
+            "evolution alone, from an adapter you have: 1,500 MiB) |") in table
+    assert "(1,400 MiB peak RSS in its memory probe on Probe CPU); most: GRPO full-parameter" in page.answer(study)
+    assert "(memory probes on Probe CPU) | held |" in page.papers_table(study)
+    assert "on Test CPU (torch" in page.setup(study) and "Probe CPU" not in page.setup(study)
