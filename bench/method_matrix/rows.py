@@ -18,6 +18,7 @@ from typing import Any
 from bench.common import RESULTS
 from bench.method_matrix.arms import METHODS, TASKS
 from bench.method_matrix.measure import SCORED_BUDGET
+from bench.method_matrix.run import ANY_MACHINE_PREFIX
 
 STUDY = RESULTS / "method_matrix"
 RETENTION_TASKS = ("conciseness", "ifeval")
@@ -201,9 +202,9 @@ def sft_peak_on(results: Path, cpu: str) -> float | None:
     return None
 
 
-# Jobs that may run on another machine type than the study's (run.py's ANY_MACHINE_PREFIX), and the restores made
-# for them: the study's setup line names the timed jobs' machine, the memory table its probes'.
-OFF_STUDY_MACHINE = ("memory/", "restored/")
+# Jobs that may run on another machine type than the study's, and the restores made for them: the study's setup
+# line names the timed jobs' machine, the memory table its probes'.
+OFF_STUDY_MACHINE = (ANY_MACHINE_PREFIX, "restored/")
 
 
 def machine(results: Path, probes: bool = False) -> dict[str, Any]:
@@ -212,7 +213,7 @@ def machine(results: Path, probes: bool = False) -> dict[str, Any]:
     records = []
     for path in sorted(results.rglob("*.json")):
         relative = path.relative_to(results).as_posix()
-        wanted = relative.startswith("memory/") if probes else not relative.startswith(OFF_STUDY_MACHINE)
+        wanted = relative.startswith(ANY_MACHINE_PREFIX) if probes else not relative.startswith(OFF_STUDY_MACHINE)
         if wanted and path.name != "machine.json" and (data := json.loads(path.read_text())).get("machine"):
             records.append(data["machine"])
     return {"cpu": sorted({record["cpu"] for record in records}), "threads": sorted({r["threads"] for r in records}),

@@ -172,7 +172,7 @@ def probes_machine_text(results: Path = STUDY) -> str:
     if probes["cpu"] == study["cpu"]:
         return text + ", the timed runs' machine type."
     text += (f", not the timed runs' {' / '.join(study['cpu'])}: peak memory in one dtype at one thread does not hang "
-             "on the CPU's speed, and a probe's two steps are the same work on any CPU. ")
+             "on the CPU's speed (a probe runs two steps, however long they take). ")
     peaks = [(cpu, sft_peak_on(results, cpu)) for cpu in study["cpu"] + probes["cpu"]]
     if any(peak is None for _, peak in peaks):
         return text + "The job that checks this on both machines (the SFT that ESSA's probe starts from) has not run " \
