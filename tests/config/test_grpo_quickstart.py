@@ -43,6 +43,10 @@ def test_no_config_says_it_runs_the_quickstart(capsys):
     _note_quickstart(args, GRPORunConfig.from_dict(GRPO_QUICKSTART), GRPO_QUICKSTART, "grpo")
     note = " ".join(capsys.readouterr().err.split())
     assert "GRPO's quickstart" in note and "learning_rate 0.001" in note and "temperature 0.7" in note
+    assert "all 64 completions at once; where memory is short, `--set gradient_accumulation_steps=4`" in note
+    sliced = GRPORunConfig.from_dict({**GRPO_QUICKSTART, "gradient_accumulation_steps": 4})
+    _note_quickstart(args, sliced, GRPO_QUICKSTART, "grpo")
+    assert "gradient_accumulation_steps=4" not in capsys.readouterr().err  # already sliced: nothing to suggest
 
 
 @pytest.mark.parametrize("given, named, unnamed", [

@@ -46,6 +46,10 @@ def _note_quickstart(args: argparse.Namespace, config: Any, quickstart: dict[str
                   f"(learning_rate {config.learning_rate:g}, temperature {config.temperature:g}, {config.batch_size} "
                   f"prompts x {config.num_generations} completions, {config.iterations} steps); `evotune grpo "
                   "--print-config` shows them all", file=sys.stderr)
+            if config.gradient_accumulation_steps == 1:  # the study's GRPO peaked at ~3x its sliced memory
+                print(f"evotune: its loss runs over all {config.batch_size * config.num_generations} completions at "
+                      "once; where memory is short, `--set gradient_accumulation_steps=4` gives the same update in "
+                      "less (each method's peak: docs/which-method.md#memory)", file=sys.stderr)
         return
     if given is None:
         given, _ = read_config_values(args.config, args.set)
