@@ -122,7 +122,7 @@ def _probes_sentence(results: Path) -> str | None:
     if most["method"] in sliced:
         most_text += f"; {sliced[most['method']]['peak_rss_mib']:,.0f} MiB with `gradient_accumulation_steps: 4`"
     text = (f"{least['label']} ({least['peak_rss_mib']:,.0f} MiB peak RSS in its memory probe"
-            f"{probe_cpu_note(results)}); most: "
+            f"{probe_cpu_note(results, probes)}); most: "
             f"{most['label']} ({most_text})")
     if len(rows) < len(METHODS):
         text += f" ({len(rows)} of the {len(METHODS)} methods' memory probes have run: least and most so far)"
@@ -220,7 +220,8 @@ def _spread_row(task: str, es: Arm, grpo: Arm, moved: str) -> str:
 def _inference_memory_row(results: Path) -> str | None:
     """'ES needs only inference memory' against full-parameter GRPO at its lowest: full ES as a user runs it (with
     its fp32 drift copy) must stay under GRPO both in one micro-batch and with its loss in four slices."""
-    probes = {(row["method"], row["variant"]): row for row in memory(results)}
+    rows = memory(results)
+    probes = {(row["method"], row["variant"]): row for row in rows}
     es = probes.get(("full_es", "default"))
     grpo = [probes[key] for key in (("grpo_full", "default"), ("grpo_full", "accumulation4")) if key in probes]
     if es is None or not grpo:
@@ -231,7 +232,7 @@ def _inference_memory_row(results: Path) -> str | None:
     else:
         held = "held" if es["peak_rss_mib"] < min(row["peak_rss_mib"] for row in grpo) else "did not hold"
     return (f"| ES needs only inference memory (ES at Scale) | full ES {es['peak_rss_mib']:,.0f} MiB (with its drift "
-            f"copy); GRPO full-parameter {grpo_text} (memory probes{probe_cpu_note(results)}) | {held} |")
+            f"copy); GRPO full-parameter {grpo_text} (memory probes{probe_cpu_note(results, rows)}) | {held} |")
 
 
 def papers_table(results: Path = STUDY) -> str:

@@ -157,10 +157,11 @@ def memory_table(results: Path = STUDY) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def probe_cpu_note(results: Path = STUDY) -> str:
-    """' on <CPU>' where the memory probes ran on another machine type than the timed runs, else ''."""
-    probes, study = machine(results, probes=True)["cpu"], machine(results)["cpu"]
-    return f" on {' / '.join(probes)}" if probes and probes != study else ""
+def probe_cpu_note(results: Path, probes: list[dict]) -> str:
+    """' on <CPU>' where the memory probes (rows.memory's rows, each naming its CPU) ran on another machine type
+    than the timed runs, else ''."""
+    cpus = sorted({row["cpu"] for row in probes})
+    return f" on {' / '.join(cpus)}" if cpus and cpus != machine(results)["cpu"] else ""
 
 
 def probes_machine_text(results: Path = STUDY) -> str:
