@@ -121,13 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(commands)
     _add_export(commands)
     _add_grpo(commands)
-    compare, sweep = _add_compare(commands), _add_sweep(commands)
+    _add_compare(commands)
+    _add_sweep(commands)
     _add_doctor(commands)
     _add_keys(commands)
-    for command in (compare, sweep):  # required, though argparse cannot mark it so beside its old spelling
-        usage = command.format_usage().removeprefix("usage: ").strip()
-        command.usage = usage.replace("[--output-dir OUTPUT_DIR]", "--output-dir OUTPUT_DIR")
     return parser
+
+
+def _usage_with_required_output_dir(command: argparse.ArgumentParser) -> None:
+    """Show --output-dir as required in the usage line, though argparse cannot mark it so beside its old spelling
+    (call once every argument is added)."""
+    usage = command.format_usage().removeprefix("usage: ").strip()
+    command.usage = usage.replace("[--output-dir OUTPUT_DIR]", "--output-dir OUTPUT_DIR")
 
 
 def _add_train_and_sft(commands: Any) -> None:
@@ -196,7 +201,7 @@ def _add_grpo(commands: Any) -> None:
                       help="one run per learning rate, in OUTPUT_DIR/lr_<value>")
 
 
-def _add_compare(commands: Any) -> argparse.ArgumentParser:
+def _add_compare(commands: Any) -> None:
     """`evotune compare`: runs side by side (its --output-dir is required)."""
     compare = _add_command(commands, "compare", "runs side by side: table and curves vs samples and time", """
         evotune compare runs/es-seed0 runs/es-seed1 runs/grpo-seed0 --output-dir runs/compare
@@ -213,10 +218,10 @@ def _add_compare(commands: Any) -> argparse.ArgumentParser:
     compare.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
                          help="name run DIR's method NAME (repeatable): runs of one NAME share a row, whatever their "
                               "configs (default: runs whose configs differ only in the seed share a row)")
-    return compare
+    _usage_with_required_output_dir(compare)
 
 
-def _add_sweep(commands: Any) -> argparse.ArgumentParser:
+def _add_sweep(commands: Any) -> None:
     """`evotune sweep`: one run per grid point and seed (its --output-dir is required)."""
     sweep = _add_command(commands, "sweep", "one run per grid point and seed (resumable), a table and a heatmap", """
         evotune sweep examples/arithmetic.yaml --grid sigma=1e-3,2e-3 --grid learning_rate=2e-3,4e-3 \\
@@ -234,7 +239,7 @@ def _add_sweep(commands: Any) -> argparse.ArgumentParser:
                        help="run N grid runs at once as Ray tasks (1: one after another, no Ray)")
     sweep.add_argument("--cpus-per-run", type=float, default=1, metavar="C", help="with --parallel: cores per run")
     sweep.add_argument("--ray-address", help="with --parallel: Ray cluster to use (default: $RAY_ADDRESS, else local)")
-    return sweep
+    _usage_with_required_output_dir(sweep)
 
 
 def _add_doctor(commands: Any) -> None:
