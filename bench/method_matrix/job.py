@@ -20,7 +20,11 @@ from typing import Any
 
 import yaml
 
-from .arms import ADAPTER_METHODS, DTYPE, METHODS, MODEL, TASKS, TRAINING_SECONDS, run_keys, sft_keys
+from .arms import ADAPTER_METHODS, DTYPE, METHODS, MODEL, TASKS, THREADS, TRAINING_SECONDS, run_keys, sft_keys
+
+# The checkout whose `evotune.doctor.speed_probe` times this machine beside a timed job (run.py's --probe-src): the
+# study's own src/ predates the probe, and the probe measures the machine, not the study's code.
+PROBE_SOURCE = "METHOD_MATRIX_PROBE_SRC"
 
 
 def machine() -> dict[str, Any]:
@@ -133,6 +137,23 @@ def start_of(job: dict, runs: Path) -> tuple[dict[str, Any], float]:
     return {}, 0.0
 
 
+def speed_probe() -> dict[str, Any]:
+    """`evotune doctor --speed`'s probe (one quickstart generate, median of 3) at the job's threads and dtype, run from
+    the checkout named by METHOD_MATRIX_PROBE_SRC (its commit recorded): how fast this machine was for the job."""
+    source = os.environ.get(PROBE_SOURCE)
+    if not source:
+        raise RuntimeError(f"{PROBE_SOURCE} is not set: run jobs through bench.method_matrix.run (--probe-src)")
+    code = ("import json; from evotune.doctor import speed_probe; "
+            f"print(json.dumps(speed_probe(dtype={DTYPE!r})))")
+    environment = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
+                   "PYTHONPATH": source}
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the speed probe from {source} failed:\n{done.stderr[-3000:]}")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True).stdout.strip()
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "evotune_commit": commit}
+
+
 def train(job: dict, runs: Path) -> dict[str, Any]:
     method = METHODS[job["method"]]
     run = runs / job["task"] / job["phase"] / f"{job['method']}_s{job['setting']}_seed{job['seed']}"
@@ -140,9 +161,14 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
     keys = {**run_keys(job["method"], job["task"], method["grid"][job["setting"]], job["seed"], job["phase"]), **start}
     if method["command"] == "grpo" and "adapter" in start:
         keys["lora"] = True
-    # what the SFT left of the budget; where it took all of it (a dry run's seconds) the run still takes its first
-    # step, and the result records the seconds actually spent
-    keys["max_training_seconds"] = max(round(TRAINING_SECONDS - charged, 1), 0.001)
+    matched = job.get("step_matched")
+    if matched:  # another machine type: the study's steps (equal work), with no limit on their time
+        keys.update(iterations=matched["steps"], max_training_seconds=0.0)
+    else:
+        # what the SFT left of the budget; where it took all of it (a dry run's seconds) the run still takes its
+        # first step, and the result records the seconds actually spent
+        keys["max_training_seconds"] = max(round(TRAINING_SECONDS - charged, 1), 0.001)
+    probe = speed_probe() if job["phase"] == "main" else None
     command = "grpo" if method["command"] == "grpo" else "train"
     config = write_config(run, keys)
     cost = run_command([command, str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")
@@ -158,7 +184,9 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
     result = {"keys": keys, "sft_seconds_charged": charged, "steps": len(steps),
               "training_seconds": round(charged + elapsed, 1), "validation_before": evals[0],
               "validation_after": evals[-1], "reward_curve": curve, **cost}
-    result = {"training": result}
+    if matched:
+        result["step_matched"] = matched
+    result = {"training": result, **({"speed_probe": probe} if probe else {})}
     if job["phase"] != "tune":
         from .measure import measure
 

@@ -7,6 +7,7 @@ session are made again and checked before the runs that start from them (restore
     python -m bench.method_matrix.run --results bench/results/method_matrix --runs /tmp/study_runs --commit
     python -m bench.method_matrix.run --plan          # list the jobs and which are done (any machine)
     python -m bench.method_matrix.run --only memory/  # the memory probes alone: on any machine type (their CPU named)
+    python -m bench.method_matrix.run --step-matched  # on another machine type: main runs at the study's steps
     touch RESULTS/PAUSE                               # start no new job until the file is gone
 
 Order: the held-out scores measured before measure.py's budgets grew, measured again (rescore/), then the
@@ -23,12 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
+from .job import PROBE_SOURCE
 from .restore import with_restores
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,8 +48,9 @@ def selection(results: Path, method: str) -> int | None:
     return max(range(TUNING_SETTINGS), key=lambda index: (scores[index], -index))
 
 
-def plan(results: Path) -> list[dict]:
-    """Every job in the order it should run; `needs` lists result files that must exist first."""
+def plan(results: Path, step_matched: bool = False) -> list[dict]:
+    """Every job in the order it should run; `needs` lists result files that must exist first. With `step_matched`
+    (a run on another machine type than the study's), each main run carries the steps it is to take."""
     jobs: list[dict] = []
     sft_tune = f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"
     jobs.append({"kind": "sft", "task": "arithmetic", "seed": TUNING_SEED, "path": sft_tune, "needs": []})
@@ -70,6 +74,8 @@ def plan(results: Path) -> list[dict]:
                 jobs.append({"kind": "train", "phase": "main", "task": task, "method": method,
                              "setting": chosen, "seed": seed, "needs": needs,
                              "path": f"main/{task}/{method}/seed{seed}.json"})
+                if step_matched:
+                    jobs[-1]["step_matched"] = matched_steps(results, task, method)
     for method, variant in MEMORY_PROBES:
         tuned = [f"tune/arithmetic/{method}/s{index}_seed{TUNING_SEED}.json" for index in range(TUNING_SETTINGS)]
         sft = [f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"] if method == "essa" else []
@@ -80,6 +86,22 @@ def plan(results: Path) -> list[dict]:
         if job.get("method") == "essa" and job["task"] == "arithmetic":
             job["sft_result"] = str(results / f"warm_start/arithmetic/sft_seed{job['seed']}.json")
     return rescores(results, jobs) + jobs
+
+
+def matched_steps(results: Path, task: str, method: str) -> dict | None:
+    """Equal work on another machine type: the median of the steps this arm's finished seeds took on the study's
+    machine type (at equal time there), rounded, and the files it is read from; None while no seed has finished."""
+    recorded = json.loads((results / "machine.json").read_text())
+    steps, files = [], []
+    for file in sorted((results / "main" / task / method).glob("seed*.json")):
+        data = json.loads(file.read_text())
+        ran_on = {"cpu": data["machine"]["cpu"], "amx_bf16": data["machine"]["amx_bf16"]}
+        if "step_matched" not in data["training"] and ran_on == {key: recorded[key] for key in ran_on}:
+            steps.append(data["training"]["steps"])
+            files.append(file.relative_to(results).as_posix())
+    if not steps:
+        return None
+    return {"steps": round(statistics.median(steps)), "median_of": steps, "files": files}
 
 
 def rescores(results: Path, jobs: list[dict]) -> list[dict]:
@@ -144,26 +166,41 @@ def machine_mismatch(results: Path, here: dict) -> str | None:
 # Jobs whose result does not hang on the CPU's speed: a memory probe runs 2 steps, whatever their seconds, in the
 # study's dtype and threads, and its file names its CPU (the page names it too, with the same SFT's peak on both).
 ANY_MACHINE_PREFIX = "memory/"
+OTHER_TYPE_ADVICE = (f" The memory probes alone may run here (--only {ANY_MACHINE_PREFIX}), and the main runs at equal "
+                     "work (--step-matched: the steps of the arm's finished seeds on the study's machine type).")
 
 
-def check_machine(results: Path, commit_it: bool, only: list[str] | None = None) -> None:
-    """The study runs on one machine type: the first run records it, later ones (other sessions) must match,
-    except for a run of the memory probes alone (`--only memory/`)."""
+def check_machine(results: Path, commit_it: bool, only: list[str] | None = None, step_matched: bool = False) -> bool:
+    """The study runs on one machine type: the first run recorded it, later ones (other sessions) must match, except
+    for a run of the memory probes alone (`--only memory/`) or one at equal work (`--step-matched`). True when this
+    machine is of another type (and may run only those)."""
     path = results / "machine.json"
     here = machine_type()
     if not path.exists():
         path.write_text(json.dumps(here, indent=1) + "\n")
         if commit_it:
             commit(results, path, "method matrix: the study's machine type")
-        return
+        return False
     mismatch = machine_mismatch(results, here)
-    if mismatch and not (only and all(prefix.startswith(ANY_MACHINE_PREFIX) for prefix in only)):
-        raise SystemExit(mismatch + f" The memory probes alone may run here: --only {ANY_MACHINE_PREFIX}")
+    if mismatch is None:
+        if step_matched:
+            raise SystemExit("method_matrix: this is the study's machine type; its runs take equal time here, run "
+                             "without --step-matched")
+        return False
+    if not step_matched and not (only and all(prefix.startswith(ANY_MACHINE_PREFIX) for prefix in only)):
+        raise SystemExit(mismatch + OTHER_TYPE_ADVICE)
+    return True
 
 
-def launch(job: dict, results: Path, runs: Path, log_dir: Path) -> subprocess.Popen:
+def runs_here(job: dict, other_type: bool) -> bool:
+    """Whether a job may run on this machine: any on the study's type; on another, a memory probe, or a main run
+    whose steps are matched (an SFT, a tuning run or a main run with no finished seed to match waits)."""
+    return not other_type or job["path"].startswith(ANY_MACHINE_PREFIX) or bool(job.get("step_matched"))
+
+
+def launch(job: dict, results: Path, runs: Path, log_dir: Path, probe_source: Path) -> subprocess.Popen:
     environment = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
-                   "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+                   "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", PROBE_SOURCE: str(probe_source)}
     source = str(ROOT / "src")  # this checkout's evotune, not another one installed in editable mode
     environment["PYTHONPATH"] = source + os.pathsep + str(ROOT) + (
         os.pathsep + environment["PYTHONPATH"] if environment.get("PYTHONPATH") else "")
@@ -183,6 +220,12 @@ def main() -> None:
     parser.add_argument("--commit", action="store_true", help="commit each finished job's result file")
     parser.add_argument("--plan", action="store_true", help="print the jobs and whether each is done, then exit")
     parser.add_argument("--only", nargs="*", default=None, help="run only jobs whose result path starts so")
+    parser.add_argument("--probe-src", type=Path, default=ROOT / "src",
+                        help="the src/ whose `evotune doctor --speed` probe each main run records (the study's own "
+                             "src/ predates the probe: give a current checkout's)")
+    parser.add_argument("--step-matched", action="store_true",
+                        help="on another machine type than the study's: run each main run for the median steps of "
+                             "its arm's finished seeds on the study's type (equal work, not equal time)")
     args = parser.parse_args()
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
@@ -196,10 +239,9 @@ def main() -> None:
                 print(f"restore {restore['needs'][0]}: its weights are not under {args.runs}; made again and "
                       "checked before the runs that start from it")
         mismatch = machine_mismatch(results, machine_type())
-        print(f"{mismatch} The memory probes alone may run here: --only {ANY_MACHINE_PREFIX}" if mismatch
-              else "this machine is the study's machine type")
+        print(mismatch + OTHER_TYPE_ADVICE if mismatch else "this machine is the study's machine type")
         return
-    check_machine(results, args.commit, args.only)
+    other_type = check_machine(results, args.commit, args.only, args.step_matched)
     running: dict[str, subprocess.Popen] = {}
     failed: set[str] = set()
     while True:
@@ -214,14 +256,18 @@ def main() -> None:
             else:
                 failed.add(path)
                 print(f"method_matrix: FAILED {path} (exit {process.returncode}); see its log", flush=True)
-        jobs = [job for job in plan(results) if not (results / job["path"]).exists() and job["path"] not in failed
-                and (args.only is None or any(job["path"].startswith(prefix) for prefix in args.only))]
+        missing = [job for job in plan(results, step_matched=other_type) if not (results / job["path"]).exists()
+                   and job["path"] not in failed
+                   and (args.only is None or any(job["path"].startswith(prefix) for prefix in args.only))]
+        jobs = [job for job in missing if runs_here(job, other_type)]
         ready = [job for job in jobs if job["path"] not in running and all((results / need).exists()
                                                                            for need in job["needs"])
                  and job.get("setting", 0) is not None]
         ready = with_restores(ready, results, args.runs, skip=set(running) | failed)
         if not jobs and not running:
-            print("method_matrix: every job is done" + (f" but {len(failed)} failed" if failed else ""), flush=True)
+            elsewhere = f"; {len(missing)} wait for the study's machine type" if missing else ""
+            print("method_matrix: every job is done" + (f" but {len(failed)} failed" if failed else "") + elsewhere,
+                  flush=True)
             return
         if not ready and not running:
             print(f"method_matrix: {len(jobs)} jobs wait on failed ones: {sorted(failed)}", flush=True)
@@ -233,7 +279,7 @@ def main() -> None:
                 break
             ready.remove(job)
             print(f"method_matrix: start {job['path']}", flush=True)
-            running[job["path"]] = launch(job, results, args.runs, args.runs / "logs")
+            running[job["path"]] = launch(job, results, args.runs, args.runs / "logs", args.probe_src.resolve())
         time.sleep(5)
 
 

@@ -303,9 +303,11 @@ SPEED_REFERENCE: dict[str, Any] = {"probe_s": 5.795, "quickstart_s": 815.3, "mac
 SPEED_CHECK: dict[str, Any] = {"machine": "AMD EPYC", "dtype": "float32", "measured_over_predicted": 1.051}
 
 
-def speed_probe(repeats: int = 3, model: str | None = None) -> dict[str, Any]:
-    """Seconds of one quickstart generate on this machine (median of `repeats`), with what ran it."""
-    config = TrainConfig(**{**QUICKSTART, **({"model": model} if model else {}), "report_to": []})
+def speed_probe(repeats: int = 3, model: str | None = None, dtype: str | None = None) -> dict[str, Any]:
+    """Seconds of one quickstart generate on this machine (median of `repeats`), with what ran it; `dtype` probes at
+    another dtype than the quickstart's (`auto`), as a study's job records the probe at its own dtype and threads."""
+    overrides = {**({"model": model} if model else {}), **({"dtype": dtype} if dtype else {})}
+    config = TrainConfig(**{**QUICKSTART, **overrides, "report_to": []})
     task = build_task(config)
     backend = load_backend(config, resolve_device(config.device))
     prompts = [row["prompt"] for row in task.train_rows[:config.batch_size]]

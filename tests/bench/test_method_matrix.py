@@ -189,12 +189,45 @@ def test_another_machine_type_may_plan_but_not_run(tmp_path, monkeypatch, capsys
     run.main()
     printed = capsys.readouterr().out
     assert "missing main/arithmetic/full_es/seed0.json" in printed and "is not the study's machine type" in printed
-    with pytest.raises(SystemExit, match="is not the study's machine type"):
+    with pytest.raises(SystemExit, match="is not the study's machine type.*--step-matched"):
         run.check_machine(tmp_path, commit_it=False)
     with pytest.raises(SystemExit, match="--only memory/"):  # a timed job among the selected ones
         run.check_machine(tmp_path, commit_it=False, only=["memory/", "main/countdown/"])
-    run.check_machine(tmp_path, commit_it=False, only=["memory/"])  # the memory probes alone run on any machine
+    assert run.check_machine(tmp_path, commit_it=False, only=["memory/"])  # the memory probes alone run anywhere
+    assert run.check_machine(tmp_path, commit_it=False, step_matched=True)  # and the main runs at equal work
     assert json.loads((tmp_path / "machine.json").read_text()) == recorded  # and leave the study's type as it was
+    (tmp_path / "machine.json").write_text(json.dumps(here))
+    with pytest.raises(SystemExit, match="run without --step-matched"):  # equal time on the study's own type
+        run.check_machine(tmp_path, commit_it=False, step_matched=True)
+
+
+def test_on_another_machine_type_a_main_run_takes_its_arms_median_steps(tmp_path):
+    """--step-matched: a main run on another machine type takes the median of the steps its arm's seeds took on the
+    study's type (a step-matched seed is never a source); tuning runs, and arms with no finished seed, wait."""
+    study = {"cpu": "Study CPU", "amx_bf16": True, "cores": 2}
+    (tmp_path / "machine.json").write_text(json.dumps(study))
+
+    def finished(seed: int, steps: int, cpu: str = "Study CPU", **training) -> None:
+        path = tmp_path / "main" / "countdown" / "essa" / f"seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"training": {"steps": steps, **training},
+                                    "machine": {"cpu": cpu, "amx_bf16": cpu == "Study CPU"}}))
+
+    finished(0, 3)
+    finished(1, 4)
+    finished(3, 40, cpu="Other CPU")  # not the study's type: not a source
+    finished(4, 50, step_matched={"steps": 50})
+    matched = run.matched_steps(tmp_path, "countdown", "essa")
+    assert matched == {"steps": 4, "median_of": [3, 4], "files": ["main/countdown/essa/seed0.json",
+                                                                  "main/countdown/essa/seed1.json"]}
+    assert run.matched_steps(tmp_path, "countdown", "grpo_full") is None
+    jobs = {job["path"]: job for job in run.plan(tmp_path, step_matched=True)}
+    seed2 = jobs["main/countdown/essa/seed2.json"]
+    assert seed2["step_matched"] == matched and run.runs_here(seed2, other_type=True)
+    assert not run.runs_here(jobs["main/countdown/grpo_full/seed2.json"], other_type=True)
+    assert not run.runs_here(jobs["tune/arithmetic/essa/s0_seed10.json"], other_type=True)
+    assert run.runs_here(jobs["memory/essa_default.json"], other_type=True)
+    assert "step_matched" not in run.plan(tmp_path)[-1]  # the study's own type plans equal time
 
 
 def test_a_run_whose_sft_weights_are_gone_waits_for_them_to_be_made_again(tmp_path):
