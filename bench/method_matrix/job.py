@@ -123,6 +123,15 @@ def base(job: dict) -> dict[str, Any]:
     return {"heldout": measure(MODEL, job["task"], MODEL, 0)}
 
 
+def sft_alone(job: dict, runs: Path) -> dict[str, Any]:
+    """An SFT warm start alone, scored like every arm (held-out accuracy at the scored budget, retention and KL to
+    the base model): on a task where only ESSA starts from it, ESSA's row minus this one is what its evolution added."""
+    from .measure import measure
+
+    return {"heldout": measure(str(sft_folder(runs, job["task"], job["seed"]) / "merged"), job["task"], MODEL,
+                               job["seed"])}
+
+
 def start_of(job: dict, runs: Path) -> tuple[dict[str, Any], float]:
     """The model (or adapter) a run starts from, and the seconds of SFT charged to it."""
     task, method, seed = job["task"], job["method"], job["seed"]
@@ -271,6 +280,8 @@ def main() -> None:
         payload = {"restored": restore(job, args.runs)}
     elif job["kind"] == "memory":
         payload = {"memory": memory(job, args.runs)}
+    elif job["kind"] == "sft_alone":
+        payload = sft_alone(job, args.runs)
     else:
         payload = train(job, args.runs)
     output = args.results / job["path"]

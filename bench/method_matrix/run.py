@@ -76,6 +76,12 @@ def plan(results: Path, step_matched: bool = False) -> list[dict]:
                              "path": f"main/{task}/{method}/seed{seed}.json"})
                 if step_matched:
                     jobs[-1]["step_matched"] = matched_steps(results, task, method)
+    for task, spec in TASKS.items():  # ESSA's SFT alone, where ESSA is the only arm that starts from it
+        if "essa" in METHODS and not spec["warm_start"]:
+            for seed in spec["seeds"]:
+                jobs.append({"kind": "sft_alone", "task": task, "seed": seed,
+                             "path": f"{SFT_ALONE}{task}/seed{seed}.json",
+                             "needs": [f"warm_start/{task}/sft_seed{seed}.json"]})
     for method, variant in MEMORY_PROBES:
         tuned = [f"tune/arithmetic/{method}/s{index}_seed{TUNING_SEED}.json" for index in range(TUNING_SETTINGS)]
         sft = [f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"] if method == "essa" else []
@@ -165,9 +171,13 @@ def machine_mismatch(results: Path, here: dict) -> str | None:
 
 # Jobs whose result does not hang on the CPU's speed: a memory probe runs 2 steps, whatever their seconds, in the
 # study's dtype and threads, and its file names its CPU (the page names it too, with the same SFT's peak on both).
+# An SFT alone's measurement (greedy answers of weights made in a fixed number of steps) does not hang on it either.
 ANY_MACHINE_PREFIX = "memory/"
-OTHER_TYPE_ADVICE = (f" The memory probes alone may run here (--only {ANY_MACHINE_PREFIX}), and the main runs at equal "
-                     "work (--step-matched: the steps of the arm's finished seeds on the study's machine type).")
+SFT_ALONE = "sft_alone/"
+UNTIMED = (ANY_MACHINE_PREFIX, SFT_ALONE)
+OTHER_TYPE_ADVICE = (f" The memory probes and the SFTs alone may run here (--only {' '.join(UNTIMED)}), and the main "
+                     "runs at equal work (--step-matched: the steps of the arm's finished seeds on the study's machine "
+                     "type).")
 
 
 def check_machine(results: Path, commit_it: bool, only: list[str] | None = None, step_matched: bool = False) -> bool:
@@ -187,15 +197,16 @@ def check_machine(results: Path, commit_it: bool, only: list[str] | None = None,
             raise SystemExit("method_matrix: this is the study's machine type; its runs take equal time here, run "
                              "without --step-matched")
         return False
-    if not step_matched and not (only and all(prefix.startswith(ANY_MACHINE_PREFIX) for prefix in only)):
+    if not step_matched and not (only and all(prefix.startswith(UNTIMED) for prefix in only)):
         raise SystemExit(mismatch + OTHER_TYPE_ADVICE)
     return True
 
 
 def runs_here(job: dict, other_type: bool) -> bool:
-    """Whether a job may run on this machine: any on the study's type; on another, a memory probe, or a main run
-    whose steps are matched (an SFT, a tuning run or a main run with no finished seed to match waits)."""
-    return not other_type or job["path"].startswith(ANY_MACHINE_PREFIX) or bool(job.get("step_matched"))
+    """Whether a job may run on this machine: any on the study's type; on another, a memory probe, an SFT's
+    measurement alone, or a main run whose steps are matched (an SFT, a tuning run or a main run with no finished
+    seed to match waits)."""
+    return not other_type or job["path"].startswith(UNTIMED) or bool(job.get("step_matched"))
 
 
 def launch(job: dict, results: Path, runs: Path, log_dir: Path, probe_source: Path) -> subprocess.Popen:

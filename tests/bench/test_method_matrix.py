@@ -227,6 +227,10 @@ def test_on_another_machine_type_a_main_run_takes_its_arms_median_steps(tmp_path
     assert not run.runs_here(jobs["main/countdown/grpo_full/seed2.json"], other_type=True)
     assert not run.runs_here(jobs["tune/arithmetic/essa/s0_seed10.json"], other_type=True)
     assert run.runs_here(jobs["memory/essa_default.json"], other_type=True)
+    # ESSA's SFT alone, scored like an arm, needs the seed's SFT and runs on any machine type (no clock in it)
+    assert jobs["sft_alone/arithmetic/seed3.json"]["needs"] == ["warm_start/arithmetic/sft_seed3.json"]
+    assert run.runs_here(jobs["sft_alone/arithmetic/seed3.json"], other_type=True)
+    assert not any(path.startswith("sft_alone/countdown/") for path in jobs)  # every countdown arm starts from it
     assert "step_matched" not in run.plan(tmp_path)[-1]  # the study's own type plans equal time
 
 
