@@ -351,12 +351,13 @@ def front_matter(card: str) -> dict:
 
 # The two places vLLM's engine core can run; engine tests are parametrized over both.
 ENGINE_CORES = ["in_process", "separate_process"]
-# The same two, for engine tests in CI: there the shape CUDA runs (the engine core in its own process, msgpack
-# between the processes), while the in-process shape (a CPU's default) runs with the slow tests. The in-process
-# engine stays in CI through test_doctor.py (full ES, ESSA and low-rank as LoRA requests, each equal to its hf
-# run), test_vllm_engine_process.py (threads, GC and process group), test_vllm_prefix_cache.py and the reference
-# of test_ray_vllm.py.
-ENGINE_CORES_IN_PROCESS_SLOW = [pytest.param("in_process", marks=pytest.mark.slow), "separate_process"]
+# The same two, for the engine tests: the shape CUDA runs (the engine core in its own process, msgpack between the
+# processes; ~20 s to start on 2 cores, against ~3 s in process) in the engine tier, the in-process shape (a CPU's
+# default) with the slow tests, both run by CI's second command. The in-process engine stays in the fast tier
+# through test_doctor.py (full ES, ESSA and low-rank as LoRA requests, each equal to its hf run),
+# test_vllm_engine_process.py (threads, GC and process group), test_vllm_prefix_cache.py and test_vllm_rpc.py.
+ENGINE_CORES_IN_PROCESS_SLOW = [pytest.param("in_process", marks=pytest.mark.slow),
+                                pytest.param("separate_process", marks=pytest.mark.engine)]
 
 
 def save_vllm_tiny_model(directory: str, tokenizer_dir: str) -> str:

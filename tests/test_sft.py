@@ -224,6 +224,7 @@ def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_dir, tmp_path, m
     assert yaml.safe_load((stopped / "config.yaml").read_text())["checkpoint_every"] == 3
 
 
+@pytest.mark.engine  # a process killed and resumed: the engine tier
 def test_kill_9_mid_checkpoint_then_resume_gives_the_uninterrupted_adapter(tiny_model_dir, tmp_path, capsys):
     """`evotune sft` SIGKILLed in its own process between the two renames of its step-4 checkpoint save (the
     new checkpoint not yet in place), then `--resume`: the adapter, losses and logged steps of the uninterrupted

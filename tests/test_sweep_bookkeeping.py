@@ -278,6 +278,7 @@ def kill_when(process: subprocess.Popen, ready: Path) -> None:
 # on every push, stop final/'s writing at each of its stages (weights half written, no tokenizer, no card).
 @pytest.mark.parametrize("kill_point", ["weights", *(pytest.param(point, marks=pytest.mark.slow)
                                                      for point in ("tokenizer", "slow-card", "final-appears"))])
+@pytest.mark.engine  # a process killed and resumed: the engine tier
 def test_a_sweep_killed_while_final_is_written_completes_that_point_on_rerun(tiny_model_dir, tmp_path, capsys,
                                                                          uninterrupted, kill_point):
     """final/ is written beside (.final.partial) and moved into place whole (runs/lifecycle.py): a kill at any

@@ -12,7 +12,8 @@ from evotune.errors import EvotuneError
 from evotune.runs.sweep_grid import parse_grid
 from evotune.sweep import sweep
 
-pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
+# one Ray (2 CPUs) for the module, in the engine tier
+pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance"), pytest.mark.engine]
 
 
 def base(model_dir: str) -> dict:

@@ -20,6 +20,7 @@ PROMPTS = [row["prompt"] for row in ROWS]
 
 
 # torch.compile (inductor) builds its C++ kernels once: about 15 s for the tiny model on 2 cores
+@pytest.mark.engine  # torch.compile's first compile: the engine tier
 def test_compiled_generation_equals_eager_across_candidates(tiny_model_dir):
     eager = HFBackend.load(tiny_model_dir, dtype="float32")
     compiled = HFBackend.load(tiny_model_dir, dtype="float32", compile_generation=True)

@@ -46,6 +46,7 @@ def test_a_failed_export_leaves_nothing_and_the_next_one_is_whole(tiny_model_dir
     assert exported_gguf(tiny_model_dir, source) == str(target)  # written once
 
 
+@pytest.mark.engine  # a process killed and resumed: the engine tier
 def test_a_killed_export_leaves_only_its_staging_which_the_next_call_replaces(tiny_model_dir, tmp_path,
                                                                                    monkeypatch):
     # kill -9 after the weights are written and before the tokenizer: a torn export, as a crash would leave it

@@ -280,6 +280,7 @@ def test_retention_on_the_engine_logs_the_hf_runs_metrics(engine, model_dir, tmp
     assert not any(key.endswith("/kl") for record in runs["vllm"] for key in record)
     assert runs["vllm"] == runs["hf"]
 
+@pytest.mark.engine  # a plain vLLM engine of its own: the engine tier
 def test_engines_without_the_extension_keep_vllms_packed_kernels(model_dir):
     """The weight-keeping dispatch is scoped: another engine in the same process is left as vLLM builds it
     (on CPU: weights packed for its GEMM kernel and dropped from `layer.weight`)."""

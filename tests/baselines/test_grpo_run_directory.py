@@ -193,6 +193,7 @@ def kill_at_random_after_first_checkpoint(arguments: list[str], first: Path, rng
     return process.returncode
 
 
+@pytest.mark.engine  # a process killed and resumed: the engine tier
 @pytest.mark.slow  # the shared lifecycle's kill points run in CI in files/test_checkpoint.py and test_sft.py
 def test_kill_9_anywhere_then_resume_gives_the_uninterrupted_weights(runs, tiny_model_dir, tmp_path):
     """Killed inside a checkpoint save, at a random moment after a checkpoint, and while final/ is written;

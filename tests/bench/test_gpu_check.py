@@ -93,6 +93,7 @@ def dry_run(site: Path, tiny_model_dir: str, tmp_path: Path, arms: list[str], le
     return report
 
 
+@pytest.mark.engine  # the whole GPU check end to end on CPU: the engine tier
 def test_gpu_check_dry_run_on_cpu(installed_site, tiny_model_dir, tmp_path):
     """CI's dry run: the installed wheel, the resume check and the arms that differ in how they generate (the slow
     test below adds transformers' own loop, compiled generation, GRPO and the learning rows)."""

@@ -132,6 +132,7 @@ def test_batched_run_equals_one_at_a_time_and_resumes_exactly(tiny_model_dir, tm
     assert rewards(one_records) == rewards(batched_records)[-len(rewards(one_records)):]
 
 
+@pytest.mark.engine  # Ray actors: the engine tier
 @requires_ray
 def test_ray_replicas_equal_a_batched_run(tiny_model_dir, tmp_path, ray_instance):
     from evotune.trainer import Trainer

@@ -12,7 +12,8 @@ from evotune.errors import ConfigError, EvotuneError
 from evotune.trainer import Trainer
 from evotune.types import SeedUpdate
 
-pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance")]  # one Ray (2 CPUs) for the module
+# one Ray (2 CPUs) for the module, in the engine tier
+pytestmark = [*requires_ray, pytest.mark.usefixtures("ray_instance"), pytest.mark.engine]
 
 
 def config(model_dir: str, **overrides) -> TrainConfig:

@@ -64,6 +64,7 @@ def one_line_error(done: subprocess.CompletedProcess) -> str:
     return " ".join(message.split())
 
 
+@pytest.mark.engine  # waits out Ray's connect: the engine tier
 @requires_ray
 def test_a_closed_port_fails_in_seconds_naming_what_to_check(tiny_model_dir, tmp_path):
     done, seconds = train_with(tiny_model_dir, tmp_path, "--set", "workers=2", "--set", "ray_address=127.0.0.1:1")
@@ -73,6 +74,7 @@ def test_a_closed_port_fails_in_seconds_naming_what_to_check(tiny_model_dir, tmp
     assert not (tmp_path / "run" / "checkpoint").exists()
 
 
+@pytest.mark.engine  # waits out ray_timeout: the engine tier
 @requires_ray
 def test_an_address_where_no_ray_answers_stops_after_ray_timeout(tiny_model_dir, tmp_path):
     """Something listens on the port but never speaks Ray's protocol: ray.init would retry for minutes."""

@@ -22,7 +22,7 @@ from helpers import TINY_EVAL_BUDGET, assert_same, requires_ray, state, train_un
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
 
-pytestmark = requires_ray
+pytestmark = [*requires_ray, pytest.mark.engine]  # a multi-node cluster: the engine tier
 
 
 @pytest.fixture(scope="module")

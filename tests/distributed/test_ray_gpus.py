@@ -13,7 +13,7 @@ from evotune.config import TrainConfig
 from evotune.errors import ConfigError
 from evotune.trainer import Trainer
 
-pytestmark = [*requires_vllm, *requires_ray]
+pytestmark = [*requires_vllm, *requires_ray, pytest.mark.engine]  # Ray actors: the engine tier
 
 
 @pytest.fixture(scope="module", autouse=True)

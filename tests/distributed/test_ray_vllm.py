@@ -20,7 +20,8 @@ from helpers import (
 from evotune.config import TrainConfig
 from evotune.trainer import Trainer
 
-pytestmark = [*requires_vllm, *requires_ray, pytest.mark.usefixtures("ray_instance")]
+# engine actors in Ray (vLLM forces spawn there: each start imports vLLM and torch twice): the engine tier
+pytestmark = [*requires_vllm, *requires_ray, pytest.mark.usefixtures("ray_instance"), pytest.mark.engine]
 
 
 @pytest.fixture(scope="module")

@@ -243,6 +243,7 @@ def reference_run(tiny_model_dir, tmp_path_factory) -> tuple[str, Path]:
     return config, directory / "run"
 
 
+@pytest.mark.engine  # a process killed and resumed: the engine tier
 def test_kill_9_during_training_then_resume_gives_the_uninterrupted_weights(reference_run, tmp_path):
     config, reference = reference_run
     run = tmp_path / "killed"
@@ -263,6 +264,7 @@ def test_kill_9_during_training_then_resume_gives_the_uninterrupted_weights(refe
     assert [r["iteration"] for r in records] == list(range(7))  # no iteration logged twice, none lost
 
 
+@pytest.mark.engine  # a process killed and resumed: the engine tier
 @pytest.mark.slow  # the plain kill-9 test above runs in CI
 def test_kill_9_with_retention_anchor_and_prefetch_on_resumes_to_the_uninterrupted_run(tiny_model_dir, tmp_path):
     """What a resume must rebuild beyond the mean: the retention tasks and their base model for the KL,

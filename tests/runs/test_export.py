@@ -42,6 +42,7 @@ def test_export_refuses_a_directory_with_files_and_a_file_path(tiny_model_dir, t
     assert not (tmp_path / ".mine.partial").exists()
 
 
+@pytest.mark.engine  # a process killed and resumed: the engine tier
 def test_an_export_killed_midway_leaves_no_model_directory_and_the_next_one_succeeds(tiny_model_dir, tmp_path):
     output = tmp_path / "out"
     # kill -9 after the weights are written and before the tokenizer: a torn export, as a crash would leave it

@@ -164,6 +164,7 @@ def test_files_that_vanish_under_a_run_are_named_as_such(tmp_path):
             raise OSError(28, "No space left on device")
 
 
+@pytest.mark.engine  # two real runs racing: the engine tier
 def test_two_real_train_processes_on_one_directory(tmp_path, tiny_model_dir):
     """The case from the report: a run training, then the same command with --overwrite from another shell."""
     config = tmp_path / "config.yaml"
