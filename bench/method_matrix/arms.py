@@ -63,7 +63,7 @@ METHODS: dict[str, dict[str, Any]] = {
         "grid": [{"sigma": 2e-3, "learning_rate": 4e-3}, {"sigma": 2e-3, "learning_rate": 8e-3},
                  {"sigma": 2e-3, "learning_rate": 1.6e-2}, {"sigma": 4e-3, "learning_rate": 1.6e-2}]},
     "essa": {
-        "label": "ESSA", "command": "essa",
+        "label": "ESSA (SFT + ES)", "command": "essa",  # its SFT is a backward pass: named as such wherever it is
         "keys": {**ES, "antithetic": False, "noise": "gaussian", "space": "svd_lora", "strategy": "cma",
                  "singular_value_fraction": 0.5, "population_size": 24, "batch_size": 16},
         "grid": [{"svd_offsets": "absolute", "sigma": 0.02},

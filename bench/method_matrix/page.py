@@ -14,11 +14,12 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
 from bench.method_matrix.measure import SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, machine, memory, paired_gain
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, machine, memory, paired_gain, sft_alone
 from bench.method_matrix.run import plan
 from bench.method_matrix.tables import (
-    ES_METHODS,
+    ES_ALONE,
     GRPO_METHODS,
+    STEP_MATCHED_MARK,
     TASK_NAMES,
     VARIANT_NAMES,
     budget_table,
@@ -207,12 +208,11 @@ def _spread_row(task: str, es: Arm, grpo: Arm, moved: str) -> str:
                          f"{item.label}, {seeds_text(item)}" for item in (es, grpo))
     if any(len(item.runs) < item.planned for item in (es, grpo)):
         verdict = "not every seed in yet"
-    elif cut_text(es) or cut_text(grpo):
-        verdict = "open: the scored budget cut answers"
-    else:
+    else:  # every planned seed in: the F test, judged only where the scored budget cut neither arm's answers
         ratio, p_less, p_more = spread_test(es, grpo)
         compared += f"; variance ratio {ratio:.2f}, F test p = {min(p_less, p_more):.2f}"
-        verdict = "held" if p_less < SPREAD_LEVEL else "did not hold" if p_more < SPREAD_LEVEL else "not separated"
+        verdict = ("open: the scored budget cut answers" if cut_text(es) or cut_text(grpo) else
+                   "held" if p_less < SPREAD_LEVEL else "did not hold" if p_more < SPREAD_LEVEL else "not separated")
     return (f"| ES varies less from seed to seed (ES at Scale), {TASK_NAMES[task]}, {moved} | {compared} | "
             f"{verdict} |")
 
@@ -235,17 +235,34 @@ def _inference_memory_row(results: Path) -> str | None:
             f"copy); GRPO full-parameter {grpo_text} (memory probes{probe_cpu_note(results, rows)}) | {held} |")
 
 
+def _evolution_row(results: Path, task: str, essa: Arm) -> str | None:
+    """'ESSA's evolution adds to its SFT': ESSA against its SFT measured alone (tables' SFT-alone row), the paired
+    gain pooled over the seeds both have (the same held-out questions per seed); None where no SFT alone ran."""
+    alone = {run.seed: run for run in sft_alone(results, task)}
+    shared = [(run, alone[run.seed]) for run in essa.runs if run.seed in alone]
+    if not shared:
+        return None
+    mean, low, high = paired_gain("".join(run.heldout["correct"] for run, _ in shared),
+                                  "".join(sft.heldout["correct"] for _, sft in shared))
+    verdict = ("held" if low > 0 else "did not hold" if high < 0 else "not separated") if len(shared) >= 2 else \
+        "one seed only"
+    sft_mean = statistics.mean(sft.accuracy for _, sft in shared)
+    return (f"| ESSA's evolution adds to its SFT warm start (ESSA), {TASK_NAMES[task]} | {named(essa)}; its SFT "
+            f"alone {sft_mean:.1f}%, {len(shared)} of {essa.planned} seeds; paired gain {mean:+.1f} points "
+            f"[{low:+.1f}, {high:+.1f}] | {verdict} |")
+
+
 def papers_table(results: Path = STUDY) -> str:
     """'Where the papers' claims held', each row from the matrix's rows (best ES arm against best GRPO arm, and
     so on); a claim whose rows have not run says so."""
     lines = ["", "", "| claim (paper) | rows compared | here |", "|---|---|---|"]
     for task in TASKS:
         found = {item.method: item for item in finished_arms(task, results)}
-        es = [found[m] for m in ES_METHODS if m in found]
+        es = [found[m] for m in ES_ALONE if m in found]  # ESSA (SFT + ES) has its own rows
         grpo = [found[m] for m in GRPO_METHODS if m in found]
         if es and grpo:
             best_es, best_grpo = max(es, key=lambda item: item.mean), max(grpo, key=lambda item: item.mean)
-            lines.append(f"| ES beats GRPO at equal compute (ES at Scale), {TASK_NAMES[task]} | best ES "
+            lines.append(f"| ES beats GRPO at equal compute (ES at Scale), {TASK_NAMES[task]} | best ES alone "
                          f"{named(best_es)}; best GRPO {named(best_grpo)} | {_verdict(best_es, best_grpo)} |")
             for es_method, grpo_method, moved in SPREAD_PAIRS:
                 if es_method in found and grpo_method in found:
@@ -253,6 +270,8 @@ def papers_table(results: Path = STUDY) -> str:
         if "essa" in found and "grpo_lora" in found:
             lines.append(f"| ESSA beats GRPO on a LoRA (ESSA), {TASK_NAMES[task]} | {named(found['essa'])}; "
                          f"{named(found['grpo_lora'])} | {_verdict(found['essa'], found['grpo_lora'])} |")
+        if "essa" in found and (row := _evolution_row(results, task, found["essa"])):
+            lines.append(row)
     found = {item.method: item for item in finished_arms("arithmetic", results)}
     if "lowrank" in found and "full_es" in found:
         rates = {m: found[m].mean_of("steps") * METHODS[m]["keys"]["population_size"] / TRAINING_SECONDS
@@ -285,7 +304,7 @@ def recommendations(results: Path = STUDY) -> str:
     lines.append(f"- **Keep the base model's behaviour elsewhere** (lowest KL to the start): {_kept_best(found)} "
                  "(2-digit addition rows).")
     # ESSA evolves an SFT adapter, and that SFT is a backward pass: it is named beside, not ranked, here
-    free = [item for item in found if item.method in ES_METHODS and item.method != "essa"]
+    free = [item for item in found if item.method in ES_ALONE]
     essa = next((item for item in found if item.method == "essa"), None)
     beside = (f"; ESSA, which starts from an SFT adapter (a backward pass, or an adapter you already have), "
               f"reached {mean_text(essa)}, {seeds_text(essa)}" if essa else "")
@@ -305,11 +324,19 @@ def recommendations(results: Path = STUDY) -> str:
 
 
 def setup(results: Path = STUDY) -> str:
-    """What the runs ran on: CPU model, threads, dtype, torch, the commits, the training time."""
+    """What the runs ran on: CPU model, threads, dtype, torch, the commits, the training time; and the runs that
+    took their arm's steps on another machine type instead (tables' step-matched mark)."""
     seen = machine(results)
-    return (f"{TRAINING_SECONDS / 60:.0f} minutes of training per run at {', '.join(map(str, seen['threads']))} CPU "
+    text = (f"{TRAINING_SECONDS / 60:.0f} minutes of training per run at {', '.join(map(str, seen['threads']))} CPU "
             f"thread, two runs at a time, float32, on {' / '.join(seen['cpu'])} (torch {', '.join(seen['torch'])}; "
             f"study commits {', '.join(seen['commits'])})")
+    matched = [(found.label, run) for task in TASKS for found in arms(results, task) for run in found.runs
+               if run.step_matched]
+    if matched:
+        text += (f"; {len(matched)} runs instead took the median steps of their arm's seeds there, on "
+                 f"{' / '.join(sorted({run.cpu for _, run in matched}))} (step-matched, marked {STEP_MATCHED_MARK}: "
+                 + ", ".join(f"{label} seed {run.seed}" for label, run in matched) + ")")
+    return text
 
 
 def status(results: Path = STUDY) -> str:

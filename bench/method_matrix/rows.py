@@ -18,7 +18,7 @@ from typing import Any
 from bench.common import RESULTS
 from bench.method_matrix.arms import METHODS, TASKS
 from bench.method_matrix.measure import SCORED_BUDGET
-from bench.method_matrix.run import ANY_MACHINE_PREFIX
+from bench.method_matrix.run import ANY_MACHINE_PREFIX, SFT_ALONE, UNTIMED
 
 STUDY = RESULTS / "method_matrix"
 RETENTION_TASKS = ("conciseness", "ifeval")
@@ -88,6 +88,15 @@ class Run:
         return self.heldout["retention"][f"retain/{task}/kl"]
 
     @property
+    def step_matched(self) -> dict[str, Any] | None:
+        """The study's steps this run took on another machine type (run.py --step-matched), else None."""
+        return self.data["training"].get("step_matched")
+
+    @property
+    def cpu(self) -> str:
+        return self.data["machine"]["cpu"]
+
+    @property
     def mean_kl(self) -> float:
         """Per-token KL to the starting model, averaged over the retention tasks' prompts."""
         return statistics.mean(self.kl(task) for task in RETENTION_TASKS)
@@ -154,6 +163,19 @@ def arms(results: Path, task: str) -> list[Arm]:
     return [arm(results, task, method) for method in METHODS]
 
 
+def sft_alone(results: Path, task: str) -> list[Run]:
+    """Each seed's SFT warm start measured alone, as an arm is (run.py's sft_alone jobs, at the scored budget), with
+    its SFT's training record; the measurement's machine is the run's (`Run.cpu`)."""
+    runs = []
+    for seed in TASKS[task]["seeds"]:
+        measured = load(results, f"{SFT_ALONE}{task}/seed{seed}.json")
+        if measured is not None and measured["heldout"]["scored_budget"] == SCORED_BUDGET:
+            trained = load(results, f"warm_start/{task}/sft_seed{seed}.json")
+            runs.append(Run(seed, {"training": trained["training"], "machine": measured["machine"]},
+                            measured["heldout"]))
+    return runs
+
+
 def start(results: Path, task: str, seed: int) -> dict[str, Any] | None:
     """The held-out record of the model a task's runs start from: the base model, or on a warm-start task the
     seed's SFT model (every method starts there)."""
@@ -203,8 +225,8 @@ def sft_peak_on(results: Path, cpu: str) -> float | None:
 
 
 # Jobs that may run on another machine type than the study's, and the restores made for them: the study's setup
-# line names the timed jobs' machine, the memory table its probes'.
-OFF_STUDY_MACHINE = (ANY_MACHINE_PREFIX, "restored/")
+# line names the timed jobs' machine (step-matched runs are named apart), the memory table its probes'.
+OFF_STUDY_MACHINE = (*UNTIMED, "restored/")
 
 
 def machine(results: Path, probes: bool = False) -> dict[str, Any]:
@@ -214,7 +236,8 @@ def machine(results: Path, probes: bool = False) -> dict[str, Any]:
     for path in sorted(results.rglob("*.json")):
         relative = path.relative_to(results).as_posix()
         wanted = relative.startswith(ANY_MACHINE_PREFIX) if probes else not relative.startswith(OFF_STUDY_MACHINE)
-        if wanted and path.name != "machine.json" and (data := json.loads(path.read_text())).get("machine"):
+        if wanted and path.name != "machine.json" and (data := json.loads(path.read_text())).get("machine") and \
+                (probes or "step_matched" not in data.get("training", {})):
             records.append(data["machine"])
     return {"cpu": sorted({record["cpu"] for record in records}), "threads": sorted({r["threads"] for r in records}),
             "torch": sorted({record["torch"] for record in records}),

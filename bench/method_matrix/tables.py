@@ -9,12 +9,27 @@ from pathlib import Path
 
 from bench.method_matrix.arms import MEMORY_PROBES, METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, Run, arm, arms, gain, load, machine, memory, sft_peak_on, start
+from bench.method_matrix.rows import (
+    STUDY,
+    Arm,
+    Run,
+    arm,
+    arms,
+    gain,
+    load,
+    machine,
+    memory,
+    sft_alone,
+    sft_peak_on,
+    start,
+    wilson,
+)
 from bench.method_matrix.run import selection
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
 IFEVAL_STRICT = "retain/ifeval/prompt_strict"
 ES_METHODS = ("full_es", "es_lora", "lowrank", "essa")
+ES_ALONE = ("full_es", "es_lora", "lowrank")  # learn with ES alone; ESSA is SFT + ES
 GRPO_METHODS = ("grpo_lora", "grpo_full")
 
 
@@ -28,8 +43,27 @@ def _accuracy_text(accuracies: list[float]) -> str:
     return f"{statistics.mean(accuracies):.1f}%{spread}"
 
 
+STEP_MATCHED_MARK = "†"  # a run that took its arm's steps on another machine type (step_matched_note)
+
+
 def _per_seed_text(runs: list[Run]) -> str:
-    return "; ".join(f"{run.seed}: {run.accuracy:.1f}% [{run.interval[0]:.1f}, {run.interval[1]:.1f}]" for run in runs)
+    return "; ".join(f"{run.seed}{STEP_MATCHED_MARK if run.step_matched else ''}: {run.accuracy:.1f}% "
+                     f"[{run.interval[0]:.1f}, {run.interval[1]:.1f}]" for run in runs)
+
+
+def step_matched_note(results: Path, found: list[Arm]) -> str:
+    """What the mark on a step-matched seed means, with where it ran and the steps it matched; '' when none is."""
+    matched = [(item.label, run) for item in found for run in item.runs if run.step_matched]
+    if not matched:
+        return ""
+    study = " / ".join(machine(results)["cpu"])
+    each = "; ".join(f"{label} seed {run.seed}: {run.step_matched['steps']} steps, the median of "
+                     f"{', '.join(map(str, run.step_matched['median_of']))}, in "
+                     f"{run.data['training']['training_seconds']:.0f} s" for label, run in matched)
+    return (f"{STEP_MATCHED_MARK} step-matched on {' / '.join(sorted({run.cpu for _, run in matched}))}: the run took "
+            f"the median steps of its arm's seeds on the study's {study} (equal work) instead of their equal time "
+            f"({each}). Its accuracy at equal steps does not hang on the CPU; its seconds do, and no time is compared "
+            "on them.")
 
 
 def seeds_text(found: Arm) -> str:
@@ -68,7 +102,7 @@ def task_table(task: str, results: Path = STUDY) -> str:
     lines = ["", "", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
              "per seed | steps in the time | peak RSS (ESSA: its SFT's if higher) | KL to the start (conciseness / "
              f"IFEval) | IFEval prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---" * 9 + "|"]
-    lines += _start_rows(task, results)
+    lines += _start_rows(task, results) + _sft_alone_rows(task, results)
     for found in arms(results, task):
         if not found.runs:
             lines.append(f"| {found.label} | 0 of {found.planned} | not run yet | | | | | | |")
@@ -84,7 +118,8 @@ def task_table(task: str, results: Path = STUDY) -> str:
                      f"{_per_seed_text(found.runs)} | "
                      f"{gain_text} | {found.mean_of('steps'):.0f} | {found.peak_rss_mib:,.0f} MiB | "
                      f"{kl} | {100 * ifeval:.1f}% |")
-    return "\n".join(lines) + "\n\n"
+    note = step_matched_note(results, arms(results, task))
+    return "\n".join(lines) + ("\n\n" + note if note else "") + "\n\n"
 
 
 def _start_rows(task: str, results: Path) -> list[str]:
@@ -110,6 +145,29 @@ def _start_rows(task: str, results: Path) -> list[str]:
     return [f"| SFT warm start (the start) | {len(found)} of {len(seeds)} | "
             f"{_accuracy_text([run.accuracy for run in found])} | {_per_seed_text(found)} | | | | 0 | "
             + (f"{100 * statistics.mean(ifeval):.1f}% |" if ifeval else " |")]
+
+
+SFT_ALONE_LABEL = "SFT alone (ESSA's start)"
+
+
+def _sft_alone_rows(task: str, results: Path) -> list[str]:
+    """Where only ESSA starts from an SFT, that SFT measured alone as an arm is (what ESSA's evolution adds is its
+    row minus this one); the SFTs were made again where they were measured, and the row says where."""
+    if TASKS[task]["warm_start"] or "essa" not in METHODS:
+        return []
+    runs, seeds = sft_alone(results, task), len(TASKS[task]["seeds"])
+    if not runs:
+        return [f"| {SFT_ALONE_LABEL} | 0 of {seeds} | not run yet | | | | | | |"]
+    gains = "; ".join(f"{run.seed}: {value[0]:+.1f} [{value[1]:+.1f}, {value[2]:+.1f}]" for run in runs
+                      if (value := gain(results, run, task)) is not None)
+    kl = " / ".join(f"{statistics.mean(run.kl(name) for run in runs):.3f}" for name in ("conciseness", "ifeval"))
+    ifeval = statistics.mean(run.heldout["retention"][IFEVAL_STRICT] for run in runs)
+    cpus = " / ".join(sorted({run.cpu for run in runs}))
+    return [f"| {SFT_ALONE_LABEL}, made again and measured on {cpus} | {len(runs)} of {seeds} | "
+            f"{_accuracy_text([run.accuracy for run in runs])} | {_per_seed_text(runs)} | {gains} | "
+            f"{statistics.mean(run.data['training']['steps'] for run in runs):.0f} SFT steps | "
+            f"{statistics.mean(run.data['training']['peak_rss_mib'] for run in runs):,.0f} MiB | {kl} | "
+            f"{100 * ifeval:.1f}% |"]
 
 
 def budget_table(task: str, results: Path = STUDY) -> str:
@@ -188,28 +246,46 @@ def setting_text(method: str, setting: int) -> str:
                      for key, value in METHODS[method]["grid"][setting].items())
 
 
+def _grid_edges(spec: dict, chosen: int) -> str:
+    """Every grid key (the method's fixed value where a setting leaves it out) whose chosen value is the grid's
+    smallest or largest: a better setting may lie beyond it. Keys whose values have no order (words) are left out."""
+    grid = [{**spec["keys"], **setting} for setting in spec["grid"]]
+    edges = []
+    for key in sorted({key for setting in spec["grid"] for key in setting}):
+        values = sorted({setting.get(key) for setting in grid if isinstance(setting.get(key), int | float)})
+        if len(values) < 2 or not isinstance(grid[chosen].get(key), int | float):
+            continue
+        if grid[chosen][key] in (values[0], values[-1]):
+            edges.append(f"{'largest' if grid[chosen][key] == values[-1] else 'smallest'} {key} "
+                         f"(of {len(values)})")
+    return ", ".join(edges) or "none"
+
+
 def tuning_table(results: Path = STUDY) -> str:
     """Each method's tuning: the settings tried (the same budget for every method), the one chosen on the validation
-    split with its validation accuracy before and after, and whether a one-key grid chose its edge (a better
-    setting may lie beyond it)."""
-    lines = ["", "", "| method | settings tried | chosen | validation accuracy, before -> after |", "|---|---|---|---|"]
+    split with its validation accuracy before and after and that score's 95% interval, the next best setting's score
+    (how far apart the noise leaves them), the seconds per step over the settings, and every grid key whose chosen
+    value is the grid's edge (a better setting may lie beyond it)."""
+    lines = ["", "", "| method | settings tried | chosen | its validation accuracy, before -> after [95% interval] | "
+             "the next best setting's | seconds per step over the settings | chosen at the grid's edge |",
+             "|---|---|---|---|---|---|---|"]
     for method, spec in METHODS.items():
         chosen = selection(results, method)
         if chosen is None:
-            lines.append(f"| {spec['label']} | {len(spec['grid'])} | tuning not finished | |")
+            lines.append(f"| {spec['label']} | {len(spec['grid'])} | tuning not finished | | | | |")
             continue
-        run = load(results, f"tune/arithmetic/{method}/s{chosen}_seed{TUNING_SEED}.json")["training"]
-        setting = spec["grid"][chosen]
-        varied = {key for values in spec["grid"] for key in values if any(values.get(key) != other.get(key)
-                                                                           for other in spec["grid"])}
-        edge = ""
-        if len(varied) == 1:
-            key = varied.pop()
-            values = sorted(values[key] for values in spec["grid"])
-            if setting[key] in (values[0], values[-1]):
-                edge = f" (the grid's {'largest' if setting[key] == values[-1] else 'smallest'} {key})"
-        lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {setting_text(method, chosen)}{edge} | "
-                     f"{100 * run['validation_before']:.1f}% -> {100 * run['validation_after']:.1f}% |")
+        runs = [load(results, f"tune/arithmetic/{method}/s{index}_seed{TUNING_SEED}.json")["training"]
+                for index in range(TUNING_SETTINGS)]
+        run, n = runs[chosen], runs[chosen]["keys"]["num_eval"]
+        low, high = wilson(round(run["validation_after"] * n), n)
+        runner_up = max((index for index in range(TUNING_SETTINGS) if index != chosen),
+                        key=lambda index: runs[index]["validation_after"])
+        per_step = [(item["training_seconds"] - item["sft_seconds_charged"]) / item["steps"] for item in runs]
+        lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {setting_text(method, chosen)} | "
+                     f"{100 * run['validation_before']:.1f}% -> {100 * run['validation_after']:.1f}% "
+                     f"[{low:.1f}, {high:.1f}], n = {n} | {100 * runs[runner_up]['validation_after']:.1f}% "
+                     f"({setting_text(method, runner_up)}) | {min(per_step):.0f}-{max(per_step):.0f} s | "
+                     f"{_grid_edges(spec, chosen)} |")
     return "\n".join(lines) + "\n\n"
 
 

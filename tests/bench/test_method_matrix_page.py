@@ -72,7 +72,7 @@ def test_the_task_table_quotes_every_arm_from_its_files(study):
     assert "| 0: +8.0 [" in table.split("| full ES |")[1]  # 56 vs 40 of 200 correct: +8.0 points over the base
     assert "| 3 | 3,100 MiB | 0.040 / 0.120 | 50.0% |" in table
     assert "| base model (the start) | | 20.0% | n = 200 |" in table
-    for label in ("low-rank ES", "ESSA", "GRPO full-parameter"):
+    for label in ("low-rank ES", "ESSA (SFT + ES)", "GRPO full-parameter"):
         assert f"| {label} | 0 of 5 | not run yet |" in table
 
 
@@ -122,8 +122,8 @@ def test_two_seeds_that_agree_by_luck_do_not_rank_arms_within_the_held_out_sets_
 
 def test_the_papers_table_says_where_each_claim_held(study):
     table = page.papers_table(study)
-    assert ("| ES beats GRPO at equal compute (ES at Scale), 2-digit addition | best ES full ES 30.0% (std 2.0), 3 of "
-            "5 seeds; best GRPO GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds | did not hold |") in table
+    assert ("| ES beats GRPO at equal compute (ES at Scale), 2-digit addition | best ES alone full ES 30.0% (std 2.0), "
+            "3 of 5 seeds; best GRPO GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds | did not hold |") in table
     # a seed spread is compared only between arms that move the same weights, once every planned seed is in
     assert "steadiest" not in table
     assert ("| ES varies less from seed to seed (ES at Scale), 2-digit addition, the same adapter | ES on a LoRA, "
@@ -217,7 +217,7 @@ def test_essas_memory_counts_the_sft_it_is_charged_for(study):
     sft = study / "warm_start" / "arithmetic" / "sft_seed0.json"
     sft.parent.mkdir(parents=True)
     sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0}}))
-    assert "| 10 | 2,600 MiB |" in page.task_table("arithmetic", study).split("| ESSA |")[1]
+    assert "| 10 | 2,600 MiB |" in page.task_table("arithmetic", study).split("| ESSA (SFT + ES) |")[1]
     assert "Least memory**: ES on a LoRA (2,500 MiB" in page.answer(study)  # not ESSA at 1,300: its SFT took 2,600
 
 
@@ -308,8 +308,8 @@ def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_an
             "mean 513 MiB |") in rows
     assert ("| GRPO full-parameter | `gradient_accumulation_steps: 4` | 7,000 MiB | model weights 513 MiB, gradients "
             "513 MiB, adamw moments 1,026 MiB |") in rows
-    essa = ("| ESSA | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB peak RSS; the "
-            "evolution alone, from an adapter you have: 1,500 MiB) |")
+    essa = ("| ESSA (SFT + ES) | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB "
+            "peak RSS; the evolution alone, from an adapter you have: 1,500 MiB) |")
     assert essa in rows
     assert ("- **Least memory**: ES on a LoRA (1,400 MiB peak RSS in its memory probe); most: GRPO full-parameter "
             "(17,000 MiB; 7,000 MiB with `gradient_accumulation_steps: 4`).") in page.answer(study)
@@ -388,7 +388,8 @@ def test_memory_probes_on_another_machine_type_name_it_and_the_job_run_on_both(s
     assert "The probes ran on Probe CPU at 1 thread (torch 2.13.0; commit abcdef0), not the timed runs' Test CPU" \
         in table
     assert "(the SFT that ESSA's probe starts from) has not run on both yet." in table
-    assert "| ESSA | as a user runs it | 1,500 MiB | model weights 513 MiB |" in table  # no SFT peak from Test CPU
+    # no SFT peak from Test CPU
+    assert "| ESSA (SFT + ES) | as a user runs it | 1,500 MiB | model weights 513 MiB |" in table
     restored = study / "restored" / "warm_start" / "arithmetic" / f"sft_seed{TUNING_SEED}.json"
     restored.parent.mkdir(parents=True)
     restored.write_text(json.dumps({"restored": {"training": {"peak_rss_mib": 2250.0}},
@@ -396,8 +397,110 @@ def test_memory_probes_on_another_machine_type_name_it_and_the_job_run_on_both(s
     table = page.memory_table(study)
     assert ("The one job run on both, the arithmetic SFT that ESSA's probe starts from, peaked at 2,600 MiB on Test "
             "CPU and 2,250 MiB on Probe CPU.") in table
-    assert ("| ESSA | as a user runs it | 2,250 MiB | model weights 513 MiB (its SFT first: 2,250 MiB peak RSS; the "
-            "evolution alone, from an adapter you have: 1,500 MiB) |") in table
+    assert ("| ESSA (SFT + ES) | as a user runs it | 2,250 MiB | model weights 513 MiB (its SFT first: 2,250 MiB "
+            "peak RSS; the evolution alone, from an adapter you have: 1,500 MiB) |") in table
     assert "(1,400 MiB peak RSS in its memory probe on Probe CPU); most: GRPO full-parameter" in page.answer(study)
     assert "(memory probes on Probe CPU) | held |" in page.papers_table(study)
     assert "on Test CPU (torch" in page.setup(study) and "Probe CPU" not in page.setup(study)
+
+
+def edit_result(path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_a_step_matched_run_is_marked_where_its_seed_is_shown_and_named_apart_in_the_setup(study):
+    """A run that took its arm's median steps on another machine type (run.py --step-matched) carries the mark in
+    the per-seed column, the table's note says what it matched and that no time is compared on it, and the setup
+    line keeps naming the timed runs' CPU alone, with the step-matched runs listed after it."""
+    for seed, hits in enumerate([30, 32, 34]):
+        write_run(study, "countdown", "essa", seed, hits, kl=0.01, steps=3)
+
+    def matched(data):
+        data["training"]["step_matched"] = {"steps": 3, "median_of": [3, 3], "files": [
+            "main/countdown/essa/seed0.json", "main/countdown/essa/seed1.json"]}
+        data["machine"]["cpu"] = "Other CPU"
+
+    edit_result(study / "main" / "countdown" / "essa" / "seed2.json", matched)
+    table = page.task_table("countdown", study)
+    assert "0: 15.0%" in table and "2†: 17.0% [" in table and "1†" not in table
+    assert ("† step-matched on Other CPU: the run took the median steps of its arm's seeds on the study's Test CPU "
+            "(equal work) instead of their equal time (ESSA (SFT + ES) seed 2: 3 steps, the median of 3, 3, in 600 s)"
+            ) in table
+    setup = page.setup(study)
+    assert "on Test CPU (torch" in setup and "Other CPU" not in setup.split(";")[0]
+    assert "1 runs instead took the median steps of their arm's seeds there, on Other CPU" in setup
+    assert "seed 2)" in setup
+    assert "†" not in page.task_table("arithmetic", study)  # no run there is step-matched: no note
+
+
+def test_the_sft_alone_row_and_what_essas_evolution_adds_to_it(study):
+    """On 2-digit addition only ESSA starts from an SFT: that SFT, measured alone as an arm is, gets its row (with
+    the CPU it was made again and measured on), and the papers' table says whether the evolution added to it,
+    from the paired gain over the seeds both ran."""
+    assert "| SFT alone (ESSA's start) | 0 of 5 | not run yet |" in page.task_table("arithmetic", study)
+    for seed in (0, 1):
+        trained = study / "warm_start" / "arithmetic" / f"sft_seed{seed}.json"
+        trained.parent.mkdir(parents=True, exist_ok=True)
+        trained.write_text(json.dumps({"training": {"steps": 38, "peak_rss_mib": 2200.0, "training_seconds": 300.0}}))
+        write_run(study, "sft_alone_source", "essa", seed, 80, kl=0.02)  # a held-out record to move into place
+        measured = study / "sft_alone" / "arithmetic" / f"seed{seed}.json"
+        measured.parent.mkdir(parents=True, exist_ok=True)
+        source = json.loads((study / "main" / "sft_alone_source" / "essa" / f"seed{seed}.json").read_text())
+        measured.write_text(json.dumps({"heldout": source["heldout"], "machine": {**source["machine"],
+                                                                                "cpu": "Other CPU"}}))
+        write_run(study, "arithmetic", "essa", seed, 100, kl=0.03)  # the SFT's 80 questions and 20 more
+    table = page.task_table("arithmetic", study)
+    assert ("| SFT alone (ESSA's start), made again and measured on Other CPU | 2 of 5 | 40.0% (std 0.0) | "
+            "0: 40.0% [") in table
+    assert "| 0: +20.0 [" in table.split("| SFT alone")[1]  # 80 against the base's 40 of 200
+    assert "| 38 SFT steps | 2,200 MiB | 0.020 / 0.060 | 50.0% |" in table
+    papers = page.papers_table(study)
+    assert ("| ESSA's evolution adds to its SFT warm start (ESSA), 2-digit addition | ESSA (SFT + ES) 50.0% (std 0.0), "
+            "2 of 5 seeds; its SFT alone 40.0%, 2 of 5 seeds; paired gain +10.0 points [") in papers
+    assert papers.split("ESSA's evolution adds")[1].split("\n")[0].endswith("| held |")
+    write_run(study, "arithmetic", "essa", 0, 80, kl=0.03)  # seed 0's evolution added nothing, seed 1's 20
+    write_run(study, "arithmetic", "essa", 1, 80, kl=0.03)
+    assert page.papers_table(study).split("ESSA's evolution adds")[1].split("\n")[0].endswith("| not separated |")
+
+
+def test_the_tuning_table_gives_the_validation_noise_and_every_edge_of_the_grid(study):
+    """The chosen setting's validation score with its n and 95% interval, the next best setting's score, the seconds
+    per step over the settings, and every grid key (in any dimension) whose chosen value is the grid's edge."""
+    from bench.method_matrix.arms import METHODS, TUNING_SEED
+    from bench.method_matrix.tables import _grid_edges, tuning_table
+
+    spec = {"keys": {"batch_size": 16, "sigma": 0.1}, "grid": [{"learning_rate": 1.0}, {"learning_rate": 2.0},
+                                                               {"learning_rate": 3.0, "batch_size": 8},
+                                                               {"learning_rate": 2.0, "sigma": 0.2}]}
+    # a key the setting leaves out counts at the method's fixed value; a key with two values is always at an edge
+    assert _grid_edges(spec, 1) == "largest batch_size (of 2), smallest sigma (of 2)"
+    assert _grid_edges(spec, 2) == "smallest batch_size (of 2), largest learning_rate (of 3), smallest sigma (of 2)"
+    assert _grid_edges(spec, 3) == "largest batch_size (of 2), largest sigma (of 2)"
+    assert _grid_edges({"keys": {}, "grid": [{"learning_rate": value} for value in (1.0, 2.0, 4.0)]}, 1) == "none"
+    assert _grid_edges({"keys": {}, "grid": [{"svd_offsets": "absolute"}, {"svd_offsets": "relative"}]}, 0) == "none"
+    assert _grid_edges(spec, 0) == "largest batch_size (of 2), smallest learning_rate (of 3), smallest sigma (of 2)"
+    for index, (after, steps) in enumerate([(0.25, 5), (0.30, 6), (0.20, 4), (0.10, 5)]):
+        path = study / "tune" / "arithmetic" / "full_es" / f"s{index}_seed{TUNING_SEED}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"training": {"validation_before": 0.2, "validation_after": after, "steps": steps,
+                                                 "training_seconds": 600.0, "sft_seconds_charged": 0.0,
+                                                 "keys": {"num_eval": 256}}}))
+    row = next(line for line in tuning_table(study).splitlines() if line.startswith("| full ES |"))
+    assert "| 20.0% -> 30.0% [24.8, 36.0], n = 256 | 25.0% (" in row and "| 100-150 s |" in row
+    assert row.endswith(f"| {_grid_edges(METHODS['full_es'], 1)} |")
+
+
+def test_the_spread_claims_f_test_is_shown_once_every_seed_is_in_even_where_answers_were_cut(study):
+    """With every planned seed in, the F test's ratio and p are printed; the verdict stays open while the scored
+    budget cut either arm's answers."""
+    for seed, hits in enumerate([30, 31, 32]):
+        write_run(study, "countdown", "full_es", seed, hits, kl=0.01)
+    for seed, hits in enumerate([10, 40, 20]):
+        write_run(study, "countdown", "grpo_full", seed, hits, kl=0.01)
+        edit_result(study / "main" / "countdown" / "grpo_full" / f"seed{seed}.json",
+                    lambda data: data["heldout"]["ended_by_budget"].update({str(SCORED_BUDGET): 0.5}))
+    row = next(line for line in page.papers_table(study).splitlines() if "from seed to seed" in line
+               and "Countdown" in line and "every weight" in line)
+    assert "variance ratio" in row and "F test p = " in row and row.endswith("| open: the scored budget cut answers |")
