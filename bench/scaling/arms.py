@@ -1,0 +1,70 @@
+"""The scaling study's arms, each at the same work per cell on every shape (the method study's work units):
+
+- ES arms: 16 members x 8 prompts x 48 new tokens per iteration (6,144 candidate-tokens);
+- GRPO arms: 8 prompts x 8 sampled completions x 48 new tokens per step (3,072 completion-tokens);
+- LoRA SFT: 8 sequences per step;
+- plain generation: the ES iteration's 16 x 8 prompts x 48 tokens with no perturbation, the pure-inference reference
+  every ES arm's speed is a fraction of;
+- the peer: the loop a user would write with torcheggroll (peer.py) at the ES arms' work.
+
+Every model forces its completions to 48 tokens (shapes.build), so no arm's work is cut short by an early end of
+sequence. Each arm runs ITERATIONS steps; a cell's time is the median of the steps after the first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_NEW_TOKENS = 48
+MEMBERS, PROMPTS = 16, 8  # ES: candidates x prompts per candidate
+GRPO_PROMPTS, GRPO_GENERATIONS = 8, 8
+SFT_BATCH = 8
+ITERATIONS = 3  # the first step warms caches up; the median of the other two is the cell's time
+LORA = {"lora_rank": 8, "lora_alpha": 16.0, "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+COMMON = {"task": "arithmetic", "max_new_tokens": MAX_NEW_TOKENS, "iterations": ITERATIONS, "report_to": [],
+          "seed": 0}
+# ES: evaluation on one batch of the same 8 prompts (a larger held-out batch would set the peak, not the method)
+ES = {**COMMON, "population_size": MEMBERS, "batch_size": PROMPTS, "num_eval": PROMPTS, "eval_every": 0,
+      "log_samples": 0, "checkpoint_every": 100000, "noise": "rademacher", "antithetic": True}
+GRPO = {**COMMON, "batch_size": GRPO_PROMPTS, "num_generations": GRPO_GENERATIONS, "num_eval": PROMPTS,
+        "temperature": 0.7, "beta": 0.0, "checkpoint_every": 100000}
+
+# name: (command, keys, label, what a unit of its work is). command "generate" and "peer" run in cell.py itself.
+ARMS: dict[str, dict[str, Any]] = {
+    "generation": {"command": "generate", "label": "plain generation (pure inference)", "keys": {}},
+    "full_es": {"command": "train", "label": "full ES, one candidate at a time",
+                "keys": {**ES, "space": "full", "sigma": 2e-3, "learning_rate": 8e-3}},
+    "full_es_batched": {"command": "train", "label": "full ES, population-batched",
+                        "keys": {**ES, "space": "full", "sigma": 2e-3, "learning_rate": 8e-3,
+                                 "population_batch_size": MEMBERS}},
+    "lowrank": {"command": "train", "label": "low-rank ES",
+                "keys": {**ES, "space": "lowrank", "perturbation_rank": 1, "sigma": 2e-3, "learning_rate": 1.6e-2}},
+    "es_lora": {"command": "train", "label": "ES on a LoRA",
+                "keys": {**ES, **LORA, "space": "lora", "sigma": 1e-2, "learning_rate": 4e-2}},
+    "essa": {"command": "train", "label": "ESSA's evolution (on a rank-8 adapter)",
+             "keys": {**ES, "space": "svd_lora", "strategy": "cma", "singular_value_fraction": 0.5, "sigma": 0.04,
+                      "antithetic": False, "noise": "gaussian"}},
+    "grpo_lora": {"command": "grpo", "label": "GRPO on a LoRA", "keys": {**GRPO, **LORA, "lora": True,
+                                                                           "learning_rate": 1e-3}},
+    "grpo_full": {"command": "grpo", "label": "GRPO full-parameter", "keys": {**GRPO, "lora": False,
+                                                                               "learning_rate": 3e-5}},
+    "grpo_full_accumulation4": {"command": "grpo", "label": "GRPO full-parameter, gradient_accumulation_steps 4",
+                                "keys": {**GRPO, "lora": False, "learning_rate": 3e-5,
+                                         "gradient_accumulation_steps": 4}},
+    "sft_lora": {"command": "sft", "label": "LoRA SFT",
+                 "keys": {"task": "arithmetic", "max_new_tokens": MAX_NEW_TOKENS, "batch_size": SFT_BATCH,
+                          "max_steps": ITERATIONS, "num_train": SFT_BATCH * ITERATIONS, "num_eval": PROMPTS,
+                          "report_to": [], "checkpoint_every": 0, **LORA}},
+    "peer_torcheggroll": {"command": "peer", "label": "peer: torcheggroll 0.2.0 low-rank ES around generate()",
+                          "keys": {}},
+}
+
+
+def tokens_per_iteration(arm: str) -> int:
+    """New tokens an arm generates per iteration (SFT: tokens are read, not generated: 0)."""
+    command = ARMS[arm]["command"]
+    if command in ("train", "generate", "peer"):
+        return MEMBERS * PROMPTS * MAX_NEW_TOKENS
+    if command == "grpo":
+        return GRPO_PROMPTS * GRPO_GENERATIONS * MAX_NEW_TOKENS
+    return 0

@@ -1,0 +1,117 @@
+"""One cell of the scaling study (a shape x an arm), in its own guarded process: the shape's random-weight model
+built (or read from the cache), the peak predicted, the arm run for ITERATIONS steps under the memory guard, and one
+small result file written: peak RSS, seconds per iteration (median of the steps after the first), new tokens per
+second, or "predicted not to fit" / "did not fit" with the memory asked for or reached. A cell predicted not to fit
+with the whole unit of work runs a smaller one (fewer members) where that fits, and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .arms import ARMS, ITERATIONS, MAX_NEW_TOKENS, MEMBERS, tokens_per_iteration
+from .guard import run_guarded
+from .predict import predicted_peak_mib, terms
+from .shapes import SHAPES, Shape, build
+
+SMALLER_UNITS = (8, 4, 2)  # members, for an ES-shaped arm whose whole unit is predicted not to fit
+
+
+def random_adapter(model_dir: Path) -> Path:
+    """A rank-8 LoRA on q/k/v/o with random A and B (PEFT's init_lora_weights=False) beside the model: ESSA's
+    evolution needs an adapter whose singular values are not all zero; its cost does not hang on what it learned."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from .arms import LORA
+
+    adapter = model_dir.with_name(model_dir.name + "-adapter")
+    if not (adapter / "adapter_config.json").is_file():
+        import torch
+
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        config = LoraConfig(r=LORA["lora_rank"], lora_alpha=LORA["lora_alpha"],
+                            target_modules=LORA["lora_target_modules"], init_lora_weights=False)
+        get_peft_model(model, config).save_pretrained(adapter)
+    return adapter
+
+
+def command_line(arm: str, model_dir: Path, dtype: str, work: Path, members: int, iterations: int) -> list[str]:
+    command = ARMS[arm]["command"]
+    if command in ("generate", "peer"):
+        return [sys.executable, "-m", "bench.scaling.inference", command, str(model_dir), dtype,
+                str(work / "timings.json"), "--members", str(members), "--iterations", str(iterations)]
+    keys = {**ARMS[arm]["keys"], "model": str(model_dir), "dtype": dtype}
+    if command == "sft":
+        keys.update(max_steps=iterations, num_train=keys["batch_size"] * iterations)
+    else:
+        keys["iterations"] = iterations
+    if command == "train" and members != MEMBERS:
+        keys["population_size"] = members
+        if keys.get("population_batch_size"):
+            keys["population_batch_size"] = members
+    if arm == "essa":
+        keys["adapter"] = str(random_adapter(model_dir))
+    config = work / "config.yaml"
+    config.write_text(yaml.safe_dump(keys, sort_keys=True))
+    return [sys.executable, "-m", "evotune.cli.main", command, str(config), "--output-dir", str(work / "run")]
+
+
+def step_seconds(arm: str, work: Path) -> list[float]:
+    """Seconds of each training step (or plain-generation iteration) the cell ran."""
+    if ARMS[arm]["command"] in ("generate", "peer"):
+        return json.loads((work / "timings.json").read_text())["seconds"]
+    lines = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [line["time_s"] for line in lines if "time_s" in line and ("reward_mean" in line or "loss" in line)]
+
+
+def unit(arm: str, shape: Shape, dtype: str, limit_mib: float) -> int | None:
+    """Members per iteration the cell runs: the whole unit, else the largest smaller one predicted to fit (ES-shaped
+    arms only); None when none is predicted to fit."""
+    candidates = (MEMBERS, *SMALLER_UNITS) if ARMS[arm]["command"] in ("train", "peer") else (MEMBERS,)
+    return next((members for members in candidates if predicted_peak_mib(shape, arm, dtype, members) <= limit_mib),
+                None)
+
+
+def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, limit_mib: float,
+             iterations: int = ITERATIONS) -> dict[str, Any]:
+    shape = SHAPES[shape_name]
+    predicted = predicted_peak_mib(shape, arm, dtype)
+    record: dict[str, Any] = {"shape": shape_name, "arm": arm, "label": ARMS[arm]["label"], "dtype": dtype,
+                              "limit_mib": round(limit_mib), "predicted_peak_mib": predicted,
+                              "predicted_terms_mib": terms(shape, arm, dtype), "parameters": shape.parameters(),
+                              "published_parameters": shape.parameters(shape.published_vocab)}
+    members = unit(arm, shape, dtype, limit_mib)
+    if members is None:
+        return {**record, "status": "predicted not to fit"}
+    model_dir = build(shape, dtype, cache, MAX_NEW_TOKENS)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    outcome = run_guarded(command_line(arm, model_dir, dtype, work, members, iterations), limit_mib,
+                          work / "cell.log", environment)
+    record.update(members=members, wall_s=outcome.wall_s, peak_rss_mib=outcome.peak_rss_mib)
+    if members != MEMBERS:
+        record["smaller_unit"] = (f"{members} members instead of {MEMBERS}: the whole unit was predicted to take "
+                                  f"{predicted:,.0f} MiB, over the {limit_mib:,.0f} MiB limit")
+    if outcome.stopped_at_mib is not None:
+        return {**record, "status": "did not fit", "stopped_at_mib": outcome.stopped_at_mib}
+    if outcome.exit_code != 0:
+        tail = (work / "cell.log").read_text()[-2000:]
+        raise RuntimeError(f"{shape_name} / {arm} exited with {outcome.exit_code}:\n{tail}")
+    seconds = step_seconds(arm, work)
+    per_iteration = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    tokens = tokens_per_iteration(arm) * members // MEMBERS if ARMS[arm]["command"] in ("train", "generate", "peer") \
+        else tokens_per_iteration(arm)
+    return {**record, "status": "ran", "step_seconds": seconds, "seconds_per_iteration": round(per_iteration, 2),
+            "new_tokens_per_iteration": tokens,
+            "new_tokens_per_second": round(tokens / per_iteration, 2) if tokens else None}

@@ -1,0 +1,56 @@
+"""A cell's peak memory predicted before it runs, from the shape and the arm alone (first principles: the copies of
+the weights an arm holds, its KV cache, its training activations and logits, and a fixed runtime), so that a cell
+certain not to fit is recorded as "predicted not to fit" instead of being started. The study's rows then check
+these terms, and evotune's estimate is fitted on them; until then this is the guard's screen, nothing more.
+"""
+
+from __future__ import annotations
+
+from .arms import ARMS, GRPO_GENERATIONS, GRPO_PROMPTS, MAX_NEW_TOKENS, MEMBERS, PROMPTS, SFT_BATCH
+from .shapes import TOKENIZER_VOCAB, Shape
+
+RUNTIME_MIB = 700.0  # python, torch, transformers and a tokenizer, before any weight (the method study's probes)
+PROMPT_TOKENS = 60  # the arithmetic task's chat-templated prompt
+# saved activations per token, per layer, in hidden-size units (attention, MLP, TRL's logprob passes): set so that
+# GRPO on a LoRA at 135M, 8 x 8 completions, comes to the method study's memory probe (16,454 MiB)
+ACTIVATION_FACTOR = 28
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def terms(shape: Shape, arm: str, dtype: str, members: int = MEMBERS) -> dict[str, float]:
+    """MiB per term of an arm's peak on a shape (`members`: a smaller unit of the ES work, where a cell runs one)."""
+    command, keys = ARMS[arm]["command"], ARMS[arm]["keys"]
+    size, parameters = BYTES[dtype], shape.parameters()
+    mib = 2**20
+    weights = parameters * size / mib
+    length = PROMPT_TOKENS + MAX_NEW_TOKENS
+    kv_per_sequence = 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * length * size / mib
+    found = {"runtime": RUNTIME_MIB, "weights": weights}
+    if command in ("train", "generate"):
+        in_flight = members * PROMPTS if keys.get("population_batch_size") or keys.get("space") == "lowrank" \
+            else PROMPTS
+        found["kv_cache"] = kv_per_sequence * in_flight
+    if keys.get("space") in ("full", "lowrank"):
+        found["fp32_master"] = parameters * 4 / mib
+        if keys.get("log_drift", True):
+            found["fp32_drift_copy"] = parameters * 4 / mib
+    if keys.get("population_batch_size"):
+        found["stacked_candidates"] = keys["population_batch_size"] * weights
+    if command == "peer":  # the base clone, every member's noise and every member's perturbed copy, materialized
+        found["population_copies"] = (1 + 2 * members) * weights
+        found["kv_cache"] = kv_per_sequence * PROMPTS
+    if command in ("grpo", "sft"):
+        sequences = GRPO_PROMPTS * GRPO_GENERATIONS // keys.get("gradient_accumulation_steps", 1) \
+            if command == "grpo" else SFT_BATCH
+        found["activations"] = sequences * length * shape.hidden_size * shape.num_hidden_layers \
+            * ACTIVATION_FACTOR * 4 / mib
+        found["logits"] = 2 * sequences * length * TOKENIZER_VOCAB * 4 / mib  # fp32 logits and their softmax
+        if command == "grpo":
+            found["kv_cache"] = kv_per_sequence * GRPO_PROMPTS * GRPO_GENERATIONS
+        if not keys.get("lora", command == "sft"):  # every weight trained: fp32 gradients and AdamW's two moments
+            found["gradients_and_adamw"] = 3 * parameters * 4 / mib
+    return {name: round(value, 1) for name, value in found.items()}
+
+
+def predicted_peak_mib(shape: Shape, arm: str, dtype: str, members: int = MEMBERS) -> float:
+    return round(sum(terms(shape, arm, dtype, members).values()), 1)

@@ -1,0 +1,78 @@
+"""bench/scaling: the shapes are the published models' (parameter counts from their configs), a built model has the
+parameters its shape says, the memory guard stops a process that crosses its limit and records it, a cell predicted
+not to fit never starts, and a cell runs end to end on a tiny shape with every number it reports read from its run."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from bench.scaling import arms, cell, guard, predict, shapes
+
+# Each model's parameter count as its own release states it (at its own vocabulary).
+PUBLISHED = {"SmolLM2-135M": 134_515_008, "SmolLM2-360M": 361_821_120, "Qwen2.5-0.5B": 494_032_768,
+             "Qwen2.5-1.5B": 1_543_714_304, "SmolLM2-1.7B": 1_711_376_384, "Qwen2.5-3B": 3_085_938_688,
+             "Qwen2.5-7B": 7_615_616_512, "Llama-3-8B": 8_030_261_248}
+TINY = shapes.Shape("Tiny", "qwen2", 64, 2, 2, 1, 128, False, 1000)
+
+
+def test_every_shape_has_its_published_parameter_count():
+    assert set(PUBLISHED) == set(shapes.SHAPES)
+    for name, shape in shapes.SHAPES.items():
+        assert shape.parameters(shape.published_vocab) == PUBLISHED[name]
+        assert shape.parameters() <= PUBLISHED[name]  # SmolLM2's smaller vocabulary only shrinks a model
+
+
+def test_a_built_model_has_the_parameters_its_shape_says_and_always_generates_the_whole_budget(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = shapes.build(TINY, "float32", tmp_path, max_new_tokens=5)
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    assert sum(parameter.numel() for parameter in model.parameters()) == TINY.parameters()
+    assert json.loads((directory / "built.json").read_text())["vocab"] == shapes.TOKENIZER_VOCAB
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    prompt = tokenizer("What is 1 + 1?", return_tensors="pt")
+    eos = model.generation_config.eos_token_id
+    with torch.no_grad():  # even a model whose first choice is always the end of sequence writes 5 tokens
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(shapes.TOKENIZER_VOCAB).index_fill_(0, torch.tensor([eos]),
+                                                                                                  1e4))
+        output = model.generate(**prompt, max_new_tokens=5, do_sample=False)
+    assert output.shape[1] - prompt["input_ids"].shape[1] == 5
+    assert shapes.build(TINY, "float32", tmp_path, max_new_tokens=5) == directory  # built once, then read
+
+
+def test_the_guard_stops_a_process_that_crosses_its_limit_and_lets_one_under_it_finish(tmp_path):
+    grow = [sys.executable, "-c", "import time; blocks = []\nfor _ in range(40): blocks.append(bytearray(2**25)); "
+                                  "time.sleep(0.05)\ntime.sleep(1)"]  # up to 1.3 GiB in 32 MiB steps
+    stopped = guard.run_guarded(grow, limit_mib=300, log=tmp_path / "grow.log")
+    assert stopped.stopped_at_mib is not None and 300 < stopped.stopped_at_mib < 700 and stopped.exit_code == -9
+    small = guard.run_guarded([sys.executable, "-c", "x = bytearray(2**26)"], limit_mib=2000, log=tmp_path / "s.log")
+    assert small.stopped_at_mib is None and small.exit_code == 0 and 64 < small.peak_rss_mib < 2000
+
+
+def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(tmp_path, monkeypatch):
+    shape = shapes.SHAPES["SmolLM2-1.7B"]
+    terms = predict.terms(shape, "full_es_batched", "float32")
+    assert terms["stacked_candidates"] == pytest.approx(16 * terms["weights"], rel=1e-3)
+    monkeypatch.setattr(cell, "build", lambda *args, **kwargs: pytest.fail("a cell predicted not to fit was built"))
+    record = cell.run_cell("SmolLM2-1.7B", "grpo_full", "float32", tmp_path, tmp_path / "work", limit_mib=20_000)
+    assert record["status"] == "predicted not to fit" and record["predicted_peak_mib"] > 20_000
+    assert cell.unit("full_es_batched", shape, "float32", 20_000) is None  # 2 stacked copies are ~27 GiB already
+    assert cell.unit("peer_torcheggroll", shapes.SHAPES["SmolLM2-360M"], "float32", 20_000) in cell.SMALLER_UNITS
+
+
+@pytest.mark.engine  # two evotune processes on a model built from SmolLM2's whole tokenizer
+@pytest.mark.parametrize("arm", ["generation", "full_es", "peer_torcheggroll"])
+def test_a_cell_runs_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch, arm):
+    if arm == "peer_torcheggroll":
+        pytest.importorskip("torcheggroll", reason="the peer comes with the bench extra (in dev)")
+    monkeypatch.setitem(shapes.SHAPES, "Tiny", TINY)
+    record = cell.run_cell("Tiny", arm, "float32", tmp_path / "cache", tmp_path / "work", limit_mib=6000,
+                           iterations=2)
+    assert record["status"] == "ran", record
+    assert len(record["step_seconds"]) == 2 and record["seconds_per_iteration"] > 0
+    assert record["new_tokens_per_iteration"] == arms.MEMBERS * arms.PROMPTS * arms.MAX_NEW_TOKENS
+    assert 100 < record["peak_rss_mib"] < 6000
