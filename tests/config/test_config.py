@@ -145,11 +145,12 @@ def test_non_finite_numbers_are_refused_in_every_float_key(config, required, tex
 
 def test_yaml_spellings_of_numbers_are_coerced_and_wrong_types_name_the_key():
     config = load_config(None, ["sigma=2e-3", "learning_rate=1", "reward_weights=[1, 2e-1]",
-                                "reward_fns=[a:f, b:g]", "worker_num_gpus=1"])
+                                "reward_fns=[a:f, b:g]", "worker_num_gpus=1", "distributed=ray"])
     assert config.sigma == 2e-3 and isinstance(config.learning_rate, float)
     assert config.reward_weights == [1.0, 0.2] and all(isinstance(w, float) for w in config.reward_weights)
     assert config.worker_num_gpus == 1.0 and isinstance(config.worker_num_gpus, float)
-    assert TrainConfig(lora_target_modules=("q_proj",)).lora_target_modules == ["q_proj"]  # a tuple from Python
+    # a tuple from Python
+    assert TrainConfig(space="lora", lora_target_modules=("q_proj",)).lora_target_modules == ["q_proj"]
     cases = [({"population_size": 2.5}, "`population_size` is 2.5; it must be a whole number"),
              ({"antithetic": "maybe"}, "`antithetic` is 'maybe'; set it to true or false"),
              ({"seed": True}, "`seed` is True; it must be a whole number"),

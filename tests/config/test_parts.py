@@ -8,17 +8,34 @@ from typing import get_args
 import pytest
 
 from evotune.config import TrainConfig
-from evotune.config.parts import ADAPTER_SPACES, BACKEND_RULES, PART_RULES, SPACE_RULES, STRATEGY_RULES, Key
+from evotune.config.parts import (
+    ADAPTER_SPACES,
+    BACKEND_RULES,
+    DISTRIBUTED_RULES,
+    PART_RULES,
+    SPACE_RULES,
+    STRATEGY_RULES,
+    Key,
+    refusal,
+)
 from evotune.config.train import DistributedName
 from evotune.errors import ConfigError
 
-# a value that counts as set, per key that only some parts read
+# a value that counts as set (valid, and not the default), per key that only some parts read
 SET_VALUES = {"anchor_decay": 1.0, "adapter": "an/adapter", "quantization": "int4", "prefetch_candidates": True,
-              "shared_prefix": True, "compile_generation": True, "tensor_parallel_size": 2}
+              "shared_prefix": True, "compile_generation": True, "tensor_parallel_size": 2,
+              "learning_rate": 1e-3, "optimizer": "adam", "antithetic": True, "weight_decay": 0.1,
+              "fitness_shaping": "centered_rank", "noise": "rademacher", "cma_diagonal": True, "master_device": "host",
+              "perturbation_rank": 2, "lora_rank": 4, "lora_alpha": 8.0, "lora_target_modules": ["q_proj"],
+              "lora_init": "gaussian", "singular_value_fraction": 0.5, "svd_offsets": "relative",
+              "engine_core": "in_process", "gpu_memory_utilization": 0.5, "ray_address": "10.0.0.5:6379",
+              "ray_timeout": 10.0, "checksum_every": 5, "worker_num_cpus": 2.0, "worker_num_gpus": 1.0,
+              "prompt_shards": 2, "straggler_factor": 5.0}
 # the other parts of a run while one kind's part is varied: choices under which nothing else refuses the key
 OTHER_PARTS = {"strategy": {"space": "svd_lora", "backend": "hf"},
                "space": {"strategy": "openes", "backend": "hf"},
-               "backend": {"strategy": "openes", "space": "full", "optimizer": "sgd"}}
+               "backend": {"strategy": "openes", "space": "full", "optimizer": "sgd"},
+               "distributed": {"strategy": "openes", "space": "full", "backend": "hf"}}
 
 
 def test_each_kind_declares_exactly_its_registrys_parts():
@@ -30,8 +47,8 @@ def test_each_kind_declares_exactly_its_registrys_parts():
     assert set(STRATEGY_RULES) == set(STRATEGIES)
     assert set(SPACE_RULES) == set(SPACES) == set(ENGINE_SPACES)
     assert set(BACKEND_RULES) == set(BACKENDS)
-    assert set(EVALUATORS) == set(get_args(DistributedName))
-    assert set(PART_RULES) == {"strategy", "space", "backend"}  # each a TrainConfig key naming the part
+    assert set(EVALUATORS) == set(get_args(DistributedName)) == set(DISTRIBUTED_RULES)
+    assert set(PART_RULES) == {"strategy", "space", "backend", "distributed"}  # each a TrainConfig key naming the part
 
 
 def test_every_key_only_some_parts_read_has_a_set_value_here():
@@ -55,19 +72,36 @@ def test_a_key_is_refused_with_its_own_text_exactly_where_the_chosen_part_does_n
         try:
             TrainConfig(**values)
         except ConfigError as error:
-            assert str(error) != key.refusal.format(**{**vars(TrainConfig()), **values})
+            assert f"only `{kind}:" not in str(error) and (key.refusal is None or str(error) != key.refusal.format(
+                **{**vars(TrainConfig()), **values}))
         return
     with pytest.raises(ConfigError) as raised:
         TrainConfig(**values)
-    assert str(raised.value) == key.refusal.format(**{**vars(TrainConfig(**OTHER_PARTS[kind])), **values})
+    unchecked = TrainConfig(**OTHER_PARTS[kind])
+    vars(unchecked).update(values)  # the config as refused, to render the expected line
+    assert str(raised.value) == refusal(kind, key, unchecked)
     assert f"`{key.name}" in str(raised.value)  # the text names the key
+    if key.refusal is None:  # the generic line names the parts that read it and what to set
+        assert all(f"`{kind}: {reader}`" in str(raised.value) for reader in rules_readers(kind, key))
+
+
+def rules_readers(kind: str, key: Key) -> list[str]:
+    return [name for name, rules in PART_RULES[kind].items() if key in rules.reads]
+
+
+def test_an_explicit_default_is_never_refused():
+    """A shared config file may spell out a default of a key its run's parts do not read: it still loads."""
+    for registry in PART_RULES.values():
+        for key in dict.fromkeys(key for rules in registry.values() for key in rules.reads):
+            assert TrainConfig(**{key.name: getattr(TrainConfig(), key.name)})
 
 
 def test_a_parts_checks_run_only_when_it_is_chosen():
     # four singular values of a rank-4 adapter at fraction 0.2 round down to none: svd_lora's check, not lora's
     with pytest.raises(ConfigError, match="rounds down to 0"):
         TrainConfig(space="svd_lora", strategy="cma", lora_rank=4, singular_value_fraction=0.2)
-    assert TrainConfig(space="lora", strategy="cma", lora_rank=4, singular_value_fraction=0.2).space == "lora"
+    with pytest.raises(ConfigError, match="only `space: svd_lora` reads it"):  # and lora does not read the fraction
+        TrainConfig(space="lora", strategy="cma", lora_rank=4, singular_value_fraction=0.2)
     # int8 is refused by the vLLM backend's check, and runs on hf
     with pytest.raises(ConfigError, match="no in-flight form in vLLM"):
         TrainConfig(space="svd_lora", strategy="cma", backend="vllm", quantization="int8")
@@ -76,3 +110,26 @@ def test_a_parts_checks_run_only_when_it_is_chosen():
 
 def test_the_adapter_spaces_are_the_spaces_that_read_adapter():
     assert ADAPTER_SPACES == ("lora", "svd_lora")
+
+
+def test_grpo_without_a_lora_refuses_the_lora_keys_it_would_ignore():
+    from evotune.baselines.grpo import GRPORunConfig
+
+    with pytest.raises(ConfigError, match=r"^`lora_rank` is 4, but only a LoRA run reads it, and this run has "
+                                          r"`lora: false` \(all parameters\): remove `lora_rank` \(its default is 8\), "
+                                          r"or set `lora: true`\.$"):
+        GRPORunConfig(lora=False, lora_rank=4)
+    for key, value in (("lora_alpha", 32.0), ("lora_target_modules", ["q_proj"])):
+        with pytest.raises(ConfigError, match=f"`{key}` is"):
+            GRPORunConfig(lora=False, **{key: value})
+    assert GRPORunConfig(lora=False, lora_rank=8).lora is False  # the default spelled out still loads
+    assert GRPORunConfig(lora=True, lora_rank=4).lora_rank == 4
+
+
+def test_a_repeated_set_key_is_refused_and_a_miscased_key_gets_its_name():
+    from evotune.config.train import load_config
+
+    with pytest.raises(ConfigError, match=r"^--set sigma is given twice \(sigma=1e-3 and sigma=0.002\); keep the one"):
+        load_config(None, ["sigma=1e-3", "sigma=0.002"])
+    with pytest.raises(ConfigError, match="unknown key `SIGMA`; did you mean `sigma`?"):
+        load_config(None, ["SIGMA=1"])

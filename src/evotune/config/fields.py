@@ -49,7 +49,8 @@ def unknown_key_message(config: type, key: str, source: str) -> str:
     if key in TRL_NAMES and TRL_NAMES[key] in known:
         hint = f"TRL's `{key}` is `{TRL_NAMES[key]}` here."
     else:
-        close = difflib.get_close_matches(key, known, n=1)
+        lowered = {name.lower(): name for name in known}  # `SIGMA` is `sigma` mistyped, not an unknown word
+        close = [lowered[match] for match in difflib.get_close_matches(key.lower(), list(lowered), n=1)]
         hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(known)}."
     kind = f"{config.KIND} " if getattr(config, "KIND", "") else ""
     return f"{source}: unknown {kind}key `{key}`; {hint}"

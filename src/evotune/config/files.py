@@ -105,11 +105,15 @@ def load_yaml_file(path: Path) -> Any:
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """`--set key=value` pairs as a dict, each value parsed as YAML (`--set sigma=2e-3` gives a float)."""
-    out = {}
+    out, given = {}, {}
     for pair in pairs:
         if "=" not in pair:
             raise ConfigError(f"--set {pair!r} has no `=`; write --set key=value, e.g. --set sigma=2e-3.")
         key, text = pair.split("=", 1)
+        if key.strip() in given:  # the last would win silently, and the first was meant too
+            raise ConfigError(f"--set {key.strip()} is given twice ({given[key.strip()]} and {pair}); keep the one "
+                              "you mean.")
+        given[key.strip()] = pair
         try:
             out[key.strip()] = yaml.safe_load(text)
         except yaml.YAMLError as exc:

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from .checks import check_rewards
 from .fields import option, same_as
 from .files import absolutize_paths
+from .parts import FRESH_ADAPTER, default_of
 from .train import DtypeName, RunConfig, TrainConfig
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
@@ -72,6 +73,11 @@ class GRPORunConfig(RunConfig):
         if self.adapter is not None and not self.lora:
             raise ConfigError("`adapter` continues training a LoRA adapter, but `lora` is false (all parameters); "
                               "set `lora: true`, or remove `adapter`.")
+        for key in FRESH_ADAPTER if not self.lora else ():
+            if hasattr(self, key.name) and key.is_set(self):
+                raise ConfigError(f"`{key.name}` is {getattr(self, key.name)!r}, but only a LoRA run reads it, and "
+                                  f"this run has `lora: false` (all parameters): remove `{key.name}` (its default is "
+                                  f"{default_of(self, key.name)!r}), or set `lora: true`.")
         absolutize_paths(self)  # config.yaml records absolute paths: the run resumes and evaluates from anywhere
 
 

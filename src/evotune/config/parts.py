@@ -10,6 +10,7 @@ then only look the parts up.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,17 +27,26 @@ def searched_count(alpha: float, rank: int) -> int:
     return math.floor(alpha * rank + 1e-9)
 
 
+def default_of(config: Any, name: str) -> Any:
+    """A config field's default (a list's or dict's from its factory)."""
+    declared = {field.name: field for field in dataclasses.fields(config)}[name]
+    return declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
+
+
 @dataclass(frozen=True)
 class Key:
-    """A key that only some parts read. Set (its value not one of `unset`) on a run whose chosen part does not
-    read it, it is refused with `refusal`, formatted with the config's fields (`{space}`, `{backend}`, ...)."""
+    """A key that only some parts read. Set (its value neither its default nor one of `unset`: a shared config file
+    that spells a default out still loads) on a run whose chosen part does not read it, it is refused: with
+    `refusal`, formatted with the config's fields (`{space}`, `{backend}`, ...), or else with a line naming the key,
+    the parts that read it and what to set (check_parts)."""
 
     name: str
-    unset: tuple[Any, ...]
-    refusal: str
+    unset: tuple[Any, ...] = ()
+    refusal: str | None = None
 
     def is_set(self, config: Any) -> bool:
-        return getattr(config, self.name) not in self.unset
+        value = getattr(config, self.name)
+        return value not in self.unset and value != default_of(config, self.name)
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,18 @@ COMPILE_GENERATION = Key("compile_generation", (None, False), "`compile_generati
 TENSOR_PARALLEL_SIZE = Key("tensor_parallel_size", (1,), "`tensor_parallel_size` is {tensor_parallel_size}; it must "
                            "be at least 1, and above 1 it needs `backend: vllm` (the hf backend runs one model per "
                            "device).")
+# refused with check_parts' own line (the key, the parts that read it, what to set)
+FRESH_ADAPTER = tuple(Key(name) for name in ("lora_rank", "lora_alpha", "lora_target_modules", "lora_init"))
+PERTURBATION_RANK = Key("perturbation_rank")
+SVD = tuple(Key(name) for name in ("singular_value_fraction", "svd_offsets"))
+MASTER_DEVICE = Key("master_device")
+CMA_DIAGONAL = Key("cma_diagonal")
+# what OpenES's ask/tell reads; pycma draws its own Gaussian samples, ranks them itself and owns its step
+OPENES = tuple(Key(name) for name in ("learning_rate", "optimizer", "antithetic", "weight_decay", "fitness_shaping",
+                                      "noise"))
+ENGINE = tuple(Key(name) for name in ("engine_core", "gpu_memory_utilization"))
+RAY = tuple(Key(name) for name in ("ray_address", "ray_timeout", "checksum_every", "worker_num_cpus",
+                                   "worker_num_gpus", "prompt_shards", "straggler_factor"))
 
 
 # --- each part's own checks -------------------------------------------------------------------------------------
@@ -133,29 +155,48 @@ def engine_quantizes_in_four_bits(config: Any) -> None:
 
 # --- the declarations, under their registries' names ------------------------------------------------------------
 
-STRATEGY_RULES = {"openes": PartRules(reads=(ANCHOR_DECAY,)),
-                  "cma": PartRules(checks=(cma_searches_a_small_vector,))}
-SPACE_RULES = {"full": PartRules(reads=(PREFETCH_CANDIDATES,), checks=(full_batches_only_on_hf,)),
-               "lowrank": PartRules(checks=(lowrank_on_one_rank,)),
-               "lora": PartRules(reads=(ADAPTER, QUANTIZATION)),
-               "svd_lora": PartRules(reads=(ADAPTER, QUANTIZATION), checks=(svd_lora_searches_something,))}
+STRATEGY_RULES = {"openes": PartRules(reads=(ANCHOR_DECAY, *OPENES)),
+                  "cma": PartRules(reads=(CMA_DIAGONAL,), checks=(cma_searches_a_small_vector,))}
+SPACE_RULES = {"full": PartRules(reads=(PREFETCH_CANDIDATES, MASTER_DEVICE), checks=(full_batches_only_on_hf,)),
+               "lowrank": PartRules(reads=(PERTURBATION_RANK, MASTER_DEVICE), checks=(lowrank_on_one_rank,)),
+               "lora": PartRules(reads=(ADAPTER, QUANTIZATION, *FRESH_ADAPTER)),
+               "svd_lora": PartRules(reads=(ADAPTER, QUANTIZATION, *FRESH_ADAPTER, *SVD),
+                                     checks=(svd_lora_searches_something,))}
 BACKEND_RULES = {"hf": PartRules(reads=(PREFETCH_CANDIDATES, SHARED_PREFIX, COMPILE_GENERATION),
                                  checks=(compiled_decoding_is_plain,)),
-                 "vllm": PartRules(reads=(TENSOR_PARALLEL_SIZE,),
+                 "vllm": PartRules(reads=(TENSOR_PARALLEL_SIZE, *ENGINE),
                                    checks=(engine_updates_are_stateless, engine_quantizes_in_four_bits))}
-PART_RULES = {"strategy": STRATEGY_RULES, "space": SPACE_RULES, "backend": BACKEND_RULES}
+DISTRIBUTED_RULES = {"local": PartRules(), "ray": PartRules(reads=RAY)}
+PART_RULES = {"strategy": STRATEGY_RULES, "space": SPACE_RULES, "backend": BACKEND_RULES,
+              "distributed": DISTRIBUTED_RULES}
 
 # the spaces that evolve a PEFT LoRA adapter over a frozen base: those that read `adapter`
 ADAPTER_SPACES = tuple(name for name, rules in SPACE_RULES.items() if ADAPTER in rules.reads)
 
 
+def readers(kind: str, key: Key) -> list[str]:
+    """The parts of a kind that read a key, in their registry's order."""
+    return [name for name, rules in PART_RULES[kind].items() if key in rules.reads]
+
+
+def refusal(kind: str, key: Key, config: Any) -> str:
+    """The line that refuses `key` set on a run whose `kind` does not read it."""
+    if key.refusal is not None:
+        return key.refusal.format(**vars(config))
+    names = readers(kind, key)
+    parts = " and ".join(f"`{kind}: {name}`" for name in names)
+    return (f"`{key.name}` is {getattr(config, key.name)!r}, but only {parts} read{'s' if len(names) == 1 else ''} "
+            f"it, and this run has `{kind}: {getattr(config, kind)}`: remove `{key.name}` (its default is "
+            f"{default_of(config, key.name)!r}), or set `{kind}: {names[0]}`.")
+
+
 def check_parts(config: Any) -> None:
-    """For the run's strategy, space and backend in turn: a key that other parts read but the chosen one does not,
-    when set, is refused with its own text; then the chosen part's checks run."""
+    """For the run's strategy, space, backend and distributed mode in turn: a key that other parts read but the
+    chosen one does not, when set, is refused with its own text; then the chosen part's checks run."""
     for kind, registry in PART_RULES.items():
         chosen = registry[getattr(config, kind)]
         for key in dict.fromkeys(key for rules in registry.values() for key in rules.reads):
             if key not in chosen.reads and key.is_set(config):
-                raise ConfigError(key.refusal.format(**vars(config)))
+                raise ConfigError(refusal(kind, key, config))
         for check in chosen.checks:
             check(config)
