@@ -75,6 +75,16 @@ def first_in_ci(values) -> list:
     return [values[0], *(pytest.param(value, marks=pytest.mark.slow) for value in values[1:])]
 
 
+def read_by_parts(defaults: dict, overrides: dict, config_class: type | None = None) -> dict:
+    """A helper's default keys, less those the parts its overrides choose do not read (a config refuses such keys:
+    config/parts.py), then the overrides themselves, kept as given (a test may set an unread key on purpose)."""
+    from evotune.config import TrainConfig
+    from evotune.config.parts import without_unread_keys
+
+    kept = without_unread_keys({**defaults, **overrides}, config_class or TrainConfig)
+    return {**{key: kept[key] for key in defaults if kept[key] == defaults[key]}, **overrides}
+
+
 def tiny_config(model_dir: str, **overrides):
     """A TrainConfig for the tiny model: 4 iterations of 4 members, evaluation and checkpoints every 2."""
     from evotune.config import TrainConfig
@@ -82,8 +92,7 @@ def tiny_config(model_dir: str, **overrides):
     values = dict(model=model_dir, task="conciseness", population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=4, batch_size=4, max_new_tokens=6, num_eval=4, eval_every=2,
                   checkpoint_every=2, dtype="float32", report_to=["tensorboard"], eval_max_new_tokens=TINY_EVAL_BUDGET)
-    values.update(overrides)
-    return TrainConfig(**values)
+    return TrainConfig(**read_by_parts(values, overrides))
 
 
 def essa_config(model_dir: str, **overrides):
@@ -94,8 +103,7 @@ def essa_config(model_dir: str, **overrides):
                   sigma=0.5, lora_rank=4, lora_init="gaussian", iterations=4, batch_size=4, max_new_tokens=6,
                   num_eval=4, eval_every=2, checkpoint_every=2, dtype="float32", report_to=[],
                   eval_max_new_tokens=TINY_EVAL_BUDGET)
-    values.update(overrides)
-    return TrainConfig(**values)
+    return TrainConfig(**read_by_parts(values, overrides))
 
 
 def run_config(tmp_path: Path, model_dir: str) -> str:

@@ -10,6 +10,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from helpers import read_by_parts
 
 from evotune.backends import HFBackend
 from evotune.backends.vllm import adapter_rank
@@ -39,8 +40,7 @@ from evotune.strategies import CMAES, OpenES
 def config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, task="conciseness", population_size=4, sigma=0.05, learning_rate=0.05,
                   iterations=1, batch_size=2, max_new_tokens=4, num_eval=2, dtype="float32", report_to=[])
-    values.update(overrides)
-    return TrainConfig(**values)
+    return TrainConfig(**read_by_parts(values, overrides))
 
 
 def test_parameter_shapes_and_linear_weights_come_from_the_config_alone(tiny_model_dir):
@@ -63,8 +63,9 @@ def test_parameter_shapes_and_linear_weights_come_from_the_config_alone(tiny_mod
 def test_build_space_gives_the_configured_space_and_optimizer(tiny_model_dir, space, kind, optimizer):
     backend = HFBackend.load(tiny_model_dir, "float32", "cpu")
     plain = backend.model
-    built = build_space(config(tiny_model_dir, space=space, optimizer=optimizer, learning_rate=0.25,
-                               singular_value_fraction=0.5, perturbation_rank=2), backend)
+    reads = {"lowrank": {"perturbation_rank": 2}, "svd_lora": {"singular_value_fraction": 0.5}}.get(space, {})
+    built = build_space(config(tiny_model_dir, space=space, optimizer=optimizer, learning_rate=0.25, **reads),
+                        backend)
     assert type(built) is kind
     assert isinstance(built.optimizer, Adam if optimizer == "adam" else SGD)
     assert built.optimizer.learning_rate == 0.25
@@ -143,7 +144,7 @@ def test_on_hf_backend_keeps_the_run_and_drops_the_engine_and_pool(tiny_model_di
 
 
 def test_gpus_per_replica_and_no_reservation_without_ray(tiny_model_dir):
-    assert replica_num_gpus(config(tiny_model_dir, worker_num_gpus=0.5)) == 0.5
+    assert replica_num_gpus(config(tiny_model_dir, distributed="ray", worker_num_gpus=0.5)) == 0.5
     assert replica_num_gpus(config(tiny_model_dir, device="cpu")) == 0.0
     if not torch.cuda.is_available():
         assert replica_num_gpus(config(tiny_model_dir, backend="vllm", optimizer="sgd", tensor_parallel_size=2)) == 0.0

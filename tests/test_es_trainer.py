@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import yaml
-from helpers import TINY_EVAL_BUDGET, requires_trl
+from helpers import TINY_EVAL_BUDGET, read_by_parts, requires_trl
 
 from evotune.cli.main import main
 from evotune.errors import ConfigError
@@ -34,8 +34,7 @@ def es_args(tmp_path, **overrides) -> ESConfig:
     values = dict(output_dir=str(tmp_path / "es"), population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=2, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=1,
                   dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
-    values.update(overrides)
-    return ESConfig(**values)
+    return ESConfig(**read_by_parts(values, overrides, ESConfig))
 
 
 @requires_trl

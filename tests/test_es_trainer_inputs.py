@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import read_by_parts
 
 from evotune.callbacks import ESCallback
 from evotune.config import TrainConfig
@@ -29,8 +30,7 @@ def es_args(tmp_path, **overrides) -> ESConfig:
     values = dict(output_dir=str(tmp_path / "es"), population_size=4, antithetic=True, sigma=0.05,
                   learning_rate=0.05, iterations=1, batch_size=2, max_new_tokens=4, num_eval=2, eval_every=1,
                   dtype="float32", report_to=[])
-    values.update(overrides)
-    return ESConfig(**values)
+    return ESConfig(**read_by_parts(values, overrides, ESConfig))
 
 
 def rows() -> list[dict]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .backends.base import Backend
 from .config.checks import resolve_device
+from .config.parts import without_unread_keys
 from .config.train import TrainConfig
 from .distributed.base import Evaluator, Replica
 from .optimizers import make_optimizer
@@ -73,8 +74,8 @@ def build_space(config: TrainConfig, backend: Backend) -> Space:
 def on_hf_backend(config: TrainConfig) -> TrainConfig:
     """The same run's config on the hf backend in this process: what rebuilds its space from a checkpoint (HF
     tensors whatever the backend that wrote them) for `evotune eval`, or replays its updates (`evotune doctor`)."""
-    return TrainConfig.from_dict({**config.to_dict(), "backend": "hf", "tensor_parallel_size": 1,
-                                  "distributed": "local", "workers": 1, "worker_num_gpus": None})
+    values = {**config.to_dict(), "backend": "hf", "distributed": "local", "workers": 1}
+    return TrainConfig.from_dict(without_unread_keys(values, TrainConfig))  # vLLM's and Ray's keys back to defaults
 
 
 def load_backend(config: TrainConfig, device: str) -> Backend:

@@ -190,6 +190,20 @@ def refusal(kind: str, key: Key, config: Any) -> str:
             f"{default_of(config, key.name)!r}), or set `{kind}: {names[0]}`.")
 
 
+def without_unread_keys(values: dict[str, Any], config_class: type) -> dict[str, Any]:
+    """`values` with every key the chosen parts do not read back at its default: a config moved to other parts (a
+    run replayed on the hf backend in one process) keeps only what they read, as check_parts requires."""
+    defaults = {field.name: field.default_factory() if field.default is dataclasses.MISSING else field.default
+                for field in dataclasses.fields(config_class)}
+    cleaned = dict(values)
+    for kind, registry in PART_RULES.items():
+        chosen = registry[cleaned.get(kind, defaults[kind])]
+        for key in dict.fromkeys(key for rules in registry.values() for key in rules.reads):
+            if key not in chosen.reads:
+                cleaned[key.name] = defaults[key.name]
+    return cleaned
+
+
 def check_parts(config: Any) -> None:
     """For the run's strategy, space, backend and distributed mode in turn: a key that other parts read but the
     chosen one does not, when set, is refused with its own text; then the chosen part's checks run."""
