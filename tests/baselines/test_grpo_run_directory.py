@@ -37,8 +37,9 @@ TINY = ["task=conciseness", "batch_size=2", "num_generations=2", "max_new_tokens
 
 
 def grpo_args(run: Path, model: str, iterations: int, *extra: str) -> list[str]:
-    sets = [f"model={model}", f"iterations={iterations}", *TINY, *extra]
-    return ["grpo", "--output-dir", str(run), *[part for key in sets for part in ("--set", key)]]
+    # an extra setting replaces TINY's of the same key (a key given twice to --set is refused)
+    sets = {pair.split("=", 1)[0]: pair for pair in [f"model={model}", f"iterations={iterations}", *TINY, *extra]}
+    return ["grpo", "--output-dir", str(run), *[part for key in sets.values() for part in ("--set", key)]]
 
 
 def fingerprint(run: Path) -> dict[str, str]:
@@ -241,7 +242,8 @@ def test_a_finished_grpo_sweep_point_rerun_with_other_settings_is_refused(tiny_m
     assert main(sweep) == 0
     capsys.readouterr()
     before = fingerprint(tmp_path / "sweep")
-    assert main([*sweep, "--set", "temperature=0.5"]) == 2
+    assert "temperature=1.0" in sweep
+    assert main([part.replace("temperature=1.0", "temperature=0.5") for part in sweep]) == 2
     captured = capsys.readouterr()
     assert "skipped (done)" not in captured.out
     assert "`temperature` 1.0 -> 0.5" in " ".join(captured.err.split())
