@@ -58,12 +58,11 @@ def step_matched_note(results: Path, found: list[Arm]) -> str:
         return ""
     study = " / ".join(machine(results)["cpu"])
     each = "; ".join(f"{label} seed {run.seed}: {run.step_matched['steps']} steps, the median of "
-                     f"{', '.join(map(str, run.step_matched['median_of']))}, in "
-                     f"{run.data['training']['training_seconds']:.0f} s" for label, run in matched)
+                     f"{', '.join(map(str, run.step_matched['median_of']))}" for label, run in matched)
     return (f"{STEP_MATCHED_MARK} step-matched on {' / '.join(sorted({run.cpu for _, run in matched}))}: the run took "
             f"the median steps of its arm's seeds on the study's {study} (equal work) instead of their equal time "
-            f"({each}). Its accuracy at equal steps does not hang on the CPU; its seconds do, and no time is compared "
-            "on them.")
+            f"({each}). Its accuracy at equal steps does not hang on the CPU; its seconds do, so none is quoted or "
+            "compared.")
 
 
 def seeds_text(found: Arm) -> str:
