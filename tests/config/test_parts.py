@@ -133,3 +133,26 @@ def test_a_repeated_set_key_is_refused_and_a_miscased_key_gets_its_name():
         load_config(None, ["sigma=1e-3", "sigma=0.002"])
     with pytest.raises(ConfigError, match="unknown key `SIGMA`; did you mean `sigma`?"):
         load_config(None, ["SIGMA=1"])
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"num_eval": 0}, r"^`num_eval` is 0; give at least 1 held-out prompt, or null for the task's default\.$"),
+    ({"seed": -1}, r"^`seed` is -1; give a whole number from 0 to 4294967295\.$"),
+    ({"seed": 2**32}, r"^`seed` is 4294967296; give a whole number"),
+    ({"parameters": ["("]}, r"^`parameters` holds '\(', which is not a regular expression \(missing \)"),
+    ({"exclude_parameters": ["q_proj", "[a-"]}, r"^`exclude_parameters` holds '\[a-', which is not a regular"),
+    ({"log_samples": -1}, r"^`log_samples` is -1; use 0 to turn it off"),
+    ({"distributed": "ray", "ray_timeout": 1e300}, r"^`ray_timeout` is 1e\+300; give the seconds .* to 86400"),
+])
+def test_values_every_command_would_fail_on_later_are_refused_up_front(values, message):
+    """Each of these reached a traceback or a misleading error deep in a run (a reward blamed for an empty batch,
+    accelerate's seed check, re.error, a timestamp overflow); each now stops the config with one line."""
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config.sft import SFTConfig
+
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**values)
+    shared = {key: value for key, value in values.items() if key in ("num_eval", "seed")}
+    for config_class in (GRPORunConfig, SFTConfig) if shared else ():  # the same line from grpo and sft
+        with pytest.raises(ConfigError, match=message):
+            config_class(**shared)

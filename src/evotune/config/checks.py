@@ -108,9 +108,21 @@ def check_rewards(config: RewardKeys) -> None:
     if config.max_training_seconds < 0:
         raise ConfigError(f"`max_training_seconds` is {config.max_training_seconds}; set a positive number of seconds, "
                           "or 0 for no limit.")
-    for key in ("eval_every", "checkpoint_every"):
-        if getattr(config, key) < 0:
+    for key in ("eval_every", "checkpoint_every", "log_samples"):
+        if getattr(config, key, 0) < 0:
             raise ConfigError(f"`{key}` is {getattr(config, key)}; use 0 to turn it off, or a positive number.")
+
+
+def check_regexes(key: str, patterns: list[str]) -> None:
+    """Each of a key's regexes compiles; a broken one is named with Python's reason."""
+    import re
+
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ConfigError(f"`{key}` holds {pattern!r}, which is not a regular expression ({error}); escape "
+                              f"special characters (e.g. `\\(`), or give plain parameter-name fragments.") from None
 
 
 def check_population_batch_size(value: Any, space: str) -> None:

@@ -23,6 +23,7 @@ from .checks import (
     check_int4_keys,
     check_population_batch_size,
     check_ray_address,
+    check_regexes,
     check_retention,
     check_rewards,
 )
@@ -121,9 +122,13 @@ class RunConfig(ConfigMixin):
             raise ConfigError(f"`eval_max_new_tokens` {self.eval_max_new_tokens} is below `max_new_tokens` "
                               f"{self.max_new_tokens}: the evaluation would cut answers that training generates "
                               "whole. Raise it to at least `max_new_tokens`, or leave it null (the task's budget).")
-        if self.num_eval is not None and self.num_eval < 0:
-            raise ConfigError(f"`num_eval` is {self.num_eval}; use a count of prompts, or null for the task's "
-                              "default.")
+        if self.num_eval is not None and self.num_eval < 1:  # 0 would reach the reward as an empty batch
+            raise ConfigError(f"`num_eval` is {self.num_eval}; give at least 1 held-out prompt, or null for the "
+                              "task's default.")
+        if not 0 <= self.seed < 2**32:  # numpy's and accelerate's range, so every command takes the same seeds
+            raise ConfigError(f"`seed` is {self.seed}; give a whole number from 0 to {2**32 - 1}.")
+        for key in ("parameters", "exclude_parameters"):
+            check_regexes(key, getattr(self, key, []))
 
 
 @dataclass
@@ -336,8 +341,9 @@ class TrainConfig(RunConfig):
             raise ConfigError(f"`workers` is {self.workers}; more than one replica runs on Ray: set `distributed: "
                               "ray` (pip install 'evotune[ray]'), or `workers: 1`.")
         check_ray_address(self.ray_address)
-        if not self.ray_timeout > 0:
-            raise ConfigError(f"`ray_timeout` is {self.ray_timeout}; give the seconds to wait for a cluster, e.g. 30.")
+        if not 0 < self.ray_timeout <= MAX_RAY_TIMEOUT:  # ten times it must still be a date Python can hold
+            raise ConfigError(f"`ray_timeout` is {self.ray_timeout}; give the seconds to wait for a cluster, from "
+                              f"above 0 to {MAX_RAY_TIMEOUT:g} (a day), e.g. 30.")
         if self.distributed == "ray" and self.population_batch_size:
             raise ConfigError("`population_batch_size` batches candidates inside one process; with `distributed: "
                               "ray` each replica evaluates one candidate at a time. Remove one of the two.")
@@ -353,6 +359,9 @@ class TrainConfig(RunConfig):
         if not (self.straggler_factor == 0 or self.straggler_factor > 1):
             raise ConfigError(f"`straggler_factor` is {self.straggler_factor}; give a factor above 1 (a unit is sent "
                               "again after that many median unit times), or 0 for no re-sends.")
+
+
+MAX_RAY_TIMEOUT = 86400.0
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None,
