@@ -25,6 +25,24 @@ def test_a_malformed_address_is_refused_before_anything_starts(address):
         check_ray_address(address)
 
 
+@requires_ray
+def test_an_address_from_the_environment_or_a_sweep_gets_the_same_check(monkeypatch):
+    """$RAY_ADDRESS and `sweep --ray-address` reach Ray through connect(), which checks the form as the config does,
+    naming where the address came from, before Ray is started (a garbage address was an int() traceback)."""
+    import ray
+
+    from evotune.distributed.ray.connection import connect
+
+    assert not ray.is_initialized()
+    monkeypatch.setenv("RAY_ADDRESS", "garbage")
+    with pytest.raises(ConfigError, match=r"^\$RAY_ADDRESS is 'garbage', which is not a cluster address"):
+        connect(None)
+    monkeypatch.delenv("RAY_ADDRESS")
+    with pytest.raises(ConfigError, match=r"^`ray_address` is 'host:', which is not a cluster address"):
+        connect("host:")  # what sweep --ray-address passes
+    assert not ray.is_initialized()
+
+
 @pytest.mark.parametrize("address", [None, "auto", "10.0.0.5:6379", "ray://head.example:10001", "[::1]:6379",
                                      "localhost:1"])
 def test_well_formed_addresses_pass(address):

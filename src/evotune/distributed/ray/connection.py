@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...config.checks import check_ray_address
 from ...errors import ConfigError
 from ...import_utils import is_ray_available
 
@@ -37,6 +38,10 @@ def connect(address: str | None, timeout: float = 30.0) -> Any:
         ray.init(address="local", include_dashboard=False, logging_level="ERROR", num_cpus=machine_cpus())
         return ray
     source = "`ray_address`" if address != os.environ.get("RAY_ADDRESS") else "$RAY_ADDRESS"
+    try:  # every route to an address (the config, $RAY_ADDRESS, sweep --ray-address) passes the config's check
+        check_ray_address(address)
+    except ConfigError as error:
+        raise ConfigError(str(error).replace("`ray_address`", source, 1)) from None
     if address != "auto":
         _probe(address, source, timeout)
     _init_bounded(ray, address, source, timeout)
