@@ -20,7 +20,7 @@ from ..files.checkpoint import find_checkpoint
 from ..import_utils import startup_imports
 from ..runs.compare import compare_runs
 from ..runs.compare_output import format_markdown
-from ..runs.directory import read_run_config
+from ..runs.directory import check_writable, read_run_config
 from ..runs.loading import eval_quantization, load_for_eval
 from ..runs.sweep_grid import parse_grid
 from ..tasks import get_task
@@ -180,12 +180,14 @@ def _require_output_dir(args: argparse.Namespace) -> str:
     if not args.output_dir or not args.output_dir.strip():
         raise ConfigError(f"`evotune {args.subcommand}` needs --output-dir DIR: the directory it writes its results "
                           "to.")
+    check_writable(args.output_dir)  # read-only, under a file, a full disk: one line before any work (train's check)
     return args.output_dir
 
 
 def _export(args: argparse.Namespace) -> int:
     from ..runs.export import export_model  # here, not at the top: `evotune --help` needs no torch
 
+    check_writable(args.output_dir)
     print(json.dumps(export_model(args.model, args.output_dir, args.merge, args.dtype, args.overwrite,
                                   args.average_last), indent=2))
     return 0
@@ -268,6 +270,7 @@ def _doctor(args: argparse.Namespace) -> int:
         if work.is_dir() and any(work.iterdir()):
             raise ConfigError(f"--work-dir {work} is not empty; doctor writes its runs there and would mix them with "
                               "what it holds. Give a new or empty directory.")
+        check_writable(work)
     report = run_doctor(args.engine_core, args.work_dir, progress, args.checks)
     from ..doctor import Check
 

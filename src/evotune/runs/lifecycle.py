@@ -159,8 +159,13 @@ def check_writable(output_dir: str | Path) -> None:
     made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=output_dir, prefix=".evotune-write-check-"):
-            pass
+        handle, probe = tempfile.mkstemp(dir=output_dir, prefix=".evotune-write-check-")
+        try:  # one block, unbuffered: an empty file is created even on a full disk, and a buffer would fail at close
+            os.write(handle, b"\0" * 4096)
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+            os.unlink(probe)
     except OSError as exc:
         raise OutputError(f"output directory {output_dir} cannot be written ({exc.strerror or exc}); choose a "
                           "directory on a writable file system.") from exc
