@@ -94,13 +94,21 @@ def cut_text(found: Arm) -> str:
             else "")
 
 
+def ifeval_prompts() -> int:
+    """How many IFEval prompts the retention measurement scored: RETENTION_NUM_EVAL, or fewer where the built-in set
+    is smaller (it holds 24)."""
+    from evotune.tasks import get_task
+
+    return len(get_task("ifeval", seed=0, num_eval=RETENTION_NUM_EVAL).eval_rows)
+
+
 def task_table(task: str, results: Path = STUDY) -> str:
     """One task's table: every arm's held-out accuracy (mean, std, per-seed 95% intervals), its gain over the
     start, the steps made in the equal training time, the training process's peak memory, and the KL to the start
     on other tasks' prompts."""
     lines = ["", "", "| method | seeds | held-out accuracy, mean (std) | per seed, 95% interval | gain over the start, "
              "per seed | steps in the time | peak RSS (ESSA: its SFT's if higher) | KL to the start (conciseness / "
-             f"IFEval) | IFEval prompt-level strict (n = {RETENTION_NUM_EVAL}) |", "|---" * 9 + "|"]
+             f"IFEval) | IFEval prompt-level strict (n = {ifeval_prompts()}) |", "|---" * 9 + "|"]
     lines += _start_rows(task, results) + _sft_alone_rows(task, results)
     for found in arms(results, task):
         if not found.runs:
