@@ -76,13 +76,12 @@ def first_in_ci(values) -> list:
 
 
 def read_by_parts(defaults: dict, overrides: dict, config_class: type | None = None) -> dict:
-    """A helper's default keys, less those the parts its overrides choose do not read (a config refuses such keys:
-    config/parts.py), then the overrides themselves, kept as given (a test may set an unread key on purpose)."""
+    """A helper's default keys for the parts its overrides choose (config/parts.base_for_parts: a config refuses keys
+    its parts ignore), then the overrides as given (a test may set an unread key on purpose)."""
     from evotune.config import TrainConfig
-    from evotune.config.parts import without_unread_keys
+    from evotune.config.parts import base_for_parts
 
-    kept = without_unread_keys({**defaults, **overrides}, config_class or TrainConfig)
-    return {**{key: kept[key] for key in defaults if kept[key] == defaults[key]}, **overrides}
+    return base_for_parts(defaults, overrides, config_class or TrainConfig)
 
 
 def tiny_config(model_dir: str, **overrides):

@@ -153,7 +153,7 @@ def speed_probe() -> dict[str, Any]:
     if not source:
         raise RuntimeError(f"{PROBE_SOURCE} is not set: run jobs through bench.method_matrix.run (--probe-src)")
     code = ("import json; from evotune.doctor import speed_probe; "
-            f"print(json.dumps(speed_probe(dtype={DTYPE!r})))")
+            f"print(json.dumps(speed_probe(model={MODEL!r}, dtype={DTYPE!r})))")
     environment = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
                    "PYTHONPATH": source}
     done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)

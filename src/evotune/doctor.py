@@ -30,6 +30,7 @@ import torch
 
 from .builders import build_space, build_task, load_backend, on_hf_backend
 from .config.checks import resolve_device
+from .config.parts import base_for_parts
 from .config.train import QUICKSTART, TrainConfig
 from .import_utils import is_ray_available
 from .spaces.base import differing_tensors
@@ -95,7 +96,7 @@ def train(model_dir: str, directory: Path, **overrides: Any) -> Outcome:
     """A short run of the configured path; its engine (if any) is shut down afterwards."""
     from .trainer import Trainer
 
-    config = TrainConfig(model=model_dir, **{**RUN, **overrides})
+    config = TrainConfig(model=model_dir, **base_for_parts(RUN, overrides, TrainConfig))
     trainer = Trainer(config, directory)
     try:
         trainer.train()

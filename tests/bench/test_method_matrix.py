@@ -99,10 +99,12 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     import sys
 
     from bench.method_matrix import arms as arms_module
+    from bench.method_matrix.job import PROBE_SOURCE
 
     results, runs = tmp_path / "results", tmp_path / "runs"
     environment = {**os.environ, "METHOD_MATRIX_MODEL": tiny_model_dir, "METHOD_MATRIX_SECONDS": "2",
-                   "METHOD_MATRIX_HELDOUT": "16", "OMP_NUM_THREADS": "1"}
+                   "METHOD_MATRIX_HELDOUT": "16", "OMP_NUM_THREADS": "1",
+                   PROBE_SOURCE: str(run.ROOT / "src")}  # the probe from this checkout
 
     def run_job(job: dict) -> subprocess.CompletedProcess:  # in its own process, as the runner starts it
         return subprocess.run([sys.executable, "-m", "bench.method_matrix.job", json.dumps(job), "--results",
@@ -117,13 +119,24 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     wanted = ["warm_start/countdown/sft_seed0.json", "main/countdown/full_es/seed0.json",
               "main/countdown/es_lora/seed0.json", "warm_start/arithmetic/sft_seed0.json",
               "main/arithmetic/essa/seed0.json", "main/arithmetic/grpo_full/seed0.json", "base/arithmetic.json",
-              "memory/grpo_lora_accumulation4.json"]
+              "memory/grpo_lora_accumulation4.json", "sft_alone/arithmetic/seed0.json",
+              "warm_start/countdown/sft_seed1.json", "main/countdown/es_lora/seed1.json"]
+    # seed 1 as another machine type runs it: the steps of the arm's seed 0 (run.py --step-matched)
+    plan["main/countdown/es_lora/seed1.json"]["step_matched"] = {"steps": 2, "median_of": [2],
+                                                                "files": ["main/countdown/es_lora/seed0.json"]}
     for path in wanted:
         job = {key: value for key, value in plan[path].items() if key != "needs"}
         done = run_job(job)
         assert done.returncode == 0, (path, done.stdout[-2000:], done.stderr[-4000:])
         result = json.loads((results / path).read_text())
         assert result["machine"]["threads"] == 1
+    matched = json.loads((results / "main/countdown/es_lora/seed1.json").read_text())
+    assert matched["training"]["steps"] == 2 and matched["training"]["step_matched"]["steps"] == 2
+    assert matched["training"]["keys"]["iterations"] == 2 and matched["training"]["keys"]["max_training_seconds"] == 0
+    assert matched["speed_probe"]["threads"] == 1 and matched["speed_probe"]["dtype"] == arms_module.DTYPE
+    assert matched["speed_probe"]["probe_s"] > 0 and len(matched["speed_probe"]["evotune_commit"]) == 40
+    alone = json.loads((results / "sft_alone/arithmetic/seed0.json").read_text())
+    assert alone["heldout"]["n"] == 16 and "retain/ifeval/kl" in alone["heldout"]["retention"]  # scored as an arm
     countdown = json.loads((results / "main/countdown/es_lora/seed0.json").read_text())
     assert countdown["training"]["keys"]["adapter"].endswith("sft_seed0/adapter")  # from the warm start
     budgets = {str(budget) for budget in measure.BUDGETS}

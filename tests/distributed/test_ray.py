@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_EVAL_BUDGET, assert_same, requires_ray, state
+from helpers import TINY_EVAL_BUDGET, assert_same, read_by_parts, requires_ray, state
 
 from evotune.config import TrainConfig
 from evotune.errors import ConfigError, EvotuneError
@@ -20,8 +20,7 @@ def config(model_dir: str, **overrides) -> TrainConfig:
     values = dict(model=model_dir, task="conciseness", population_size=6, antithetic=True, sigma=0.05,
                   learning_rate=0.05, optimizer="adam", iterations=2, batch_size=3, max_new_tokens=5, num_eval=3,
                   eval_every=0, checkpoint_every=1, dtype="float32", report_to=[], eval_max_new_tokens=TINY_EVAL_BUDGET)
-    values.update(overrides)
-    return TrainConfig(**values)
+    return TrainConfig(**read_by_parts(values, overrides))
 
 
 # The pools of the tests below: 2 actors, and no re-sent units (a unit sent again to a free worker when a loaded

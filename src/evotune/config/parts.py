@@ -204,6 +204,14 @@ def without_unread_keys(values: dict[str, Any], config_class: type) -> dict[str,
     return cleaned
 
 
+def base_for_parts(base: dict[str, Any], overrides: dict[str, Any], config_class: type) -> dict[str, Any]:
+    """A base set of keys (a preset, the doctor's short run) for the parts `overrides` choose: each base key that the
+    chosen parts do not read is dropped, then the overrides apply as given (a key set there on purpose is kept, and
+    refused if the parts ignore it)."""
+    kept = without_unread_keys({**base, **overrides}, config_class)
+    return {**{key: value for key, value in base.items() if kept[key] == value}, **overrides}
+
+
 def check_parts(config: Any) -> None:
     """For the run's strategy, space, backend and distributed mode in turn: a key that other parts read but the
     chosen one does not, when set, is refused with its own text; then the chosen part's checks run."""
