@@ -277,6 +277,15 @@ def test_raising_reward_fn_names_function_and_prompt():
     assert isinstance(info.value.__cause__, KeyError)
 
 
+def test_a_reward_that_calls_sys_exit_is_reported_as_the_rewards_error():
+    """sys.exit() inside a reward ended the run with that code and no message; it is the reward's error instead."""
+    def exiting_reward(prompts, completions, **kwargs):
+        raise SystemExit(3)
+
+    with pytest.raises(RewardFunctionError, match=r"exiting_reward raised SystemExit: 3 .*unladen swallow"):
+        Task("t", [], [], [exiting_reward], [1.0]).rewards(_rows(), ["x"])
+
+
 @pytest.mark.parametrize("returned, pattern", [
     ([float("nan")], "nan.*index 0.*unladen swallow"),
     ([float("inf")], "inf.*index 0"),

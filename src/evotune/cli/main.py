@@ -146,7 +146,7 @@ def _eval(args: argparse.Namespace) -> int:
         if path:
             _prepare_output_file(flag, Path(path))
     task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
-                    eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg))
+                    eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg, "--task-arg", "digits=3"))
     reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in args.model else []
     models = args.model + reference  # the reference is a row of the table too (KL 0)
     results = evaluate_models(models, task, options, load_for_eval, eval_quantization)

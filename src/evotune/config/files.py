@@ -103,21 +103,22 @@ def load_yaml_file(path: Path) -> Any:
     return loaded
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """`--set key=value` pairs as a dict, each value parsed as YAML (`--set sigma=2e-3` gives a float)."""
+def parse_overrides(pairs: list[str], flag: str = "--set", example: str = "sigma=2e-3") -> dict[str, Any]:
+    """`--set key=value` pairs (or another flag's: `evotune eval --task-arg`) as a dict, each value parsed as YAML
+    (`--set sigma=2e-3` gives a float)."""
     out, given = {}, {}
     for pair in pairs:
         if "=" not in pair:
-            raise ConfigError(f"--set {pair!r} has no `=`; write --set key=value, e.g. --set sigma=2e-3.")
+            raise ConfigError(f"{flag} {pair!r} has no `=`; write {flag} key=value, e.g. {flag} {example}.")
         key, text = pair.split("=", 1)
         if key.strip() in given:  # the last would win silently, and the first was meant too
-            raise ConfigError(f"--set {key.strip()} is given twice ({given[key.strip()]} and {pair}); keep the one "
+            raise ConfigError(f"{flag} {key.strip()} is given twice ({given[key.strip()]} and {pair}); keep the one "
                               "you mean.")
         given[key.strip()] = pair
         try:
             out[key.strip()] = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {pair!r}: the value is not valid YAML ({exc}).") from exc
+            raise ConfigError(f"{flag} {pair!r}: the value is not valid YAML ({exc}).") from exc
     return out
 
 

@@ -84,7 +84,7 @@ def call_reward_fn(fn: RewardFn, rows: list[dict], completions: list[str]) -> li
     name = function_name(fn)
     try:
         values = fn(prompts=prompts, completions=_trl_completions(prompts, completions), **columns)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a reward's sys.exit() is its bug too, not the run's exit code
         first = _preview(prompts[0]) if prompts else "(empty batch)"
         raise RewardFunctionError(
             f"Reward function {name} raised {type(exc).__name__}: {exc} (batch of {len(rows)}; first prompt: "
