@@ -60,33 +60,47 @@ def test_metrics_logger_writes_null_for_nan_and_infinity(tmp_path):
     assert read_metrics(tmp_path / "metrics.jsonl")[0]["reward_mean"] is None
 
 
-def test_resume_drops_a_torn_last_line_and_rewrites_legacy_nan(tmp_path):
+def test_resume_drops_a_torn_last_line_and_rewrites_legacy_nan(tmp_path, capsys):
     from evotune.tracking.tracker import MetricsLogger
 
     path = tmp_path / "metrics.jsonl"
     write_metrics(path, [{"iteration": 0, "eval/reward": float("nan")}, {"iteration": 1}, {"iteration": 2}],
                   tail='{"iteration": 3, "rew')
-    with pytest.warns(UserWarning, match=r"metrics.jsonl, line 4: dropped a torn last record"):
-        MetricsLogger(tmp_path, [], resume_iteration=1)
+    MetricsLogger(tmp_path, [], resume_iteration=1)
+    assert "metrics.jsonl is damaged from line 4 on" in capsys.readouterr().err
     assert [strict_loads(line) for line in path.read_text().splitlines()] == [
         {"iteration": 0, "eval/reward": None}, {"iteration": 1}]
 
 
-BAD_METRICS = {
-    "garbage in the middle": '{"iteration": 0}\n{garbage\n{"iteration": 1}\n',
-    "a list instead of an object": '{"iteration": 0}\n[1, 2]\n',
-    "no iteration key": '{"iteration": 0}\n{"reward_mean": 1.0}\n',
-    "not UTF-8": '{"iteration": 0, "note": "\xff"}\n',
+# damaged metrics.jsonl -> the records --resume keeps (the good lines before the damage), with a note
+DAMAGED_METRICS = {
+    "garbage in the middle": ('{"iteration": 0}\n{garbage\n{"iteration": 1}\n', [0], 2),
+    "a list instead of an object": ('{"iteration": 0}\n[1, 2]\n', [0], 2),
+    "not UTF-8": ('{"iteration": 0}\n{"iteration": 1, "note": "\xff"}\n', [0], 2),
+    "garbage after the last good line": ('{"iteration": 0}\n{"iteration": 1}\n\x00\x00\xff\xfe', [0, 1], 3),
 }
 
 
-@pytest.mark.parametrize("variant", list(BAD_METRICS))
-def test_a_damaged_metrics_file_on_resume_is_named(variant, tmp_path):
+@pytest.mark.parametrize("variant", list(DAMAGED_METRICS))
+def test_a_damaged_metrics_file_is_cut_to_its_good_lines_on_resume_with_a_note(variant, tmp_path, capsys):
+    """Advice never loops: the records before the damage are kept and the run goes on, saying so (it used to stop
+    with "not UTF-8" on every --resume, with no way out but editing the file)."""
+    from evotune.tracking.tracker import MetricsLogger
+
+    text, kept, line = DAMAGED_METRICS[variant]
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(text.encode("latin-1"))
+    MetricsLogger(tmp_path, [], resume_iteration=5)
+    assert f"{path} is damaged from line {line} on" in capsys.readouterr().err
+    assert [strict_loads(row)["iteration"] for row in path.read_text().splitlines()] == kept
+
+
+def test_a_record_without_its_step_is_named_with_the_line_to_delete(tmp_path):
     from evotune.tracking.tracker import MetricsLogger
 
     path = tmp_path / "metrics.jsonl"
-    path.write_bytes(BAD_METRICS[variant].encode("latin-1"))
-    with pytest.raises(DataError, match=re.escape(str(path))):
+    path.write_text('{"iteration": 0}\n{"reward_mean": 1.0}\n')
+    with pytest.raises(DataError, match=re.escape(str(path)) + ".*Delete that line to resume"):
         MetricsLogger(tmp_path, [], resume_iteration=5)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -77,7 +78,12 @@ class MetricsLogger:
         self.path = Path(output_dir) / "metrics.jsonl"
         self.step_key = step_key
         if resume_iteration is not None and self.path.exists():
-            kept = [record for record in read_metrics(self.path) if self._step(record) <= resume_iteration]
+            records, damaged = good_prefix(self.path)
+            if damaged is not None:  # one way forward: the records before the damage are kept, with a note
+                print(f"evotune: note: {self.path} is damaged from line {damaged} on (not one JSON record per line "
+                      f"of UTF-8 text); --resume keeps the {len(records)} records before it, and the iterations "
+                      "from the checkpoint on are logged again.", file=sys.stderr, flush=True)
+            kept = [record for record in records if self._step(record) <= resume_iteration]
             self.path.write_text("".join(dumps_strict(record) + "\n" for record in kept))
         elif resume_iteration is None:
             self.path.write_text("")
@@ -127,6 +133,23 @@ class MetricsLogger:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+def good_prefix(path: Path) -> tuple[list[dict[str, Any]], int | None]:
+    """The records of a metrics.jsonl up to its first damaged line (not UTF-8, not JSON, not an object), and that
+    line's number (None when every line is whole)."""
+    records: list[dict[str, Any]] = []
+    for number, raw in enumerate(Path(path).read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError is a ValueError too
+            return records, number
+        if not isinstance(record, dict):
+            return records, number
+        records.append(record)
+    return records, None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
