@@ -136,3 +136,19 @@ def test_check_output_dir_accepts_new_and_empty_directories_and_lists_what_it_wo
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(ConfigError, match="a_file is a file; choose a directory path"):
         check_output_dir(tmp_path / "a_file" / "sub" / "out", model, overwrite=False)
+
+
+def test_a_truncated_weights_file_is_one_line_naming_it(tiny_model_dir, tmp_path, capsys):
+    """A final/ whose weights a kill or a full disk cut short: one error line naming the file and the way forward
+    (its checkpoint), no traceback, and no output directory."""
+    from evotune.cli.main import main
+
+    final = tmp_path / "run" / "final"
+    shutil.copytree(tiny_model_dir, final)
+    weights = final / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    assert main(["export", str(final), "--output-dir", str(tmp_path / "out")]) == 2
+    error = " ".join(line.strip() for line in capsys.readouterr().err.splitlines())
+    assert error.startswith(f"evotune: error: {weights} cannot be read (") and "truncated or damaged" in error
+    assert f"evotune export {final.parent}/checkpoint" in error
+    assert not (tmp_path / "out").exists()

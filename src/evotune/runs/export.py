@@ -56,13 +56,26 @@ def _export(model: str, output_dir: str, merge: bool, dtype: str, average_last: 
         raise ConfigError(f"{model} is a LoRA adapter (it already loads with peft.PeftModel.from_pretrained); "
                           "pass --merge to write a merged model that transformers loads alone.")
     # Load and merge in fp32, then cast: merging into bf16 would round B A before the addition.
-    loaded, tokenizer = load_model(model, "float32", "cpu")
+    loaded, tokenizer = _load_whole(model)
     if adapter is not None:
         loaded = loaded.merge_and_unload()
     loaded.to(torch_dtype(dtype)).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return {"output_dir": output_dir, "model": model, "adapter": str(adapter[0]) if adapter else None,
             "base": adapter[1] if adapter else model, "dtype": dtype}
+
+
+def _load_whole(model: str):
+    """load_model, with weights a kill or a full disk left torn named in one line instead of a traceback."""
+    from safetensors import SafetensorError
+
+    try:
+        return load_model(model, "float32", "cpu")
+    except (SafetensorError, EOFError) as error:
+        weights = sorted(str(path) for path in Path(model).glob("*.safetensors")) or [model]
+        raise ConfigError(f"{', '.join(weights)} cannot be read ({error}): the weights are truncated or damaged. "
+                          f"Export the run's checkpoint/ instead (evotune export {Path(model).parent}/checkpoint "
+                          "...), or write final/ again with `evotune train --resume`.") from None
 
 
 def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: str) -> dict:
