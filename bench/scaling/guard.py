@@ -74,6 +74,6 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
                 stopped = held
                 os.killpg(child.pid, 9)
             time.sleep(POLL_SECONDS)
-    child.returncode = code
+    child.returncode = code  # reaped by wait4 above: Popen must not wait for it again
     return Outcome(code, round(time.perf_counter() - started, 1), round(peak, 1),
                    round(stopped, 1) if stopped is not None else None)
