@@ -307,3 +307,19 @@ def test_a_run_recorded_with_a_relative_adapter_names_it_when_resumed_elsewhere(
     error = " ".join(capsys.readouterr().err.split())
     assert "`adapter` sft/adapter does not exist" in error and "resume there" in error
     assert fingerprint(run) == before
+
+
+def test_a_grpo_run_whose_reward_fails_at_once_leaves_nothing_and_the_same_command_runs_again(
+        tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """As `evotune train`: a refused start leaves the directory as it was (no config.yaml, no trl/), so the corrected
+    command runs without --overwrite."""
+    from helpers import flaky_reward_module
+
+    flag = flaky_reward_module(tmp_path, monkeypatch)
+    command = grpo_args(tmp_path / "run", tiny_model_dir, 1, "reward_fns=[flaky_rewards.score]")
+    assert main(command) == 2
+    printed = capsys.readouterr().err
+    assert "flaky_rewards.score raised ValueError: the grader is down" in printed and "Traceback" not in printed
+    assert not (tmp_path / "run").exists()
+    flag.unlink()
+    assert main(command) == 0

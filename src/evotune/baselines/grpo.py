@@ -224,17 +224,19 @@ def run_grpo(config: GRPORunConfig, output_dir: str, resume: bool = False, overw
         raise ConfigError("`evotune grpo` runs TRL's GRPOTrainer: pip install 'evotune[grpo]'.")
     run = grpo_run(output_dir, config, resume, overwrite)
     run.inspect()  # every refusal before anything is written
-    built: list[bool] = []  # a new run whose start fails (a model that does not load, bad data) leaves nothing
-    with run.opened(config, lambda: len(built)):
+    # a new run that fails before its first optimizer step (a model that does not load, bad data, a reward that
+    # raises at once) leaves nothing, so the corrected command runs again without --overwrite
+    built: list[Any] = []
+    with run.opened(config, lambda: built[0].state.global_step if built else 0):
         return _run_grpo(config, run, built)
 
 
-def _run_grpo(config: GRPORunConfig, run: RunLifecycle, built: list[bool]) -> dict[str, Any]:
+def _run_grpo(config: GRPORunConfig, run: RunLifecycle, built: list[Any]) -> dict[str, Any]:
     output, checkpoint = run.output_dir, run.checkpoint
     done = checkpoint_step(checkpoint) if checkpoint else 0
     max_steps, spent = _max_steps(config, output, done)
     trainer, callback, tokenizer = _build_trainer(config, output, checkpoint, max_steps, spent)
-    built.append(True)
+    built.append(trainer)
     started = time.perf_counter()
     try:
         if done >= max_steps:  # finished, or out of time: train() would still take one more step
