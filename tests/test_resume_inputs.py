@@ -71,3 +71,15 @@ def test_a_perturbation_rank_above_a_matrix_rank_is_refused_naming_the_matrix(ti
                                           r"model\.layers\.\d+\..*\(at most \d+\)"):
         Trainer(tiny_config(tiny_model_dir, space="lowrank", perturbation_rank=1000, report_to=[]), tmp_path / "run")
     assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+def test_resume_of_a_finished_run_says_nothing_was_trained_and_how_to_go_on(tiny_model_dir, tmp_path, capsys):
+    from evotune.cli.main import main
+
+    run = tmp_path / "run"
+    Trainer(tiny_config(tiny_model_dir, iterations=2, report_to=[]), run).train()
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(run), "--resume"]) == 0
+    error = " ".join(capsys.readouterr().err.split())
+    assert (f"evotune: {run} had already run its 2 iterations: nothing was trained, and final/ holds its last mean. "
+            "To train on: --set iterations=N (more than it ran).") in error

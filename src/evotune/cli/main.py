@@ -77,6 +77,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.config and not args.resume:
         _note_quickstart(args, config, QUICKSTART, "train", given)
     trainer = Trainer(config, output_dir, resume=args.resume, overwrite=args.overwrite)
+    started_at = trainer.strategy.iteration
     try:
         final = trainer.train()
     except (EvotuneError, KeyboardInterrupt):
@@ -92,6 +93,9 @@ def _train(args: argparse.Namespace) -> int:
             print(f"evotune: {where}. Continue from its last checkpoint with: evotune train --output-dir "
                   f"{output_dir} --resume", file=sys.stderr)
         raise
+    if args.resume and trainer.strategy.iteration == started_at:  # a finished run resumed: nothing to train
+        print(f"evotune: {output_dir} had already run its {started_at} iterations: nothing was trained, and final/ "
+              "holds its last mean. To train on: --set iterations=N (more than it ran).", file=sys.stderr)
     print(json.dumps({"output_dir": output_dir, **final}, indent=2))
     return 0
 
