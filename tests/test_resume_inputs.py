@@ -83,3 +83,19 @@ def test_resume_of_a_finished_run_says_nothing_was_trained_and_how_to_go_on(tiny
     error = " ".join(capsys.readouterr().err.split())
     assert (f"evotune: {run} had already run its 2 iterations: nothing was trained, and final/ holds its last mean. "
             "To train on: --set iterations=N (more than it ran).") in error
+
+
+def test_a_run_whose_config_yaml_was_deleted_gets_one_way_forward(tiny_model_dir, tmp_path, capsys):
+    """--resume without config.yaml named the directory "not a run" and sent the user to start anew, where a new
+    run was refused as "already holds a run: pass --resume": now the advice names the files that stay and both
+    ways out, and --overwrite (without --resume) does start the run again."""
+    from evotune.cli.main import main
+
+    run = tmp_path / "run"
+    Trainer(tiny_config(tiny_model_dir, iterations=2, report_to=[]), run).train()
+    (run / "config.yaml").unlink()
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(run), "--resume"]) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert f"config.yaml is gone, though {run} holds a run's metrics.jsonl, checkpoint, final" in error
+    assert "put back the config.yaml" in error and "--overwrite (without --resume)" in error

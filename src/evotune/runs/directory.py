@@ -53,6 +53,11 @@ def read_run_config(output_dir: Path) -> dict[str, Any]:
     """The raw values of a run's config.yaml (the resolved config it was started with)."""
     path = Path(output_dir) / "config.yaml"
     if not path.exists():
+        left = [name for name in existing_artifacts(Path(output_dir)) if name != "config.yaml"]
+        if left:  # one way forward each: the record back, or the run replaced (a new run alone would be refused)
+            raise ConfigError(f"--resume: {path} is gone, though {output_dir} holds a run's {', '.join(left)}: put "
+                              "back the config.yaml the run wrote to resume it, or start it again over them with "
+                              "--overwrite (without --resume).")
         raise ConfigError(f"--resume: {path} does not exist, so {output_dir} is not an evotune run directory; "
                           "start a new run without --resume.")
     try:
