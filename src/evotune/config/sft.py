@@ -4,7 +4,7 @@ and its cross-field checks. The run itself is evotune/sft.py, which re-exports `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
+from typing import ClassVar, get_args
 
 from ..errors import ConfigError
 from .checks import check_device, check_int4_keys
@@ -15,6 +15,7 @@ from .train import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, Ru
 @dataclass
 class SFTConfig(RunConfig):
     KIND = "SFT"
+    MIN_NUM_EVAL: ClassVar[int] = 0  # SFT's 0: no evaluation before and after training
 
     max_new_tokens: int = option(32, "SFT generates nothing while it trains; its greedy evaluation before and after "
                                      "generates this many new tokens per held-out prompt, or the task's own budget "

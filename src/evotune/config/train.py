@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
 from .checks import (
@@ -64,6 +64,8 @@ MAX_SIGMA = 1e3
 @dataclass
 class RunConfig(ConfigMixin):
     """The keys of every command (train, sft, grpo): the model, its data, the seed, the adapter's shape."""
+
+    MIN_NUM_EVAL: ClassVar[int] = 1  # train and grpo score held-out prompts; an empty batch reached the reward
 
     model: str = option("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
     task: TaskName = option("arithmetic", "Built-in task (prompts and reward functions); custom: your `dataset` and "
@@ -122,9 +124,9 @@ class RunConfig(ConfigMixin):
             raise ConfigError(f"`eval_max_new_tokens` {self.eval_max_new_tokens} is below `max_new_tokens` "
                               f"{self.max_new_tokens}: the evaluation would cut answers that training generates "
                               "whole. Raise it to at least `max_new_tokens`, or leave it null (the task's budget).")
-        if self.num_eval is not None and self.num_eval < 1:  # 0 would reach the reward as an empty batch
-            raise ConfigError(f"`num_eval` is {self.num_eval}; give at least 1 held-out prompt, or null for the "
-                              "task's default.")
+        if self.num_eval is not None and self.num_eval < self.MIN_NUM_EVAL:  # train, grpo: 0 reached the reward
+            raise ConfigError(f"`num_eval` is {self.num_eval}; give at least {self.MIN_NUM_EVAL} held-out prompt"
+                              f"{'s' if self.MIN_NUM_EVAL != 1 else ''}, or null for the task's default.")
         if not 0 <= self.seed < 2**32:  # numpy's and accelerate's range, so every command takes the same seeds
             raise ConfigError(f"`seed` is {self.seed}; give a whole number from 0 to {2**32 - 1}.")
         for key in ("parameters", "exclude_parameters"):

@@ -118,8 +118,12 @@ def custom_task(rows: list[dict], eval_rows: list[dict] | None, reward_fns: list
     else:
         if num_eval is None:
             num_eval = max(1, min(128, len(rows) // 10)) if len(rows) >= 2 else 0
-        if not isinstance(num_eval, int) or isinstance(num_eval, bool) or not 0 <= num_eval < len(rows):
-            raise ConfigError(f"`num_eval` must be an integer from 0 to {len(rows) - 1} for dataset {source!r} "
+        if len(rows) < 2:  # nothing to hold out: a split leaves no row to train on, or none to score
+            raise ConfigError(f"dataset {source!r} has {len(rows)} row, too few to split into training and held-out "
+                              f"rows: add rows, or give held-out rows as `eval_dataset` (to score this file's own "
+                              f"row, give it as `eval_dataset` too: evotune eval --eval-dataset {source}).")
+        if not isinstance(num_eval, int) or isinstance(num_eval, bool) or not 0 < num_eval < len(rows):
+            raise ConfigError(f"`num_eval` must be an integer from 1 to {len(rows) - 1} for dataset {source!r} "
                               f"({len(rows)} rows, and training needs at least one), got {num_eval!r}; or give "
                               f"`eval_dataset`.")
         order = list(range(len(rows)))
