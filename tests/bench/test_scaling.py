@@ -45,12 +45,12 @@ def test_a_built_model_has_the_parameters_its_shape_says_and_always_generates_th
 
 
 def test_the_guard_stops_a_process_that_crosses_its_limit_and_lets_one_under_it_finish(tmp_path):
-    # up to 1.3 GiB in 32 MiB steps, 0.15 s apart: a reading every 0.2 s sees it at most ~2 steps past the limit
+    # up to 1.3 GiB in 32 MiB steps, 0.15 s apart; it prints "whole" if it ever gets there
     grow = [sys.executable, "-c", "import time; blocks = []\nfor _ in range(40): blocks.append(bytearray(2**25)); "
-                                  "time.sleep(0.15)\ntime.sleep(1)"]
+                                  "time.sleep(0.15)\nprint('whole', flush=True); time.sleep(1)"]
     stopped = guard.run_guarded(grow, limit_mib=300, log=tmp_path / "grow.log")
-    assert stopped.exit_code == -9, stopped  # stopped, not finished
-    assert stopped.stopped_at_mib is not None and 300 < stopped.stopped_at_mib < 1000, stopped
+    assert stopped.exit_code == -9 and "whole" not in (tmp_path / "grow.log").read_text(), stopped  # stopped early
+    assert stopped.stopped_at_mib is not None and stopped.stopped_at_mib > 300, stopped
     small = guard.run_guarded([sys.executable, "-c", "x = bytearray(2**26)"], limit_mib=2000, log=tmp_path / "s.log")
     assert small.stopped_at_mib is None and small.exit_code == 0 and 64 < small.peak_rss_mib < 2000
 
