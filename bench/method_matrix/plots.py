@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
-from bench.method_matrix.rows import STUDY, arms, start
+from bench.method_matrix.rows import STUDY, arms, sft_alone, start
 from bench.method_matrix.tables import TASK_NAMES
 
 COLOURS = {"full_es": "#1f77b4", "es_lora": "#17becf", "lowrank": "#2ca02c", "essa": "#9467bd",
@@ -31,8 +31,9 @@ def accuracy_plot(results: Path, output: Path) -> Path:
     for axis, task in zip(axes[0], TASKS, strict=True):
         for column, found in enumerate(arms(results, task)):
             colour = COLOURS[found.method]
-            for run in found.runs:
-                axis.scatter(column, run.accuracy, color=colour, marker=MARKERS[run.seed % len(MARKERS)], zorder=3)
+            for run in found.runs:  # an open marker: a run step-matched on another machine type (the tables' mark)
+                axis.scatter(column, run.accuracy, edgecolors=colour, facecolors="none" if run.step_matched else colour,
+                             marker=MARKERS[run.seed % len(MARKERS)], zorder=3)
             if found.runs:
                 axis.hlines(found.mean, column - 0.3, column + 0.3, color=colour, linewidth=2)
         # the base model, or on a warm-start task the mean of the seeds' SFT starts measured so far
@@ -42,13 +43,21 @@ def accuracy_plot(results: Path, output: Path) -> Path:
             label = ("the start (base model)" if not TASKS[task]["warm_start"] else
                      f"the start (SFT, mean of {len(starts)} seed{'s' if len(starts) > 1 else ''})")
             axis.axhline(100 * sum(starts) / len(starts), color="grey", linestyle="--", linewidth=1, label=label)
+        alone = sft_alone(results, task)  # where only ESSA starts from an SFT: that SFT measured alone
+        if alone:
+            seeds = f"{len(alone)} seed{'s' if len(alone) > 1 else ''}"
+            axis.axhline(sum(run.accuracy for run in alone) / len(alone), color=COLOURS["essa"], linestyle=":",
+                         linewidth=1, label=f"ESSA's SFT alone (mean of {seeds})")
+        if starts or alone:
             axis.legend(loc="lower right", fontsize=8)
         axis.set_xticks(range(len(METHODS)), [spec["label"] for spec in METHODS.values()], rotation=25, ha="right")
         axis.set_ylabel("held-out accuracy (%)")
         axis.set_title(f"{TASK_NAMES[task]}: after {TRAINING_SECONDS / 60:.0f} min at one CPU thread", fontsize=10)
     handles = [plt.Line2D([], [], color="black", marker=marker, linestyle="", label=f"seed {seed}")
                for seed, marker in enumerate(MARKERS)]
-    figure.legend(handles=handles, loc="upper center", ncol=len(MARKERS), fontsize=8)
+    handles.append(plt.Line2D([], [], color="black", marker="o", markerfacecolor="none", linestyle="",
+                              label="step-matched on another CPU"))
+    figure.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8)
     figure.tight_layout(rect=(0, 0, 1, 0.93))
     figure.savefig(output, dpi=100)
     plt.close(figure)
