@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
 from bench.method_matrix.measure import SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, machine, memory, paired_gain, sft_alone
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, machine, memory, paired_gain, sft_alone, start
 from bench.method_matrix.run import plan
 from bench.method_matrix.tables import (
     ES_ALONE,
@@ -319,8 +319,24 @@ def recommendations(results: Path = STUDY) -> str:
         lines.append(f"- **Least memory**: {probes} (memory probe rows).")
     countdown = finished_arms("countdown", results)
     if len(countdown) >= 2:
-        lines.append(f"- **A task that needs a warm start (Countdown)**: {_ranking(countdown)} (Countdown rows).")
+        lines.append(f"- **A task that needs a warm start (Countdown)**: {_over_the_start(results, countdown)} "
+                     "(Countdown rows).")
     return "\n".join(lines) + "\n\n"
+
+
+def _over_the_start(results: Path, found: list[Arm]) -> str:
+    """The ranking, only where the best arm gained over its start beyond noise (the paired per-question gain pooled
+    over its seeds, each against its own seed's start, has a 95% interval above 0); else that no arm did."""
+    best = max((item for item in found if not cut_text(item)), key=lambda item: item.mean, default=None)
+    if best is None:
+        return _ranking(found)
+    pairs = [(run.heldout["correct"], before["correct"]) for run in best.runs
+             if (before := start(results, best.task, run.seed)) is not None]
+    mean, low, high = paired_gain("".join(after for after, _ in pairs), "".join(before for _, before in pairs))
+    if low > 0:
+        return _ranking(found)
+    return (f"no arm is separated from its start: the best uncut arm, {named(best)}, gained {mean:+.1f} points over "
+            f"it [{low:+.1f}, {high:+.1f}] pooled over its seeds; nothing is recommended over the warm start alone")
 
 
 def setup(results: Path = STUDY) -> str:

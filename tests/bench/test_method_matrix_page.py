@@ -504,3 +504,25 @@ def test_the_spread_claims_f_test_is_shown_once_every_seed_is_in_even_where_answ
     row = next(line for line in page.papers_table(study).splitlines() if "from seed to seed" in line
                and "Countdown" in line and "every weight" in line)
     assert "variance ratio" in row and "F test p = " in row and row.endswith("| open: the scored budget cut answers |")
+
+
+def test_the_warm_start_recommendation_needs_a_gain_over_the_start(study):
+    """Countdown's recommendation ranks arms only where the best uncut arm gained over its start beyond noise (the
+    paired gain pooled over its seeds); otherwise it says no arm is separated from the start and names the gain."""
+    for seed, hits in [(0, 80), (1, 90)]:
+        path = study / "warm_start" / "countdown" / f"sft_seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"training": {"steps": 38, "peak_rss_mib": 2000.0},
+                                    "heldout": {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": hits / N,
+                                                "correct": correct_string(hits)}}))
+    for seed, hits in [(0, 81), (1, 91)]:  # one question more than each seed's start: within the noise
+        write_run(study, "countdown", "full_es", seed, hits, kl=0.02)
+        write_run(study, "countdown", "es_lora", seed, hits - 1, kl=0.02)
+    line = next(row for row in page.recommendations(study).splitlines() if "Countdown" in row)
+    assert "no arm is separated from its start: the best uncut arm, full ES 43.0% (std 3.5), 2 of 3 seeds, gained " \
+           "+0.5 points over it [" in line and "nothing is recommended over the warm start alone" in line
+    for seed, hits in [(0, 120), (1, 130)]:  # 40 questions more on each seed: a gain
+        write_run(study, "countdown", "full_es", seed, hits, kl=0.02)
+    line = next(row for row in page.recommendations(study).splitlines() if "Countdown" in row)
+    assert "no arm is separated" not in line and line.startswith("- **A task that needs a warm start (Countdown)**: "
+                                                                 "full ES 62.5%")
