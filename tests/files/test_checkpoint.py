@@ -377,3 +377,21 @@ def test_state_json_with_a_bad_iteration_or_a_list_is_named(tmp_path):
     (directory / "state.json").write_text("[1, 2]")
     with pytest.raises(CheckpointError, match="holds a list, not evotune's state object"):
         ckpt.load_state(directory)
+
+
+def test_export_of_a_damaged_checkpoint_says_which_iterate_it_wrote_and_why(reference_run, tmp_path, capsys):
+    """export of a run's checkpoint/ whose newest save is damaged writes the previous iterate, and says so in one
+    line and in its output JSON (it named the damaged checkpoint and warned that iterations 'are run again')."""
+    config, _ = reference_run
+    run = tmp_path / "run"
+    assert main(["train", config, "--output-dir", str(run), "--set", "iterations=5"]) == 0
+    flip_byte(run / "checkpoint" / "space.safetensors")  # iteration 5's weights; checkpoint.old holds 4
+    capsys.readouterr()
+    assert main(["export", str(run / "checkpoint"), "--output-dir", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    written = json.loads(captured.out)
+    assert written["iteration"] == 4 and written["model"] == str(run / "checkpoint.old")
+    assert "is damaged" in written["fallback"] and "export writes that iterate" in written["fallback"]
+    error = " ".join(captured.err.split())
+    assert f"evotune: export writes iteration 4, from {run / 'checkpoint.old'} (checkpoint {run / 'checkpoint'} is " \
+           "damaged" in error and "run again" not in error

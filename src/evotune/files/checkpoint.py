@@ -224,9 +224,10 @@ def _verify_without_manifest(directory: Path) -> str | None:
     return None
 
 
-def find_checkpoint(directory: Path) -> Path | None:
-    """The newest complete checkpoint: `directory`, else `directory`.old (with a warning saying
-    why), else None. A directory that fails its checksum is never returned."""
+def find_checkpoint(directory: Path, consequence: str = "the iterations after it are run again") -> Path | None:
+    """The newest complete checkpoint: `directory`, else `directory`.old (with a warning saying why, and
+    `consequence`: what the caller does with the older one), else None. A directory that fails its checksum is
+    never returned."""
     directory = Path(directory)
     problems = []
     for candidate in (directory, _sibling(directory, ".old")):
@@ -237,7 +238,7 @@ def find_checkpoint(directory: Path) -> Path | None:
             if problems:
                 warnings.warn(CheckpointFallbackWarning(
                     f"{'; '.join(problems)}. Using the previous checkpoint {candidate} (iteration "
-                    f"{load_state(candidate)['iteration']}) instead; the iterations after it are run again."),
+                    f"{load_state(candidate)['iteration']}) instead; {consequence}."),
                     stacklevel=2)
             return candidate
         problems.append(f"checkpoint {candidate} is damaged: {problem}")

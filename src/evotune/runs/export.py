@@ -81,11 +81,26 @@ def _load_whole(model: str):
 def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: str) -> dict:
     """A run's checkpoint/ as a model directory: the mean rebuilt from the run's config.yaml and the checkpoint (as
     `evotune eval` does); an adapter run's mean is written as a PEFT adapter, or merged with --merge."""
+    import sys
+    import warnings
+
+    from ..files.checkpoint import CheckpointFallbackWarning, find_checkpoint, load_state
+
+    with warnings.catch_warnings(record=True) as fallbacks:  # said once below, in evotune's words
+        warnings.simplefilter("always", CheckpointFallbackWarning)
+        used = find_checkpoint(checkpoint, consequence="export writes that iterate")
+    if used is None:
+        raise ConfigError(f"checkpoint {checkpoint} is damaged and no intact previous one is left; export the run's "
+                          "final/ instead.")
+    iteration = load_state(used)["iteration"]
+    why = "; ".join(str(warning.message) for warning in fallbacks)
+    print(f"evotune: export writes iteration {iteration}, from {used}" + (f" ({why})" if why else ""),
+          file=sys.stderr)
     # fp32 and unquantized: every bit of the fp32 mean; a merge folds it into float weights (an INT8/INT4 run's
     # adapter too: the quantized base is a storage choice of the run, not part of the exported model)
-    backend = load_for_eval(str(checkpoint), "float32", "cpu", quantization="none")
-    return {**_save_backend(backend, output_dir, merge, dtype), "model": str(checkpoint),
-            "base": str(checkpoint.parent)}
+    backend = load_for_eval(str(used), "float32", "cpu", quantization="none")
+    return {**_save_backend(backend, output_dir, merge, dtype), "model": str(used), "base": str(checkpoint.parent),
+            "iteration": iteration, **({"fallback": why} if why else {})}
 
 
 def _save_backend(backend, output_dir: str, merge: bool, dtype: str) -> dict:
