@@ -50,3 +50,16 @@ def test_an_existing_run_is_refused_with_the_python_arguments_too(tiny_model_dir
     with pytest.raises(ConfigError, match=r"--resume to continue it \(resume=True from Python\).*--overwrite to "
                                           r"replace it \(overwrite=True\).*--output-dir \(output_dir\)"):
         Trainer(tiny_config(tiny_model_dir, iterations=1, report_to=[]), run)
+
+
+def test_the_quickstart_gives_only_the_keys_the_chosen_parts_read(tmp_path, capsys):
+    """`evotune train` without a config starts from the quickstart (OpenES at learning_rate 8e-3): choosing CMA-ES
+    with --set drops the quickstart's OpenES keys instead of refusing them, while the same key set by the user
+    is refused."""
+    assert main(["train", "--output-dir", str(tmp_path / "run"), "--set", "space=svd_lora", "--set", "strategy=cma",
+                 "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["strategy"] == "cma" and printed["learning_rate"] == 0.0005  # the default: CMA-ES reads none
+    assert main(["train", "--output-dir", str(tmp_path / "run"), "--set", "space=svd_lora", "--set", "strategy=cma",
+                 "--set", "learning_rate=0.01", "--print-config"]) == 2
+    assert "`learning_rate` is 0.01, but only `strategy: openes` reads it" in " ".join(capsys.readouterr().err.split())

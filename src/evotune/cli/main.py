@@ -13,6 +13,7 @@ from typing import Any, get_origin
 from ..config.checks import resolve_device
 from ..config.files import absolutize_paths, parse_overrides, read_config_values
 from ..config.grpo import GRPO_QUICKSTART
+from ..config.parts import base_for_parts
 from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
 from ..errors import ConfigError, EvotuneError
 from ..evaluation.report import format_table
@@ -70,7 +71,8 @@ def _train(args: argparse.Namespace) -> int:
     # the file and --set read once: the values they give, and on top of the base, the config
     given, source = read_config_values(args.config, args.set,
                                        missing_hint="pass a YAML file path or no config for the quickstart")
-    config = TrainConfig.from_dict({**(base or {}), **given}, source=source)
+    # the base's keys (the quickstart's, or the run's own on --resume) only where the chosen parts read them
+    config = TrainConfig.from_dict(base_for_parts(base or {}, given, TrainConfig), source=source)
     if args.print_config:
         return _print_config(config)
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
@@ -237,7 +239,9 @@ def _sweep(args: argparse.Namespace) -> int:
     # no config: the base `evotune train` or `evotune grpo` has without one (its quickstart), so the same command
     # with --set reproduces any point
     quickstart = None if args.config else {"train": QUICKSTART, "grpo": GRPO_QUICKSTART}[args.command]
-    base, _ = read_config_values(args.config, args.set, base=quickstart)
+    given, _ = read_config_values(args.config, args.set)
+    base = base_for_parts(quickstart or {}, given, TrainConfig) if args.command == "train" else {**(quickstart or {}),
+                                                                                                  **given}
     try:
         result = sweep(base, grid, args.seeds, output_dir, args.command, args.metric, args.parallel,
                        args.cpus_per_run, args.ray_address)

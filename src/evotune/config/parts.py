@@ -197,9 +197,11 @@ def without_unread_keys(values: dict[str, Any], config_class: type) -> dict[str,
                 for field in dataclasses.fields(config_class)}
     cleaned = dict(values)
     for kind, registry in PART_RULES.items():
+        if kind not in defaults:  # a config without that kind of part (grpo's, sft's)
+            continue
         chosen = registry[cleaned.get(kind, defaults[kind])]
         for key in dict.fromkeys(key for rules in registry.values() for key in rules.reads):
-            if key not in chosen.reads:
+            if key not in chosen.reads and key.name in defaults:
                 cleaned[key.name] = defaults[key.name]
     return cleaned
 

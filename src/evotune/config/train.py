@@ -29,7 +29,7 @@ from .checks import (
 )
 from .fields import ConfigMixin, option
 from .files import read_config_values
-from .parts import ADAPTER_SPACES, TENSOR_PARALLEL_SIZE, check_parts, searched_count
+from .parts import ADAPTER_SPACES, TENSOR_PARALLEL_SIZE, base_for_parts, check_parts, searched_count
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
 TaskName = Literal["arithmetic", "countdown", "conciseness", "gsm8k", "math", "ifeval", "reward_model",
@@ -369,9 +369,10 @@ MAX_RAY_TIMEOUT = 86400.0
 def load_config(path: str | Path | None, overrides: list[str] | None = None,
                 base: dict[str, Any] | None = None) -> TrainConfig:
     """base (e.g. the quickstart) <- YAML file <- --set overrides, then validated."""
-    values, source = read_config_values(path, overrides, base,
-                                        missing_hint="pass a YAML file path or no config for the quickstart")
-    return TrainConfig.from_dict(values, source=source)
+    given, source = read_config_values(path, overrides,
+                                       missing_hint="pass a YAML file path or no config for the quickstart")
+    # the base's keys (the quickstart's, a run's own) only where the parts the given keys choose read them
+    return TrainConfig.from_dict(base_for_parts(base or {}, given, TrainConfig), source=source)
 
 
 def defaults_unlike_quickstart(config: Any, given: dict[str, Any],
