@@ -306,8 +306,11 @@ def recommendations(results: Path = STUDY) -> str:
     # ESSA evolves an SFT adapter, and that SFT is a backward pass: it is named beside, not ranked, here
     free = [item for item in found if item.method in ES_ALONE]
     essa = next((item for item in found if item.method == "essa"), None)
+    alone = sft_alone(results, "arithmetic")
+    sft_text = (f" (its SFT alone: {statistics.mean(run.accuracy for run in alone):.1f}%, {len(alone)} seeds; the "
+                "evolution's own gain is the papers' table's row)" if alone else "")
     beside = (f"; ESSA, which starts from an SFT adapter (a backward pass, or an adapter you already have), "
-              f"reached {mean_text(essa)}, {seeds_text(essa)}" if essa else "")
+              f"reached {mean_text(essa)}, {seeds_text(essa)}{sft_text}" if essa else "")
     if len(free) >= 2:
         lines.append(f"- **No room for a backward pass (no gradients at all)**: {_ranking(free)}{beside} (2-digit "
                      "addition rows).")
