@@ -7,13 +7,24 @@ address-space limit would not do, as torch and its allocators reserve far more a
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 POLL_SECONDS = 0.2
 RESERVE_MIB = 2048  # left free for the system and the runner beside the cell
+# The cell runs under this small launcher, which waits for it and writes its peak (wait4's ru_maxrss) to a file.
+# Spawned from the runner directly, the peak would include the runner's own pages (the kernel keeps the larger of
+# the image before exec and after); from the launcher, only the launcher's few MiB.
+LAUNCHER = ("import os, sys\n"
+            "pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)\n"
+            "_, status, usage = os.wait4(pid, 0)\n"
+            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+            "code = os.waitstatus_to_exitcode(status)\n"
+            "os.kill(os.getpid(), -code) if code < 0 else sys.exit(code)\n")  # a signal passed on as itself
 
 
 def available_mib() -> float:
@@ -32,21 +43,33 @@ def default_limit_mib() -> float:
 class Outcome:
     exit_code: int
     wall_s: float
-    peak_rss_mib: float  # the most the tree held at a reading, or wait4's peak of the cell's process if higher
+    peak_rss_mib: float  # the highest of the readings: the cell's own high-water mark plus its descendants' RSS
     stopped_at_mib: float | None  # set when the guard stopped the tree for crossing the limit
 
 
-def tree_rss_mib(process) -> float:
-    """Resident memory of a process and its descendants, in MiB (a process gone meanwhile counts 0)."""
+def tree_rss_mib(process) -> tuple[float, float]:
+    """(resident memory now, and its high-water mark so far) of a process and its descendants, in MiB: the process's
+    own VmHWM (its peak since it exec'd) plus its descendants' RSS now; a process gone meanwhile counts 0. wait4's
+    ru_maxrss would not do: it also counts the parent's pages the child held between fork and exec."""
     import psutil
 
-    total = 0
+    now = peak = 0.0
     for member in [process, *process.children(recursive=True)]:
         try:
-            total += member.memory_info().rss
-        except psutil.Error:
+            rss = member.memory_info().rss
+            now += rss
+            peak += _high_water(member.pid) if member.pid == process.pid else rss
+        except (psutil.Error, OSError):
             pass
-    return total / 2**20
+    return now / 2**20, peak / 2**20
+
+
+def _high_water(pid: int) -> float:
+    """VmHWM of a process, in bytes (/proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"no VmHWM for process {pid}")
 
 
 def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[str, str] | None = None) -> Outcome:
@@ -54,26 +77,29 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
     import psutil
 
     started, peak, stopped = time.perf_counter(), 0.0, None
+    report = log.with_name(log.name + ".peak")
+    report.unlink(missing_ok=True)
+    launched = [sys.executable, "-S", "-c", LAUNCHER, str(report), shutil.which(argv[0]) or argv[0], *argv[1:]]
     with log.open("w") as handle:
-        child = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=environment,
+        child = subprocess.Popen(launched, stdout=handle, stderr=subprocess.STDOUT, env=environment,
                                  start_new_session=True)  # its own group: the stop reaches every descendant
         process = psutil.Process(child.pid)
         while True:
-            finished = os.wait4(child.pid, os.WNOHANG)
-            if finished[0] == child.pid:
-                _, status, usage = finished
-                code = os.waitstatus_to_exitcode(status)
-                peak = max(peak, usage.ru_maxrss / 1024)
-                break
-            try:
-                held = tree_rss_mib(process)
+            try:  # read before the exit check: the last reading comes as late as it can
+                held, high = tree_rss_mib(process)
             except psutil.Error:
-                held = 0.0
-            peak = max(peak, held)
+                held = high = 0.0
+            peak = max(peak, high)
+            finished = os.waitpid(child.pid, os.WNOHANG)
+            if finished[0] == child.pid:
+                code = os.waitstatus_to_exitcode(finished[1])
+                if report.is_file() and report.read_text().strip():  # the cell's own peak, from the launcher
+                    peak = max(peak, int(report.read_text()) / 1024)
+                break
             if held > limit_mib and stopped is None:
                 stopped = held
                 os.killpg(child.pid, 9)
             time.sleep(POLL_SECONDS)
-    child.returncode = code  # reaped by wait4 above: Popen must not wait for it again
+    child.returncode = code  # reaped by waitpid above: Popen must not wait for it again
     return Outcome(code, round(time.perf_counter() - started, 1), round(peak, 1),
                    round(stopped, 1) if stopped is not None else None)

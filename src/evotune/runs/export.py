@@ -11,11 +11,14 @@ so a killed export never leaves a model directory with torn or missing weights.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from pathlib import Path
 
 from ..backends.models import find_adapter, load_model, torch_dtype
 from ..errors import ConfigError
 from ..files.atomic import staged  # the write-beside-then-rename, shared with the GGUF cache (backends/vllm.py)
+from ..files.checkpoint import CheckpointFallbackWarning, find_checkpoint, load_state
 from .loading import is_checkpoint_directory, load_for_eval, require_final
 from .lock import held
 
@@ -81,11 +84,6 @@ def _load_whole(model: str):
 def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: str) -> dict:
     """A run's checkpoint/ as a model directory: the mean rebuilt from the run's config.yaml and the checkpoint (as
     `evotune eval` does); an adapter run's mean is written as a PEFT adapter, or merged with --merge."""
-    import sys
-    import warnings
-
-    from ..files.checkpoint import CheckpointFallbackWarning, find_checkpoint, load_state
-
     with warnings.catch_warnings(record=True) as fallbacks:  # said once below, in evotune's words
         warnings.simplefilter("always", CheckpointFallbackWarning)
         used = find_checkpoint(checkpoint, consequence="export writes that iterate")
