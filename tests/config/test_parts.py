@@ -82,11 +82,8 @@ def test_a_key_is_refused_with_its_own_text_exactly_where_the_chosen_part_does_n
     assert str(raised.value) == refusal(kind, key, unchecked)
     assert f"`{key.name}" in str(raised.value)  # the text names the key
     if key.refusal is None:  # the generic line names the parts that read it and what to set
-        assert all(f"`{kind}: {reader}`" in str(raised.value) for reader in rules_readers(kind, key))
-
-
-def rules_readers(kind: str, key: Key) -> list[str]:
-    return [name for name, rules in PART_RULES[kind].items() if key in rules.reads]
+        readers = [name for name, rules in PART_RULES[kind].items() if key in rules.reads]
+        assert readers and all(f"`{kind}: {reader}`" in str(raised.value) for reader in readers)
 
 
 def test_an_explicit_default_is_never_refused():

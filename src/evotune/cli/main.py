@@ -12,7 +12,7 @@ from typing import Any, get_origin
 
 from ..config.checks import resolve_device
 from ..config.files import absolutize_paths, parse_overrides, read_config_values
-from ..config.grpo import GRPO_QUICKSTART
+from ..config.grpo import GRPO_QUICKSTART, GRPORunConfig
 from ..config.parts import base_for_parts
 from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
 from ..errors import ConfigError, EvotuneError
@@ -240,8 +240,7 @@ def _sweep(args: argparse.Namespace) -> int:
     # with --set reproduces any point
     quickstart = None if args.config else {"train": QUICKSTART, "grpo": GRPO_QUICKSTART}[args.command]
     given, _ = read_config_values(args.config, args.set)
-    base = base_for_parts(quickstart or {}, given, TrainConfig) if args.command == "train" else {**(quickstart or {}),
-                                                                                                  **given}
+    base = base_for_parts(quickstart or {}, given, {"train": TrainConfig, "grpo": GRPORunConfig}[args.command])
     try:
         result = sweep(base, grid, args.seeds, output_dir, args.command, args.metric, args.parallel,
                        args.cpus_per_run, args.ray_address)

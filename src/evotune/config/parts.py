@@ -27,10 +27,15 @@ def searched_count(alpha: float, rank: int) -> int:
     return math.floor(alpha * rank + 1e-9)
 
 
+def field_defaults(config: Any) -> dict[str, Any]:
+    """Every field's default of a config (class or instance); a list's or dict's from its factory."""
+    return {field.name: field.default_factory() if field.default is dataclasses.MISSING else field.default
+            for field in dataclasses.fields(config)}
+
+
 def default_of(config: Any, name: str) -> Any:
-    """A config field's default (a list's or dict's from its factory)."""
-    declared = {field.name: field for field in dataclasses.fields(config)}[name]
-    return declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
+    """A config field's default."""
+    return field_defaults(config)[name]
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,11 @@ PART_RULES = {"strategy": STRATEGY_RULES, "space": SPACE_RULES, "backend": BACKE
 ADAPTER_SPACES = tuple(name for name, rules in SPACE_RULES.items() if ADAPTER in rules.reads)
 
 
+def declared(kind: str) -> list[Key]:
+    """The keys some part of a kind reads (each once, in declaration order): those the others refuse."""
+    return list(dict.fromkeys(key for rules in PART_RULES[kind].values() for key in rules.reads))
+
+
 def readers(kind: str, key: Key) -> list[str]:
     """The parts of a kind that read a key, in their registry's order."""
     return [name for name, rules in PART_RULES[kind].items() if key in rules.reads]
@@ -193,14 +203,13 @@ def refusal(kind: str, key: Key, config: Any) -> str:
 def without_unread_keys(values: dict[str, Any], config_class: type) -> dict[str, Any]:
     """`values` with every key the chosen parts do not read back at its default: a config moved to other parts (a
     run replayed on the hf backend in one process) keeps only what they read, as check_parts requires."""
-    defaults = {field.name: field.default_factory() if field.default is dataclasses.MISSING else field.default
-                for field in dataclasses.fields(config_class)}
+    defaults = field_defaults(config_class)
     cleaned = dict(values)
     for kind, registry in PART_RULES.items():
         if kind not in defaults:  # a config without that kind of part (grpo's, sft's)
             continue
         chosen = registry[cleaned.get(kind, defaults[kind])]
-        for key in dict.fromkeys(key for rules in registry.values() for key in rules.reads):
+        for key in declared(kind):
             if key not in chosen.reads and key.name in defaults:
                 cleaned[key.name] = defaults[key.name]
     return cleaned
@@ -219,7 +228,7 @@ def check_parts(config: Any) -> None:
     chosen one does not, when set, is refused with its own text; then the chosen part's checks run."""
     for kind, registry in PART_RULES.items():
         chosen = registry[getattr(config, kind)]
-        for key in dict.fromkeys(key for rules in registry.values() for key in rules.reads):
+        for key in declared(kind):
             if key not in chosen.reads and key.is_set(config):
                 raise ConfigError(refusal(kind, key, config))
         for check in chosen.checks:
