@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,6 +76,21 @@ def study_results(study: str) -> Path:
     folder = RESULTS / study
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def commit_file(path: Path, message: str, study: str) -> None:
+    """Commit one result file alone (other staged changes of the checkout stay as they are), retrying while another
+    git command holds the index lock; a study's runner calls it as each job's file lands."""
+    folder = Path(path).parent
+    for attempt in range(10):
+        added = subprocess.run(["git", "add", "--", str(path)], cwd=folder, capture_output=True, text=True)
+        done = added.returncode == 0 and subprocess.run(
+            ["git", "commit", "-q", "-m", message, "--only", "--", str(path)], cwd=folder, capture_output=True,
+            text=True).returncode == 0
+        if done:
+            return
+        time.sleep(3 + attempt)
+    print(f"{study}: could not commit {path}; commit it by hand", file=sys.stderr, flush=True)
 
 
 def write_result(name: str, payload: dict, study: str) -> Path:

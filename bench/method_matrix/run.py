@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.common import commit_file
+
 from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
 from .job import PROBE_SOURCE
 from .restore import with_restores
@@ -127,19 +129,6 @@ def rescores(results: Path, jobs: list[dict]) -> list[dict]:
     return again
 
 
-def commit(results: Path, path: Path, message: str) -> None:
-    """Commit one result file alone (other staged changes of the checkout stay as they are)."""
-    for attempt in range(10):
-        added = subprocess.run(["git", "add", "--", str(path)], cwd=results, capture_output=True, text=True)
-        done = added.returncode == 0 and subprocess.run(
-            ["git", "commit", "-q", "-m", message, "--only", "--", str(path)], cwd=results, capture_output=True,
-            text=True).returncode == 0
-        if done:
-            return
-        time.sleep(3 + attempt)  # another git command holds the index lock
-    print(f"method_matrix: could not commit {path}; commit it by hand", file=sys.stderr, flush=True)
-
-
 def is_grpo(path: str) -> bool:
     return "/grpo_" in path or path.startswith("memory/grpo_")
 
@@ -189,7 +178,7 @@ def check_machine(results: Path, commit_it: bool, only: list[str] | None = None,
     if not path.exists():
         path.write_text(json.dumps(here, indent=1) + "\n")
         if commit_it:
-            commit(results, path, "method matrix: the study's machine type")
+            commit_file(path, "method matrix: the study's machine type", "method_matrix")
         return False
     mismatch = machine_mismatch(results, here)
     if mismatch is None:
@@ -263,7 +252,7 @@ def main() -> None:
             if process.returncode == 0 and (results / path).exists():
                 print(f"method_matrix: done {path}", flush=True)
                 if args.commit:
-                    commit(results, results / path, f"method matrix: {path}")
+                    commit_file(results / path, f"method matrix: {path}", "method_matrix")
             else:
                 failed.add(path)
                 print(f"method_matrix: FAILED {path} (exit {process.returncode}); see its log", flush=True)

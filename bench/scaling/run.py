@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.common import commit_file
+
 from .arms import ARMS
 from .guard import default_limit_mib
 from .shapes import SHAPES
@@ -47,16 +49,6 @@ def speed_probe(dtype: str) -> dict:
 
 def cells(shapes: list[str], arms: list[str], gpu: bool) -> list[tuple[str, str]]:
     return [(shape, arm) for shape in shapes if gpu or not SHAPES[shape].gpu_only for arm in arms]
-
-
-def commit(path: Path, message: str) -> None:
-    for attempt in range(10):
-        if subprocess.run(["git", "add", "--", str(path)], cwd=ROOT, capture_output=True).returncode == 0 and \
-                subprocess.run(["git", "commit", "-q", "-m", message, "--only", "--", str(path)], cwd=ROOT,
-                               capture_output=True).returncode == 0:
-            return
-        time.sleep(3 + attempt)  # another git command holds the index lock
-    print(f"scaling: could not commit {path}; commit it by hand", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -95,7 +87,7 @@ def main() -> None:
         path.write_text(json.dumps(record, indent=1) + "\n")
         print(f"scaling: {shape} {arm}: {record['status']}", flush=True)
         if args.commit:
-            commit(path, f"scaling study: {DTYPE}/{shape}/{arm}.json ({record['status']})")
+            commit_file(path, f"scaling study: {DTYPE}/{shape}/{arm}.json ({record['status']})", "scaling")
 
 
 if __name__ == "__main__":
