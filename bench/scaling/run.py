@@ -7,6 +7,7 @@ records the machine (CPU model, AMX and AVX-512 BF16 flags, threads, torch) and 
     python -m bench.scaling.run --cache /work/scaling_models --commit          # the study
     python -m bench.scaling.run --plan                                          # the cells, done or missing
     python -m bench.scaling.run --shapes SmolLM2-135M --arms generation full_es  # a subset
+    touch /tmp/evotune_scaling.stop                                             # stop after the cell in progress
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def main() -> None:
                         help="the memory limit of a cell (default: MemAvailable minus guard.RESERVE_MIB)")
     parser.add_argument("--commit", action="store_true")
     parser.add_argument("--plan", action="store_true")
+    parser.add_argument("--stop-file", type=Path, default=Path("/tmp/evotune_scaling.stop"),
+                        help="when this file exists, stop after the cell in progress (no cell's timing is cut)")
     args = parser.parse_args()
     import torch
 
@@ -79,6 +82,9 @@ def main() -> None:
         path = folder / shape / f"{arm}.json"
         if path.is_file():
             continue
+        if args.stop_file.exists():
+            print(f"scaling: {args.stop_file} exists: stopped before {shape} {arm}", flush=True)
+            return
         limit = args.limit_mib or default_limit_mib()
         print(f"scaling: {shape} {arm} (limit {limit:,.0f} MiB)", flush=True)
         record = run_cell(shape, arm, DTYPE, args.cache, args.work / shape / arm, limit)
