@@ -9,6 +9,12 @@
 
 Every model forces its completions to 48 tokens (shapes.build), so no arm's work is cut short by an early end of
 sequence. Each arm runs ITERATIONS steps; a cell's time is the median of the steps after the first.
+
+A cell may run a fraction of the unit (fewer ES members, fewer GRPO prompts; SFT's 8 sequences stay), and its
+record says so: a half above 250M parameters and a quarter above 1B, so that a 2-core CPU runs a large shape's cell
+in minutes, not an hour (a forward pass's cost per token does not depend on how many members follow it), and a
+smaller fraction again where the whole is predicted not to fit in memory. Seconds per candidate-token and per
+completion-token are the figures compared across cells.
 """
 
 from __future__ import annotations
@@ -60,11 +66,30 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-def tokens_per_iteration(arm: str) -> int:
-    """New tokens an arm generates per iteration (SFT: tokens are read, not generated: 0)."""
+FRACTIONS = (1.0, 0.5, 0.25, 0.125)  # of the unit: ES members 16, 8, 4, 2; GRPO prompts 8, 4, 2, 1
+
+
+def time_fraction(parameters: int) -> float:
+    """The largest fraction of the unit a cell runs at a shape this large (the rest of the cell's unit is time the
+    study would spend repeating the same forward passes)."""
+    return 1.0 if parameters < 250e6 else 0.5 if parameters < 1e9 else 0.25
+
+
+def unit(arm: str, fraction: float) -> dict[str, int]:
+    """An arm's work at a fraction of the unit: ES members (and plain generation's generates), GRPO prompts."""
     command = ARMS[arm]["command"]
     if command in ("train", "generate", "peer"):
-        return MEMBERS * PROMPTS * MAX_NEW_TOKENS
+        return {"members": round(MEMBERS * fraction)}
     if command == "grpo":
-        return GRPO_PROMPTS * GRPO_GENERATIONS * MAX_NEW_TOKENS
+        return {"prompts": round(GRPO_PROMPTS * fraction)}
+    return {}
+
+
+def tokens_per_iteration(arm: str, fraction: float = 1.0) -> int:
+    """New tokens an arm generates per iteration (SFT: tokens are read, not generated: 0)."""
+    sizes = unit(arm, fraction)
+    if "members" in sizes:
+        return sizes["members"] * PROMPTS * MAX_NEW_TOKENS
+    if "prompts" in sizes:
+        return sizes["prompts"] * GRPO_GENERATIONS * MAX_NEW_TOKENS
     return 0

@@ -1,8 +1,9 @@
 """One cell of the scaling study (a shape x an arm), in its own guarded process: the shape's random-weight model
 built (or read from the cache), the peak predicted, the arm run for ITERATIONS steps under the memory guard, and one
 small result file written: peak RSS, seconds per iteration (median of the steps after the first), new tokens per
-second, or "predicted not to fit" / "did not fit" with the memory asked for or reached. A cell predicted not to fit
-with the whole unit of work runs a smaller one (fewer members) where that fits, and says so.
+second, or "predicted not to fit" / "did not fit" with the memory asked for or reached. A cell runs the fraction of
+the unit its shape's size allows (arms.time_fraction), or a smaller one where that is predicted not to fit, and says
+so.
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ from typing import Any
 
 import yaml
 
-from .arms import ARMS, ITERATIONS, MAX_NEW_TOKENS, MEMBERS, tokens_per_iteration
+from .arms import ARMS, FRACTIONS, ITERATIONS, MAX_NEW_TOKENS, time_fraction, tokens_per_iteration, unit
 from .guard import run_guarded
 from .predict import predicted_peak_mib, terms
 from .shapes import SHAPES, Shape, build
-
-SMALLER_UNITS = (8, 4, 2)  # members, for an ES-shaped arm whose whole unit is predicted not to fit
 
 
 def random_adapter(model_dir: Path) -> Path:
@@ -45,20 +44,25 @@ def random_adapter(model_dir: Path) -> Path:
     return adapter
 
 
-def command_line(arm: str, model_dir: Path, dtype: str, work: Path, members: int, iterations: int) -> list[str]:
-    command = ARMS[arm]["command"]
+def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: float, iterations: int) -> list[str]:
+    command, sizes = ARMS[arm]["command"], unit(arm, fraction)
     if command in ("generate", "peer"):
         return [sys.executable, "-m", "bench.scaling.inference", command, str(model_dir), dtype,
-                str(work / "timings.json"), "--members", str(members), "--iterations", str(iterations)]
+                str(work / "timings.json"), "--members", str(sizes["members"]), "--iterations", str(iterations)]
     keys = {**ARMS[arm]["keys"], "model": str(model_dir), "dtype": dtype}
     if command == "sft":
         keys.update(max_steps=iterations, num_train=keys["batch_size"] * iterations)
     else:
         keys["iterations"] = iterations
-    if command == "train" and members != MEMBERS:
-        keys["population_size"] = members
+    if command == "train":
+        keys["population_size"] = sizes["members"]
         if keys.get("population_batch_size"):
-            keys["population_batch_size"] = members
+            keys["population_batch_size"] = sizes["members"]
+    if command == "grpo":
+        keys["batch_size"] = sizes["prompts"]
+        # micro-batches must divide the step's completions: fewer prompts may take fewer of them
+        keys["gradient_accumulation_steps"] = min(keys.get("gradient_accumulation_steps", 1),
+                                                  sizes["prompts"] * keys["num_generations"])
     if arm == "essa":
         keys["adapter"] = str(random_adapter(model_dir))
     config = work / "config.yaml"
@@ -74,11 +78,12 @@ def step_seconds(arm: str, work: Path) -> list[float]:
     return [line["time_s"] for line in lines if "time_s" in line and ("reward_mean" in line or "loss" in line)]
 
 
-def unit(arm: str, shape: Shape, dtype: str, limit_mib: float) -> int | None:
-    """Members per iteration the cell runs: the whole unit, else the largest smaller one predicted to fit (ES-shaped
-    arms only); None when none is predicted to fit."""
-    candidates = (MEMBERS, *SMALLER_UNITS) if ARMS[arm]["command"] in ("train", "peer") else (MEMBERS,)
-    return next((members for members in candidates if predicted_peak_mib(shape, arm, dtype, members) <= limit_mib),
+def fraction_to_run(arm: str, shape: Shape, dtype: str, limit_mib: float) -> float | None:
+    """The fraction of the unit the cell runs: the largest its shape's size allows (time_fraction) that is predicted
+    to fit; None when none is (SFT's unit is whole or nothing)."""
+    largest = time_fraction(shape.parameters()) if unit(arm, 1.0) else 1.0
+    candidates = [fraction for fraction in FRACTIONS if fraction <= largest] if unit(arm, 1.0) else [1.0]
+    return next((fraction for fraction in candidates if predicted_peak_mib(shape, arm, dtype, fraction) <= limit_mib),
                 None)
 
 
@@ -90,19 +95,23 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
                               "limit_mib": round(limit_mib), "predicted_peak_mib": predicted,
                               "predicted_terms_mib": terms(shape, arm, dtype), "parameters": shape.parameters(),
                               "published_parameters": shape.parameters(shape.published_vocab)}
-    members = unit(arm, shape, dtype, limit_mib)
-    if members is None:
+    fraction = fraction_to_run(arm, shape, dtype, limit_mib)
+    if fraction is None:
         return {**record, "status": "predicted not to fit"}
     model_dir = build(shape, dtype, cache, MAX_NEW_TOKENS)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    outcome = run_guarded(command_line(arm, model_dir, dtype, work, members, iterations), limit_mib,
+    outcome = run_guarded(command_line(arm, model_dir, dtype, work, fraction, iterations), limit_mib,
                           work / "cell.log", environment)
-    record.update(members=members, wall_s=outcome.wall_s, peak_rss_mib=outcome.peak_rss_mib)
-    if members != MEMBERS:
-        record["smaller_unit"] = (f"{members} members instead of {MEMBERS}: the whole unit was predicted to take "
-                                  f"{predicted:,.0f} MiB, over the {limit_mib:,.0f} MiB limit")
+    record.update(unit=unit(arm, fraction), fraction_of_unit=fraction, predicted_peak_at_fraction_mib=
+                  predicted_peak_mib(shape, arm, dtype, fraction), wall_s=outcome.wall_s,
+                  peak_rss_mib=outcome.peak_rss_mib, cpu_s=outcome.cpu_s, other_work_cpu_s=outcome.other_work_cpu_s)
+    if fraction < 1.0:
+        why = (f"the whole unit was predicted to take {predicted:,.0f} MiB, over the {limit_mib:,.0f} MiB limit"
+               if fraction < time_fraction(shape.parameters())
+               else f"a shape of {shape.parameters() / 1e9:.2f}B parameters runs {fraction:g} of the unit (time)")
+        record["smaller_unit"] = f"{unit(arm, fraction)} instead of {unit(arm, 1.0)}: {why}"
     if outcome.stopped_at_mib is not None:
         return {**record, "status": "did not fit", "stopped_at_mib": outcome.stopped_at_mib}
     if outcome.exit_code != 0:
@@ -110,8 +119,7 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
         raise RuntimeError(f"{shape_name} / {arm} exited with {outcome.exit_code}:\n{tail}")
     seconds = step_seconds(arm, work)
     per_iteration = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
-    tokens = tokens_per_iteration(arm) * members // MEMBERS if ARMS[arm]["command"] in ("train", "generate", "peer") \
-        else tokens_per_iteration(arm)
+    tokens = tokens_per_iteration(arm, fraction)
     return {**record, "status": "ran", "step_seconds": seconds, "seconds_per_iteration": round(per_iteration, 2),
             "new_tokens_per_iteration": tokens,
             "new_tokens_per_second": round(tokens / per_iteration, 2) if tokens else None}

@@ -22,7 +22,7 @@ RESERVE_MIB = 2048  # left free for the system and the runner beside the cell
 LAUNCHER = ("import os, sys\n"
             "pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)\n"
             "_, status, usage = os.wait4(pid, 0)\n"
-            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+            "open(sys.argv[1], 'w').write(f'{usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}')\n"
             "code = os.waitstatus_to_exitcode(status)\n"
             "os.kill(os.getpid(), -code) if code < 0 else sys.exit(code)\n")  # a signal passed on as itself
 
@@ -45,6 +45,23 @@ class Outcome:
     wall_s: float
     peak_rss_mib: float  # the highest of the readings: the cell's own high-water mark plus its descendants' RSS
     stopped_at_mib: float | None  # set when the guard stopped the tree for crossing the limit
+    cpu_s: float | None = None  # the cell's own CPU seconds (user + system, every descendant it waited for)
+    machine_busy_s: float | None = None  # CPU seconds the whole machine was busy meanwhile (/proc/stat)
+
+    @property
+    def other_work_cpu_s(self) -> float | None:
+        """CPU seconds spent by anything but the cell while it ran (the watchdog included): its timing is the
+        machine's alone only when this is small against wall_s x cores."""
+        if self.cpu_s is None or self.machine_busy_s is None:
+            return None
+        return round(max(0.0, self.machine_busy_s - self.cpu_s), 1)
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core has spent busy since boot (/proc/stat's first line, all but idle and iowait)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_rss_mib(process) -> tuple[float, float]:
@@ -76,7 +93,8 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
     """Run argv with stdout and stderr to `log`; stop its whole tree (SIGKILL) once it holds more than limit_mib."""
     import psutil
 
-    started, peak, stopped = time.perf_counter(), 0.0, None
+    started, peak, stopped, cpu = time.perf_counter(), 0.0, None, None
+    busy_before = machine_busy_seconds()
     report = log.with_name(log.name + ".peak")
     report.unlink(missing_ok=True)
     launched = [sys.executable, "-S", "-c", LAUNCHER, str(report), shutil.which(argv[0]) or argv[0], *argv[1:]]
@@ -93,8 +111,9 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
             finished = os.waitpid(child.pid, os.WNOHANG)
             if finished[0] == child.pid:
                 code = os.waitstatus_to_exitcode(finished[1])
-                if report.is_file() and report.read_text().strip():  # the cell's own peak, from the launcher
-                    peak = max(peak, int(report.read_text()) / 1024)
+                if report.is_file() and report.read_text().strip():  # the cell's own peak and CPU, from the launcher
+                    maxrss, cpu_text = report.read_text().split()
+                    peak, cpu = max(peak, int(maxrss) / 1024), float(cpu_text)
                 break
             if held > limit_mib and stopped is None:
                 stopped = held
@@ -102,4 +121,5 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
             time.sleep(POLL_SECONDS)
     child.returncode = code  # reaped by waitpid above: Popen must not wait for it again
     return Outcome(code, round(time.perf_counter() - started, 1), round(peak, 1),
-                   round(stopped, 1) if stopped is not None else None)
+                   round(stopped, 1) if stopped is not None else None,
+                   round(cpu, 1) if cpu is not None else None, round(machine_busy_seconds() - busy_before, 1))

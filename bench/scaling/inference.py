@@ -48,7 +48,7 @@ def peer(model_dir: str, dtype: str, members: int, iterations: int) -> list[floa
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=getattr(torch, dtype)).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
     rows, task = prompts_and_task()
     texts = [tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
              if isinstance(row["prompt"], list) else row["prompt"] for row in rows]

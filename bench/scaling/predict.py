@@ -6,7 +6,7 @@ these terms, and evotune's estimate is fitted on them; until then this is the gu
 
 from __future__ import annotations
 
-from .arms import ARMS, GRPO_GENERATIONS, GRPO_PROMPTS, MAX_NEW_TOKENS, MEMBERS, PROMPTS, SFT_BATCH
+from .arms import ARMS, GRPO_GENERATIONS, MAX_NEW_TOKENS, PROMPTS, SFT_BATCH, unit
 from .shapes import TOKENIZER_VOCAB, Shape
 
 RUNTIME_MIB = 700.0  # python, torch, transformers and a tokenizer, before any weight (the method study's probes)
@@ -17,9 +17,10 @@ ACTIVATION_FACTOR = 28
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def terms(shape: Shape, arm: str, dtype: str, members: int = MEMBERS) -> dict[str, float]:
-    """MiB per term of an arm's peak on a shape (`members`: a smaller unit of the ES work, where a cell runs one)."""
+def terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> dict[str, float]:
+    """MiB per term of an arm's peak on a shape (`fraction`: of the unit of work, where a cell runs less of it)."""
     command, keys = ARMS[arm]["command"], ARMS[arm]["keys"]
+    members, prompts = unit(arm, fraction).get("members", 0), unit(arm, fraction).get("prompts", 0)
     size, parameters = BYTES[dtype], shape.parameters()
     mib = 2**20
     weights = parameters * size / mib
@@ -35,22 +36,22 @@ def terms(shape: Shape, arm: str, dtype: str, members: int = MEMBERS) -> dict[st
         if keys.get("log_drift", True):
             found["fp32_drift_copy"] = parameters * 4 / mib
     if keys.get("population_batch_size"):
-        found["stacked_candidates"] = keys["population_batch_size"] * weights
+        found["stacked_candidates"] = members * weights
     if command == "peer":  # the base clone, every member's noise and every member's perturbed copy, materialized
         found["population_copies"] = (1 + 2 * members) * weights
         found["kv_cache"] = kv_per_sequence * PROMPTS
     if command in ("grpo", "sft"):
-        sequences = GRPO_PROMPTS * GRPO_GENERATIONS // keys.get("gradient_accumulation_steps", 1) \
+        sequences = max(1, prompts * GRPO_GENERATIONS // keys.get("gradient_accumulation_steps", 1)) \
             if command == "grpo" else SFT_BATCH
         found["activations"] = sequences * length * shape.hidden_size * shape.num_hidden_layers \
             * ACTIVATION_FACTOR * 4 / mib
         found["logits"] = 2 * sequences * length * TOKENIZER_VOCAB * 4 / mib  # fp32 logits and their softmax
         if command == "grpo":
-            found["kv_cache"] = kv_per_sequence * GRPO_PROMPTS * GRPO_GENERATIONS
+            found["kv_cache"] = kv_per_sequence * prompts * GRPO_GENERATIONS
         if not keys.get("lora", command == "sft"):  # every weight trained: fp32 gradients and AdamW's two moments
             found["gradients_and_adamw"] = 3 * parameters * 4 / mib
     return {name: round(value, 1) for name, value in found.items()}
 
 
-def predicted_peak_mib(shape: Shape, arm: str, dtype: str, members: int = MEMBERS) -> float:
-    return round(sum(terms(shape, arm, dtype, members).values()), 1)
+def predicted_peak_mib(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> float:
+    return round(sum(terms(shape, arm, dtype, fraction).values()), 1)

@@ -67,7 +67,7 @@ def hf_config(shape: Shape, dtype: str):
     common = {"hidden_size": shape.hidden_size, "num_hidden_layers": shape.num_hidden_layers,
               "num_attention_heads": shape.num_attention_heads, "num_key_value_heads": shape.num_key_value_heads,
               "intermediate_size": shape.intermediate_size, "tie_word_embeddings": shape.tie_word_embeddings,
-              "vocab_size": TOKENIZER_VOCAB, "max_position_embeddings": 8192, "torch_dtype": dtype}
+              "vocab_size": TOKENIZER_VOCAB, "max_position_embeddings": 8192, "dtype": dtype}
     special = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}  # SmolLM2's <|im_start|>, <|im_end|>
     if shape.architecture == "qwen2":
         return Qwen2Config(**common, **special, rope_theta=1_000_000.0)
@@ -89,7 +89,7 @@ def build(shape: Shape, dtype: str, cache: Path, max_new_tokens: int) -> Path:
     partial = directory.with_name(directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # a build killed midway starts again whole
     torch.manual_seed(WEIGHTS_SEED)
-    model = AutoModelForCausalLM.from_config(hf_config(shape, dtype), torch_dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_config(hf_config(shape, dtype), dtype=getattr(torch, dtype))
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2,
                                                max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens)
     model.save_pretrained(partial)

@@ -5,6 +5,7 @@ not to fit never starts, and a cell runs end to end on a tiny shape with every n
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -55,6 +56,18 @@ def test_the_guard_stops_a_process_that_crosses_its_limit_and_lets_one_under_it_
     assert small.stopped_at_mib is None and small.exit_code == 0 and 64 < small.peak_rss_mib < 2000
 
 
+def test_the_guard_counts_the_cells_cpu_apart_from_other_work_beside_it(tmp_path):
+    spin = "import time\nend = time.process_time() + {0}\nwhile time.process_time() < end: pass"
+    alone = guard.run_guarded([sys.executable, "-c", spin.format(1.0)], limit_mib=2000, log=tmp_path / "a.log")
+    assert alone.exit_code == 0 and 0.9 < alone.cpu_s < 2.0, alone  # its 1 s of spinning (and python's start)
+    beside = subprocess.Popen([sys.executable, "-c", spin.format(1.5)])  # other work on the machine meanwhile
+    try:
+        shared = guard.run_guarded([sys.executable, "-c", spin.format(1.0)], limit_mib=2000, log=tmp_path / "b.log")
+    finally:
+        beside.wait()
+    assert shared.other_work_cpu_s > alone.other_work_cpu_s + 0.5, (alone, shared)
+
+
 def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(tmp_path, monkeypatch):
     shape = shapes.SHAPES["SmolLM2-1.7B"]
     terms = predict.terms(shape, "full_es_batched", "float32")
@@ -62,8 +75,15 @@ def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(
     monkeypatch.setattr(cell, "build", lambda *args, **kwargs: pytest.fail("a cell predicted not to fit was built"))
     record = cell.run_cell("SmolLM2-1.7B", "grpo_full", "float32", tmp_path, tmp_path / "work", limit_mib=20_000)
     assert record["status"] == "predicted not to fit" and record["predicted_peak_mib"] > 20_000
-    assert cell.unit("full_es_batched", shape, "float32", 20_000) is None  # 2 stacked copies are ~27 GiB already
-    assert cell.unit("peer_torcheggroll", shapes.SHAPES["SmolLM2-360M"], "float32", 20_000) in cell.SMALLER_UNITS
+    assert cell.fraction_to_run("full_es_batched", shape, "float32", 20_000) is None  # 2 stacked copies: ~27 GiB
+    # the peer materializes every member: at 360M its whole unit would not fit, a smaller one does
+    assert predict.predicted_peak_mib(shapes.SHAPES["SmolLM2-360M"], "peer_torcheggroll", "float32") > 20_000
+    assert cell.fraction_to_run("peer_torcheggroll", shapes.SHAPES["SmolLM2-360M"], "float32", 20_000) < 0.5
+    # below 250M parameters a cell runs the whole unit; at 1.7B a quarter of it (time), GRPO's prompts as ES's members
+    assert cell.fraction_to_run("full_es", shapes.SHAPES["SmolLM2-135M"], "float32", 20_000) == 1.0
+    assert cell.fraction_to_run("grpo_lora", shape, "float32", 20_000) == 0.25
+    assert arms.unit("grpo_lora", 0.25) == {"prompts": 2} and arms.unit("full_es", 0.25) == {"members": 4}
+    assert arms.tokens_per_iteration("grpo_lora", 0.25) == 2 * arms.GRPO_GENERATIONS * arms.MAX_NEW_TOKENS
 
 
 @pytest.mark.engine  # two evotune processes on a model built from SmolLM2's whole tokenizer
