@@ -44,12 +44,11 @@ def random_adapter(model_dir: Path) -> Path:
     return adapter
 
 
-def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: float, iterations: int) -> list[str]:
+def cell_keys(arm: str, fraction: float, iterations: int = ITERATIONS) -> dict[str, Any]:
+    """The config keys an evotune arm's cell runs with at a fraction of the unit (model, dtype and ESSA's adapter
+    aside: command_line adds them)."""
     command, sizes = ARMS[arm]["command"], unit(arm, fraction)
-    if command in ("generate", "peer"):
-        return [sys.executable, "-m", "bench.scaling.inference", command, str(model_dir), dtype,
-                str(work / "timings.json"), "--members", str(sizes["members"]), "--iterations", str(iterations)]
-    keys = {**ARMS[arm]["keys"], "model": str(model_dir), "dtype": dtype}
+    keys = dict(ARMS[arm]["keys"])
     if command == "sft":
         keys.update(max_steps=iterations, num_train=keys["batch_size"] * iterations)
     else:
@@ -63,6 +62,15 @@ def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: fl
         # micro-batches must divide the step's completions: fewer prompts may take fewer of them
         keys["gradient_accumulation_steps"] = min(keys.get("gradient_accumulation_steps", 1),
                                                   sizes["prompts"] * keys["num_generations"])
+    return keys
+
+
+def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: float, iterations: int) -> list[str]:
+    command, sizes = ARMS[arm]["command"], unit(arm, fraction)
+    if command in ("generate", "peer"):
+        return [sys.executable, "-m", "bench.scaling.inference", command, str(model_dir), dtype,
+                str(work / "timings.json"), "--members", str(sizes["members"]), "--iterations", str(iterations)]
+    keys = {**cell_keys(arm, fraction, iterations), "model": str(model_dir), "dtype": dtype}
     if arm == "essa":
         keys["adapter"] = str(random_adapter(model_dir))
     config = work / "config.yaml"

@@ -47,14 +47,15 @@ class Outcome:
     stopped_at_mib: float | None  # set when the guard stopped the tree for crossing the limit
     cpu_s: float | None = None  # the cell's own CPU seconds (user + system, every descendant it waited for)
     machine_busy_s: float | None = None  # CPU seconds the whole machine was busy meanwhile (/proc/stat)
+    watchdog_cpu_s: float = 0.0  # this process's own CPU meanwhile (its readings of the tree's memory)
 
     @property
     def other_work_cpu_s(self) -> float | None:
-        """CPU seconds spent by anything but the cell while it ran (the watchdog included): its timing is the
-        machine's alone only when this is small against wall_s x cores."""
+        """CPU seconds spent by anything but the cell and its watchdog while it ran: the cell's timing is the
+        machine's alone only when this is small against its own CPU seconds."""
         if self.cpu_s is None or self.machine_busy_s is None:
             return None
-        return round(max(0.0, self.machine_busy_s - self.cpu_s), 1)
+        return round(max(0.0, self.machine_busy_s - self.cpu_s - self.watchdog_cpu_s), 1)
 
 
 def machine_busy_seconds() -> float:
@@ -94,7 +95,7 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
     import psutil
 
     started, peak, stopped, cpu = time.perf_counter(), 0.0, None, None
-    busy_before = machine_busy_seconds()
+    busy_before, own_before = machine_busy_seconds(), time.process_time()
     report = log.with_name(log.name + ".peak")
     report.unlink(missing_ok=True)
     launched = [sys.executable, "-S", "-c", LAUNCHER, str(report), shutil.which(argv[0]) or argv[0], *argv[1:]]
@@ -122,4 +123,5 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
     child.returncode = code  # reaped by waitpid above: Popen must not wait for it again
     return Outcome(code, round(time.perf_counter() - started, 1), round(peak, 1),
                    round(stopped, 1) if stopped is not None else None,
-                   round(cpu, 1) if cpu is not None else None, round(machine_busy_seconds() - busy_before, 1))
+                   round(cpu, 1) if cpu is not None else None, round(machine_busy_seconds() - busy_before, 1),
+                   round(time.process_time() - own_before, 1))
