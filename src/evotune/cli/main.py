@@ -287,6 +287,46 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if any(check["status"] == "fail" for check in report["checks"]) else 0
 
 
+def _estimate(args: argparse.Namespace) -> int:
+    from ..estimate.methods import METHODS
+    from ..estimate.report import build, format_estimate, format_methods, resolve_config
+
+    if args.prompt_tokens is not None and args.prompt_tokens < 1:
+        raise ConfigError(f"--prompt-tokens is {args.prompt_tokens}; give a positive number of tokens.")
+    if args.method and args.config:
+        raise ConfigError(f"--method {args.method} and CONFIG both say what runs; give CONFIG (with --command) or "
+                          "--method, not both.")
+    command = args.command or (METHODS[args.method][0] if args.method else "train")
+    if args.method and METHODS[args.method][0] != command:
+        raise ConfigError(f"--method {args.method} runs `evotune {METHODS[args.method][0]}`, not --command "
+                          f"{command}; drop --command.")
+    names = [args.method] if args.method or args.config else list(METHODS)
+    ratio = 1.0
+    if not args.no_speed_probe:
+        from ..doctor import speed_probe
+        from ..estimate import load_coefficients
+
+        ratio = speed_probe()["probe_s"] / load_coefficients()["reference_probe_s"]
+    found = []
+    for name in names:
+        method_command, keys = METHODS[name] if name else (command, {})
+        config = resolve_config(method_command, args.config, args.set, keys, args.model)
+        result, context = build(method_command, config, speed_ratio=ratio, tokens=args.prompt_tokens)
+        found.append((name, result, context, getattr(config, "iterations", None)))
+    if args.json:
+        print(json.dumps([{"method": name or command, "model": result.model, "parameters": result.parameters,
+                           "peak_mib": round(result.peak_mib), "memory_mib": {key: round(value, 1) for key, value
+                                                                              in result.memory_mib.items()},
+                           "seconds_per_iteration": round(result.seconds_per_iteration, 2),
+                           "speed_ratio": round(ratio, 3), "dtype": context["dtype"], "notes": result.notes}
+                          for name, result, context, _ in found], indent=2))
+    elif len(found) == 1:
+        print(format_estimate(found[0][1], found[0][2], found[0][3]))
+    else:
+        print(format_methods([(name, result) for name, result, _, _ in found], found[0][2]))
+    return 0
+
+
 def _keys(args: argparse.Namespace) -> int:
     if args.which == "sft":
         from ..sft import SFTConfig as config_class
@@ -307,7 +347,8 @@ def _keys(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"train": _train, "sft": _sft, "eval": _eval, "export": _export, "grpo": _grpo,
-                "compare": _compare, "sweep": _sweep, "doctor": _doctor, "keys": _keys}
+                "compare": _compare, "sweep": _sweep, "doctor": _doctor, "estimate": _estimate,
+                "keys": _keys}
     try:
         return handlers[args.subcommand](args)
     except EvotuneError as exc:

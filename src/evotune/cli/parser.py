@@ -11,6 +11,7 @@ from typing import Any, get_args
 from .. import __version__
 from ..config.eval_options import add_cli_options
 from ..config.train import DtypeName
+from ..estimate.methods import METHODS
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(commands)
     _add_sweep(commands)
     _add_doctor(commands)
+    _add_estimate(commands)
     _add_keys(commands)
     return parser
 
@@ -260,6 +262,34 @@ def _add_doctor(commands: Any) -> None:
     doctor.add_argument("--speed", action="store_true",
                         help="instead of the checks: time one quickstart generate on the built-in model (~1 minute "
                              "with its load) and print how long `evotune train` with no config should take here")
+
+
+def _add_estimate(commands: Any) -> None:
+    """`evotune estimate`: a run's peak memory and time per iteration, before it starts."""
+    estimate = _add_command(commands, "estimate", "predict a run's peak memory and seconds per iteration, and "
+                                                  "whether it fits, before starting it", """
+        evotune estimate --model Qwen2.5-1.5B                  # every method on one model: which fit here
+        evotune estimate --method grpo-full --model Qwen2.5-0.5B
+        evotune estimate examples/arithmetic.yaml --set population_size=32
+        evotune estimate examples/grpo_arithmetic.yaml --command grpo --json""",
+                            """Counts a run's terms (weights, fp32 master copy, drift copy, KV cache, stacked
+        candidates, optimizer state, activations, logits; passes over the weights, tokens forward and backward)
+        from its config and its model's config, with coefficients fitted on the scaling study's measured cells
+        (docs/benchmarks/scaling.md); seconds scale to this machine by its speed probe. The hf backend's costs.""")
+    estimate.add_argument("config", nargs="?", help="the run's YAML config (default: the command's quickstart)")
+    estimate.add_argument("--command", choices=["train", "grpo", "sft"], default=None,
+                          help="whose config CONFIG is (default train, or the --method's)")
+    estimate.add_argument("--method", choices=list(METHODS), default=None,
+                          help="without CONFIG: this method on its command's quickstart settings (none and no "
+                               "CONFIG: one line per method)")
+    estimate.add_argument("--model", help="alias, model dir, config.json, hub id in the local cache, or a public "
+                                          "shape known offline (e.g. Qwen2.5-7B, Llama-3-8B)")
+    estimate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+    estimate.add_argument("--prompt-tokens", type=int, default=None,
+                          help="tokens of a prompt (default: measured on the task's first batch)")
+    estimate.add_argument("--no-speed-probe", action="store_true",
+                          help="quote seconds on the study's machine instead of timing this one (~10 s)")
+    estimate.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
 
 def _add_keys(commands: Any) -> None:

@@ -1,0 +1,143 @@
+"""`evotune estimate`'s command: the config resolved as the run command would resolve it, the prompt length measured
+on the task, the memory free on the run's device, this machine's speed probe, and the printed table."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from . import Estimate, estimate, load_coefficients
+from .shape import ModelShape, resolve_shape
+from .workload import workload
+
+DEFAULT_PROMPT_TOKENS = 64  # when the task's prompts cannot be read (a custom dataset not on disk)
+
+
+def resolve_config(command: str, path: str | None, overrides: list[str], method_keys: dict[str, Any],
+                   model: str | None) -> Any:
+    """The config `evotune COMMAND` would run: CONFIG (or the command's quickstart, with the method's keys) <- --set,
+    and --model last."""
+    from ..config.files import read_config_values
+    from ..config.grpo import GRPO_QUICKSTART, GRPORunConfig
+    from ..config.parts import base_for_parts
+    from ..config.sft import SFTConfig
+    from ..config.train import QUICKSTART, TrainConfig
+
+    extra = [f"model={model}"] if model else []
+    given, source = read_config_values(path, [*overrides, *extra])
+    given = {**method_keys, **given} if path is None else given
+    if command == "train":
+        return TrainConfig.from_dict(base_for_parts({} if path else QUICKSTART, given, TrainConfig), source=source)
+    if command == "grpo":
+        return GRPORunConfig.from_dict({**({} if path else GRPO_QUICKSTART), **given}, source=source)
+    return SFTConfig.from_dict({**({} if path else {"task": "arithmetic"}), **given}, source=source)
+
+
+def prompt_tokens(config: Any) -> tuple[int, str]:
+    """The mean chat-templated prompt length of the task's first batch, with the model's tokenizer (the built-in's
+    where the model's is not on disk), and where it came from."""
+    from transformers import AutoTokenizer
+
+    from ..backends.models import DEFAULT_MODEL, resolve_model
+    from ..tasks import get_task
+
+    try:
+        task = get_task(config.task or "custom", seed=0, dataset=config.dataset,
+                        **(getattr(config, "task_args", None) or {}))
+        rows = task.train_rows[:max(1, min(getattr(config, "batch_size", 8), 32))]
+    except Exception as error:  # noqa: BLE001 - any task that cannot be read here falls back to a stated length
+        return DEFAULT_PROMPT_TOKENS, f"{DEFAULT_PROMPT_TOKENS} (the task's prompts could not be read: {error})"
+    for name in (config.model, DEFAULT_MODEL):
+        try:
+            source = resolve_model(name)
+            options = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+            tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=True, **options)
+            break
+        except Exception:  # noqa: BLE001 - a hub model not on disk: the built-in's tokenizer next
+            continue
+    lengths = [len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                                 return_dict=True)["input_ids"])
+               if isinstance(row["prompt"], list) else len(tokenizer(row["prompt"])["input_ids"]) for row in rows]
+    mean = math.ceil(sum(lengths) / len(lengths))
+    return mean, f"{mean} (the mean of the task's first {len(rows)} prompts, {name}'s tokenizer)"
+
+
+def free_mib(device: str) -> tuple[float, str]:
+    """Memory a new run can take on `device`: the GPU's free memory, or the host's MemAvailable."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return free / 2**20, f"free on {device}"
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024, "available on this machine"
+    raise ConfigError("cannot read /proc/meminfo for the memory available; estimate on Linux.")
+
+
+def build(command: str, config: Any, shape: ModelShape | None = None, speed_ratio: float = 1.0,
+          tokens: int | None = None) -> tuple[Estimate, dict[str, Any]]:
+    """The estimate of `config`'s run and what it rests on (prompt length, dtype, device, the study's machine)."""
+    from ..backends.models import resolve_dtype
+    from ..config.checks import resolve_device
+
+    shape = shape or resolve_shape(config.model)
+    device = resolve_device(getattr(config, "device", "cpu"))
+    dtype = resolve_dtype(config.dtype, device) if config.dtype == "auto" else config.dtype
+    where = f"{tokens} (given)" if tokens else None
+    if tokens is None:
+        tokens, where = prompt_tokens(config)
+    coefficients = load_coefficients()
+    result = estimate(workload(command, config, shape, tokens, dtype), shape, coefficients, speed_ratio)
+    if getattr(config, "backend", "hf") != "hf":
+        result.notes.append(f"counted for the hf backend; a {config.backend} engine's memory is its own "
+                            "(gpu_memory_utilization on CUDA)")
+    if device.startswith("cuda"):
+        result.notes.append("time fitted on CPU cells only: no GPU time is predicted yet")
+    return result, {"prompt_tokens": where, "dtype": dtype, "device": device, "coefficients": coefficients}
+
+
+def format_estimate(result: Estimate, context: dict[str, Any], iterations: int | None) -> str:
+    """The terms of one run's peak and iteration, and whether it fits."""
+    free, where = free_mib(context["device"])
+    lines = [f"{result.method} on {result.model} ({result.parameters / 1e9:.2f}B parameters, {context['dtype']}, "
+             f"{context['device']}); prompts of {context['prompt_tokens']} tokens", "",
+             f"{'memory term':24} {'MiB':>9}"]
+    lines += [f"{name:24} {value:9,.0f}" for name, value in result.memory_mib.items() if round(value)]
+    verdict = "fits" if result.peak_mib <= free else "does NOT fit"
+    lines += [f"{'peak (predicted)':24} {result.peak_mib:9,.0f}", f"{where:24} {free:9,.0f}   -> {verdict}", ""]
+    lines += [f"{'time term':24} {'s/iter':>9}"]
+    lines += [f"{name:24} {value * result.speed_ratio:9.1f}" for name, value in result.seconds.items()
+              if value * result.speed_ratio >= 0.05]
+    total = f" ({iterations} iterations: {result.seconds_per_iteration * iterations / 60:,.0f} min)" \
+        if iterations else ""
+    lines.append(f"{'seconds per iteration':24} {result.seconds_per_iteration:9.1f}{total}")
+    lines += ["", speed_line(context["coefficients"], result.speed_ratio), *[f"note: {note}" for note in result.notes]]
+    return "\n".join(lines)
+
+
+def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any]) -> str:
+    """One line per method on one model: its peak, whether it fits, its seconds per iteration."""
+    free, where = free_mib(context["device"])
+    first = results[0][1]
+    lines = [f"{first.model} ({first.parameters / 1e9:.2f}B parameters, {context['dtype']}, {context['device']}; "
+             f"{where}: {free:,.0f} MiB); each method as its command's quickstart runs it", "",
+             f"{'method':12} {'peak MiB':>9} {'fits':>5} {'s/iter':>8}  what an iteration is"]
+    for name, result in results:
+        fits = "yes" if result.peak_mib <= free else "NO"
+        lines.append(f"{name:12} {result.peak_mib:9,.0f} {fits:>5} {result.seconds_per_iteration:8.1f}  "
+                     f"{result.method}")
+    lines += ["", speed_line(context["coefficients"], results[0][1].speed_ratio),
+              "evotune estimate --method NAME (or a CONFIG) prints one method's terms."]
+    return "\n".join(lines)
+
+
+def speed_line(coefficients: dict[str, Any], ratio: float) -> str:
+    where = ", ".join(coefficients["machines"])
+    if ratio == 1.0:
+        return (f"seconds: on the study's machine ({where}, speed probe {coefficients['reference_probe_s']:.2f} s, "
+                f"{coefficients['threads']} threads); without --no-speed-probe they scale to this one")
+    return (f"seconds: this machine's speed probe is {ratio:.2f}x the study's ({where}, "
+            f"{coefficients['reference_probe_s']:.2f} s); the fit's {coefficients['cells']} cells scale by it")

@@ -1,0 +1,132 @@
+"""What one iteration of a run does, counted from its config and its model's shape alone: the copies of the weights
+it holds, the sequences whose KV cache it holds at once, the tokens it runs forward (and backward), the passes over
+every weight, and the per-parameter sweeps of its perturbations and updates. estimate.py turns these counts into
+MiB and seconds with coefficients fitted on the scaling study's measured cells.
+
+Counted for the hf backend, as each method runs there (config/train.py's `population_batch_size`): full ES one
+candidate at a time (or `population_batch_size` stacked copies), ES on a LoRA and ESSA one adapter at a time,
+low-rank ES the whole population in one batched generate; GRPO (TRL) one batched generate of every completion, then
+forward and backward passes in `gradient_accumulation_steps` micro-batches; SFT one forward and backward per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .shape import ModelShape
+
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Workload:
+    method: str  # what the run is, in words
+    command: str  # train, grpo or sft
+    dtype_bytes: int
+    parameters: int  # the model's
+    trained: int  # parameters the method changes: all (full, low-rank, GRPO full) or the adapter's
+    members: int  # ES candidates per iteration (1 for GRPO and SFT)
+    passes: int  # forward passes over every weight, one after another, per iteration (decode steps and prefills)
+    weight_reads: int  # copies of the weights read per iteration (passes x stacked copies)
+    kv_sequences: int  # sequences whose KV cache is held at once
+    sequence_tokens: int  # prompt + completion tokens of one sequence
+    forward_tokens: int  # tokens run forward per iteration (generation and training passes)
+    trained_sequences: int  # sequences in one forward-and-backward micro-batch (0: no backward)
+    trained_tokens: int  # tokens run forward and backward per iteration
+    training_flops_per_token: int = 0  # per parameter: 6 when every weight gets a gradient, 4 through a LoRA
+    fp32_master: bool = False  # full and low-rank ES: the exact mean in float32 beside the weights
+    drift_copy: bool = False  # log_drift: the starting weights kept in their own dtype
+    stacked_copies: int = 0  # full ES with population_batch_size: one perturbed copy per batched candidate
+    optimizer_bytes_per_trained: int = 0  # fp32 gradients and optimizer moments per trained parameter
+    sweeps: float = 0.0  # per-parameter passes of noise, perturbation and update code per iteration
+
+
+def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
+    """An `evotune train` run (hf backend) per iteration."""
+    parameters, new = shape.parameters(), config.max_new_tokens
+    adapter = shape.lora_parameters(config.lora_rank, config.lora_target_modules)
+    members, prompts = config.population_size, config.batch_size
+    chunk = config.generation_batch_size or prompts
+    calls = math.ceil(prompts / chunk)  # generate() calls per candidate
+    space = config.space
+    together = members if space == "lowrank" else 1  # candidates in one batched generate
+    stacked = 0
+    if space == "full" and isinstance(config.population_batch_size, int) and config.population_batch_size > 1:
+        together = stacked = min(config.population_batch_size, members)
+    passes = math.ceil(members / together) * calls * new
+    weight_reads = passes * max(stacked, 1)
+    trained = adapter if space in ("lora", "svd_lora") else parameters
+    # noise drawn and added, the weights restored, each member's noise drawn again for the update: three sweeps of
+    # the trained weights per member (full, LoRA); low-rank ES forms each member's outer product once, in the update
+    sweeps = members * (1 if space == "lowrank" else 3)
+    optimizer = 8 if config.optimizer == "adam" else 0
+    return Workload(
+        method=f"ES ({space} space, {config.strategy})", command="train", dtype_bytes=BYTES[dtype],
+        parameters=parameters, trained=trained, members=members, passes=passes, weight_reads=weight_reads,
+        kv_sequences=min(chunk, prompts) * together, sequence_tokens=prompt_tokens + new,
+        forward_tokens=members * prompts * (prompt_tokens + new), trained_sequences=0, trained_tokens=0,
+        fp32_master=space in ("full", "lowrank"), drift_copy=space in ("full", "lowrank") and config.log_drift,
+        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer, sweeps=sweeps)
+
+
+def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
+    """An `evotune grpo` step: one batched generate of every completion, then forward and backward in micro-batches."""
+    parameters, new = shape.parameters(), config.max_new_tokens
+    completions = config.batch_size * config.num_generations
+    trained = shape.lora_parameters(config.lora_rank, config.lora_target_modules) if config.lora else parameters
+    length = prompt_tokens + new
+    return Workload(
+        method=f"GRPO ({'LoRA' if config.lora else 'full-parameter'})", command="grpo",
+        dtype_bytes=BYTES[dtype], parameters=parameters, trained=trained, members=1, passes=new,
+        weight_reads=new, kv_sequences=completions, sequence_tokens=length,
+        forward_tokens=completions * length, trained_sequences=completions // config.gradient_accumulation_steps,
+        trained_tokens=completions * length, training_flops_per_token=4 if config.lora else 6,
+        optimizer_bytes_per_trained=12 if not config.lora else 16,  # fp32 gradient + AdamW's two moments (+ fp32 LoRA)
+        sweeps=1)
+
+
+def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
+    """An `evotune sft` step: one forward and backward of `batch_size` prompt + completion sequences (LoRA)."""
+    length = prompt_tokens + config.max_new_tokens  # the completions' budget bounds their length
+    return Workload(
+        method="LoRA SFT", command="sft", dtype_bytes=BYTES[dtype], parameters=shape.parameters(),
+        trained=shape.lora_parameters(config.lora_rank, config.lora_target_modules), members=1, passes=0,
+        weight_reads=0, kv_sequences=0, sequence_tokens=length, forward_tokens=0,
+        trained_sequences=config.batch_size, trained_tokens=config.batch_size * length, training_flops_per_token=4,
+        optimizer_bytes_per_trained=16, sweeps=1)
+
+
+def workload(command: str, config: Any, shape: ModelShape, prompt_tokens: int, dtype: str | None = None) -> Workload:
+    """An iteration of `evotune COMMAND` with `config` on `shape` (`dtype`: the config's, resolved if it is auto)."""
+    counter = {"train": es_workload, "grpo": grpo_workload, "sft": sft_workload}[command]
+    return counter(config, shape, prompt_tokens, dtype or config.dtype)
+
+
+def memory_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
+    """MiB of each term of the peak, as counted (estimate.py scales each by its fitted coefficient)."""
+    weights = load.parameters * load.dtype_bytes / MIB
+    kv = 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * load.dtype_bytes / MIB
+    found = {"runtime": 1.0, "weights": weights,
+             "fp32 master copy": load.trained * 4 / MIB if load.fp32_master else 0.0,
+             "drift copy": load.trained * load.dtype_bytes / MIB if load.drift_copy else 0.0,
+             "stacked candidates": load.stacked_copies * weights,
+             "KV cache": kv * load.kv_sequences * load.sequence_tokens,
+             "optimizer state": load.trained * load.optimizer_bytes_per_trained / MIB,
+             # saved activations per token and layer, in units of the hidden size (coefficient: how many)
+             "activations": load.trained_sequences * load.sequence_tokens * shape.hidden_size
+             * shape.num_hidden_layers * 4 / MIB,
+             "logits": load.trained_sequences * load.sequence_tokens * shape.vocab_size * 4 / MIB}
+    return found
+
+
+def time_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
+    """Each term of an iteration's time in its own unit (estimate.py scales each by its fitted seconds per unit)."""
+    return {"per iteration": 1.0,
+            "weight reads (GB)": load.weight_reads * load.parameters * load.dtype_bytes / 1e9,
+            "layer passes (thousands)": load.passes * shape.num_hidden_layers / 1e3,
+            "forward (TFLOP)": 2 * load.parameters * load.forward_tokens / 1e12,
+            "training (TFLOP)": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
+            "parameter sweeps (G elements)": load.sweeps * load.trained / 1e9}

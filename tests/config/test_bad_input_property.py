@@ -1,0 +1,134 @@
+"""Bad input generated from the configs' own field metadata (types, choices), not listed by hand: Hypothesis draws
+values for every key of train, sft and grpo (negatives, zero, NaN, infinities, huge numbers, wrong types, unknown
+choices, broken regexes, and values of the right type) and each command either accepts the config or stops with one
+`evotune: error:` line, never a traceback.
+
+The fast tier checks config validation (`--print-config`, which resolves and validates everything a run would
+before it starts) and the other commands' own options (eval's, compare's, sweep's grid, doctor's and export's
+paths) up to the point where their work would begin; the engine tier runs a few drawn configs for real on the tiny
+model. GENERATED counts every example drawn, for the round's table (bench/reliability/round5.py).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from typing import Any, get_args, get_origin
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evotune.cli.main import main
+from evotune.config.grpo import GRPORunConfig
+from evotune.config.sft import SFTConfig
+from evotune.config.train import TrainConfig
+
+CONFIGS = {"train": TrainConfig, "sft": SFTConfig, "grpo": GRPORunConfig}
+FAST_EXAMPLES = 60  # per command: the fast tier's bound (config validation only, about 0.05 s each)
+EDGES = [0, -1, -(2**31), 2**63, 10**300, 1e-300, float("nan"), float("inf"), float("-inf"), -0.0, 0.5, True, False,
+         None, "", " ", "(", "[a-", "*", "auto", "none", "x" * 300, [], {}, ["("], [1, "a"], {"a": 1}, "1e3"]
+GENERATED: dict[str, int] = {}
+
+
+def _values_of(hint: Any, choices: tuple) -> st.SearchStrategy:
+    """Values of the key's own type (each Literal's choices among them) and values of every other kind."""
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return st.one_of(*[_values_of(arg, choices) for arg in get_args(hint) if arg is not type(None)])
+    if origin is list:
+        return st.lists(_values_of(get_args(hint)[0], choices), max_size=3)
+    if choices:
+        return st.sampled_from(choices) | st.text(max_size=12)  # an unknown choice as often as a known one
+    if hint is bool:
+        return st.booleans()
+    if hint is int:
+        return st.integers(min_value=-(2**70), max_value=2**70)
+    if hint is float:
+        return st.floats(allow_nan=True, allow_infinity=True)
+    return st.text(max_size=20)
+
+
+def values_for(config: type, key: str) -> st.SearchStrategy:
+    hint = config.field_types()[key]
+    return _values_of(hint, config.choices().get(key, ())) | st.sampled_from(EDGES)
+
+
+def as_yaml(value: Any) -> str:
+    """--set's VALUE, read back as YAML to the same value (NaN and the infinities as YAML writes them)."""
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
+def settings_for(examples: int):
+    return settings(max_examples=examples, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def assert_one_error_line_or_success(code: int | None, err: str) -> None:
+    assert "Traceback" not in err, err
+    if code:
+        assert code == 2, (code, err)
+        errors = [line for line in err.splitlines() if line.startswith("evotune: error:")
+                  or line.startswith("evotune " + line.split(" ", 2)[1] + ": error:")]
+        assert errors, err  # the command's own line, or argparse's usage error
+        assert err.rstrip().count("error:") == 1, err
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # argparse's usage errors exit 2 with `evotune COMMAND: error: ...`
+        code = stop.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_drawn_values_for_every_key_validate_or_stop_with_one_error_line(command, capsys, tmp_path):
+    config = CONFIGS[command]
+    keys = sorted(config.field_types())
+
+    @settings_for(FAST_EXAMPLES)
+    @given(data=st.data())
+    def check(data):
+        chosen = data.draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3, unique=True))
+        sets = [f"{key}={as_yaml(data.draw(values_for(config, key), label=key))}" for key in chosen]
+        base = ["--set", "task=arithmetic"] if command == "sft" and "task" not in chosen else []
+        argv = [command, "--print-config", "--output-dir", str(tmp_path / "run"), *base,
+                *[part for pair in sets for part in ("--set", pair)]]
+        GENERATED[command] = GENERATED.get(command, 0) + 1
+        code, err = run_cli(argv, capsys)
+        assert_one_error_line_or_success(code, err)
+        assert not (tmp_path / "run").exists()  # validating writes nothing
+
+    check()
+
+
+# each bad for at least one option of every command below (a count, a budget, a path)
+OPTION_VALUES = st.sampled_from(["-1", "0", "nan", "inf", "1e300", "", "(", "abc", "/", "-.inf", "9" * 40])
+
+
+def test_drawn_values_for_the_other_commands_options_stop_with_one_error_line_before_any_work(capsys, tmp_path):
+    argv_of = {
+        "eval": lambda value: ["eval", "--model", "smollm2-135m-instruct", "--task", "arithmetic", "--num-eval",
+                               value, "--max-new-tokens", value, "--output", str(tmp_path / "e.json")],
+        "sweep": lambda value: ["sweep", "--grid", f"sigma={value},{value}", "--seeds", value, "--output-dir",
+                                str(tmp_path / "sweep"), "--parallel", value],
+        "compare": lambda value: ["compare", str(tmp_path / "missing-run"), "--output-dir", str(tmp_path / "cmp"),
+                                  "--budget", value],
+        "export": lambda value: ["export", str(tmp_path / value), "--output-dir", str(tmp_path / "out")],
+        "doctor": lambda value: ["doctor", "--work-dir", "/proc/" + value, "--checks", "hf"],
+    }
+
+    @settings_for(12)
+    @given(command=st.sampled_from(sorted(argv_of)), value=OPTION_VALUES)
+    def check(command, value):
+        GENERATED[command] = GENERATED.get(command, 0) + 1
+        code, err = run_cli(argv_of[command](value), capsys)
+        assert code == 2, (command, value, code, err)  # every drawn value is bad for at least one option
+        assert_one_error_line_or_success(code, err)
+
+    check()

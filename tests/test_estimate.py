@@ -1,0 +1,135 @@
+"""`evotune estimate`: shapes read from configs match the models they describe, the workload counts what each method
+does per iteration, the committed coefficients are the fit of the committed scaling cells and predict every one of
+them within the bounds (memory 15%, time 25%), every term is needed for that, and the command answers on the
+built-in model, a directory, a public shape and a config file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evotune.cli.main import main
+from evotune.config.grpo import GRPO_QUICKSTART, GRPORunConfig
+from evotune.config.parts import base_for_parts
+from evotune.config.train import QUICKSTART, TrainConfig
+from evotune.errors import ConfigError
+from evotune.estimate import PUBLIC_SHAPES, load_coefficients, memory_terms, resolve_shape, time_terms, workload
+from evotune.estimate.shape import ModelShape
+
+# published parameter counts (each model card's config at its own vocabulary)
+PUBLISHED = {"HuggingFaceTB/SmolLM2-135M-Instruct": 134_515_008, "Qwen/Qwen2.5-0.5B-Instruct": 494_032_768,
+             "Qwen/Qwen2.5-7B-Instruct": 7_615_616_512, "meta-llama/Meta-Llama-3-8B-Instruct": 8_030_261_248}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_a_public_shape_counts_its_published_parameters(name):
+    assert PUBLIC_SHAPES[name].parameters() == PUBLISHED[name]
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_a_shape_read_from_a_config_counts_the_models_parameters_and_its_lora(tmp_path, architecture):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    numbers = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=96, vocab_size=300)
+    config = (Qwen2Config if architecture == "qwen2" else LlamaConfig)(**numbers, tie_word_embeddings=False)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(tmp_path)
+    for given in (str(tmp_path), str(tmp_path / "config.json")):  # a directory, or its config.json
+        shape = resolve_shape(given)
+        assert shape.parameters() == sum(parameter.numel() for parameter in model.parameters())
+    targets = ["q_proj", "v_proj", "down_proj"]
+    adapted = get_peft_model(model, LoraConfig(r=4, target_modules=targets))
+    trainable = sum(parameter.numel() for parameter in adapted.parameters() if parameter.requires_grad)
+    assert shape.lora_parameters(4, targets) == trainable
+
+
+def test_models_resolve_by_alias_and_public_name_and_an_unknown_one_names_the_known_shapes():
+    assert resolve_shape("smollm2-135m-instruct").parameters() == 134_515_008  # the built-in model's own config
+    assert resolve_shape("Qwen2.5-7B") == PUBLIC_SHAPES["Qwen/Qwen2.5-7B-Instruct"]  # offline, by its short name
+    with pytest.raises(ConfigError, match="Qwen2.5-1.5B-Instruct"):
+        resolve_shape("someone/unknown-model")
+
+
+SHAPE = ModelShape("test", 512, 8, 8, 2, 1024, 1000, True)
+
+
+def train_config(**keys):
+    return TrainConfig.from_dict(base_for_parts(QUICKSTART, keys, TrainConfig))
+
+
+def test_the_workload_counts_each_methods_passes_copies_and_sequences():
+    # the quickstart: 16 members x 16 prompts x 48 tokens, full ES one candidate at a time
+    full = workload("train", train_config(), SHAPE, prompt_tokens=50, dtype="float32")
+    assert (full.passes, full.weight_reads, full.kv_sequences) == (16 * 48, 16 * 48, 16)
+    assert full.fp32_master and full.drift_copy and full.trained == SHAPE.parameters()
+    stacked = workload("train", train_config(population_batch_size=4), SHAPE, 50, "float32")
+    assert (stacked.passes, stacked.weight_reads, stacked.stacked_copies) == (4 * 48, 16 * 48, 4)
+    lowrank = workload("train", train_config(space="lowrank"), SHAPE, 50, "float32")
+    assert (lowrank.passes, lowrank.kv_sequences) == (48, 16 * 16)  # the whole population in one generate
+    lora = workload("train", train_config(space="lora"), SHAPE, 50, "float32")
+    assert lora.trained == SHAPE.lora_parameters(8, ["q_proj", "k_proj", "v_proj", "o_proj"]) and not lora.fp32_master
+    grpo = workload("grpo", GRPORunConfig.from_dict({**GRPO_QUICKSTART, "lora": False,
+                                                     "gradient_accumulation_steps": 4}), SHAPE, 50, "bfloat16")
+    assert (grpo.kv_sequences, grpo.trained_sequences, grpo.trained_tokens) == (64, 16, 64 * 98)
+    assert grpo.dtype_bytes == 2 and grpo.optimizer_bytes_per_trained == 12
+    memory = memory_terms(full, SHAPE)
+    assert memory["fp32 master copy"] == pytest.approx(SHAPE.parameters() * 4 / 2**20)
+    assert time_terms(lowrank, SHAPE)["weight reads (GB)"] == pytest.approx(48 * SHAPE.parameters() * 4 / 1e9)
+
+
+def test_the_committed_coefficients_are_the_fit_of_the_committed_cells_and_predict_each_within_bounds():
+    from bench.scaling import fit
+
+    found = fit.rows()
+    committed = load_coefficients()
+    assert committed["cells"] == len(found) >= 10, "refit: python -m bench.scaling.fit"
+    refit = fit.fit_all(found)
+    for kind in ("memory", "time"):
+        for name, value in refit[kind].items():
+            assert committed[kind][name] == pytest.approx(value, rel=1e-6, abs=1e-9), (kind, name)
+    memory, seconds = fit.worst(fit.errors(found, committed))
+    assert memory <= fit.MEMORY_BOUND and seconds <= fit.TIME_BOUND, (memory, seconds)
+
+
+def test_every_term_is_needed_a_fit_without_any_one_misses_a_bound():
+    from bench.scaling import fit
+
+    found = fit.rows()
+    for name in [*found[0]["memory"], *found[0]["time"]]:
+        memory, seconds = fit.worst(fit.errors(found, fit.fit_all(found, drop=name)))
+        assert memory > fit.MEMORY_BOUND or seconds > fit.TIME_BOUND, f"{name!r} is not needed by the cells"
+
+
+def test_estimate_prints_every_method_on_a_model_and_one_methods_terms(capsys):
+    assert main(["estimate", "--model", "Qwen2.5-1.5B", "--no-speed-probe"]) == 0
+    table = capsys.readouterr().out
+    for method in ("full-es", "lowrank-es", "lora-es", "essa", "grpo-lora", "grpo-full", "sft"):
+        assert f"\n{method} " in table
+    assert main(["estimate", "--method", "grpo-full", "--model", "smollm2-135m-instruct", "--no-speed-probe",
+                 "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["parameters"] == 134_515_008 and result["memory_mib"]["optimizer state"] > 0
+    assert result["peak_mib"] == pytest.approx(sum(result["memory_mib"].values()), abs=1)
+
+
+def test_estimate_reads_a_config_file_as_its_command_would(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("space: lowrank\npopulation_size: 8\nbatch_size: 4\nmax_new_tokens: 16\niterations: 30\n")
+    assert main(["estimate", str(config), "--set", "population_size=4", "--no-speed-probe"]) == 0
+    out = capsys.readouterr().out
+    assert "ES (lowrank space, openes)" in out and "30 iterations" in out and "fp32 master copy" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "essa", "--command", "grpo"], "runs `evotune train`"),
+    (["--prompt-tokens", "0"], "positive number"),
+    (["--model", "nowhere/nothing"], "known offline"),
+    (["--set", "space=nonsense"], "space"),
+])
+def test_estimate_refuses_bad_input_with_one_line(capsys, argv, message):
+    assert main(["estimate", "--no-speed-probe", *argv]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("evotune: error:") and message in error
