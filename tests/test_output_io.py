@@ -157,6 +157,10 @@ def test_a_read_only_remount_mid_run_stops_it_and_the_resumed_run_is_exact(tiny_
 
 
 COMMANDS_WITH_AN_OUTPUT = {  # command line, with OUT for the output path
+    "train": ["train", "--set", "model=MODEL", "--set", "iterations=1", "--output-dir", "OUT"],
+    "sft": ["sft", "--set", "task=arithmetic", "--set", "model=MODEL", "--set", "max_steps=1", "--output-dir", "OUT"],
+    "grpo": ["grpo", "--set", "model=MODEL", "--set", "iterations=1", "--output-dir", "OUT"],
+    "eval": ["eval", "--model", "MODEL", "--task", "arithmetic", "--num-eval", "2", "--output", "OUT/eval.json"],
     "export": ["export", "MODEL", "--output-dir", "OUT"],
     "compare": ["compare", "MODEL", "MODEL", "--output-dir", "OUT"],
     "sweep": ["sweep", "--grid", "sigma=0.1,0.2", "--output-dir", "OUT"],
@@ -169,8 +173,8 @@ COMMANDS_WITH_AN_OUTPUT = {  # command line, with OUT for the output path
 @pytest.mark.parametrize("disk", ["read-only", "full"])
 def test_every_command_refuses_an_output_it_cannot_write_with_one_line(tiny_model_dir, tmp_path, capsys, command,
                                                                        disk):
-    """export, compare, sweep and doctor check their output path as train does, before any work: a read-only and a
-    full disk each give one `evotune: error:` line naming the path, and leave nothing behind."""
+    """Each of the eight commands checks its output path the same way (runs.directory.check_writable), before any
+    work: a read-only and a full disk each give one `evotune: error:` line naming the path, and leave nothing."""
     with tmpfs(tmp_path / "disk", "1m") as disk_path:
         if disk == "full":
             subprocess.run(["dd", "if=/dev/zero", f"of={disk_path / 'filler'}", "bs=64k"], capture_output=True)
@@ -178,13 +182,13 @@ def test_every_command_refuses_an_output_it_cannot_write_with_one_line(tiny_mode
             remount(disk_path, "ro")
         before = sorted(path.name for path in disk_path.iterdir())
         output = disk_path / "out" / "inner"
-        argv = [str(output) if part == "OUT" else tiny_model_dir if part == "MODEL" else part
+        argv = [part.replace("OUT", str(output)).replace("MODEL", tiny_model_dir)
                 for part in COMMANDS_WITH_AN_OUTPUT[command]]
         assert main(argv) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert all(line.startswith("  ") for line in lines[1:])  # one message, wrapped to the terminal: no traceback
         error = " ".join(line.strip() for line in lines)
         reason = "Read-only file system" if disk == "read-only" else "No space left on device"
-        assert error.startswith(f"evotune: error: output directory {output} cannot be written ({reason}); choose a "
-                                "directory on a writable file system."), error
+        named = f"--output {output}/eval.json" if command == "eval" else f"output directory {output}"
+        assert error.startswith(f"evotune: error: {named} cannot be written ({reason})"), error
         assert sorted(path.name for path in disk_path.iterdir()) == before  # nothing partial left

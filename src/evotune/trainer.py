@@ -55,6 +55,7 @@ class Trainer:
         built_in = default_callbacks()  # evaluation first, the user's next, then metrics, samples, checkpoint, progress
         self.callbacks: list[ESCallback] = [built_in[0], *(callbacks or []), *built_in[1:]]
         self.should_stop = False
+        self.activity = "iteration"  # what train() was doing: stopped_where() says it if the run stops
         self.last_eval: dict[str, float] = {}
         self.last_completions: list[str] = []  # of the last evaluation, one per task.eval_rows (SamplesCallback)
 
@@ -187,15 +188,28 @@ class Trainer:
             try:
                 self._notify("on_train_begin")
                 if self.strategy.iteration == 0:  # the baseline, so the gain is visible
+                    self.activity = "evaluating the starting model"
                     self.run_evaluation({"iteration": 0})
                 while (self.strategy.iteration < self.config.iterations and not self.should_stop
                        and not self.out_of_time()):
+                    self.activity = "iteration"
                     record = self.step()
+                    self.activity = "logging, evaluating and checkpointing it"
                     self._notify("on_iteration_end", record)
             finally:
+                self.activity = "ending the run (metrics, curves)"
                 self._notify("on_train_end")
+            self.activity = "writing final/"
             self.finish()
         return self.last_eval
+
+    def stopped_where(self) -> str:
+        """Where an interrupted or failed train() stopped, in words: during an iteration, or after one (writing its
+        checkpoint, or final/)."""
+        done = self.strategy.iteration
+        if self.activity == "iteration":
+            return f"stopped during iteration {done + 1}"
+        return f"stopped after iteration {done}, while {self.activity}"
 
     def finish(self) -> None:
         """Release workers; write final/ (a model, or a PEFT adapter for adapter spaces) with its model card

@@ -147,6 +147,20 @@ def test_resume_reads_the_runs_own_config_and_a_longer_run_ends_where_an_uninter
     assert recorded == {**started, "iterations": 3}  # only the resumable key changed
 
 
+def test_a_resume_over_a_metrics_file_damaged_after_its_last_good_line_keeps_those_lines_and_continues(runs, tmp_path,
+                                                                                                     capsys):
+    """Garbage appended to metrics.jsonl (not UTF-8) made every resume fail on it, with no way out: the resume keeps
+    the records before the damage, says so, and ends on the uninterrupted run's weights."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["two"], run)
+    with (run / "metrics.jsonl").open("ab") as handle:
+        handle.write(b"\xff\xfe not a record\n")
+    assert main(["grpo", "--output-dir", str(run), "--resume", "--set", "iterations=3"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is damaged from line" in err and "--resume keeps the" in err, err
+    assert_same_run(runs["three"], run)
+
+
 # ---------------------------------------------------------------------------------------------
 # kill -9 + resume: the uninterrupted run's weights, bit for bit
 

@@ -88,3 +88,35 @@ def test_console_script_is_installed():
         pytest.skip("no `evotune` on PATH: install the package (pip install -e . or bash scripts/setup.sh)")
     result = subprocess.run([script, "keys"], capture_output=True, text=True)
     assert result.returncode == 0 and "population_size" in result.stdout
+
+
+@pytest.mark.parametrize("fails, where", [
+    ("final", "stopped after iteration 2, while writing final/"),
+    ("checkpoint", "stopped after iteration 2, while logging, evaluating and checkpointing it"),
+    ("step", "stopped during iteration 2"),
+])
+def test_a_failed_run_says_whether_it_stopped_during_an_iteration_or_after_it(tiny_model_dir, tmp_path, monkeypatch,
+                                                                             capsys, fails, where):
+    """A disk that fills while final/ or a checkpoint is written stops a run after an iteration, not during the
+    next one (a 2-iteration run's final/ was reported as "iteration 3")."""
+    from evotune.errors import OutputError
+    from evotune.trainer import Trainer
+
+    def fail(*args, **kwargs):
+        raise OutputError("No space left on device (injected)")
+
+    if fails == "final":
+        monkeypatch.setattr(Trainer, "finish", fail)
+    elif fails == "checkpoint":
+        real = Trainer.save_checkpoint
+        monkeypatch.setattr(Trainer, "save_checkpoint",
+                            lambda self: fail() if self.strategy.iteration == 2 else real(self))
+    else:
+        real_step = Trainer.step
+        monkeypatch.setattr(Trainer, "step", lambda self: fail() if self.strategy.iteration == 1 else real_step(self))
+    settings = [f"model={tiny_model_dir}", "iterations=2", "population_size=4", "batch_size=2", "max_new_tokens=4",
+                "num_eval=2", "eval_every=0", "checkpoint_every=1", "report_to=[]", "dtype=float32"]
+    argv = ["train", "--output-dir", str(tmp_path / "run"), *[part for pair in settings for part in ("--set", pair)]]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"evotune: {where}" in err and "Traceback" not in err, err

@@ -75,7 +75,7 @@ def test_doctor_refuses_bad_output_and_work_dir_before_any_check(tmp_path, capsy
     a_file.write_text("the user's")
     busy = tmp_path / "busy"
     (busy / "model").mkdir(parents=True)
-    for arguments, expected in ((["--output", str(a_file / "doctor.json")], "cannot create its directory"),
+    for arguments, expected in ((["--output", str(a_file / "doctor.json")], f"{a_file} is a file, not a directory"),
                                 (["--work-dir", str(a_file)], "is a file"),
                                 (["--work-dir", str(busy)], "is not empty")):
         assert main(["doctor", *arguments]) == 2  # at once: no check ran (each takes seconds to minutes)

@@ -11,9 +11,12 @@ model. GENERATED counts every example drawn, for the round's table (bench/reliab
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import types
 import typing
+from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import pytest
@@ -31,6 +34,14 @@ FAST_EXAMPLES = 60  # per command: the fast tier's bound (config validation only
 EDGES = [0, -1, -(2**31), 2**63, 10**300, 1e-300, float("nan"), float("inf"), float("-inf"), -0.0, 0.5, True, False,
          None, "", " ", "(", "[a-", "*", "auto", "none", "x" * 300, [], {}, ["("], [1, "a"], {"a": 1}, "1e3"]
 GENERATED: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_counts():
+    """With EVOTUNE_PROPERTY_COUNTS set (bench/reliability/round5.py), the inputs drawn per command go there."""
+    yield
+    if os.environ.get("EVOTUNE_PROPERTY_COUNTS"):
+        Path(os.environ["EVOTUNE_PROPERTY_COUNTS"]).write_text(json.dumps(GENERATED))
 
 
 def _values_of(hint: Any, choices: tuple) -> st.SearchStrategy:

@@ -124,3 +124,26 @@ def test_workers_a_local_ray_cannot_place_are_refused_up_front(tiny_model_dir, t
     assert f"`workers` 1000 x `worker_num_cpus` 1 need 1000 CPUs; the local Ray has this machine's {cores}" in error
     assert f"Set `workers` to {cores} or fewer" in error
     assert seconds < 90
+
+
+@requires_ray
+def test_auto_that_finds_this_machines_cluster_but_cannot_join_names_it_and_token_auth(tmp_path, monkeypatch):
+    """`auto` reads the address `ray start` recorded; when joining it fails (a token cluster joined without its
+    token), the message must not say that no cluster runs: it names the one found and the token setting."""
+    from evotune.distributed.ray import connection
+
+    recorded = tmp_path / "ray_current_cluster"
+    monkeypatch.setattr(connection, "CURRENT_CLUSTER", recorded)
+
+    class Refusing:  # a stand-in for ray.init's failure to join (the real one: bench/reliability/cluster.py)
+        @staticmethod
+        def init(**kwargs):
+            raise ConnectionError("authentication failed")
+
+    with pytest.raises(ConfigError, match="no running Ray cluster was found"):
+        connection._init_bounded(Refusing, "auto", "`ray_address`", timeout=5)
+    recorded.write_text("10.1.2.3:6379\n")
+    with pytest.raises(ConfigError) as refused:
+        connection._init_bounded(Refusing, "auto", "`ray_address`", timeout=5)
+    message = str(refused.value)
+    assert "10.1.2.3:6379" in message and "RAY_AUTH_MODE=token" in message and "no running" not in message

@@ -47,6 +47,22 @@ def test_a_checkpoint_exports_the_mean_it_holds(space, runs, tmp_path):
     assert all(torch.equal(exported[k], final[k]) for k in final)
 
 
+def test_a_checkpoints_checksums_are_read_once_per_export(runs, tmp_path, monkeypatch):
+    """export finds the newest whole checkpoint (reading its checksums), then loads that one without reading them
+    again: the weights are hashed once, not twice."""
+    import evotune.files.checkpoint as checkpoint_files
+
+    verified, real = [], checkpoint_files.verify_checkpoint
+
+    def counted(directory):
+        verified.append(directory)
+        return real(directory)
+
+    monkeypatch.setattr(checkpoint_files, "verify_checkpoint", counted)
+    result = export_model(str(runs / "full" / "checkpoint"), str(tmp_path / "out"))
+    assert verified == [runs / "full" / "checkpoint"] and result["iteration"] == 2
+
+
 def test_an_adapter_checkpoint_exports_the_adapter_or_the_merged_model(runs, tmp_path):
     result = export_model(str(runs / "essa" / "checkpoint"), str(tmp_path / "adapter"))
     assert result["adapter"] == str(tmp_path / "adapter")

@@ -114,3 +114,48 @@ def test_a_lifecycle_of_ones_own(tmp_path):
     again = RunLifecycle(tmp_path / "mine", ("config.yaml", "result.txt"))
     with pytest.raises(ConfigError, match=r"already holds a run \(config.yaml, result.txt\).*overwrite=True"):
         again.inspect()
+
+
+def test_a_refused_sft_start_leaves_the_directory_as_it_was_and_the_corrected_command_runs(tiny_model_dir, tmp_path,
+                                                                                           capsys):
+    """The data is read after the run directory opens (its lock, config.yaml): a data error there must take back
+    everything the start wrote, so the corrected command needs no --overwrite."""
+    from evotune.cli.main import main
+
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "notes.txt").write_text("the user's")
+    before = snapshot(output)
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "2+2=", "answer": "4"}\n' * 4)  # no `completion` column
+    command = ["sft", "--set", f"model={tiny_model_dir}", "--set", f"dataset={data}", "--set", "max_steps=1",
+               "--set", "batch_size=2", "--set", "report_to=[]", "--output-dir", str(output)]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "completion" in err and "Traceback" not in err, err
+    assert snapshot(output) == before  # as it was: the user's file, nothing of the run
+    data.write_text('{"prompt": "2+2=", "completion": "4"}\n' * 4)
+    assert main(command) == 0, capsys.readouterr().err
+    assert (output / "adapter" / "adapter_config.json").exists()
+
+
+def test_a_sweep_whose_every_run_fails_at_once_leaves_no_run_behind_and_the_same_command_runs_again(
+        tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from helpers import flaky_reward_module
+
+    from evotune.cli.main import main
+
+    flag = flaky_reward_module(tmp_path, monkeypatch)
+    config = tmp_path / "base.yaml"
+    config.write_text(f"model: {tiny_model_dir}\ntask: conciseness\nreward_fns: [flaky_rewards.score]\n"
+                      "population_size: 4\nantithetic: true\niterations: 1\nbatch_size: 2\nmax_new_tokens: 4\n"
+                      "num_eval: 2\ndtype: float32\nreport_to: []\n")
+    command = ["sweep", str(config), "--grid", "sigma=0.01", "--output-dir", str(tmp_path / "sweep")]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "flaky_rewards.score raised ValueError" in err and "Traceback" not in err, err
+    runs = [path for path in (tmp_path / "sweep").rglob("config.yaml")]
+    assert runs == []  # the failed run's files went: only the sweep's table of what failed is there
+    flag.unlink()
+    assert main(command) == 0, capsys.readouterr().err  # no --overwrite needed
+    assert len(list((tmp_path / "sweep").rglob("final"))) == 1

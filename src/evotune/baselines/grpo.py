@@ -25,7 +25,7 @@ from ..files.adapters import read_adapter_config
 from ..import_utils import is_trl_available
 from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
 from ..runs.lifecycle import RunLifecycle
-from ..tracking.tracker import MetricsLogger, out_of_time, plot_curves, read_metrics
+from ..tracking.tracker import MetricsLogger, good_prefix, out_of_time, plot_curves, read_metrics
 
 # What `evotune grpo` writes into a run directory: only these are removed by --overwrite.
 GRPO_ARTIFACTS = ("config.yaml", "metrics.jsonl", "trl", "final", "tensorboard", "curves.png", "loggers.json")
@@ -296,9 +296,12 @@ def _cuda() -> bool:
 
 
 def _training_seconds(output: Path, last: int) -> float:
-    """Training time already spent by a run being resumed: its steps' `time_s` up to TRL's last checkpoint."""
-    return sum(record.get("time_s") or 0.0 for record in read_metrics(output / "metrics.jsonl")
-               if isinstance(record.get("iteration"), int) and 0 < record["iteration"] <= last)
+    """Training time already spent by a run being resumed: its steps' `time_s` up to TRL's last checkpoint, read
+    from the records before any damage (the metrics logger then keeps those, with a note, as train's resume does)."""
+    path = output / "metrics.jsonl"
+    records = good_prefix(path)[0] if path.is_file() else []
+    return sum(record["time_s"] for record in records if isinstance(record.get("time_s"), (int, float))
+               and isinstance(record.get("iteration"), int) and 0 < record["iteration"] <= last)
 
 
 def _last_eval(output: Path) -> dict[str, Any]:

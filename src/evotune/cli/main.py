@@ -22,6 +22,7 @@ from ..import_utils import startup_imports
 from ..runs.compare import compare_runs
 from ..runs.compare_output import format_markdown
 from ..runs.directory import check_writable, read_run_config
+from ..runs.lifecycle import check_writable_file
 from ..runs.loading import eval_quantization, load_for_eval
 from ..runs.sweep_grid import parse_grid
 from ..tasks import get_task
@@ -84,7 +85,7 @@ def _train(args: argparse.Namespace) -> int:
         final = trainer.train()
     except (EvotuneError, KeyboardInterrupt):
         checkpoint = find_checkpoint(Path(output_dir) / "checkpoint")
-        where = f"stopped during iteration {trainer.strategy.iteration + 1}"
+        where = trainer.stopped_where()
         if checkpoint is None and not (Path(output_dir) / "config.yaml").exists():  # trainer.py removed it
             print(f"evotune: {where}, before any iteration completed: the run's files were removed, so the same "
                   "command starts it again once the cause is fixed.", file=sys.stderr)
@@ -150,7 +151,7 @@ def _eval(args: argparse.Namespace) -> int:
     # Before any model runs: a bad path would otherwise fail only after the whole evaluation.
     for flag, path in (("--output", output), ("--samples", args.samples), ("--plot", plot)):
         if path:
-            _prepare_output_file(flag, Path(path))
+            check_writable_file(flag, Path(path))
     task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
                     eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg, "--task-arg", "digits=3"))
     reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in args.model else []
@@ -160,26 +161,6 @@ def _eval(args: argparse.Namespace) -> int:
     output.write_text(dumps_strict(results, indent=2))  # null, never NaN: strict JSON
     print(f"wrote {output}" + (f" and {plot}" if plot else ""), file=sys.stderr)
     return 0
-
-
-def _prepare_output_file(flag: str, path: Path) -> None:
-    """Create the file's directory now and open the file for writing once, or say why it cannot be written: a
-    command that runs for minutes must not fail only when it writes its result."""
-    if path.is_dir():
-        raise ConfigError(f"{flag} {path} is a directory; give a file path.")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a part of the path is a file, or no permission
-        raise ConfigError(f"{flag} {path}: cannot create its directory {path.parent} ({exc.strerror}); choose "
-                          "another path.") from exc
-    existed = path.exists()
-    try:
-        with path.open("a"):  # appends nothing: an existing file keeps its content until the result replaces it
-            pass
-    except OSError as exc:  # read-only, /sys, /proc, no permission
-        raise ConfigError(f"{flag} {path} cannot be written ({exc.strerror or exc}); choose another path.") from exc
-    if not existed:
-        path.unlink()
 
 
 def _require_output_dir(args: argparse.Namespace) -> str:
@@ -263,7 +244,7 @@ def _doctor(args: argparse.Namespace) -> int:
     # before any check runs (they take minutes): a bad --output or --work-dir would otherwise fail at the end, or
     # doctor's runs would land among the user's files
     if args.output:
-        _prepare_output_file("--output", Path(args.output))
+        check_writable_file("--output", Path(args.output))
     if args.speed:
         result = speed_probe()
         print(describe_speed(result))

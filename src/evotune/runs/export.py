@@ -96,7 +96,7 @@ def _export_checkpoint(checkpoint: Path, output_dir: str, merge: bool, dtype: st
           file=sys.stderr)
     # fp32 and unquantized: every bit of the fp32 mean; a merge folds it into float weights (an INT8/INT4 run's
     # adapter too: the quantized base is a storage choice of the run, not part of the exported model)
-    backend = load_for_eval(str(used), "float32", "cpu", quantization="none")
+    backend = load_for_eval(str(used), "float32", "cpu", quantization="none", verified=True)  # checked just above
     return {**_save_backend(backend, output_dir, merge, dtype), "model": str(used), "base": str(checkpoint.parent),
             "iteration": iteration, **({"fallback": why} if why else {})}
 

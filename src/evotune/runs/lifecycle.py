@@ -138,9 +138,10 @@ class RunLifecycle:
         return staged(self.output_dir / name)
 
 
-def check_writable(output_dir: str | Path) -> None:
-    """Refuse an output directory the run could not write into (empty, under a file, read-only, /proc, ...)
-    before anything is loaded; directories made for the check are removed again."""
+def check_writable(output_dir: str | Path, name: str | None = None) -> None:
+    """Refuse an output directory the run could not write into (empty, under a file, read-only, /proc, a full
+    disk, ...) before anything is loaded; directories made for the check are removed again. `name`: what the
+    message calls it (default "output directory DIR"; check_writable_file names its flag and file)."""
     if not str(output_dir).strip():
         raise ConfigError("the output directory is empty; name the run directory, e.g. --output-dir runs/my_run.")
     output_dir = Path(output_dir)
@@ -153,8 +154,8 @@ def check_writable(output_dir: str | Path) -> None:
         except (FileNotFoundError, NotADirectoryError):  # missing, or under a file (found further up)
             continue
         if not is_directory:
-            raise OutputError(f"output directory {output_dir}: {parent} is a file, not a directory; choose another "
-                              "path.")
+            raise OutputError(f"{name or f'output directory {output_dir}'}: {parent} is a file, not a directory; "
+                              "choose another path.")
         break
     made = [parent for parent in (output_dir, *output_dir.parents) if not parent.exists()]
     try:
@@ -167,12 +168,28 @@ def check_writable(output_dir: str | Path) -> None:
             os.close(handle)
             os.unlink(probe)
     except OSError as exc:
-        raise OutputError(f"output directory {output_dir} cannot be written ({exc.strerror or exc}); choose a "
-                          "directory on a writable file system.") from exc
+        raise OutputError(f"{name or f'output directory {output_dir}'} cannot be written ({exc.strerror or exc}); "
+                          "choose a directory on a writable file system.") from exc
     finally:
         for directory in made:  # innermost first; nothing of the run is written before every check passed
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+def check_writable_file(path: Path, flag: str) -> None:
+    """A result file's path (`flag` names it), checked as check_writable checks a directory, before the command's
+    work: not a directory, its directory writable (read-only, under a file, /proc, a full disk), and an existing
+    file writable; nothing is made or changed."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path} is a directory; give a file path.")
+    check_writable(path.parent if str(path.parent) else Path("."), name=f"{flag} {path}")
+    if path.exists():
+        try:
+            with path.open("a"):  # appends nothing: the file keeps its content until the result replaces it
+                pass
+        except OSError as exc:  # /sys, /proc, no permission
+            raise OutputError(f"{flag} {path} cannot be written ({exc.strerror or exc}); choose another path.") \
+                from exc
 
 
 def existing_run_error(output_dir: Path, found: list[str], resumable: bool | None, what: str = "a run") -> ConfigError:

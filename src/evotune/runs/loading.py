@@ -12,16 +12,18 @@ from ..files.checkpoint import find_checkpoint, load_checkpoint, verify_checkpoi
 from .lock import describe, holder
 
 
-def load_for_eval(model: str, dtype: str, device: str, quantization: str | None = None) -> Any:
+def load_for_eval(model: str, dtype: str, device: str, quantization: str | None = None,
+                  verified: bool = False) -> Any:
     """A backend for `model`; a run's checkpoint/ directory is rebuilt from the run's config and mean.
 
-    quantization: the base's (none / int8 / int4); None: the run's own (eval_quantization)."""
+    quantization: the base's (none / int8 / int4); None: the run's own (eval_quantization). verified: `model` is a
+    checkpoint the caller has just found whole (find_checkpoint), so its checksums are not read a second time."""
     from ..backends import HFBackend
 
     path = Path(model)
     settings = eval_quantization(model, quantization)
     if is_checkpoint_directory(path):
-        return _load_checkpoint(path, dtype, device, settings)
+        return _load_checkpoint(path, dtype, device, settings, verified)
     require_final(path)
     if (path / "final" / "config.json").exists():  # a full-parameter run directory
         return HFBackend.load(str(path / "final"), dtype, device, quantization=settings)
@@ -86,7 +88,7 @@ def require_final(path: Path, command: str = "eval") -> None:
     raise ConfigError(f"{path} is an evotune run directory that {state}: {fix}.")
 
 
-def _load_checkpoint(directory: Path, dtype: str, device: str, quantization: Any) -> Any:
+def _load_checkpoint(directory: Path, dtype: str, device: str, quantization: Any, verified: bool = False) -> Any:
     from ..backends import HFBackend
     from ..builders import build_space, on_hf_backend
 
@@ -94,12 +96,14 @@ def _load_checkpoint(directory: Path, dtype: str, device: str, quantization: Any
     if not run_config.exists():
         raise ConfigError(f"{directory} looks like a checkpoint but {run_config} is missing; evaluate the run's "
                           "final/ instead, or restore its config.yaml.")
-    checkpoint = find_checkpoint(directory)  # falls back to checkpoint.old, with a warning, when damaged
+    # falls back to checkpoint.old, with a warning, when damaged
+    checkpoint = directory if verified else find_checkpoint(directory)
     if checkpoint is None:
         raise CheckpointError(f"checkpoint {directory} is damaged ({verify_checkpoint(directory)}) and no intact "
                               f"previous one ({directory.name}.old) exists; evaluate the run's final/ instead.")
     config = on_hf_backend(load_config(run_config))  # a vLLM run's checkpoint holds HF tensors too
     backend = HFBackend.load(config.model, dtype, device, quantization=quantization)
     space = build_space(config, backend)
-    space.load_state_tensors(load_checkpoint(checkpoint)["space_tensors"])
+    # its checksums were read once above (or by the caller, `verified`): not a second hash of every weight
+    space.load_state_tensors(load_checkpoint(checkpoint, verify=False)["space_tensors"])
     return backend

@@ -4,6 +4,7 @@ booking the driver replica's GPUs in Ray's books before any actor starts."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from ...config.checks import check_ray_address
@@ -46,6 +47,17 @@ def connect(address: str | None, timeout: float = 30.0) -> Any:
         _probe(address, source, timeout)
     _init_bounded(ray, address, source, timeout)
     return ray
+
+
+CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")  # where `ray start` records this machine's newest head
+
+
+def _current_cluster() -> str | None:
+    """The address `ray start` recorded for a cluster on this machine (what `auto` looks for), if any."""
+    try:
+        return CURRENT_CLUSTER.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -93,6 +105,11 @@ def _init_bounded(ray: Any, address: str, source: str, timeout: float) -> None:
         raise ConfigError(f"{source} {address}: something answers there but did not complete Ray's handshake within "
                           f"{timeout:g} s (ray_timeout). {checks}")
     if outcome["error"] is not None:
+        running = _current_cluster() if address == "auto" else None
+        if running:  # `auto` found this machine's cluster and could not join it: the same checks as an address's
+            raise ConfigError(f"{source} auto: the cluster `ray start` left running here ({running}, from "
+                              f"{CURRENT_CLUSTER}) did not let this process join ({type(outcome['error']).__name__}). "
+                              f"{checks}") from None
         if address == "auto":
             raise ConfigError(f"{source} auto: no running Ray cluster was found on this machine "
                               f"({type(outcome['error']).__name__}). Start one with `ray start --head`, give the "
