@@ -21,6 +21,7 @@ from bench.claims._common import QUOTING_FILES, RESULTS, ROOT, SPAN
 from bench.claims.hardware import HARDWARE_ROWS
 from bench.claims.numbers import NOT_RESULTS, PAPER_SENTENCES, UNCLAIMED, number_pages, unclaimed_numbers
 from bench.method_matrix import page as matrix_page
+from bench.scaling import page as scaling_page
 
 __all__ = ["CLAIMS", "HARDWARE_ROWS", "NOT_RESULTS", "PAPER_SENTENCES", "RESULTS", "ROOT", "SPAN", "UNCLAIMED",
            "number_pages", "quoting_files", "render", "substitute", "unclaimed_numbers"]
@@ -28,6 +29,7 @@ __all__ = ["CLAIMS", "HARDWARE_ROWS", "NOT_RESULTS", "PAPER_SENTENCES", "RESULTS
 CLAIMS: dict[str, Callable[[], str]] = {
     **learning.CLAIMS, **stability.CLAIMS, **comparisons.CLAIMS, **essa.CLAIMS, **speed.CLAIMS, **hardware.CLAIMS,
     **matrix_page.CLAIMS,  # the method matrix: "Which method?" and the README's results table
+    **scaling_page.CLAIMS,  # the scaling study: docs/benchmarks/scaling.md
 }
 
 

@@ -288,11 +288,12 @@ def _estimate(args: argparse.Namespace) -> int:
         from ..estimate import load_coefficients
 
         ratio = speed_probe()["probe_s"] / load_coefficients()["reference_probe_s"]
-    found = []
+    found, tokens = [], args.prompt_tokens
     for name in names:
         method_command, keys = METHODS[name] if name else (command, {})
         config = resolve_config(method_command, args.config, args.set, keys, args.model)
-        result, context = build(method_command, config, speed_ratio=ratio, tokens=args.prompt_tokens)
+        result, context = build(method_command, config, speed_ratio=ratio, tokens=tokens)
+        tokens = tokens or int(context["prompt_tokens"].split()[0])  # the task's prompts measured once
         found.append((name, result, context, getattr(config, "iterations", None)))
     if args.json:
         print(json.dumps([{"method": name or command, "model": result.model, "parameters": result.parameters,

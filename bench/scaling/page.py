@@ -1,0 +1,163 @@
+"""The scaling study's quoted text (docs/benchmarks/scaling.md and the README's line), rendered from
+bench/results/scaling/ alone (bench/claims/ registers CLAIMS): the table of every arm x shape, the largest model each
+method trains here, the peer beside low-rank ES, the fitted slopes and `evotune estimate` beside the measured cells.
+Until every cell is in, each text says how many are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .arms import ARMS
+from .run import DTYPE, RESULTS
+from .shapes import SHAPES
+
+CPU_SHAPES = [name for name, shape in SHAPES.items() if not shape.gpu_only]
+METHOD_ARMS = ["full_es", "full_es_batched", "lowrank", "es_lora", "essa", "grpo_lora", "grpo_full",
+               "grpo_full_accumulation4", "sft_lora"]
+
+
+def records(results: Path = RESULTS / DTYPE) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(path.parent.name, path.stem): json.loads(path.read_text()) for path in sorted(results.glob("*/*.json"))}
+
+
+def _cell(record: dict[str, Any] | None, generation: dict[str, Any] | None) -> str:
+    """One table cell: peak GiB, s/iteration, new tokens/s and ES's fraction of pure inference, or why not."""
+    if record is None:
+        return "not yet run"
+    if record["status"] == "predicted not to fit":
+        return f"predicted not to fit ({record['predicted_peak_mib'] / 1024:,.1f} GiB)"
+    if record["status"] == "did not fit":
+        return f"did not fit (stopped at {record['stopped_at_mib'] / 1024:,.1f} GiB)"
+    text = f"{record['peak_rss_mib'] / 1024:.1f} GiB, {record['seconds_per_iteration']:,.0f} s/it"
+    if record.get("new_tokens_per_second"):
+        text += f", {record['new_tokens_per_second']:,.0f} tok/s"
+        if generation and generation.get("new_tokens_per_second") and ARMS[record["arm"]]["command"] == "train":
+            text += f" ({record['new_tokens_per_second'] / generation['new_tokens_per_second']:.0%} of inference)"
+    if record.get("fraction_of_unit", 1.0) < 1.0:
+        text += f" [{record['fraction_of_unit']:g} unit]"
+    if record.get("shared_machine"):
+        text += " (timed beside other work)"
+    return text
+
+
+def table(results: Path = RESULTS / DTYPE) -> str:
+    found = records(results)
+    header = "| arm | " + " | ".join(f"{name} ({SHAPES[name].parameters() / 1e9:.2f}B)" for name in CPU_SHAPES) + " |"
+    lines = [header, "|---" * (len(CPU_SHAPES) + 1) + "|"]
+    for arm in ARMS:
+        cells = [_cell(found.get((shape, arm)), found.get((shape, "generation"))) for shape in CPU_SHAPES]
+        lines.append(f"| {ARMS[arm]['label']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def progress(results: Path = RESULTS / DTYPE) -> str:
+    found = records(results)
+    total = len(CPU_SHAPES) * len(ARMS)
+    ran = [record for record in found.values() if record["status"] == "ran"]
+    machines = sorted({record["machine"]["cpu"] for record in ran})
+    probes = sorted({record["speed_probe"]["probe_s"] for record in ran})
+    text = (f"{len(found)} of the {total} CPU cells are in ({len(ran)} ran, "
+            f"{sum(record['status'] != 'ran' for record in found.values())} did not fit or were predicted not to)")
+    if ran:
+        text += (f", measured on {' and '.join(machines)} ({ran[0]['machine']['threads']} threads, "
+                 f"{DTYPE}, torch {ran[0]['machine']['torch']}; speed probe "
+                 f"{', '.join(f'{probe:.2f}' for probe in probes)} s)")
+    return text + "."
+
+
+def largest(results: Path = RESULTS / DTYPE) -> str:
+    """The largest shape each method ran on here, among the shapes measured so far."""
+    found = records(results)
+    parts = []
+    for arm in METHOD_ARMS:
+        ran = [shape for shape in CPU_SHAPES if found.get((shape, arm), {}).get("status") == "ran"]
+        tried = [shape for shape in CPU_SHAPES if (shape, arm) in found]
+        if not tried:
+            continue
+        biggest = max(ran, key=lambda name: SHAPES[name].parameters()) if ran else None
+        refused = [shape for shape in tried if shape not in ran]
+        said = f"{ARMS[arm]['label']}: {biggest or 'none'}"
+        if refused:
+            said += f" (not {', '.join(refused)})"
+        parts.append(said)
+    return "; ".join(parts) + "." if parts else "No cell has run yet."
+
+
+def slope(records_of_arm: list[dict[str, Any]], value) -> float | None:
+    """The log-log slope of `value` against parameters over an arm's cells (least squares), or None under two."""
+    points = [(math.log(record["parameters"]), math.log(value(record))) for record in records_of_arm]
+    if len(points) < 2:
+        return None
+    mean_x, mean_y = statistics.fmean(x for x, _ in points), statistics.fmean(y for _, y in points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else None
+
+
+def ran_by_arm(results: Path = RESULTS / DTYPE) -> dict[str, list[dict[str, Any]]]:
+    found = records(results)
+    return {arm: sorted((record for (_, name), record in found.items() if name == arm and record["status"] == "ran"),
+                        key=lambda record: record["parameters"]) for arm in ARMS}
+
+
+def seconds_per_unit(record: dict[str, Any]) -> float:
+    """Seconds per candidate-token (ES, generation, peer) or completion-token (GRPO), or per sequence (SFT)."""
+    tokens = record.get("new_tokens_per_iteration") or 0
+    return record["seconds_per_iteration"] / tokens if tokens else record["seconds_per_iteration"] / 8
+
+
+def slopes(results: Path = RESULTS / DTYPE) -> str:
+    lines = ["| arm | shapes | peak memory ~ parameters^ | seconds per token ~ parameters^ |", "|---|---|---|---|"]
+    for arm, found in ran_by_arm(results).items():
+        memory = slope(found, lambda record: record["peak_rss_mib"])
+        seconds = slope(found, seconds_per_unit)
+        if memory is None:
+            continue
+        lines.append(f"| {ARMS[arm]['label']} | {len(found)} | {memory:.2f} | {seconds:.2f} |")
+    return "\n".join(lines)
+
+
+def peer(results: Path = RESULTS / DTYPE) -> str:
+    """The peer's rows beside low-rank ES's at the same shapes."""
+    found = records(results)
+    parts = []
+    for shape in CPU_SHAPES:
+        theirs, ours = found.get((shape, "peer_torcheggroll")), found.get((shape, "lowrank"))
+        if not theirs or not ours or ours["status"] != "ran":
+            continue
+        if theirs["status"] != "ran":
+            parts.append(f"at {shape}, low-rank ES ran in {ours['peak_rss_mib'] / 1024:.1f} GiB and the peer "
+                         f"{theirs['status']} ({_cell(theirs, None)})")
+            continue
+        parts.append(f"at {shape}, the peer took {theirs['peak_rss_mib'] / 1024:.1f} GiB and "
+                     f"{seconds_per_unit(theirs) * 1000:.1f} ms per candidate-token, low-rank ES "
+                     f"{ours['peak_rss_mib'] / 1024:.1f} GiB and {seconds_per_unit(ours) * 1000:.1f} ms "
+                     f"({seconds_per_unit(theirs) / seconds_per_unit(ours):.1f}x)")
+    return ("; ".join(parts) + ".") if parts else "No shape has both the peer's and low-rank ES's cells yet."
+
+
+def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
+    """`evotune estimate` (the committed coefficients) beside every measured cell it was fitted on."""
+    from evotune.estimate import load_coefficients
+
+    from .fit import errors, rows, worst
+
+    table_rows = errors(rows(results), load_coefficients())
+    lines = ["| shape | arm | peak measured | predicted | error | s/it measured | predicted | error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in table_rows:
+        lines.append(f"| {row['shape']} | {ARMS[row['arm']]['label']} | {row['measured_mib']:,.0f} MiB | "
+                     f"{row['predicted_mib']:,.0f} MiB | {row['memory_error']:+.0%} | {row['measured_s']:,.1f} | "
+                     f"{row['predicted_s']:,.1f} | {row['time_error']:+.0%} |")
+    memory, seconds = worst(table_rows)
+    lines.append("")
+    lines.append(f"Worst over the {len(table_rows)} cells: memory {memory:.0%}, time {seconds:.0%}.")
+    return "\n".join(lines)
+
+
+CLAIMS = {"scaling-progress": progress, "scaling-table": table, "scaling-largest": largest, "scaling-slopes": slopes,
+          "scaling-peer": peer, "scaling-estimate": estimate_beside_measured}
