@@ -98,6 +98,9 @@ def test_every_term_is_needed_a_fit_without_any_one_misses_a_bound():
     from bench.scaling import fit
 
     found = fit.rows()
+    shapes = {row["record"]["shape"] for row in found}
+    if len(shapes) < 3:  # per-parameter terms cannot be told from the runtime on one or two model sizes
+        pytest.skip(f"the scaling study has cells of {len(shapes)} shapes so far; this needs 3")
     for name in [*found[0]["memory"], *found[0]["time"]]:
         memory, seconds = fit.worst(fit.errors(found, fit.fit_all(found, drop=name)))
         assert memory > fit.MEMORY_BOUND or seconds > fit.TIME_BOUND, f"{name!r} is not needed by the cells"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -30,7 +31,8 @@ from evotune.config.sft import SFTConfig
 from evotune.config.train import TrainConfig
 
 CONFIGS = {"train": TrainConfig, "sft": SFTConfig, "grpo": GRPORunConfig}
-FAST_EXAMPLES = 60  # per command: the fast tier's bound (config validation only, about 0.05 s each)
+FAST_EXAMPLES = 150  # per command: the fast tier's bound (config validation only, about 0.01 s each)
+DEEP_EXAMPLES = 8  # per command in the engine tier: each a real run on the tiny model (seconds each)
 EDGES = [0, -1, -(2**31), 2**63, 10**300, 1e-300, float("nan"), float("inf"), float("-inf"), -0.0, 0.5, True, False,
          None, "", " ", "(", "[a-", "*", "auto", "none", "x" * 300, [], {}, ["("], [1, "a"], {"a": 1}, "1e3"]
 GENERATED: dict[str, int] = {}
@@ -83,10 +85,9 @@ def assert_one_error_line_or_success(code: int | None, err: str) -> None:
     assert "Traceback" not in err, err
     if code:
         assert code == 2, (code, err)
-        errors = [line for line in err.splitlines() if line.startswith("evotune: error:")
-                  or line.startswith("evotune " + line.split(" ", 2)[1] + ": error:")]
-        assert errors, err  # the command's own line, or argparse's usage error
-        assert err.rstrip().count("error:") == 1, err
+        # evotune's own line, or argparse's (after its usage lines): `evotune COMMAND: error: ...`
+        errors = [line for line in err.splitlines() if re.match(r"evotune( [a-z]+)?: error:", line)]
+        assert len(errors) == 1 and err.count("error:") == 1, err
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
@@ -140,6 +141,45 @@ def test_drawn_values_for_the_other_commands_options_stop_with_one_error_line_be
         GENERATED[command] = GENERATED.get(command, 0) + 1
         code, err = run_cli(argv_of[command](value), capsys)
         assert code == 2, (command, value, code, err)  # every drawn value is bad for at least one option
+        assert_one_error_line_or_success(code, err)
+
+    check()
+
+
+# what a real run of each command needs to stay tiny; a drawn key replaces the one here
+TINY_RUN = {"train": {"population_size": 4, "antithetic": True, "iterations": 1, "batch_size": 2, "max_new_tokens": 4,
+                      "num_eval": 2, "eval_every": 0, "report_to": [], "dtype": "float32", "task": "conciseness"},
+            "grpo": {"batch_size": 2, "num_generations": 2, "iterations": 1, "max_new_tokens": 4, "num_eval": 2,
+                     "report_to": [], "task": "conciseness"},
+            "sft": {"task": "arithmetic", "max_steps": 1, "batch_size": 2, "num_train": 4, "num_eval": 2,
+                    "report_to": [], "checkpoint_every": 0}}
+# keys whose drawn values would make a real run reach outside the machine or wait on it, or set how long and how
+# large it is (a drawn 2**70 iterations runs for ever): the fast tier validates those
+NOT_DRAWN_FOR_REAL = {"model", "ray_address", "distributed", "backend", "device", "report_to", "adapter",
+                      "reward_fns", "dataset", "eval_dataset", "tensor_parallel_size", "workers", "iterations",
+                      "max_steps", "epochs", "population_size", "batch_size", "num_train", "max_new_tokens",
+                      "eval_max_new_tokens", "num_eval", "num_generations", "retention_num_eval", "retention_tasks",
+                      "generation_batch_size", "population_batch_size", "max_training_seconds", "prompt_shards",
+                      "perturbation_rank", "lora_rank", "gradient_accumulation_steps", "checkpoint_every",
+                      "eval_every", "log_samples", "quantization", "compile_generation"}
+
+
+@pytest.mark.engine  # real runs on the tiny model
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_drawn_values_run_or_stop_with_one_error_line_for_real(command, capsys, tmp_path, tiny_model_dir):
+    config = CONFIGS[command]
+    keys = sorted(set(config.field_types()) - NOT_DRAWN_FOR_REAL)
+    runs = iter(range(10**6))
+
+    @settings_for(DEEP_EXAMPLES)
+    @given(data=st.data())
+    def check(data):
+        chosen = data.draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2, unique=True))
+        values = {**TINY_RUN[command], "model": tiny_model_dir}
+        values.update({key: data.draw(values_for(config, key), label=key) for key in chosen})
+        sets = [part for key, value in values.items() for part in ("--set", f"{key}={as_yaml(value)}")]
+        GENERATED[f"{command} (run)"] = GENERATED.get(f"{command} (run)", 0) + 1
+        code, err = run_cli([command, "--output-dir", str(tmp_path / f"run{next(runs)}"), *sets], capsys)
         assert_one_error_line_or_success(code, err)
 
     check()

@@ -208,7 +208,10 @@ def without_unread_keys(values: dict[str, Any], config_class: type) -> dict[str,
     for kind, registry in PART_RULES.items():
         if kind not in defaults:  # a config without that kind of part (grpo's, sft's)
             continue
-        chosen = registry[cleaned.get(kind, defaults[kind])]
+        name = cleaned.get(kind, defaults[kind])
+        if not isinstance(name, str) or name not in registry:  # an unknown part: the config's own check names it
+            continue
+        chosen = registry[name]
         for key in declared(kind):
             if key not in chosen.reads and key.name in defaults:
                 cleaned[key.name] = defaults[key.name]
