@@ -8,6 +8,7 @@
 # then the printed calls: calls 1..N-1 leave a part of the model in /tmp on the GPU machine; the last one runs
 #   bash bench/gpu_check/gpu_check.sh install    # wheels into /tmp/evotune_site, the model reassembled (sha256)
 #   bash bench/gpu_check/gpu_check.sh run        # the measurement (bench/gpu_check/check.py), one timeout
+#   bash bench/gpu_check/gpu_check.sh scaling    # or the scaling study's GPU cells (bench/scaling/), one timeout
 # and, here, before spending a lent GPU's minutes (no device needed):
 #   bash bench/gpu_check/gpu_check.sh plan ["NVIDIA H100 80GB HBM3"]   # each row: carried, measured or skipped
 # `run` writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT), rewritten after every step; rows
@@ -44,5 +45,13 @@ print('installed: evotune', evotune.__version__, evotune.__file__, '| transforme
     if [ ${#previous[@]} -gt 0 ]; then extra+=(--previous "${previous[@]}"); fi
     timeout "${TIMEOUT:-480}" python3 -m bench.gpu_check.check --device "$DEVICE" --output "$OUTPUT" \
       --work-dir "$WORK" "${extra[@]}" ${GPU_CHECK_ARGS:-} ;;
-  *) echo "usage: bash bench/gpu_check/gpu_check.sh [prepare|install|plan|run]" >&2; exit 2 ;;
+  scaling)
+    # the scaling study's GPU cells (bench/scaling/): bfloat16, the shapes a 24 GiB CPU machine cannot hold, the
+    # arms that may fit; one file per cell under $OUT/scaling/bfloat16/, copied into bench/results/scaling/ after
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    timeout "${TIMEOUT:-480}" python3 -m bench.scaling.run --results "${OUT:-bench/results}/scaling" \
+      --cache /tmp/evotune_scaling_models --work /tmp/evotune_scaling_work \
+      --shapes ${SCALING_SHAPES:-Qwen2.5-3B Qwen2.5-7B Llama-3-8B} \
+      --arms ${SCALING_ARMS:-generation lowrank full_es_batched es_lora grpo_lora grpo_full} ;;
+  *) echo "usage: bash bench/gpu_check/gpu_check.sh [prepare|install|plan|run|scaling]" >&2; exit 2 ;;
 esac

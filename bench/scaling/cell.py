@@ -65,17 +65,22 @@ def cell_keys(arm: str, fraction: float, iterations: int = ITERATIONS) -> dict[s
     return keys
 
 
-def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: float, iterations: int) -> list[str]:
+def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: float, iterations: int,
+                 device: str = "cpu") -> list[str]:
+    """The cell's command; on a GPU wrapped by gpu_peak.py, which writes the allocator's peak to gpu_peak.json."""
     command, sizes = ARMS[arm]["command"], unit(arm, fraction)
+    wrapper = [sys.executable, "-m", "bench.scaling.gpu_peak", str(work / "gpu_peak.json")] if device != "cpu" \
+        else [sys.executable]
     if command in ("generate", "peer"):
-        return [sys.executable, "-m", "bench.scaling.inference", command, str(model_dir), dtype,
-                str(work / "timings.json"), "--members", str(sizes["members"]), "--iterations", str(iterations)]
-    keys = {**cell_keys(arm, fraction, iterations), "model": str(model_dir), "dtype": dtype}
+        return [*wrapper, "-m", "bench.scaling.inference", command, str(model_dir), dtype,
+                str(work / "timings.json"), "--members", str(sizes["members"]), "--iterations", str(iterations),
+                "--device", device]
+    keys = {**cell_keys(arm, fraction, iterations), "model": str(model_dir), "dtype": dtype, "device": device}
     if arm == "essa":
         keys["adapter"] = str(random_adapter(model_dir))
     config = work / "config.yaml"
     config.write_text(yaml.safe_dump(keys, sort_keys=True))
-    return [sys.executable, "-m", "evotune.cli.main", command, str(config), "--output-dir", str(work / "run")]
+    return [*wrapper, "-m", "evotune.cli.main", command, str(config), "--output-dir", str(work / "run")]
 
 
 def step_seconds(arm: str, work: Path) -> list[float]:
@@ -84,6 +89,24 @@ def step_seconds(arm: str, work: Path) -> list[float]:
         return json.loads((work / "timings.json").read_text())["seconds"]
     lines = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [line["time_s"] for line in lines if "time_s" in line and ("reward_mean" in line or "loss" in line)]
+
+
+GPU_RESERVE_MIB = 1024  # the CUDA context and the allocator's slack beside what the terms count
+
+
+def gpu_limit_mib() -> float:
+    """The card's memory less GPU_RESERVE_MIB, plus predict.py's host runtime (which a GPU's peak does not hold)."""
+    import torch
+
+    from .predict import RUNTIME_MIB
+
+    return torch.cuda.get_device_properties(0).total_memory / 2**20 - GPU_RESERVE_MIB + RUNTIME_MIB
+
+
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0)
 
 
 def fraction_to_run(arm: str, shape: Shape, dtype: str, limit_mib: float) -> float | None:
@@ -96,22 +119,28 @@ def fraction_to_run(arm: str, shape: Shape, dtype: str, limit_mib: float) -> flo
 
 
 def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, limit_mib: float,
-             iterations: int = ITERATIONS) -> dict[str, Any]:
+             iterations: int = ITERATIONS, device: str = "cpu") -> dict[str, Any]:
+    """One cell. On a GPU (`device` cuda) `limit_mib` is the host's limit as on a CPU; the card's memory is the GPU
+    screen's (predict.py's terms less the host runtime), and a CUDA out-of-memory is "did not fit" too."""
     shape = SHAPES[shape_name]
     predicted = predicted_peak_mib(shape, arm, dtype)
     record: dict[str, Any] = {"shape": shape_name, "arm": arm, "label": ARMS[arm]["label"], "dtype": dtype,
                               "limit_mib": round(limit_mib), "predicted_peak_mib": predicted,
                               "predicted_terms_mib": terms(shape, arm, dtype), "parameters": shape.parameters(),
                               "published_parameters": shape.parameters(shape.published_vocab)}
-    fraction = fraction_to_run(arm, shape, dtype, limit_mib)
+    fraction = fraction_to_run(arm, shape, dtype, gpu_limit_mib() if device != "cpu" else limit_mib)
     if fraction is None:
         return {**record, "status": "predicted not to fit"}
     model_dir = build(shape, dtype, cache, MAX_NEW_TOKENS)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    outcome = run_guarded(command_line(arm, model_dir, dtype, work, fraction, iterations), limit_mib,
-                          work / "cell.log", environment)
+    outcome = run_guarded(command_line(arm, model_dir, dtype, work, fraction, iterations, device), limit_mib,
+                          work / "cell.log", environment, gpu=device != "cpu")
+    if device != "cpu":
+        reported = work / "gpu_peak.json"
+        record.update(gpu_name=gpu_name(), peak_gpu_mib=outcome.peak_gpu_mib,
+                      **(json.loads(reported.read_text()) if reported.is_file() else {}))
     record.update(unit=unit(arm, fraction), fraction_of_unit=fraction, predicted_peak_at_fraction_mib=
                   predicted_peak_mib(shape, arm, dtype, fraction), wall_s=outcome.wall_s,
                   peak_rss_mib=outcome.peak_rss_mib, cpu_s=outcome.cpu_s, other_work_cpu_s=outcome.other_work_cpu_s)
@@ -122,6 +151,9 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
         record["smaller_unit"] = f"{unit(arm, fraction)} instead of {unit(arm, 1.0)}: {why}"
     if outcome.stopped_at_mib is not None:
         return {**record, "status": "did not fit", "stopped_at_mib": outcome.stopped_at_mib}
+    if outcome.exit_code != 0 and "out of memory" in (work / "cell.log").read_text()[-20000:].lower():
+        return {**record, "status": "did not fit", "stopped_at_mib": record.get("peak_gpu_mib") or 0.0,
+                "out_of_memory": "CUDA out of memory (the card's memory, not the host's)"}
     if outcome.exit_code != 0:
         tail = (work / "cell.log").read_text()[-2000:]
         raise RuntimeError(f"{shape_name} / {arm} exited with {outcome.exit_code}:\n{tail}")

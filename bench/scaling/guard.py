@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POLL_SECONDS = 0.2
+GPU_POLLS = 3  # a GPU reading every third poll (0.6 s)
 RESERVE_MIB = 2048  # left free for the system and the runner beside the cell
 # The cell runs under this small launcher, which waits for it and writes its peak (wait4's ru_maxrss) to a file.
 # Spawned from the runner directly, the peak would include the runner's own pages (the kernel keeps the larger of
@@ -48,6 +49,7 @@ class Outcome:
     cpu_s: float | None = None  # the cell's own CPU seconds (user + system, every descendant it waited for)
     machine_busy_s: float | None = None  # CPU seconds the whole machine was busy meanwhile (/proc/stat)
     watchdog_cpu_s: float = 0.0  # this process's own CPU meanwhile (its readings of the tree's memory)
+    peak_gpu_mib: float | None = None  # on a GPU: the most the tree's processes held on it (nvidia-smi)
 
     @property
     def other_work_cpu_s(self) -> float | None:
@@ -56,6 +58,29 @@ class Outcome:
         if self.cpu_s is None or self.machine_busy_s is None:
             return None
         return round(max(0.0, self.machine_busy_s - self.cpu_s - self.watchdog_cpu_s), 1)
+
+
+def gpu_mib_by_pid(listing: str) -> dict[int, float]:
+    """`nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits` as {pid: MiB}."""
+    found: dict[int, float] = {}
+    for line in listing.splitlines():
+        pid, _, used = line.partition(",")
+        if pid.strip().isdigit() and used.strip().replace(".", "", 1).isdigit():
+            found[int(pid)] = found.get(int(pid), 0.0) + float(used)
+    return found
+
+
+def tree_gpu_mib(process) -> float:
+    """GPU memory held by a process and its descendants now, in MiB (0 where nvidia-smi is missing)."""
+    import psutil
+
+    try:
+        listing = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,"
+                                  "nounits"], capture_output=True, text=True, timeout=10).stdout
+        members = {process.pid, *(child.pid for child in process.children(recursive=True))}
+    except (OSError, subprocess.SubprocessError, psutil.Error):
+        return 0.0
+    return sum(used for pid, used in gpu_mib_by_pid(listing).items() if pid in members)
 
 
 def machine_busy_seconds() -> float:
@@ -90,11 +115,13 @@ def _high_water(pid: int) -> float:
     raise OSError(f"no VmHWM for process {pid}")
 
 
-def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[str, str] | None = None) -> Outcome:
-    """Run argv with stdout and stderr to `log`; stop its whole tree (SIGKILL) once it holds more than limit_mib."""
+def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[str, str] | None = None,
+                gpu: bool = False) -> Outcome:
+    """Run argv with stdout and stderr to `log`; stop its whole tree (SIGKILL) once it holds more than limit_mib.
+    gpu: also read the GPU memory its processes hold (every GPU_POLLS-th reading: nvidia-smi takes ~0.1 s)."""
     import psutil
 
-    started, peak, stopped, cpu = time.perf_counter(), 0.0, None, None
+    started, peak, stopped, cpu, gpu_peak, polls = time.perf_counter(), 0.0, None, None, 0.0, 0
     busy_before, own_before = machine_busy_seconds(), time.process_time()
     report = log.with_name(log.name + ".peak")
     report.unlink(missing_ok=True)
@@ -109,6 +136,9 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
             except psutil.Error:
                 held = high = 0.0
             peak = max(peak, high)
+            polls += 1
+            if gpu and polls % GPU_POLLS == 0:
+                gpu_peak = max(gpu_peak, tree_gpu_mib(process))
             finished = os.waitpid(child.pid, os.WNOHANG)
             if finished[0] == child.pid:
                 code = os.waitstatus_to_exitcode(finished[1])
@@ -124,4 +154,4 @@ def run_guarded(argv: list[str], limit_mib: float, log: Path, environment: dict[
     return Outcome(code, round(time.perf_counter() - started, 1), round(peak, 1),
                    round(stopped, 1) if stopped is not None else None,
                    round(cpu, 1) if cpu is not None else None, round(machine_busy_seconds() - busy_before, 1),
-                   round(time.process_time() - own_before, 1))
+                   round(time.process_time() - own_before, 1), round(gpu_peak, 1) if gpu else None)

@@ -26,33 +26,42 @@ def prompts_and_task():
     return task.train_rows[:PROMPTS], task
 
 
-def generate(model_dir: str, dtype: str, members: int, iterations: int) -> list[float]:
+def generate(model_dir: str, dtype: str, members: int, iterations: int, device: str = "cpu") -> list[float]:
     """Seconds of each iteration of plain generation: `members` generates of the ES batch."""
     from evotune.backends import HFBackend
 
-    backend = HFBackend.load(model_dir, dtype=dtype, device="cpu")
+    backend = HFBackend.load(model_dir, dtype=dtype, device=device)
     rows, _ = prompts_and_task()
     seconds = []
     for _ in range(iterations):
         started = time.perf_counter()
         for _ in range(members):
             backend.generate([row["prompt"] for row in rows], MAX_NEW_TOKENS)
+        synchronize(device)
         seconds.append(time.perf_counter() - started)
     return seconds
 
 
-def peer(model_dir: str, dtype: str, members: int, iterations: int) -> list[float]:
+def synchronize(device: str) -> None:
+    """Wait for the GPU's queued work, so that a timing ends when the work does."""
+    if device != "cpu":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def peer(model_dir: str, dtype: str, members: int, iterations: int, device: str = "cpu") -> list[float]:
     """Seconds of each iteration of torcheggroll's ES around transformers' generate (rank-1 noise, antithetic)."""
     import torch
     from torcheggroll import TorchEggrollES
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
     rows, task = prompts_and_task()
     texts = [tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
              if isinstance(row["prompt"], list) else row["prompt"] for row in rows]
-    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    batch = tokenizer(texts, return_tensors="pt", padding=True).to(device)
     es = TorchEggrollES(model, pop_size=members, sigma=2e-3, lr=1.6e-2, rank=1, antithetic=True)
     seconds = []
     for _ in range(iterations):
@@ -65,7 +74,8 @@ def peer(model_dir: str, dtype: str, members: int, iterations: int) -> list[floa
                 output = model.generate(**batch, max_new_tokens=MAX_NEW_TOKENS, do_sample=False)
             completions = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
             fitness.append(float(task.rewards(rows, completions).mean()))
-        es.apply_fitness_scores(torch.tensor(fitness))
+        es.apply_fitness_scores(torch.tensor(fitness, device=device))
+        synchronize(device)
         seconds.append(time.perf_counter() - started)
     return seconds
 
@@ -78,8 +88,10 @@ def main() -> None:
     parser.add_argument("output", type=Path)
     parser.add_argument("--members", type=int, default=MEMBERS)
     parser.add_argument("--iterations", type=int, default=ITERATIONS)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    seconds = (generate if args.arm == "generate" else peer)(args.model_dir, args.dtype, args.members, args.iterations)
+    seconds = (generate if args.arm == "generate" else peer)(args.model_dir, args.dtype, args.members, args.iterations,
+                                                            args.device)
     args.output.write_text(json.dumps({"seconds": [round(value, 3) for value in seconds]}))
 
 

@@ -29,6 +29,7 @@ from .shapes import SHAPES
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "scaling"
 DTYPE = "float32"  # on a CPU: the method study's dtype (bfloat16 is slower than float32 without AMX)
+GPU_DTYPE = "bfloat16"
 # a cell beside more other work than this fraction of its own CPU seconds did not time the machine alone: run again
 SHARED_LIMIT = 0.05
 ATTEMPTS = 3
@@ -79,13 +80,16 @@ def main() -> None:
 
     from .cell import run_cell
 
-    todo = cells(args.shapes, args.arms, gpu=torch.cuda.is_available())
-    folder = args.results / DTYPE
+    gpu = torch.cuda.is_available()
+    # on a GPU: bfloat16 (the papers' dtype there), every shape; on a CPU float32, the GPU-only shapes left out
+    device, dtype = ("cuda", GPU_DTYPE) if gpu else ("cpu", DTYPE)
+    todo = cells(args.shapes, args.arms, gpu=gpu)
+    folder = args.results / dtype
     if args.plan:
         for shape, arm in todo:
             print(("done    " if (folder / shape / f"{arm}.json").is_file() else "missing ") + f"{shape} {arm}")
         return
-    machine, probe = cpu_record(), speed_probe(DTYPE)
+    machine, probe = cpu_record(), speed_probe(dtype)
     for shape, arm in todo:
         path = folder / shape / f"{arm}.json"
         if path.is_file():
@@ -96,7 +100,7 @@ def main() -> None:
         limit = args.limit_mib or default_limit_mib()
         print(f"scaling: {shape} {arm} (limit {limit:,.0f} MiB)", flush=True)
         for attempt in range(1, ATTEMPTS + 1):
-            record = run_cell(shape, arm, DTYPE, args.cache, args.work / shape / arm, limit)
+            record = run_cell(shape, arm, dtype, args.cache, args.work / shape / arm, limit, device=device)
             if not shared(record):
                 break
             print(f"scaling: {shape} {arm}: other work took {record['other_work_cpu_s']} CPU s beside the cell's "
@@ -107,7 +111,7 @@ def main() -> None:
         path.write_text(json.dumps(record, indent=1) + "\n")
         print(f"scaling: {shape} {arm}: {record['status']}", flush=True)
         if args.commit:
-            commit_file(path, f"scaling study: {DTYPE}/{shape}/{arm}.json ({record['status']})", "scaling")
+            commit_file(path, f"scaling study: {dtype}/{shape}/{arm}.json ({record['status']})", "scaling")
 
 
 if __name__ == "__main__":

@@ -89,7 +89,9 @@ def build(shape: Shape, dtype: str, cache: Path, max_new_tokens: int) -> Path:
     partial = directory.with_name(directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # a build killed midway starts again whole
     torch.manual_seed(WEIGHTS_SEED)
-    model = AutoModelForCausalLM.from_config(hf_config(shape, dtype), dtype=getattr(torch, dtype))
+    # on a GPU the random weights are drawn there (an 8B model's initialization takes minutes on a CPU's cores)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(hf_config(shape, dtype), dtype=getattr(torch, dtype))
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2,
                                                max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens)
     model.save_pretrained(partial)

@@ -5,8 +5,10 @@ not to fit never starts, and a cell runs end to end on a tiny shape with every n
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,20 @@ def test_a_cell_runs_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch, arm):
     assert len(record["step_seconds"]) == 2 and record["seconds_per_iteration"] > 0
     assert record["new_tokens_per_iteration"] == arms.MEMBERS * arms.PROMPTS * arms.MAX_NEW_TOKENS
     assert 100 < record["peak_rss_mib"] < 6000
+
+
+def test_the_gpu_wrapper_runs_its_module_as_main_and_passes_its_exit_code_on(tmp_path):
+    """On a GPU every cell's command runs under gpu_peak.py (the allocator's peak read at exit); here, on a CPU, it
+    must run the module with its arguments and exit as it does, writing no peak (no CUDA was used)."""
+    script = tmp_path / "job.py"
+    script.write_text("import sys\nprint('args', sys.argv[1:])\nsys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-m", "bench.scaling.gpu_peak", str(tmp_path / "peak.json"), "-m", "job",
+                           "--flag", "value"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path.cwd()}"})
+    assert done.returncode == 3 and "args ['--flag', 'value']" in done.stdout, done.stderr
+    assert not (tmp_path / "peak.json").exists()
+
+
+def test_nvidia_smis_listing_is_read_per_process():
+    listing = "1234, 8021\n1234, 100\n77, 5\nNo running processes found\n"
+    assert guard.gpu_mib_by_pid(listing) == {1234: 8121.0, 77: 5.0}
