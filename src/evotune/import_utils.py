@@ -81,3 +81,26 @@ def startup_imports() -> Iterator[None]:
             gc.enable()
         gc.collect()
         gc.freeze()
+
+
+# Third-party messages a user of the `evotune` command cannot act on (the versions are evotune's to pin, the
+# deprecations are inside the libraries' own calls): (logger or warning message, why it is quiet).
+QUIET_WARNINGS = (
+    r"TRL currently supports vLLM versions",  # trl's range check, against the vLLM evotune pins for its engine
+    r".*is deprecated and will be removed in v6",  # transformers' FutureWarnings raised by TRL's and PEFT's calls
+)
+QUIET_LOGGERS = ("bitsandbytes",)  # "Failed to load CPU gemm_4bit_forward from kernels-community" at its import
+
+
+def quiet_third_party(verbose: bool = False) -> None:
+    """For the `evotune` command's process (never a library call): third-party warnings and log lines a user cannot
+    act on are not printed; `evotune --verbose` keeps them."""
+    import logging
+    import warnings
+
+    if verbose:
+        return
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)

@@ -151,7 +151,7 @@ def _eval(args: argparse.Namespace) -> int:
     # Before any model runs: a bad path would otherwise fail only after the whole evaluation.
     for flag, path in (("--output", output), ("--samples", args.samples), ("--plot", plot)):
         if path:
-            check_writable_file(flag, Path(path))
+            check_writable_file(Path(path), flag)
     task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
                     eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg, "--task-arg", "digits=3"))
     reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in args.model else []
@@ -244,7 +244,7 @@ def _doctor(args: argparse.Namespace) -> int:
     # before any check runs (they take minutes): a bad --output or --work-dir would otherwise fail at the end, or
     # doctor's runs would land among the user's files
     if args.output:
-        check_writable_file("--output", Path(args.output))
+        check_writable_file(Path(args.output), "--output")
     if args.speed:
         result = speed_probe()
         print(describe_speed(result))
@@ -355,8 +355,12 @@ def console_main(argv: list[str] | None = None) -> int:
     its own."""
     import importlib
 
+    from ..import_utils import quiet_third_party
+
     argv = sys.argv[1:] if argv is None else argv
-    modules = HEAVY_MODULES.get(next((word for word in argv if not word.startswith("-")), ""), ())
+    command = next((word for word in argv if not word.startswith("-")), "")
+    quiet_third_party(verbose="--verbose" in argv[:argv.index(command)] if command else "--verbose" in argv)
+    modules = HEAVY_MODULES.get(command, ())
     if modules and not {"-h", "--help", "--print-config"} & set(argv):  # these print before anything runs
         with startup_imports():
             for name in ("torch", "transformers.modeling_utils", "transformers.generation.utils", *modules):

@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="evotune", description="Fine-tune LLMs with evolution strategies.", formatter_class=HelpFormatter,
         epilog="examples:\n  evotune train --output-dir runs/quickstart\n  evotune train --help")
     parser.add_argument("--version", action="version", version=f"evotune {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print the third-party warnings evotune keeps quiet (version ranges, deprecations "
+                             "inside TRL's and PEFT's calls, bitsandbytes' kernel lookup)")
     commands = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")  # sweep has a --command
     _add_train_and_sft(commands)
     _add_eval(commands)
