@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from bench.common import cpu_facts
+
 from .arms import ADAPTER_METHODS, DTYPE, METHODS, MODEL, TASKS, THREADS, TRAINING_SECONDS, run_keys, sft_keys
 
 # The checkout whose `evotune.doctor.speed_probe` times this machine beside a timed job (run.py's --probe-src): the
@@ -34,12 +36,9 @@ def machine() -> dict[str, Any]:
 
     import evotune
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(evotune.__file__).parent, capture_output=True,
                             text=True).stdout.strip()
-    return {"cpu": cpu, "amx_bf16": "amx_bf16" in flags, "threads": torch.get_num_threads(), "dtype": DTYPE,
+    return {**cpu_facts(), "threads": torch.get_num_threads(), "dtype": DTYPE,
             "torch": torch.__version__, "python": platform.python_version(), "evotune_commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M")}
 

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import commit_file
+from bench.common import commit_file, cpu_facts
 
 from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
 from .job import PROBE_SOURCE
@@ -142,10 +142,8 @@ def next_job(ready: list[dict], running: list[str]) -> dict | None:
 
 def machine_type() -> dict:
     """What makes two machines one machine type for the study: the CPU model, its AMX bfloat16 flag, the cores."""
-    info = Path("/proc/cpuinfo").read_text().splitlines()
-    model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "unknown")
-    flags = next((line for line in info if line.startswith("flags")), "")
-    return {"cpu": model, "amx_bf16": "amx_bf16" in flags, "cores": os.cpu_count()}
+    facts = cpu_facts()
+    return {"cpu": facts["cpu"], "amx_bf16": facts["amx_bf16"], "cores": os.cpu_count()}
 
 
 def machine_mismatch(results: Path, here: dict) -> str | None:

@@ -34,6 +34,7 @@ from bench.reliability.harness import (
 from bench.reliability.inputs import round3_cases
 from bench.reliability.round4 import round4_cases
 
+
 def train(work: Path, runs: dict, name: str, *settings: str, **values) -> list[str]:
     config = write_yaml(work / f"{name}.yaml", base_values(str(runs["model"]), iterations=1, **values))
     return cli("train", config, "--output-dir", work / name, *settings)

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import commit_file
+from bench.common import commit_file, cpu_facts
 
 from .arms import ARMS
 from .guard import default_limit_mib
@@ -43,11 +43,8 @@ def shared(record: dict) -> bool:
 def cpu_record() -> dict:
     import torch
 
-    info = Path("/proc/cpuinfo").read_text().splitlines()
-    model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "unknown")
-    flags = next((line for line in info if line.startswith("flags")), "").split()
-    return {"cpu": model, "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
-            "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()}
+    return {**cpu_facts(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version()}
 
 
 def speed_probe(dtype: str) -> dict:
