@@ -257,5 +257,6 @@ def test_kill_9_mid_checkpoint_then_resume_gives_the_uninterrupted_adapter(tiny_
 @pytest.mark.slow
 def test_example_config_raises_arithmetic_accuracy_on_the_real_model(tmp_path):
     example = Path(__file__).parents[1] / "examples" / "sft_arithmetic.yaml"
-    summary = run_sft(load_sft_config(example), tmp_path / "run")
+    # 64 held-out questions, not the example's 128: at its 48-token budget the two evaluations are most of the time
+    summary = run_sft(load_sft_config(example, ["num_eval=64"]), tmp_path / "run")
     assert summary["eval_after"]["accuracy"] > summary["eval_before"]["accuracy"] + 0.15
