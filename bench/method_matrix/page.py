@@ -384,6 +384,39 @@ def validation_text(task: str, results: Path = STUDY) -> str:
         else "no run has finished yet"
 
 
+def spread_answer(results: Path = STUDY) -> str:
+    """The current answer to "does ES vary less from seed to seed than GRPO?" on 2-digit addition: the two matched
+    pairs (every weight; the same adapter), each with its F test."""
+    parts, lower, separated = [], [], []
+    for es_method, grpo_method in (("full_es", "grpo_full"), ("es_lora", "grpo_lora")):
+        es, grpo = arm(results, "arithmetic", es_method), arm(results, "arithmetic", grpo_method)
+        if es.std is None or grpo.std is None:
+            parts.append(f"{es.label} against {grpo.label}: not every seed in yet")
+            continue
+        _, p_less, p_more = spread_test(es, grpo)
+        parts.append(f"{es.label} std {es.std:.1f} against {grpo.label} {grpo.std:.1f} points "
+                     f"(F test p = {min(p_less, p_more):.2f})")
+        lower.append("ES" if es.std < grpo.std else "GRPO")
+        separated.append(min(p_less, p_more) < SPREAD_LEVEL)
+    if not lower:
+        return "not every seed in yet"
+    who = (f"{lower[0]}'s spread was the lower in both pairs" if len(set(lower)) == 1 and len(lower) == 2
+           else f"the lower spread: {', '.join(lower)}")
+    tested = ("separated by the F test in both" if all(separated) else "separated by the F test in neither"
+              if not any(separated) else "separated by the F test in one")
+    return (f"on 2-digit addition, matched (tuned alike, equal training time, 48 tokens): {'; '.join(parts)}: "
+            f"{who}, {tested} ({SPREAD_LEVEL:g} level)")
+
+
+def lowrank_answer(results: Path = STUDY) -> str:
+    """The current answer to "does low-rank ES learn faster than full ES on a CPU?" (matched, equal time)."""
+    lowrank, full = arm(results, "arithmetic", "lowrank"), arm(results, "arithmetic", "full_es")
+    verdict = "separated" if _separated(lowrank, full) else "not separated"
+    return (f"on 2-digit addition, matched (each at its own tuned setting, equal training time, 48 tokens): "
+            f"{lowrank.label} {mean_text(lowrank)} against {full.label} {mean_text(full)}, {seeds_text(lowrank)} "
+            f"({verdict})")
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
     "matrix-status": status, "matrix-setup": setup, "matrix-tuning-table": tuning_table,
     "matrix-arithmetic-table": partial(task_table, "arithmetic"),
@@ -392,5 +425,6 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "matrix-budget-countdown": partial(budget_table, "countdown"), "matrix-memory-table": memory_table,
     "matrix-validation-countdown": partial(validation_text, "countdown"),
     "matrix-answer": answer, "matrix-papers-table": papers_table, "matrix-recommendations": recommendations,
-    "matrix-readme-table": readme_table,
+    "matrix-readme-table": readme_table, "matrix-spread-answer": spread_answer,
+    "matrix-lowrank-answer": lowrank_answer,
 }

@@ -50,7 +50,7 @@ def model_shape(name: str) -> ModelShape:
 
 def cell_workload(record: dict[str, Any]) -> Workload:
     """What the cell ran, counted as `evotune estimate` counts a user's run."""
-    from evotune.config.grpo import GRPOConfig
+    from evotune.config.grpo import GRPORunConfig
     from evotune.config.sft import SFTConfig
     from evotune.config.train import TrainConfig
 
@@ -63,7 +63,7 @@ def cell_workload(record: dict[str, Any]) -> Workload:
                         members * MAX_NEW_TOKENS, members * MAX_NEW_TOKENS, PROMPTS, PROMPT_TOKENS + MAX_NEW_TOKENS,
                         members * PROMPTS * (PROMPT_TOKENS + MAX_NEW_TOKENS), 0, 0)
     keys = {**cell_keys(arm, record["fraction_of_unit"]), "dtype": record["dtype"]}
-    config_class = {"train": TrainConfig, "grpo": GRPOConfig, "sft": SFTConfig}[command]
+    config_class = {"train": TrainConfig, "grpo": GRPORunConfig, "sft": SFTConfig}[command]
     return workload(command, config_class.from_dict(keys), shape, PROMPT_TOKENS)
 
 

@@ -52,7 +52,7 @@ def table(results: Path = RESULTS / DTYPE) -> str:
     for arm in ARMS:
         cells = [_cell(found.get((shape, arm)), found.get((shape, "generation"))) for shape in CPU_SHAPES]
         lines.append(f"| {ARMS[arm]['label']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n\n" + "\n".join(lines) + "\n\n"
 
 
 def progress(results: Path = RESULTS / DTYPE) -> str:
@@ -118,7 +118,9 @@ def slopes(results: Path = RESULTS / DTYPE) -> str:
         if memory is None:
             continue
         lines.append(f"| {ARMS[arm]['label']} | {len(found)} | {memory:.2f} | {seconds:.2f} |")
-    return "\n".join(lines)
+    if len(lines) == 2:
+        return "No arm has cells of two shapes yet: no slope to fit."
+    return "\n\n" + "\n".join(lines) + "\n\n"
 
 
 def peer(results: Path = RESULTS / DTYPE) -> str:
@@ -156,7 +158,7 @@ def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
     memory, seconds = worst(table_rows)
     lines.append("")
     lines.append(f"Worst over the {len(table_rows)} cells: memory {memory:.0%}, time {seconds:.0%}.")
-    return "\n".join(lines)
+    return "\n\n" + "\n".join(lines) + "\n\n"
 
 
 CLAIMS = {"scaling-progress": progress, "scaling-table": table, "scaling-largest": largest, "scaling-slopes": slopes,
