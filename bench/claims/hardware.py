@@ -14,14 +14,8 @@ def gpu_h200() -> str:
     full, low = rows["full ES"], rows["low-rank ES"]
     return (f"full ES {full['candidate_evals_per_second']:.1f} candidate evals/s ({full['seconds_per_iteration']} s "
             f"per iteration), low-rank ES {low['candidate_evals_per_second']:.1f} "
-            f"({low['seconds_per_iteration']} s per iteration; held-out {low['accuracy_before']}% -> "
-            f"{low['accuracy_after']}% in {low['after_seconds']} s)")
-
-
-def gpu_h200_grpo() -> str:
-    row = next(row for row in load("gpu_check/gpu_h200_hf.json")["rows"] if row["method"].startswith("GRPO"))
-    return (f"GRPO went from {row['accuracy_before']}% to {row['accuracy_after']}% in {row['after_seconds']} s "
-            f"({row['seconds_per_iteration']} s per step)")
+            f"({low['seconds_per_iteration']} s per iteration), measured by hand in a first device call; the scripted "
+            "GPU check's rows came after")
 
 
 # The GPU check's reports (bench/gpu_check/), one file per device call on the same warm machine; a row measured in
@@ -157,9 +151,9 @@ def gpu_batched_full() -> str:
     return (f"{one['seconds_per_iteration'] / batched['seconds_per_iteration']:.1f}x the one-at-a-time speed "
             f"({batched['seconds_per_iteration']:.1f} vs {one['seconds_per_iteration']:.1f} s per iteration, "
             f"{batched['candidates_per_generate']} candidates per generate, peak GPU memory "
-            f"{batched['peak_gpu_memory_mib']:,.0f} vs {one['peak_gpu_memory_mib']:,.0f} MiB) with the same held-out "
-            f"accuracy after {batched['iterations']} iterations ({100 * batched['accuracy_after']:.1f}% on "
-            f"{batched['num_eval']} prompts)")
+            f"{batched['peak_gpu_memory_mib']:,.0f} vs {one['peak_gpu_memory_mib']:,.0f} MiB; the held-out check "
+            f"after {batched['iterations']} iterations, {batched['num_eval']} prompts, is too small to tell the arms "
+            "apart: learning is the learning rows)")
 
 
 def gpu_device_master() -> str:
@@ -269,7 +263,6 @@ def hardware_status() -> str:
 
 CLAIMS: dict[str, Callable[[], str]] = {
     "gpu-h200": gpu_h200,
-    "gpu-h200-grpo": gpu_h200_grpo,
     "hardware-status": hardware_status,
     "gpu-check-table": gpu_check_table,
     "gpu-batched-full": gpu_batched_full,
