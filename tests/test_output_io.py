@@ -192,3 +192,26 @@ def test_every_command_refuses_an_output_it_cannot_write_with_one_line(tiny_mode
         named = f"--output {output}/eval.json" if command == "eval" else f"output directory {output}"
         assert error.startswith(f"evotune: error: {named} cannot be written ({reason})"), error
         assert sorted(path.name for path in disk_path.iterdir()) == before  # nothing partial left
+
+
+@requires_mount
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_export_onto_a_disk_that_fills_mid_write_says_so_and_leaves_the_directory_as_it_was(tiny_model_dir, tmp_path,
+                                                                                           capsys, overwrite):
+    """The output check passes (the disk has room for its probe), then the weights do not fit: one line naming the
+    directory and the disk, no partial copy, and with --overwrite the earlier export untouched."""
+    weights = os.path.getsize(Path(tiny_model_dir) / "model.safetensors")
+    with tmpfs(tmp_path / "disk", f"{weights // 2 // 1024}k") as disk:
+        output = disk / "model"
+        if overwrite:
+            output.mkdir()
+            (output / "config.json").write_text('{"earlier": true}')
+        argv = ["export", tiny_model_dir, "--output-dir", str(output), *(["--overwrite"] if overwrite else [])]
+        assert main(argv) == 2
+        error = " ".join(capsys.readouterr().err.split())
+        error = error[error.index("evotune: error:"):]  # after the progress bars of loading and writing
+        assert error.startswith(f"evotune: error: export to {output} stopped: the disk could not take the model (No "
+                                "space left on device)"), error
+        assert sorted(path.name for path in disk.iterdir()) == (["model"] if overwrite else [])  # no .partial left
+        if overwrite:
+            assert (output / "config.json").read_text() == '{"earlier": true}' and len(list(output.iterdir())) == 1

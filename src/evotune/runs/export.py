@@ -11,12 +11,15 @@ so a killed export never leaves a model directory with torn or missing weights.
 
 from __future__ import annotations
 
+import errno
 import sys
 import warnings
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from ..backends.models import find_adapter, load_model, torch_dtype
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError
 from ..files.atomic import staged  # the write-beside-then-rename, shared with the GGUF cache (backends/vllm.py)
 from ..files.checkpoint import CheckpointFallbackWarning, find_checkpoint, load_state
 from .loading import is_checkpoint_directory, load_for_eval, require_final
@@ -38,9 +41,28 @@ def export_model(model: str, output_dir: str, merge: bool = False, dtype: str = 
     # one writer: the lock sits beside the directory, which is written whole elsewhere and renamed into place
     with held(output.parent, f".{output.name}.evotune-lock"):
         check_output_dir(Path(output_dir), Path(model), overwrite)  # again: another export may have written it
-        with staged(Path(output_dir)) as staging:
-            record = _export(model, staging, merge, dtype, average_last)
+        try:
+            with staged(Path(output_dir)) as staging:
+                record = _export(model, staging, merge, dtype, average_last)
+        except (OSError, SafetensorError) as error:  # a disk that filled (or turned read-only) mid-write
+            reason = _disk_full(error)
+            if reason is None:
+                raise
+            raise OutputError(f"export to {output_dir} stopped: the disk could not take the model ({reason}). The "
+                              f"partial copy was removed and {output_dir} is as it was before; free space (or choose "
+                              "another --output-dir) and run the same command again.") from None
     return {key: output_dir if value == staging else value for key, value in record.items()}  # where it now lies
+
+
+DISK_ERRORS = {errno.ENOSPC: "No space left on device", errno.EROFS: "Read-only file system",
+               errno.EDQUOT: "Disk quota exceeded"}
+
+
+def _disk_full(error: BaseException) -> str | None:
+    """The reason a write failed for want of a writable disk (safetensors says it in its message only), or None."""
+    if isinstance(error, OSError) and error.errno in DISK_ERRORS:
+        return DISK_ERRORS[error.errno]
+    return next((reason for reason in DISK_ERRORS.values() if reason in str(error)), None)
 
 
 def _export(model: str, output_dir: str, merge: bool, dtype: str, average_last: int | None) -> dict:
@@ -70,8 +92,6 @@ def _export(model: str, output_dir: str, merge: bool, dtype: str, average_last: 
 
 def _load_whole(model: str):
     """load_model, with weights a kill or a full disk left torn named in one line instead of a traceback."""
-    from safetensors import SafetensorError
-
     try:
         return load_model(model, "float32", "cpu")
     except (SafetensorError, EOFError) as error:
