@@ -196,9 +196,11 @@ class Trainer:
                     record = self.step()
                     self.activity = "logging, evaluating and checkpointing it"
                     self._notify("on_iteration_end", record)
-            finally:
-                self.activity = "ending the run (metrics, curves)"
-                self._notify("on_train_end")
+            except BaseException:
+                self._notify("on_train_end")  # the curves of what ran; `activity` keeps where it stopped
+                raise
+            self.activity = "ending the run (metrics, curves)"
+            self._notify("on_train_end")
             self.activity = "writing final/"
             self.finish()
         return self.last_eval

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,12 +63,15 @@ def test_the_guard_counts_the_cells_cpu_apart_from_other_work_beside_it(tmp_path
     spin = "import time\nend = time.process_time() + {0}\nwhile time.process_time() < end: pass"
     alone = guard.run_guarded([sys.executable, "-c", spin.format(1.0)], limit_mib=2000, log=tmp_path / "a.log")
     assert alone.exit_code == 0 and 0.9 < alone.cpu_s < 2.0, alone  # its 1 s of spinning (and python's start)
-    beside = subprocess.Popen([sys.executable, "-c", spin.format(1.5)])  # other work on the machine meanwhile
+    beside = subprocess.Popen([sys.executable, "-c", spin.format(4.0)])  # other work, spinning all the while
     try:
+        time.sleep(0.3)  # under way before the cell starts
         shared = guard.run_guarded([sys.executable, "-c", spin.format(1.0)], limit_mib=2000, log=tmp_path / "b.log")
     finally:
+        beside.kill()
         beside.wait()
-    assert shared.other_work_cpu_s > alone.other_work_cpu_s + 0.5, (alone, shared)
+    # the other spinner held a core for most of the cell's wall time (more, on a machine with a core to spare)
+    assert shared.other_work_cpu_s >= 0.5 and 0.9 < shared.cpu_s < 2.0, shared
 
 
 def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(tmp_path, monkeypatch):
