@@ -14,8 +14,9 @@ from evotune.config.grpo import GRPO_QUICKSTART, GRPORunConfig
 from evotune.config.parts import base_for_parts
 from evotune.config.train import QUICKSTART, TrainConfig
 from evotune.errors import ConfigError
-from evotune.estimate import PUBLIC_SHAPES, load_coefficients, memory_terms, resolve_shape, time_terms, workload
-from evotune.estimate.shape import ModelShape
+from evotune.estimate.model import load_coefficients
+from evotune.estimate.shape import PUBLIC_SHAPES, ModelShape, resolve_shape
+from evotune.estimate.workload import memory_terms, time_terms, workload
 
 # published parameter counts (each model card's config at its own vocabulary)
 PUBLISHED = {"HuggingFaceTB/SmolLM2-135M-Instruct": 134_515_008, "Qwen/Qwen2.5-0.5B-Instruct": 494_032_768,

@@ -34,7 +34,7 @@ NOT_RESULTS = {
     "past 60 s": "the simulation's setting", "a 4x slower": "the simulation's setting", "the 2% goal": "a goal",
     "1 GiB KV cache": "a setting", "92% of the node": "vLLM's default", "1.1 GB for SmolLM2-135M": "the model's size",
     "56 GB for a 7B": "a model's size", "28 GB for 7B": "a model's size", "2 GiB stay free": "a setting",
-    "10 minutes on 2 cores": "the quickstart's budget", "(16 x 48)": "a shape",
+    "(16 x 48)": "a shape",
     "4-60x larger": "the ratio of the paper's model sizes to ours",
     "a 24 GiB machine": "the machine's size", "~10x the papers'": "a ratio of two settings",
     "1,200 s of training": "the study's budget", "16 x 32 prompts": "a shape", "64 x 4 prompts": "a shape",
@@ -45,7 +45,10 @@ NOT_RESULTS = {
     "4% per update": "the anchor's setting", "4% of the distance back per update": "the anchor's setting",
     "paper's 0.5% per update": "the anchor's setting", "at most every 30 s": "curves.png's redraw interval",
     "the 95% Wilson interval": "an interval's level", "its paired 95% interval": "an interval's level",
-    "variances at 5%": "a test's level",
+    "variances at 5%": "a test's level", "trains on a 24 GiB": "the machine's size",
+    "machine with 24 GiB": "the machine's size", "fit in 24 GiB": "the machine's size",
+    "memory minus 2 GiB": "the memory guard's setting", "more than 5% of its own": "the scaling runner's setting",
+    "135M model, 60 s of training": "the GPU check's budget", "in the same 60 s": "the GPU check's budget",
 }
 
 

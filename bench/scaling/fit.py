@@ -18,18 +18,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from evotune.estimate import (
-    COEFFICIENTS,
-    Workload,
-    estimate,
-    fit,
-    load_coefficients,
-    memory_terms,
-    time_terms,
-    workload,
-)
+from evotune.estimate.model import COEFFICIENTS, estimate, fit, load_coefficients
 from evotune.estimate.shape import ModelShape
-from evotune.estimate.workload import BYTES
+from evotune.estimate.workload import BYTES, Workload, memory_terms, time_terms, workload
 
 from .arms import ARMS, MAX_NEW_TOKENS, PROMPTS
 from .cell import cell_keys

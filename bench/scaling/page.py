@@ -144,7 +144,7 @@ def peer(results: Path = RESULTS / DTYPE) -> str:
 
 def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
     """`evotune estimate` (the committed coefficients) beside every measured cell it was fitted on."""
-    from evotune.estimate import load_coefficients
+    from evotune.estimate.model import load_coefficients
 
     from .fit import errors, rows, worst
 

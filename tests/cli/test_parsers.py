@@ -26,7 +26,7 @@ FILE_OPTIONS = {"--output", "--samples", "--plot"}
 
 
 def test_every_command_is_walked():
-    assert COMMANDS == ["compare", "doctor", "eval", "export", "grpo", "keys", "sft", "sweep", "train"]
+    assert COMMANDS == ["compare", "doctor", "estimate", "eval", "export", "grpo", "keys", "sft", "sweep", "train"]
 
 
 @pytest.mark.parametrize("name", COMMANDS)

@@ -146,7 +146,7 @@ BAD_EVAL_ARGUMENTS = {
     "--max-new-tokens 0": (["--max-new-tokens", "0"], "max_new_tokens"),
     "--num-samples -1": (["--num-samples", "-1"], "num_samples"),
     "--output that is a directory": (["--output", "{tmp}"], "is a directory"),
-    "--output under a file": (["--output", "{tmp}/file.txt/out.json"], "cannot create"),
+    "--output under a file": (["--output", "{tmp}/file.txt/out.json"], "is a file, not a directory"),
 }
 
 

@@ -18,7 +18,7 @@ from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
 from ..errors import ConfigError, EvotuneError
 from ..evaluation.report import format_table
 from ..files.checkpoint import find_checkpoint
-from ..import_utils import startup_imports
+from ..import_utils import quiet_third_party, startup_imports
 from ..runs.compare import compare_runs
 from ..runs.compare_output import format_markdown
 from ..runs.directory import check_writable, read_run_config
@@ -76,6 +76,7 @@ def _train(args: argparse.Namespace) -> int:
     config = TrainConfig.from_dict(base_for_parts(base or {}, given, TrainConfig), source=source)
     if args.print_config:
         return _print_config(config)
+    check_writable(output_dir)  # before the line that says where it trains (the run's own check comes again)
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
     if args.config and not args.resume:
         _note_quickstart(args, config, QUICKSTART, "train", given)
@@ -126,6 +127,7 @@ def _sft(args: argparse.Namespace) -> int:
     config = load_sft_config(args.config, args.set, resume_dir=output_dir if args.resume else None)
     if args.print_config:
         return _print_config(config)
+    check_writable(output_dir)  # before the line that says where it trains (the run's own check comes again)
     print(f"evotune: LoRA SFT of {config.model} on {config.dataset or config.task} -> {output_dir}", file=sys.stderr)
     try:
         summary = run_sft(config, output_dir, overwrite=args.overwrite, resume=args.resume)
@@ -194,6 +196,7 @@ def _grpo(args: argparse.Namespace) -> int:
                               base=None if args.config else GRPO_QUICKSTART)
     if args.print_config:
         return _print_config(config)
+    check_writable(output_dir)  # before the notes on what runs (the run's own check comes again)
     if not args.resume:
         _note_quickstart(args, config, GRPO_QUICKSTART, "grpo")
     if args.sweep_learning_rates:
@@ -235,7 +238,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ..doctor import describe_speed, format_table, run_doctor, speed_probe
+    from ..doctor import Check, describe_speed, format_table, run_doctor, speed_probe
 
     def progress(check: Any) -> None:
         print(f"evotune doctor: {check.status.upper():4} {check.name} ({check.seconds:g} s): {check.detail}",
@@ -260,8 +263,6 @@ def _doctor(args: argparse.Namespace) -> int:
                               "what it holds. Give a new or empty directory.")
         check_writable(work)
     report = run_doctor(args.engine_core, args.work_dir, progress, args.checks)
-    from ..doctor import Check
-
     print(format_table(report["environment"], [Check(**check) for check in report["checks"]]))
     if args.output:
         Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
@@ -269,43 +270,10 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from ..estimate.methods import METHODS
-    from ..estimate.report import build, format_estimate, format_methods, resolve_config
+    from ..estimate.report import run_estimate  # torch and transformers: `evotune --help` needs neither
 
-    if args.prompt_tokens is not None and args.prompt_tokens < 1:
-        raise ConfigError(f"--prompt-tokens is {args.prompt_tokens}; give a positive number of tokens.")
-    if args.method and args.config:
-        raise ConfigError(f"--method {args.method} and CONFIG both say what runs; give CONFIG (with --command) or "
-                          "--method, not both.")
-    command = args.command or (METHODS[args.method][0] if args.method else "train")
-    if args.method and METHODS[args.method][0] != command:
-        raise ConfigError(f"--method {args.method} runs `evotune {METHODS[args.method][0]}`, not --command "
-                          f"{command}; drop --command.")
-    names = [args.method] if args.method or args.config else list(METHODS)
-    ratio = 1.0
-    if not args.no_speed_probe:
-        from ..doctor import speed_probe
-        from ..estimate import load_coefficients
-
-        ratio = speed_probe()["probe_s"] / load_coefficients()["reference_probe_s"]
-    found, tokens = [], args.prompt_tokens
-    for name in names:
-        method_command, keys = METHODS[name] if name else (command, {})
-        config = resolve_config(method_command, args.config, args.set, keys, args.model)
-        result, context = build(method_command, config, speed_ratio=ratio, tokens=tokens)
-        tokens = tokens or int(context["prompt_tokens"].split()[0])  # the task's prompts measured once
-        found.append((name, result, context, getattr(config, "iterations", None)))
-    if args.json:
-        print(json.dumps([{"method": name or command, "model": result.model, "parameters": result.parameters,
-                           "peak_mib": round(result.peak_mib), "memory_mib": {key: round(value, 1) for key, value
-                                                                              in result.memory_mib.items()},
-                           "seconds_per_iteration": round(result.seconds_per_iteration, 2),
-                           "speed_ratio": round(ratio, 3), "dtype": context["dtype"], "notes": result.notes}
-                          for name, result, context, _ in found], indent=2))
-    elif len(found) == 1:
-        print(format_estimate(found[0][1], found[0][2], found[0][3]))
-    else:
-        print(format_methods([(name, result) for name, result, _, _ in found], found[0][2]))
+    print(run_estimate(args.config, args.command, args.method, args.model, args.set, args.prompt_tokens,
+                       speed=not args.no_speed_probe, as_json=args.json))
     return 0
 
 
@@ -354,8 +322,6 @@ def console_main(argv: list[str] | None = None) -> int:
     main() itself changes nothing of the collector, so code that calls it in its own process (tests, notebooks) keeps
     its own."""
     import importlib
-
-    from ..import_utils import quiet_third_party
 
     argv = sys.argv[1:] if argv is None else argv
     command = next((word for word in argv if not word.startswith("-")), "")

@@ -3,12 +3,25 @@ on the task, the memory free on the run's device, this machine's speed probe, an
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoTokenizer
+
+from ..backends.models import DEFAULT_MODEL, resolve_dtype, resolve_model
+from ..config.checks import resolve_device
+from ..config.files import read_config_values
+from ..config.grpo import GRPO_QUICKSTART, GRPORunConfig
+from ..config.parts import base_for_parts
+from ..config.sft import SFTConfig
+from ..config.train import QUICKSTART, TrainConfig
+from ..doctor import speed_probe
 from ..errors import ConfigError
-from . import Estimate, estimate, load_coefficients
+from ..tasks import get_task
+from .methods import METHODS
+from .model import Estimate, estimate, load_coefficients
 from .shape import ModelShape, resolve_shape
 from .workload import workload
 
@@ -19,12 +32,6 @@ def resolve_config(command: str, path: str | None, overrides: list[str], method_
                    model: str | None) -> Any:
     """The config `evotune COMMAND` would run: CONFIG (or the command's quickstart, with the method's keys) <- --set,
     and --model last."""
-    from ..config.files import read_config_values
-    from ..config.grpo import GRPO_QUICKSTART, GRPORunConfig
-    from ..config.parts import base_for_parts
-    from ..config.sft import SFTConfig
-    from ..config.train import QUICKSTART, TrainConfig
-
     extra = [f"model={model}"] if model else []
     given, source = read_config_values(path, [*overrides, *extra])
     given = {**method_keys, **given} if path is None else given
@@ -38,11 +45,6 @@ def resolve_config(command: str, path: str | None, overrides: list[str], method_
 def prompt_tokens(config: Any) -> tuple[int, str]:
     """The mean chat-templated prompt length of the task's first batch, with the model's tokenizer (the built-in's
     where the model's is not on disk), and where it came from."""
-    from transformers import AutoTokenizer
-
-    from ..backends.models import DEFAULT_MODEL, resolve_model
-    from ..tasks import get_task
-
     try:
         task = get_task(config.task or "custom", seed=0, dataset=config.dataset,
                         **(getattr(config, "task_args", None) or {}))
@@ -80,9 +82,6 @@ def free_mib(device: str) -> tuple[float, str]:
 def build(command: str, config: Any, shape: ModelShape | None = None, speed_ratio: float = 1.0,
           tokens: int | None = None) -> tuple[Estimate, dict[str, Any]]:
     """The estimate of `config`'s run and what it rests on (prompt length, dtype, device, the study's machine)."""
-    from ..backends.models import resolve_dtype
-    from ..config.checks import resolve_device
-
     shape = shape or resolve_shape(config.model)
     device = resolve_device(getattr(config, "device", "cpu"))
     dtype = resolve_dtype(config.dtype, device) if config.dtype == "auto" else config.dtype
@@ -141,3 +140,37 @@ def speed_line(coefficients: dict[str, Any], ratio: float) -> str:
                 f"{coefficients['threads']} threads); without --no-speed-probe they scale to this one")
     return (f"seconds: this machine's speed probe is {ratio:.2f}x the study's ({where}, "
             f"{coefficients['reference_probe_s']:.2f} s); the fit's {coefficients['cells']} cells scale by it")
+
+
+def run_estimate(config_path: str | None, command: str | None, method: str | None, model: str | None,
+                 overrides: list[str], prompt_tokens_given: int | None, speed: bool, as_json: bool) -> str:
+    """`evotune estimate`'s whole output: one method's terms, or one line per method when neither CONFIG nor
+    --method says which."""
+    if prompt_tokens_given is not None and prompt_tokens_given < 1:
+        raise ConfigError(f"--prompt-tokens is {prompt_tokens_given}; give a positive number of tokens.")
+    if method and config_path:
+        raise ConfigError(f"--method {method} and CONFIG both say what runs; give CONFIG (with --command) or "
+                          "--method, not both.")
+    command = command or (METHODS[method][0] if method else "train")
+    if method and METHODS[method][0] != command:
+        raise ConfigError(f"--method {method} runs `evotune {METHODS[method][0]}`, not --command {command}; drop "
+                          "--command.")
+    names = [method] if method or config_path else list(METHODS)
+    ratio = speed_probe()["probe_s"] / load_coefficients()["reference_probe_s"] if speed else 1.0
+    found, tokens = [], prompt_tokens_given
+    for name in names:
+        method_command, keys = METHODS[name] if name else (command, {})
+        config = resolve_config(method_command, config_path, overrides, keys, model)
+        result, context = build(method_command, config, speed_ratio=ratio, tokens=tokens)
+        tokens = tokens or int(context["prompt_tokens"].split()[0])  # the task's prompts measured once
+        found.append((name or command, result, context, getattr(config, "iterations", None)))
+    if as_json:
+        return json.dumps([{"method": name, "model": result.model, "parameters": result.parameters,
+                            "peak_mib": round(result.peak_mib),
+                            "memory_mib": {key: round(value, 1) for key, value in result.memory_mib.items()},
+                            "seconds_per_iteration": round(result.seconds_per_iteration, 2),
+                            "speed_ratio": round(ratio, 3), "dtype": context["dtype"], "notes": result.notes}
+                           for name, result, context, _ in found], indent=2)
+    if len(found) == 1:
+        return format_estimate(found[0][1], found[0][2], found[0][3])
+    return format_methods([(name, result) for name, result, _, _ in found], found[0][2])

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from transformers import AutoConfig
+
+from ..backends.models import resolve_model
+from ..errors import ConfigError, ModelLoadError
 
 
 @dataclass(frozen=True)
@@ -85,10 +88,6 @@ def _public(name: str) -> ModelShape | None:
 
 def resolve_shape(model: str) -> ModelShape:
     """The shape of `model` (what a run's `model` key takes, or a config.json path), read from its config only."""
-    from transformers import AutoConfig
-
-    from ..backends.models import resolve_model
-
     path = Path(model).expanduser()
     if path.is_file() and path.name.endswith(".json"):
         return ModelShape.from_hf_config(AutoConfig.from_pretrained(path.parent if path.name == "config.json"
@@ -98,7 +97,7 @@ def resolve_shape(model: str) -> ModelShape:
         source = resolve_model(model)
         options = {"gguf_file": source.gguf_file} if source.gguf_file else {}
         config = AutoConfig.from_pretrained(source.path, local_files_only=True, **options)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ModelLoadError) as error:
         if public is not None:
             return public
         known = ", ".join(sorted(shape.name.split("/")[1] for shape in PUBLIC_SHAPES.values()))

@@ -179,10 +179,12 @@ def check_writable(output_dir: str | Path, name: str | None = None) -> None:
 def check_writable_file(path: Path, flag: str) -> None:
     """A result file's path (`flag` names it), checked as check_writable checks a directory, before the command's
     work: not a directory, its directory writable (read-only, under a file, /proc, a full disk), and an existing
-    file writable; nothing is made or changed."""
+    file writable. Its directory is made once the checks pass (and left as it was when they fail); the file itself
+    is neither made nor changed."""
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a directory; give a file path.")
     check_writable(path.parent if str(path.parent) else Path("."), name=f"{flag} {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)  # checked writable: the result goes there at the end
     if path.exists():
         try:
             with path.open("a"):  # appends nothing: the file keeps its content until the result replaces it
