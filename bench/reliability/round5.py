@@ -41,26 +41,36 @@ def train(work: Path, runs: dict, name: str, *settings: str, **values) -> list[s
 
 
 def grpo(work: Path, runs: dict, name: str, *settings: str) -> list[str]:
+    """`evotune grpo` at a tiny size; a setting given replaces the tiny one of its key (a key set twice is refused)."""
     tiny = ["task=conciseness", "batch_size=2", "num_generations=2", "max_new_tokens=4", "num_eval=2", "iterations=1",
             "report_to=[]", f"model={runs['model']}"]
-    return cli("grpo", "--output-dir", work / name, *[part for pair in tiny for part in ("--set", pair)], *settings)
+    given = [pair for flag, pair in zip(settings[::2], settings[1::2]) if flag == "--set"]
+    keys = {pair.split("=", 1)[0] for pair in given}
+    kept = [pair for pair in tiny if pair.split("=", 1)[0] not in keys]
+    return cli("grpo", "--output-dir", work / name, *[part for pair in [*kept, *given] for part in ("--set", pair)])
 
 
 def unread_key_cases(runs: dict, work: Path) -> list[Case]:
     """Round 5's item 1: a key the chosen parts never read is refused naming it, its reader and what to set."""
-    cases = [("full space", ["--set", "lora_rank=4", "--set", "perturbation_rank=3"], ["`lora_rank`", "space"]),
+    cases = [("full space", ["--set", "lora_rank=4", "--set", "perturbation_rank=3"], ["space: full", "remove `"]),
              ("full space", ["--set", "cma_diagonal=true"], ["`cma_diagonal`", "strategy: cma"]),
              ("full space", ["--set", "singular_value_fraction=0.5"], ["`singular_value_fraction`", "svd_lora"]),
              ("hf backend", ["--set", "engine_core=in_process"], ["`engine_core`", "backend: vllm"]),
              ("local run", ["--set", "ray_address=auto"], ["`ray_address`", "distributed: ray"]),
              ("local run", ["--set", "worker_num_cpus=2"], ["`worker_num_cpus`", "distributed: ray"])]
-    cma = ["--set", "strategy=cma", "--set", "space=svd_lora", "--set", "lora_rank=4"]
-    for key, value in (("optimizer", "adam"), ("antithetic", "false"), ("learning_rate", "0.2"),
-                       ("weight_decay", "0.1"), ("fitness_shaping", "centered_rank"), ("noise", "rademacher")):
-        cases.append(("strategy cma", [*cma, "--set", f"{key}={value}"], [f"`{key}`", "strategy"]))
     built = [Case("unread keys", f"{' '.join(settings)} ({where})",
                   train(work, runs, f"u{index}", *settings), names=names, absent=[work / f"u{index}"])
              for index, (where, settings, names) in enumerate(cases)]
+    # CMA's runs: a config without OpenES's own keys (antithetic, learning_rate), then one of them set
+    cma = {key: value for key, value in base_values(str(runs["model"]), iterations=1).items()
+           if key not in ("antithetic", "learning_rate")}
+    cma.update(strategy="cma", space="svd_lora", lora_rank=4)
+    config = write_yaml(work / "cma.yaml", cma)
+    for key, value in (("optimizer", "adam"), ("antithetic", "true"), ("learning_rate", "0.2"),
+                       ("weight_decay", "0.1"), ("fitness_shaping", "centered_rank"), ("noise", "rademacher")):
+        built.append(Case("unread keys", f"strategy=cma with {key}={value}",
+                          cli("train", config, "--output-dir", work / f"u_cma_{key}", "--set", f"{key}={value}"),
+                          names=[f"`{key}`", "strategy: cma"], absent=[work / f"u_cma_{key}"]))
     built.append(Case("unread keys", "grpo --set lora=false --set lora_rank=4",
                       grpo(work, runs, "u_grpo", "--set", "lora=false", "--set", "lora_rank=4"),
                       names=["`lora_rank`", "lora"], absent=[work / "u_grpo"]))
@@ -147,7 +157,8 @@ def run_directory_cases(runs: dict, work: Path) -> list[Case]:
              else f"exit {result.rc}: {flat(result.err)[-300:]}"),
         Case("eval", "eval on a 1-row custom dataset, --num-eval 4",
              cli("eval", "--model", runs["model"], "--task", "custom", "--dataset", one_row, "--num-eval", "4",
-                 "--output", work / "one_row.json"), names=["1 row"]),
+                 "--task-arg", "reward_fns=[evotune.tasks.arithmetic.arithmetic_reward]", "--output",
+                 work / "one_row.json"), names=["1 row", "eval_dataset"]),
         Case("eval", "eval --task-arg nodigits", cli("eval", "--model", runs["model"], "--task", "arithmetic",
                                                      "--task-arg", "nodigits", "--output", work / "nd.json"),
              names=["--task-arg", "digits=3"], forbidden=["--set"]),

@@ -79,7 +79,8 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, A
     seconds = fit([row["time"] for row in found],
                   [row["record"]["seconds_per_iteration"] * reference / row["probe_s"] for row in found], time_names)
     machines = sorted({row["record"]["machine"]["cpu"] for row in found})
-    return {"memory": memory, "time": seconds, "reference_probe_s": reference, "cells": len(found),
+    shapes = sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
+    return {"memory": memory, "time": seconds, "reference_probe_s": reference, "cells": len(found), "shapes": shapes,
             "machines": machines, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
             "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB, time in "
                     "seconds per unit at the reference probe (evotune doctor --speed, float32)"}

@@ -148,7 +148,8 @@ def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
 
     from .fit import errors, rows, worst
 
-    table_rows = errors(rows(results), load_coefficients())
+    coefficients = load_coefficients()
+    table_rows = errors(rows(results), coefficients)
     lines = ["| shape | arm | peak measured | predicted | error | s/it measured | predicted | error |",
              "|---|---|---|---|---|---|---|---|"]
     for row in table_rows:
@@ -157,7 +158,11 @@ def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
                      f"{row['predicted_s']:,.1f} | {row['time_error']:+.0%} |")
     memory, seconds = worst(table_rows)
     lines.append("")
-    lines.append(f"Worst over the {len(table_rows)} cells: memory {memory:.0%}, time {seconds:.0%}.")
+    shapes = coefficients.get("shapes", [])
+    lines.append(f"Worst over the {len(table_rows)} cells: memory {memory:.0%}, time {seconds:.0%}. The coefficients "
+                 f"were fitted on these same cells, of {len(shapes)} model size(s) ({', '.join(shapes)})"
+                 + (": until cells of 3 sizes are in, a prediction for another size is not checked." if len(shapes) < 3
+                    else "."))
     return "\n\n" + "\n".join(lines) + "\n\n"
 
 

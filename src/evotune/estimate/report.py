@@ -90,6 +90,10 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
         tokens, where = prompt_tokens(config)
     coefficients = load_coefficients()
     result = estimate(workload(command, config, shape, tokens, dtype), shape, coefficients, speed_ratio)
+    shapes = coefficients.get("shapes", [])
+    if len(shapes) < 3:  # per-parameter terms are told from constant ones only across model sizes
+        result.notes.append(f"fitted on the scaling study's cells of {len(shapes)} model size(s) so far "
+                            f"({', '.join(shapes) or 'none'}): predictions for other sizes are not checked yet")
     if getattr(config, "backend", "hf") != "hf":
         result.notes.append(f"counted for the hf backend; a {config.backend} engine's memory is its own "
                             "(gpu_memory_utilization on CUDA)")
@@ -129,6 +133,7 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any])
         lines.append(f"{name:12} {result.peak_mib:9,.0f} {fits:>5} {result.seconds_per_iteration:8.1f}  "
                      f"{result.method}")
     lines += ["", speed_line(context["coefficients"], results[0][1].speed_ratio),
+              *[f"note: {note}" for note in dict.fromkeys(note for _, result in results for note in result.notes)],
               "evotune estimate --method NAME (or a CONFIG) prints one method's terms."]
     return "\n".join(lines)
 
