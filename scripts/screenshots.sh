@@ -49,3 +49,5 @@ shoot which-method-addition "which-method/index.html#2-digit-addition" 1500
 shoot which-method-memory "which-method/index.html#memory" 1350
 shoot hardware-status "vllm-and-ray/index.html#status-by-hardware" 1900
 shoot gpu-check "es-at-scale/index.html#on-a-gpu" 900
+shoot guide-pick-a-method guides/pick-a-method/index.html 1600
+shoot scaling benchmarks/scaling/index.html 1600
