@@ -18,7 +18,15 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from evotune.estimate.model import COEFFICIENTS, estimate, fit, load_coefficients
+from evotune.estimate.model import (
+    COEFFICIENTS,
+    EXACT_MEMORY_TERMS,
+    FREE_FROM_SHAPES,
+    MEMORY_PRIORS,
+    estimate,
+    fit,
+    load_coefficients,
+)
 from evotune.estimate.shape import ModelShape
 from evotune.estimate.workload import BYTES, Workload, memory_terms, time_terms, workload
 
@@ -72,15 +80,31 @@ def rows(results: Path = RESULTS / DTYPE) -> list[dict[str, Any]]:
 
 
 def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, Any]:
+    """Every term some cell counts is fitted; a term none counts yet keeps its memory prior (MEMORY_PRIORS) and has
+    no rate of time (null: `evotune estimate` then does not predict the time of a run that has it), named in
+    `unfitted`. `drop`: a term left out of the fit (the test that each term is needed)."""
     reference = statistics.median(row["probe_s"] for row in found)
-    memory_names = [name for name in found[0]["memory"] if name != drop]
-    time_names = [name for name in found[0]["time"] if name != drop]
-    memory = fit([row["memory"] for row in found], [row["record"]["peak_rss_mib"] for row in found], memory_names)
-    seconds = fit([row["time"] for row in found],
-                  [row["record"]["seconds_per_iteration"] * reference / row["probe_s"] for row in found], time_names)
-    machines = sorted({row["record"]["machine"]["cpu"] for row in found})
+    measured = [name for name in [*found[0]["memory"], *found[0]["time"]] if any(row["memory"].get(name)
+                                                                                  or row["time"].get(name)
+                                                                                  for row in found)]
+    memory_names = [name for name in found[0]["memory"] if name != drop and name in measured]
+    time_names = [name for name in found[0]["time"] if name != drop and name in measured]
     shapes = sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
-    return {"memory": memory, "time": seconds, "reference_probe_s": reference, "cells": len(found), "shapes": shapes,
+    held = [name for name in EXACT_MEMORY_TERMS if name in memory_names] if len(shapes) < FREE_FROM_SHAPES else []
+    offsets = [sum(MEMORY_PRIORS[name] * row["memory"].get(name, 0.0) for name in held) for row in found]
+    memory = fit([row["memory"] for row in found], [row["record"]["peak_rss_mib"] for row in found],
+                 [name for name in memory_names if name not in held], offsets)
+    memory.update({name: MEMORY_PRIORS[name] for name in held})
+    memory.update({name: MEMORY_PRIORS[name] for name in found[0]["memory"] if name not in measured})
+    seconds: dict[str, float | None] = fit([row["time"] for row in found], [
+        row["record"]["seconds_per_iteration"] * reference / row["probe_s"] for row in found], time_names)
+    seconds.update({name: None for name in found[0]["time"] if name not in measured})
+    if drop in memory or drop in seconds:  # the term left out of the model: it counts nothing
+        (memory if drop in found[0]["memory"] else seconds)[drop] = 0.0
+    machines = sorted({row["record"]["machine"]["cpu"] for row in found})
+    unfitted = [name for name in [*found[0]["memory"], *found[0]["time"]] if name not in measured]
+    return {"memory": memory, "time": seconds, "held_at_prior": held, "unfitted": unfitted,
+            "reference_probe_s": reference, "cells": len(found), "shapes": shapes,
             "machines": machines, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
             "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB, time in "
                     "seconds per unit at the reference probe (evotune doctor --speed, float32)"}

@@ -107,18 +107,23 @@ def format_estimate(result: Estimate, context: dict[str, Any], iterations: int |
     free, where = free_mib(context["device"])
     lines = [f"{result.method} on {result.model} ({result.parameters / 1e9:.2f}B parameters, {context['dtype']}, "
              f"{context['device']}); prompts of {context['prompt_tokens']} tokens", "",
-             f"{'memory term':24} {'MiB':>9}"]
-    lines += [f"{name:24} {value:9,.0f}" for name, value in result.memory_mib.items() if round(value)]
+             f"{'memory term':30} {'MiB':>9}"]
+    lines += [f"{name:30} {value:9,.0f}" for name, value in result.memory_mib.items() if round(value)]
     verdict = "fits" if result.peak_mib <= free else "does NOT fit"
-    lines += [f"{'peak (predicted)':24} {result.peak_mib:9,.0f}", f"{where:24} {free:9,.0f}   -> {verdict}", ""]
-    lines += [f"{'time term':24} {'s/iter':>9}"]
-    lines += [f"{name:24} {value * result.speed_ratio:9.1f}" for name, value in result.seconds.items()
-              if value * result.speed_ratio >= 0.05]
-    total = f" ({iterations} iterations: {result.seconds_per_iteration * iterations / 60:,.0f} min)" \
-        if iterations else ""
-    lines.append(f"{'seconds per iteration':24} {result.seconds_per_iteration:9.1f}{total}")
+    lines += [f"{'peak (predicted)':30} {result.peak_mib:9,.0f}", f"{where:30} {free:9,.0f}   -> {verdict}", ""]
+    lines += [f"{'time term':30} {'s/iter':>9}"]
+    lines += [f"{name:30} {'unknown' if value is None else f'{value * result.speed_ratio:.1f}':>9}"
+              for name, value in result.seconds.items() if value is None or value * result.speed_ratio >= 0.05]
+    per_iteration = result.seconds_per_iteration
+    total = f" ({iterations} iterations: {per_iteration * iterations / 60:,.0f} min)" \
+        if iterations and per_iteration is not None else ""
+    lines.append(f"{'seconds per iteration':30} {seconds_text(per_iteration):>9}{total}")
     lines += ["", speed_line(context["coefficients"], result.speed_ratio), *[f"note: {note}" for note in result.notes]]
     return "\n".join(lines)
+
+
+def seconds_text(seconds: float | None) -> str:
+    return "unknown" if seconds is None else f"{seconds:.1f}"
 
 
 def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any]) -> str:
@@ -130,7 +135,7 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any])
              f"{'method':12} {'peak MiB':>9} {'fits':>5} {'s/iter':>8}  what an iteration is"]
     for name, result in results:
         fits = "yes" if result.peak_mib <= free else "NO"
-        lines.append(f"{name:12} {result.peak_mib:9,.0f} {fits:>5} {result.seconds_per_iteration:8.1f}  "
+        lines.append(f"{name:12} {result.peak_mib:9,.0f} {fits:>5} {seconds_text(result.seconds_per_iteration):>8}  "
                      f"{result.method}")
     lines += ["", speed_line(context["coefficients"], results[0][1].speed_ratio),
               *[f"note: {note}" for note in dict.fromkeys(note for _, result in results for note in result.notes)],
@@ -173,7 +178,8 @@ def run_estimate(config_path: str | None, command: str | None, method: str | Non
         return json.dumps([{"method": name, "model": result.model, "parameters": result.parameters,
                             "peak_mib": round(result.peak_mib),
                             "memory_mib": {key: round(value, 1) for key, value in result.memory_mib.items()},
-                            "seconds_per_iteration": round(result.seconds_per_iteration, 2),
+                            "seconds_per_iteration": None if result.seconds_per_iteration is None
+                            else round(result.seconds_per_iteration, 2),
                             "speed_ratio": round(ratio, 3), "dtype": context["dtype"], "notes": result.notes}
                            for name, result, context, _ in found], indent=2)
     if len(found) == 1:
