@@ -147,3 +147,31 @@ def test_auto_that_finds_this_machines_cluster_but_cannot_join_names_it_and_toke
         connection._init_bounded(Refusing, "auto", "`ray_address`", timeout=5)
     message = str(refused.value)
     assert "10.1.2.3:6379" in message and "RAY_AUTH_MODE=token" in message and "no running" not in message
+
+
+@pytest.mark.engine  # a real cluster started with the ray CLI
+@requires_ray
+def test_auto_against_a_token_cluster_without_its_token_names_the_cluster_and_token_auth(tiny_model_dir, tmp_path):
+    """`ray start --head` with token authentication records its address where `auto` looks; a driver without the
+    token found it and could not join, and was told that no cluster runs. It must name the cluster and the token
+    setting instead."""
+    import secrets
+
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    free = port.getsockname()[1]
+    port.close()
+    environment = {**{key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
+                   "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    started = subprocess.run(["ray", "start", "--head", "--port", str(free), "--num-cpus", "1", "--include-dashboard",
+                              "false", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"],
+                             env=environment, capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        done, _ = train_with(tiny_model_dir, tmp_path, "--set", "workers=1", "--set", "ray_address=auto",
+                             "--set", "ray_timeout=20")
+    finally:
+        subprocess.run(["ray", "stop", "--force"], env=environment, capture_output=True, timeout=120)
+    error = one_line_error(done)
+    assert "no running Ray cluster was found" not in error, error
+    assert f"127.0.0.1:{free}" in error and "RAY_AUTH_MODE=token" in error, error
