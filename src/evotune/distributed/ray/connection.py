@@ -101,11 +101,12 @@ def _init_bounded(ray: Any, address: str, source: str, timeout: float) -> None:
               "started by `ray start` with token authentication (Ray 2.60's default) needs RAY_AUTH_MODE=token and "
               "its token in this shell too (docs/ray-cluster.md); and that this machine's Ray version is the "
               "cluster's.")
+    running = _current_cluster() if address == "auto" else None
     if "error" not in outcome:
-        raise ConfigError(f"{source} {address}: something answers there but did not complete Ray's handshake within "
+        where = f"auto (the cluster `ray start` left running here, {running})" if running else address
+        raise ConfigError(f"{source} {where}: something answers there but did not complete Ray's handshake within "
                           f"{timeout:g} s (ray_timeout). {checks}")
     if outcome["error"] is not None:
-        running = _current_cluster() if address == "auto" else None
         if running:  # `auto` found this machine's cluster and could not join it: the same checks as an address's
             raise ConfigError(f"{source} auto: the cluster `ray start` left running here ({running}, from "
                               f"{CURRENT_CLUSTER}) did not let this process join ({type(outcome['error']).__name__}). "
