@@ -94,10 +94,42 @@ def address_cases(runs: dict, work: Path) -> list[Case]:
         Case("cluster address", "sweep --parallel 2 --ray-address garbage",
              cli("sweep", config, "--grid", "sigma=0.01,0.02", "--parallel", "2", "--ray-address", "garbage",
                  "--output-dir", work / "sweep_address"), names=["garbage", "HOST:PORT"]),
+        Case("cluster address", "ray_address=auto against a token cluster, without the token",
+             lambda: auto_against_a_token_cluster(runs, work), outcome=lambda result: result.out or None),
         Case("cluster address", "ray_timeout=1e300",
              train(work, runs, "timeout", "--set", "distributed=ray", "--set", "ray_address=127.0.0.1:6379",
                    "--set", "ray_timeout=1e300"), names=["`ray_timeout`"], absent=[work / "timeout"]),
     ]
+
+
+def auto_against_a_token_cluster(runs: dict, work: Path) -> Result:
+    """`ray start --head` with token authentication (Ray's default temp dir, where `auto` looks), then a run with
+    `ray_address: auto` and no token: the message must name the cluster found and the token setting, not say that no
+    cluster runs (Result.out: what went wrong)."""
+    import secrets
+
+    from bench.reliability.cluster import free_port, token_environment
+
+    port = free_port()
+    environment = token_environment(ENVIRONMENT, secrets.token_hex(16))
+    config = write_yaml(work / "auto.yaml", base_values(str(runs["model"]), iterations=1, distributed="ray",
+                                                        workers=1, ray_address="auto", ray_timeout=20))
+    problems = []
+    started = subprocess.run(["ray", "start", "--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard",
+                              "false", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"], env=environment,
+                             capture_output=True, text=True, timeout=180)
+    try:
+        if started.returncode != 0:
+            problems.append(f"ray start failed: {flat(started.stderr)[-300:]}")
+        else:
+            done = run(cli("train", config, "--output-dir", work / "auto_token"))
+            text = flat(done.err)
+            if done.rc == 0 or "no running Ray cluster" in text or f"127.0.0.1:{port}" not in text \
+                    or "RAY_AUTH_MODE=token" not in text or "Traceback" in text:
+                problems.append(f"exit {done.rc}: {text[-400:]}")
+    finally:
+        subprocess.run(["ray", "stop", "--force"], env=environment, capture_output=True, timeout=120)
+    return Result(0, "; ".join(problems), "", 0.0)
 
 
 def value_cases(runs: dict, work: Path) -> list[Case]:
@@ -159,6 +191,10 @@ def run_directory_cases(runs: dict, work: Path) -> list[Case]:
              cli("eval", "--model", runs["model"], "--task", "custom", "--dataset", one_row, "--num-eval", "4",
                  "--task-arg", "reward_fns=[evotune.tasks.arithmetic.arithmetic_reward]", "--output",
                  work / "one_row.json"), names=["1 row", "eval_dataset"]),
+        Case("eval", "eval on a 1-row custom dataset, --num-eval 0",
+             cli("eval", "--model", runs["model"], "--task", "custom", "--dataset", one_row, "--num-eval", "0",
+                 "--task-arg", "reward_fns=[evotune.tasks.arithmetic.arithmetic_reward]", "--output",
+                 work / "one_row0.json"), names=["1 row", "eval_dataset"], forbidden=["set num_eval"]),
         Case("eval", "eval --task-arg nodigits", cli("eval", "--model", runs["model"], "--task", "arithmetic",
                                                      "--task-arg", "nodigits", "--output", work / "nd.json"),
              names=["--task-arg", "digits=3"], forbidden=["--set"]),
