@@ -75,7 +75,9 @@ def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: fl
         return [*wrapper, "-m", "bench.scaling.inference", command, str(model_dir), dtype,
                 str(work / "timings.json"), "--members", str(sizes["members"]), "--iterations", str(iterations),
                 "--device", device]
-    keys = {**cell_keys(arm, fraction, iterations), "model": str(model_dir), "dtype": dtype, "device": device}
+    keys = {**cell_keys(arm, fraction, iterations), "model": str(model_dir), "dtype": dtype}
+    if command != "grpo":  # TRL places GRPO's model itself (accelerate: the GPU where there is one)
+        keys["device"] = device
     if arm == "essa":
         keys["adapter"] = str(random_adapter(model_dir))
     config = work / "config.yaml"

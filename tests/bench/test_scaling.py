@@ -93,7 +93,7 @@ def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(
 
 
 @pytest.mark.engine  # two evotune processes on a model built from SmolLM2's whole tokenizer
-@pytest.mark.parametrize("arm", ["generation", "full_es", "peer_torcheggroll"])
+@pytest.mark.parametrize("arm", ["generation", "full_es", "grpo_lora", "peer_torcheggroll"])
 def test_a_cell_runs_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch, arm):
     if arm == "peer_torcheggroll":
         pytest.importorskip("torcheggroll", reason="the peer comes with the bench extra (in dev)")
@@ -102,7 +102,7 @@ def test_a_cell_runs_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch, arm):
                            iterations=2)
     assert record["status"] == "ran", record
     assert len(record["step_seconds"]) == 2 and record["seconds_per_iteration"] > 0
-    assert record["new_tokens_per_iteration"] == arms.MEMBERS * arms.PROMPTS * arms.MAX_NEW_TOKENS
+    assert record["new_tokens_per_iteration"] == arms.tokens_per_iteration(arm)
     assert 100 < record["peak_rss_mib"] < 6000
 
 
