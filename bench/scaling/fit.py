@@ -76,7 +76,24 @@ def rows(results: Path = RESULTS / DTYPE) -> list[dict[str, Any]]:
         load, shape = cell_workload(record), model_shape(record["shape"])
         found.append({"record": record, "memory": memory_terms(load, shape), "time": time_terms(load, shape),
                       "load": load, "shape": shape, "probe_s": record["speed_probe"]["probe_s"]})
+    probes = [machine_probe(found, row) for row in found]  # within one machine type: its median probe
+    for row, probe in zip(found, probes):
+        row["probe_s"] = probe
     return found
+
+
+def machine_type(record: dict[str, Any]) -> tuple:
+    machine = record["machine"]
+    return machine["cpu"], machine.get("amx_bf16"), machine.get("avx512_bf16"), machine["threads"]
+
+
+def machine_probe(found: list[dict[str, Any]], row: dict[str, Any]) -> float:
+    """The speed probe a cell's time is scaled by: the median of every probe recorded on its machine type. One
+    session's probe moved by half against another's on the same machine (a short generate's noise), more than the
+    machine's speed did, so within a type cells are not scaled against each other; across types they are."""
+    kind = machine_type(row["record"])
+    return statistics.median(other["record"]["speed_probe"]["probe_s"] for other in found
+                             if machine_type(other["record"]) == kind)
 
 
 def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, Any]:
@@ -99,11 +116,15 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, A
     seconds: dict[str, float | None] = fit([row["time"] for row in found], [
         row["record"]["seconds_per_iteration"] * reference / row["probe_s"] for row in found], time_names)
     seconds.update({name: None for name in found[0]["time"] if name not in measured})
-    if drop in memory or drop in seconds:  # the term left out of the model: it counts nothing
+    if drop is not None:  # the term left out of the model: it counts nothing
         (memory if drop in found[0]["memory"] else seconds)[drop] = 0.0
     machines = sorted({row["record"]["machine"]["cpu"] for row in found})
     unfitted = [name for name in [*found[0]["memory"], *found[0]["time"]] if name not in measured]
-    return {"memory": memory, "time": seconds, "held_at_prior": held, "unfitted": unfitted,
+    coefficients = {"memory": memory, "time": seconds, "reference_probe_s": reference}
+    fitted_rows = errors(found, coefficients) if drop is None else []
+    worst_errors = {"memory": round(max(abs(row["memory_error"]) for row in fitted_rows), 3),
+                    "time": round(max(abs(row["time_error"]) for row in fitted_rows), 3)} if fitted_rows else {}
+    return {"memory": memory, "time": seconds, "held_at_prior": held, "unfitted": unfitted, "worst_error": worst_errors,
             "reference_probe_s": reference, "cells": len(found), "shapes": shapes,
             "machines": machines, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
             "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB, time in "

@@ -90,6 +90,10 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
         tokens, where = prompt_tokens(config)
     coefficients = load_coefficients()
     result = estimate(workload(command, config, shape, tokens, dtype), shape, coefficients, speed_ratio)
+    worst = coefficients.get("worst_error") or {}
+    if worst:
+        result.notes.append(f"on the scaling study's own cells the fit is off by up to {worst['memory']:.0%} in memory "
+                            f"and {worst['time']:.0%} in time (docs/benchmarks/scaling.md lists each)")
     shapes = coefficients.get("shapes", [])
     if len(shapes) < 3:  # per-parameter terms are told from constant ones only across model sizes
         result.notes.append(f"fitted on the scaling study's cells of {len(shapes)} model size(s) so far "
