@@ -174,4 +174,5 @@ def test_auto_against_a_token_cluster_without_its_token_names_the_cluster_and_to
         subprocess.run(["ray", "stop", "--force"], env=environment, capture_output=True, timeout=120)
     error = one_line_error(done)
     assert "no running Ray cluster was found" not in error, error
-    assert f"127.0.0.1:{free}" in error and "RAY_AUTH_MODE=token" in error, error
+    # the address `ray start` recorded (its node's IP, at the head's port) and the token setting
+    assert f":{free}" in error and "left running here" in error and "RAY_AUTH_MODE=token" in error, error
