@@ -33,7 +33,7 @@ from evotune.estimate.workload import BYTES, Workload, memory_terms, time_terms,
 from .arms import ARMS, MAX_NEW_TOKENS, PROMPTS
 from .cell import cell_keys
 from .run import DTYPE, RESULTS
-from .shapes import SHAPES, TOKENIZER_VOCAB
+from .shapes import SHAPES
 
 PROMPT_TOKENS = 47  # the arithmetic task's chat-templated prompt under SmolLM2's tokenizer (every shape's here)
 MEMORY_BOUND, TIME_BOUND = 0.15, 0.25  # the issue's: predicted within 15% of peak memory, 25% of time
@@ -41,10 +41,7 @@ FITTED = ("generate", "train", "grpo", "sft")
 
 
 def model_shape(name: str) -> ModelShape:
-    shape = SHAPES[name]
-    return ModelShape(name, shape.hidden_size, shape.num_hidden_layers, shape.num_attention_heads,
-                      shape.num_key_value_heads, shape.intermediate_size, TOKENIZER_VOCAB, shape.tie_word_embeddings,
-                      shape.architecture == "qwen2")
+    return SHAPES[name].model_shape()
 
 
 def cell_workload(record: dict[str, Any]) -> Workload:

@@ -37,15 +37,16 @@ class Shape:
         return self.hidden_size // self.num_attention_heads
 
     def parameters(self, vocab: int = TOKENIZER_VOCAB) -> int:
-        """Parameter count at `vocab` (from the shape alone: embeddings, attention, MLP, norms, q/k/v biases)."""
-        hidden, kv = self.hidden_size, self.num_key_value_heads * self.head_dim
-        attention = hidden * hidden * 2 + hidden * kv * 2  # q and o; k and v
-        if self.architecture == "qwen2":
-            attention += hidden + 2 * kv  # q/k/v biases
-        mlp = 3 * hidden * self.intermediate_size
-        layer = attention + mlp + 2 * hidden  # two RMSNorms
-        embeddings = vocab * hidden * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * layer + embeddings + hidden  # the final norm
+        """Parameter count at `vocab` (from the shape alone: evotune estimate's count)."""
+        return self.model_shape(vocab).parameters()
+
+    def model_shape(self, vocab: int = TOKENIZER_VOCAB):
+        """The shape as `evotune estimate` counts it, at `vocab`."""
+        from evotune.estimate.shape import ModelShape
+
+        return ModelShape(self.name, self.hidden_size, self.num_hidden_layers, self.num_attention_heads,
+                          self.num_key_value_heads, self.intermediate_size, vocab, self.tie_word_embeddings,
+                          self.architecture == "qwen2")
 
 
 SHAPES = {shape.name: shape for shape in [
