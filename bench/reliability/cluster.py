@@ -20,11 +20,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.reliability.harness import ENVIRONMENT, Case, Result, base_values, cli, flat, run, write_yaml
 
 RAY_CLI = ["ray"]
+CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")  # where `ray start --head` records its address for `auto`
 
 
 def free_port() -> int:
@@ -75,6 +78,34 @@ class CliCluster:
 
     def stop(self) -> None:
         subprocess.run([*RAY_CLI, "stop", "--force"], env=self.environment, capture_output=True, timeout=120)
+
+
+@contextmanager
+def own_head(environment: dict[str, str], port: int, num_cpus: int = 1) -> Iterator[None]:
+    """A `ray start --head` at the default temp dir (where `ray_address: auto` looks), stopped by killing only its own
+    process group. `ray stop --force` would also kill every other Ray on the machine, a test runner's in-process
+    Ray included, and the process that started it dies with it."""
+    head = subprocess.Popen([*RAY_CLI, "start", "--head", "--block", "--port", str(port), "--num-cpus", str(num_cpus),
+                             "--include-dashboard", "false", "--node-ip-address", "127.0.0.1",
+                             "--disable-usage-stats"], env=environment, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while f":{port}" not in (CURRENT_CLUSTER.read_text() if CURRENT_CLUSTER.exists() else ""):
+            if head.poll() is not None:
+                raise RuntimeError(f"`ray start --head` failed: {flat(head.stderr.read())[-600:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("`ray start --head` did not record its address in 180 s")
+            time.sleep(0.2)
+        yield
+    finally:
+        # --block keeps the head's processes (GCS, raylet, its workers) in this one session
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
 
 
 def token_environment(environment: dict[str, str], token: str) -> dict[str, str]:

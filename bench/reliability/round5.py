@@ -108,27 +108,22 @@ def auto_against_a_token_cluster(runs: dict, work: Path) -> Result:
     cluster runs (Result.out: what went wrong)."""
     import secrets
 
-    from bench.reliability.cluster import free_port, token_environment
+    from bench.reliability.cluster import free_port, own_head, token_environment
 
     port = free_port()
     environment = token_environment(ENVIRONMENT, secrets.token_hex(16))
     config = write_yaml(work / "auto.yaml", base_values(str(runs["model"]), iterations=1, distributed="ray",
                                                         workers=1, ray_address="auto", ray_timeout=20))
     problems = []
-    started = subprocess.run(["ray", "start", "--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard",
-                              "false", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"], env=environment,
-                             capture_output=True, text=True, timeout=180)
     try:
-        if started.returncode != 0:
-            problems.append(f"ray start failed: {flat(started.stderr)[-300:]}")
-        else:
+        with own_head(environment, port):
             done = run(cli("train", config, "--output-dir", work / "auto_token"))
-            text = flat(done.err)
-            if done.rc == 0 or "no running Ray cluster" in text or f":{port}" not in text \
-                    or "RAY_AUTH_MODE=token" not in text or "Traceback" in text:
-                problems.append(f"exit {done.rc}: {text[-400:]}")
-    finally:
-        subprocess.run(["ray", "stop", "--force"], env=environment, capture_output=True, timeout=120)
+        text = flat(done.err)
+        if done.rc == 0 or "no running Ray cluster" in text or f":{port}" not in text \
+                or "RAY_AUTH_MODE=token" not in text or "Traceback" in text:
+            problems.append(f"exit {done.rc}: {text[-400:]}")
+    except RuntimeError as failed:
+        problems.append(str(failed))
     return Result(0, "; ".join(problems), "", 0.0)
 
 

@@ -157,21 +157,16 @@ def test_auto_against_a_token_cluster_without_its_token_names_the_cluster_and_to
     setting instead."""
     import secrets
 
-    port = socket.socket()
-    port.bind(("127.0.0.1", 0))
-    free = port.getsockname()[1]
-    port.close()
-    environment = {**{key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
-                   "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
-    started = subprocess.run(["ray", "start", "--head", "--port", str(free), "--num-cpus", "1", "--include-dashboard",
-                              "false", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"],
-                             env=environment, capture_output=True, text=True, timeout=180)
-    assert started.returncode == 0, started.stderr[-2000:]
-    try:
+    from bench.reliability.cluster import free_port, own_head, token_environment
+
+    free = free_port()
+    environment = token_environment({key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
+                                    secrets.token_hex(16))
+    # only this head is stopped afterwards: `ray stop --force` killed the test runner's own in-process Ray, and the
+    # runner with it
+    with own_head(environment, free):
         done, _ = train_with(tiny_model_dir, tmp_path, "--set", "workers=1", "--set", "ray_address=auto",
                              "--set", "ray_timeout=20")
-    finally:
-        subprocess.run(["ray", "stop", "--force"], env=environment, capture_output=True, timeout=120)
     error = one_line_error(done)
     assert "no running Ray cluster was found" not in error, error
     # the address `ray start` recorded (its node's IP, at the head's port) and the token setting
