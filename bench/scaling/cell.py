@@ -123,7 +123,9 @@ def fraction_to_run(arm: str, shape: Shape, dtype: str, limit_mib: float) -> flo
 def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, limit_mib: float,
              iterations: int = ITERATIONS, device: str = "cpu") -> dict[str, Any]:
     """One cell. On a GPU (`device` cuda) `limit_mib` is the host's limit as on a CPU; the card's memory is the GPU
-    screen's (predict.py's terms less the host runtime), and a CUDA out-of-memory is "did not fit" too."""
+    screen's (predict.py's terms less the host runtime), and a CUDA out-of-memory is "did not fit" too. A unit that
+    did not fit though predicted to is tried again at the next smaller fraction, and the record keeps each attempt
+    that did not fit (the prediction is a fit to earlier cells, and can be short)."""
     shape = SHAPES[shape_name]
     predicted = predicted_peak_mib(shape, arm, dtype)
     record: dict[str, Any] = {"shape": shape_name, "arm": arm, "label": ARMS[arm]["label"], "dtype": dtype,
@@ -134,11 +136,38 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
     if fraction is None:
         return {**record, "status": "predicted not to fit"}
     model_dir = build(shape, dtype, cache, MAX_NEW_TOKENS)
+    did_not_fit: list[dict[str, Any]] = []
+    while True:
+        measured = measure(shape, arm, dtype, model_dir, work, limit_mib, fraction, iterations, device)
+        smaller = [candidate for candidate in FRACTIONS if candidate < fraction] if unit(arm, 1.0) else []
+        if measured["status"] != "did not fit" or not smaller:
+            break
+        did_not_fit.append({"unit": measured["unit"], "fraction_of_unit": fraction,
+                            "stopped_at_mib": measured["stopped_at_mib"],
+                            "predicted_peak_at_fraction_mib": measured["predicted_peak_at_fraction_mib"]})
+        fraction = smaller[0]
+    if did_not_fit:
+        measured["did_not_fit_at"] = did_not_fit
+    if fraction < 1.0:
+        largest = did_not_fit[0] if did_not_fit else None
+        why = (f"{largest['unit']} did not fit: stopped at {largest['stopped_at_mib']:,.0f} MiB, over the "
+               f"{limit_mib:,.0f} MiB limit" if largest else
+               f"the whole unit was predicted to take {predicted:,.0f} MiB, over the {limit_mib:,.0f} MiB limit"
+               if fraction < time_fraction(shape.parameters())
+               else f"a shape of {shape.parameters() / 1e9:.2f}B parameters runs {fraction:g} of the unit (time)")
+        measured["smaller_unit"] = f"{unit(arm, fraction)} instead of {unit(arm, 1.0)}: {why}"
+    return {**record, **measured}
+
+
+def measure(shape: Shape, arm: str, dtype: str, model_dir: Path, work: Path, limit_mib: float, fraction: float,
+            iterations: int, device: str) -> dict[str, Any]:
+    """The arm at one fraction of its unit, in its own guarded process: its peak, time and tokens, or "did not fit"."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     outcome = run_guarded(command_line(arm, model_dir, dtype, work, fraction, iterations, device), limit_mib,
                           work / "cell.log", environment, gpu=device != "cpu")
+    record: dict[str, Any] = {}
     if device != "cpu":
         reported = work / "gpu_peak.json"
         record.update(gpu_name=gpu_name(), peak_gpu_mib=outcome.peak_gpu_mib,
@@ -146,11 +175,6 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
     record.update(unit=unit(arm, fraction), fraction_of_unit=fraction, predicted_peak_at_fraction_mib=
                   predicted_peak_mib(shape, arm, dtype, fraction), wall_s=outcome.wall_s,
                   peak_rss_mib=outcome.peak_rss_mib, cpu_s=outcome.cpu_s, other_work_cpu_s=outcome.other_work_cpu_s)
-    if fraction < 1.0:
-        why = (f"the whole unit was predicted to take {predicted:,.0f} MiB, over the {limit_mib:,.0f} MiB limit"
-               if fraction < time_fraction(shape.parameters())
-               else f"a shape of {shape.parameters() / 1e9:.2f}B parameters runs {fraction:g} of the unit (time)")
-        record["smaller_unit"] = f"{unit(arm, fraction)} instead of {unit(arm, 1.0)}: {why}"
     if outcome.stopped_at_mib is not None:
         return {**record, "status": "did not fit", "stopped_at_mib": outcome.stopped_at_mib}
     if outcome.exit_code != 0 and "out of memory" in (work / "cell.log").read_text()[-20000:].lower():
@@ -158,7 +182,7 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
                 "out_of_memory": "CUDA out of memory (the card's memory, not the host's)"}
     if outcome.exit_code != 0:
         tail = (work / "cell.log").read_text()[-2000:]
-        raise RuntimeError(f"{shape_name} / {arm} exited with {outcome.exit_code}:\n{tail}")
+        raise RuntimeError(f"{shape.name} / {arm} exited with {outcome.exit_code}:\n{tail}")
     seconds = step_seconds(arm, work)
     per_iteration = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
     tokens = tokens_per_iteration(arm, fraction)

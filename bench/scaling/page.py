@@ -40,6 +40,9 @@ def _cell(record: dict[str, Any] | None, generation: dict[str, Any] | None) -> s
             text += f" ({record['new_tokens_per_second'] / generation['new_tokens_per_second']:.0%} of inference)"
     if record.get("fraction_of_unit", 1.0) < 1.0:
         text += f" [{record['fraction_of_unit']:g} unit]"
+    for attempt in record.get("did_not_fit_at", []):  # a larger unit stopped by the guard before this one ran
+        stopped = attempt["stopped_at_mib"] / 1024
+        text += f" ({attempt['fraction_of_unit']:g} unit did not fit: stopped at {stopped:,.1f} GiB)"
     if record.get("shared_machine"):
         text += " (timed beside other work)"
     return text
@@ -123,6 +126,11 @@ def slopes(results: Path = RESULTS / DTYPE) -> str:
     return "\n\n" + "\n".join(lines) + "\n\n"
 
 
+def _members(record: dict[str, Any]) -> str:
+    """How many members a memory figure is for, where a cell ran a smaller unit (memory grows with them)."""
+    return f" with {record['unit']['members']} members" if record.get("fraction_of_unit", 1.0) < 1.0 else ""
+
+
 def peer(results: Path = RESULTS / DTYPE) -> str:
     """The peer's rows beside low-rank ES's at the same shapes."""
     found = records(results)
@@ -135,9 +143,10 @@ def peer(results: Path = RESULTS / DTYPE) -> str:
             parts.append(f"at {shape}, low-rank ES ran in {ours['peak_rss_mib'] / 1024:.1f} GiB and the peer "
                          f"{theirs['status']} ({_cell(theirs, None)})")
             continue
-        parts.append(f"at {shape}, the peer took {theirs['peak_rss_mib'] / 1024:.1f} GiB and "
+        parts.append(f"at {shape}, the peer took {theirs['peak_rss_mib'] / 1024:.1f} GiB{_members(theirs)} and "
                      f"{seconds_per_unit(theirs) * 1000:.1f} ms per candidate-token, low-rank ES "
-                     f"{ours['peak_rss_mib'] / 1024:.1f} GiB and {seconds_per_unit(ours) * 1000:.1f} ms "
+                     f"{ours['peak_rss_mib'] / 1024:.1f} GiB{_members(ours)} and "
+                     f"{seconds_per_unit(ours) * 1000:.1f} ms "
                      f"({seconds_per_unit(theirs) / seconds_per_unit(ours):.1f}x)")
     return ("; ".join(parts) + ".") if parts else "No shape has both the peer's and low-rank ES's cells yet."
 

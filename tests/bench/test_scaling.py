@@ -92,6 +92,38 @@ def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(
     assert arms.tokens_per_iteration("grpo_lora", 0.25) == 2 * arms.GRPO_GENERATIONS * arms.MAX_NEW_TOKENS
 
 
+def test_a_unit_that_did_not_fit_though_predicted_to_runs_again_smaller_and_keeps_the_attempt(tmp_path, monkeypatch):
+    """The peer at 135M was predicted at 18,185 MiB for 16 members and stopped at 20,512: the cell goes on at 8
+    members, and its record says what did not fit and where it stopped. The guard's own stop is tested above; here
+    the guarded process's outcome is stood in for, by the memory each unit reached."""
+    reached = {16: 20_512.0, 8: 11_000.0}
+    tried = []
+
+    def measure(shape, arm, dtype, model_dir, work, limit_mib, fraction, iterations, device):
+        members = arms.unit(arm, fraction)["members"]
+        tried.append(members)
+        common = {"unit": arms.unit(arm, fraction), "fraction_of_unit": fraction,
+                  "predicted_peak_at_fraction_mib": 1.0}
+        if reached[members] > limit_mib:
+            return {**common, "status": "did not fit", "stopped_at_mib": reached[members]}
+        return {**common, "status": "ran", "peak_rss_mib": reached[members], "seconds_per_iteration": 9.0}
+
+    monkeypatch.setattr(cell, "build", lambda *args, **kwargs: tmp_path)
+    monkeypatch.setattr(cell, "measure", measure)
+    record = cell.run_cell("SmolLM2-135M", "peer_torcheggroll", "float32", tmp_path, tmp_path / "work",
+                           limit_mib=20_000)
+    assert tried == [16, 8] and record["status"] == "ran" and record["fraction_of_unit"] == 0.5
+    assert record["did_not_fit_at"] == [{"unit": {"members": 16}, "fraction_of_unit": 1.0, "stopped_at_mib": 20_512.0,
+                                         "predicted_peak_at_fraction_mib": 1.0}]
+    assert "{'members': 16} did not fit: stopped at 20,512 MiB" in record["smaller_unit"]
+    reached[8] = 30_000.0  # SFT's unit is whole or nothing; an ES unit tries every smaller fraction, then says so
+    reached.update({4: 25_000.0, 2: 21_000.0})
+    tried.clear()
+    record = cell.run_cell("SmolLM2-135M", "peer_torcheggroll", "float32", tmp_path, tmp_path / "work",
+                           limit_mib=20_000)
+    assert tried == [16, 8, 4, 2] and record["status"] == "did not fit" and len(record["did_not_fit_at"]) == 3
+
+
 @pytest.mark.engine  # two evotune processes on a model built from SmolLM2's whole tokenizer
 @pytest.mark.parametrize("arm", ["generation", "full_es", "grpo_lora", "peer_torcheggroll"])
 def test_a_cell_runs_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch, arm):
