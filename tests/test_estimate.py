@@ -96,9 +96,7 @@ def test_the_committed_coefficients_are_the_fit_of_the_committed_cells():
     assert committed["worst_error"] == refit["worst_error"]  # what `evotune estimate` and the page say of the fit
 
 
-# Not met yet on the 10 cells of SmolLM2-135M (memory within 25%: SFT over, GRPO with gradient accumulation under;
-# time within 39%: GRPO's steps under-counted): the issue's bounds stay the test, strict, so it says when they hold.
-@pytest.mark.xfail(strict=True, reason="the estimate is not yet within 15% / 25% of every measured cell (issue 71)")
+# The issue's bounds, on every cell the fit has (one model size so far: they are checked again as each size lands).
 def test_the_estimate_predicts_every_measured_cell_within_the_bounds():
     from bench.scaling import fit
 
@@ -144,6 +142,27 @@ def test_estimate_prints_every_method_on_a_model_and_one_methods_terms(capsys):
     [result] = json.loads(capsys.readouterr().out)
     assert result["parameters"] == 134_515_008 and result["memory_mib"]["optimizer state"] > 0
     assert result["peak_mib"] == pytest.approx(sum(result["memory_mib"].values()), abs=1)
+
+
+def test_sft_counts_its_datas_sequences_padded_per_batch_not_the_generation_budget(tmp_path):
+    """SFT trains on the data's completions: the estimate reads them (sft.py's encoding, each batch padded to its
+    longest) where the token budget would count every arithmetic sequence as 48 new tokens long."""
+    from evotune.config.sft import SFTConfig
+    from evotune.estimate.report import build, load_tokenizer, sft_sequence_tokens
+    from evotune.sft import encode_example
+
+    rows = [{"prompt": [{"role": "user", "content": "Say hi"}], "completion": "hi " * count} for count in (1, 9, 2, 3)]
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = SFTConfig.from_dict({"dataset": str(data), "batch_size": 2, "max_new_tokens": 256})
+    tokenizer, _ = load_tokenizer(config.model)
+    lengths = [len(encode_example(tokenizer, row["prompt"], row["completion"])["input_ids"]) for row in rows]
+    measured, where = sft_sequence_tokens(config)
+    assert measured == -(-(max(lengths[:2]) + max(lengths[2:])) // 2) and "padded per batch" in where
+    result, context = build("sft", config, tokens=10)
+    budget, _ = build("sft", SFTConfig.from_dict({**config.to_dict(), "dataset": str(tmp_path / "gone.jsonl")}),
+                      tokens=10)  # data that cannot be read: prompt + max_new_tokens, an upper bound
+    assert result.memory_mib["logits"] < budget.memory_mib["logits"] and context["sequence_tokens"] == where
 
 
 def test_estimate_reads_a_config_file_as_its_command_would(tmp_path, capsys):

@@ -27,6 +27,7 @@ from evotune.estimate.model import (
     fit,
     load_coefficients,
 )
+from evotune.estimate.report import sft_sequence_tokens
 from evotune.estimate.shape import ModelShape
 from evotune.estimate.workload import BYTES, Workload, memory_terms, time_terms, workload
 
@@ -59,8 +60,10 @@ def cell_workload(record: dict[str, Any]) -> Workload:
                         members * MAX_NEW_TOKENS, members * MAX_NEW_TOKENS, PROMPTS, PROMPT_TOKENS + MAX_NEW_TOKENS,
                         members * PROMPTS * (PROMPT_TOKENS + MAX_NEW_TOKENS), 0, 0)
     keys = {**cell_keys(arm, record["fraction_of_unit"]), "dtype": record["dtype"]}
-    config_class = {"train": TrainConfig, "grpo": GRPORunConfig, "sft": SFTConfig}[command]
-    return workload(command, config_class.from_dict(keys), shape, PROMPT_TOKENS)
+    config = {"train": TrainConfig, "grpo": GRPORunConfig, "sft": SFTConfig}[command].from_dict(keys)
+    # SFT trains on the task's solutions, padded per batch: measured as `evotune estimate` measures a user's data
+    sequence = sft_sequence_tokens(config)[0] if command == "sft" else None
+    return workload(command, config, shape, PROMPT_TOKENS, sequence_tokens=sequence)
 
 
 def rows(results: Path = RESULTS / DTYPE) -> list[dict[str, Any]]:

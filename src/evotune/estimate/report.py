@@ -19,6 +19,7 @@ from ..config.sft import SFTConfig
 from ..config.train import QUICKSTART, TrainConfig
 from ..doctor import speed_probe
 from ..errors import ConfigError
+from ..sft import encode_example, sft_rows
 from ..tasks import get_task
 from .methods import METHODS
 from .model import Estimate, estimate, load_coefficients
@@ -51,19 +52,41 @@ def prompt_tokens(config: Any) -> tuple[int, str]:
         rows = task.train_rows[:max(1, min(getattr(config, "batch_size", 8), 32))]
     except Exception as error:  # noqa: BLE001 - any task that cannot be read here falls back to a stated length
         return DEFAULT_PROMPT_TOKENS, f"{DEFAULT_PROMPT_TOKENS} (the task's prompts could not be read: {error})"
-    for name in (config.model, DEFAULT_MODEL):
-        try:
-            source = resolve_model(name)
-            options = {"gguf_file": source.gguf_file} if source.gguf_file else {}
-            tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=True, **options)
-            break
-        except Exception:  # noqa: BLE001 - a hub model not on disk: the built-in's tokenizer next
-            continue
+    tokenizer, name = load_tokenizer(config.model)
     lengths = [len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
                                                  return_dict=True)["input_ids"])
                if isinstance(row["prompt"], list) else len(tokenizer(row["prompt"])["input_ids"]) for row in rows]
     mean = math.ceil(sum(lengths) / len(lengths))
     return mean, f"{mean} (the mean of the task's first {len(rows)} prompts, {name}'s tokenizer)"
+
+
+def load_tokenizer(model: str) -> tuple[Any, str]:
+    """The model's tokenizer, or the built-in's where the model's is not on disk (a hub model), and whose it is."""
+    for name in (model, DEFAULT_MODEL):
+        try:
+            source = resolve_model(name)
+            options = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+            return AutoTokenizer.from_pretrained(source.path, local_files_only=True, **options), name
+        except Exception:  # noqa: BLE001 - a hub model not on disk: the built-in's tokenizer next
+            continue
+    raise ConfigError(f"no tokenizer of {model} or {DEFAULT_MODEL} is on disk to count the prompts with.")
+
+
+SFT_BATCHES = 4  # batches read to measure SFT's padded sequence length
+
+
+def sft_sequence_tokens(config: SFTConfig) -> tuple[int | None, str]:
+    """SFT's tokens per sequence as it trains: each batch padded to its longest prompt + completion + EOS (sft.py's
+    encoding), the mean over the data's first SFT_BATCHES batches; None where the data cannot be read."""
+    try:
+        rows = sft_rows(config)[0][:config.batch_size * SFT_BATCHES]
+    except Exception as error:  # noqa: BLE001 - data that cannot be read here: the token budget bounds it
+        return None, f"prompt + max_new_tokens (the SFT data could not be read: {error})"
+    tokenizer, name = load_tokenizer(config.model)
+    lengths = [len(encode_example(tokenizer, row["prompt"], row["completion"])["input_ids"]) for row in rows]
+    batches = [max(lengths[start:start + config.batch_size]) for start in range(0, len(lengths), config.batch_size)]
+    mean = math.ceil(sum(batches) / len(batches))
+    return mean, f"{mean} (prompt + completion + EOS, padded per batch, over {len(rows)} rows; {name}'s tokenizer)"
 
 
 def free_mib(device: str) -> tuple[float, str]:
@@ -88,8 +111,9 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
     where = f"{tokens} (given)" if tokens else None
     if tokens is None:
         tokens, where = prompt_tokens(config)
+    sequence, measured = sft_sequence_tokens(config) if command == "sft" else (None, None)
     coefficients = load_coefficients()
-    result = estimate(workload(command, config, shape, tokens, dtype), shape, coefficients, speed_ratio)
+    result = estimate(workload(command, config, shape, tokens, dtype, sequence), shape, coefficients, speed_ratio)
     worst = coefficients.get("worst_error") or {}
     if worst:
         result.notes.append(f"on the scaling study's own cells the fit is off by up to {worst['memory']:.0%} in memory "
@@ -103,14 +127,17 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
                             "(gpu_memory_utilization on CUDA)")
     if device.startswith("cuda"):
         result.notes.append("time fitted on CPU cells only: no GPU time is predicted yet")
-    return result, {"prompt_tokens": where, "dtype": dtype, "device": device, "coefficients": coefficients}
+    return result, {"prompt_tokens": where, "sequence_tokens": measured, "dtype": dtype, "device": device,
+                    "coefficients": coefficients}
 
 
 def format_estimate(result: Estimate, context: dict[str, Any], iterations: int | None) -> str:
     """The terms of one run's peak and iteration, and whether it fits."""
     free, where = free_mib(context["device"])
     lines = [f"{result.method} on {result.model} ({result.parameters / 1e9:.2f}B parameters, {context['dtype']}, "
-             f"{context['device']}); prompts of {context['prompt_tokens']} tokens", "",
+             f"{context['device']}); prompts of {context['prompt_tokens']} tokens"
+             + (f"; SFT sequences of {context['sequence_tokens']} tokens" if context.get("sequence_tokens") else ""),
+             "",
              f"{'memory term':30} {'MiB':>9}"]
     lines += [f"{name:30} {value:9,.0f}" for name, value in result.memory_mib.items() if round(value)]
     verdict = "fits" if result.peak_mib <= free else "does NOT fit"

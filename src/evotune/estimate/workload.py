@@ -88,9 +88,12 @@ def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str
         sweeps=1)
 
 
-def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
-    """An `evotune sft` step: one forward and backward of `batch_size` prompt + completion sequences (LoRA)."""
-    length = prompt_tokens + config.max_new_tokens  # the completions' budget bounds their length
+def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
+                 sequence_tokens: int | None = None) -> Workload:
+    """An `evotune sft` step: one forward and backward of `batch_size` prompt + completion sequences (LoRA), each
+    batch padded to its longest: `sequence_tokens` where the data was read, else the prompt and the whole
+    `max_new_tokens` (an upper bound: SFT trains on the data's completions, not generated ones)."""
+    length = sequence_tokens or prompt_tokens + config.max_new_tokens
     return Workload(
         method="LoRA SFT", command="sft", dtype_bytes=BYTES[dtype], parameters=shape.parameters(),
         trained=shape.lora_parameters(config.lora_rank, config.lora_target_modules), members=1, passes=0,
@@ -99,9 +102,13 @@ def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str)
         optimizer_bytes_per_trained=16, sweeps=1)
 
 
-def workload(command: str, config: Any, shape: ModelShape, prompt_tokens: int, dtype: str | None = None) -> Workload:
-    """An iteration of `evotune COMMAND` with `config` on `shape` (`dtype`: the config's, resolved if it is auto)."""
-    counter = {"train": es_workload, "grpo": grpo_workload, "sft": sft_workload}[command]
+def workload(command: str, config: Any, shape: ModelShape, prompt_tokens: int, dtype: str | None = None,
+             sequence_tokens: int | None = None) -> Workload:
+    """An iteration of `evotune COMMAND` with `config` on `shape` (`dtype`: the config's, resolved if it is auto;
+    `sequence_tokens`: SFT's padded prompt + completion length, measured on its data)."""
+    if command == "sft":
+        return sft_workload(config, shape, prompt_tokens, dtype or config.dtype, sequence_tokens)
+    counter = {"train": es_workload, "grpo": grpo_workload}[command]
     return counter(config, shape, prompt_tokens, dtype or config.dtype)
 
 
