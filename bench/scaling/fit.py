@@ -34,7 +34,7 @@ from evotune.estimate.workload import BYTES, Workload, memory_terms, time_terms,
 from .arms import ARMS, MAX_NEW_TOKENS, PROMPTS
 from .cell import cell_keys
 from .run import DTYPE, RESULTS
-from .shapes import SHAPES
+from .shapes import SHAPES, TOKENIZER_VOCAB
 
 PROMPT_TOKENS = 47  # the arithmetic task's chat-templated prompt under SmolLM2's tokenizer (every shape's here)
 MEMORY_BOUND, TIME_BOUND = 0.15, 0.25  # the issue's: predicted within 15% of peak memory, 25% of time
@@ -125,7 +125,7 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, A
     worst_errors = {"memory": round(max(abs(row["memory_error"]) for row in fitted_rows), 3),
                     "time": round(max(abs(row["time_error"]) for row in fitted_rows), 3)} if fitted_rows else {}
     return {"memory": memory, "time": seconds, "held_at_prior": held, "unfitted": unfitted, "worst_error": worst_errors,
-            "reference_probe_s": reference, "cells": len(found), "shapes": shapes,
+            "reference_probe_s": reference, "cells": len(found), "shapes": shapes, "vocabulary": TOKENIZER_VOCAB,
             "machines": machines, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
             "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB, time in "
                     "seconds per unit at the reference probe (evotune doctor --speed, float32)"}

@@ -122,6 +122,10 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
     if len(shapes) < 3:  # per-parameter terms are told from constant ones only across model sizes
         result.notes.append(f"fitted on the scaling study's cells of {len(shapes)} model size(s) so far "
                             f"({', '.join(shapes) or 'none'}): predictions for other sizes are not checked yet")
+    vocabulary = coefficients.get("vocabulary")
+    if vocabulary and shape.vocab_size != vocabulary and result.seconds.get("token distributions (G elements)"):
+        result.notes.append(f"the time of the full next-token distributions was measured at one vocabulary "
+                            f"({vocabulary:,} tokens); at this model's {shape.vocab_size:,} it is scaled, not measured")
     if getattr(config, "backend", "hf") != "hf":
         result.notes.append(f"counted for the hf backend; a {config.backend} engine's memory is its own "
                             "(gpu_memory_utilization on CUDA)")

@@ -42,6 +42,10 @@ class Workload:
     stacked_copies: int = 0  # full ES with population_batch_size: one perturbed copy per batched candidate
     optimizer_bytes_per_trained: int = 0  # fp32 gradients and optimizer moments per trained parameter
     sweeps: float = 0.0  # per-parameter passes of noise, perturbation and update code per iteration
+    # tokens whose whole next-token distribution is computed and processed in float32 beyond an argmax: GRPO's sampled
+    # tokens and the log-probabilities its loss takes, SFT's cross-entropy (ES generates greedily: an argmax each).
+    # Without it GRPO's steps at 135M were a third under the fit of every other cell (bench/scaling/fit.py --drop)
+    distribution_tokens: int = 0
 
 
 def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -85,7 +89,7 @@ def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str
         forward_tokens=completions * length, trained_sequences=completions // config.gradient_accumulation_steps,
         trained_tokens=completions * length, training_flops_per_token=4 if config.lora else 6,
         optimizer_bytes_per_trained=12 if not config.lora else 16,  # fp32 gradient + AdamW's two moments (+ fp32 LoRA)
-        sweeps=1)
+        sweeps=1, distribution_tokens=completions * new + completions * length)
 
 
 def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
@@ -99,7 +103,7 @@ def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
         trained=shape.lora_parameters(config.lora_rank, config.lora_target_modules), members=1, passes=0,
         weight_reads=0, kv_sequences=0, sequence_tokens=length, forward_tokens=0,
         trained_sequences=config.batch_size, trained_tokens=config.batch_size * length, training_flops_per_token=4,
-        optimizer_bytes_per_trained=16, sweeps=1)
+        optimizer_bytes_per_trained=16, sweeps=1, distribution_tokens=config.batch_size * length)
 
 
 def workload(command: str, config: Any, shape: ModelShape, prompt_tokens: int, dtype: str | None = None,
@@ -136,4 +140,5 @@ def time_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
             "layer passes (thousands)": load.passes * shape.num_hidden_layers / 1e3,
             "forward (TFLOP)": 2 * load.parameters * load.forward_tokens / 1e12,
             "training (TFLOP)": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
-            "parameter sweeps (G elements)": load.sweeps * load.trained / 1e9}
+            "parameter sweeps (G elements)": load.sweeps * load.trained / 1e9,
+            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9}
