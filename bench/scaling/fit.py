@@ -21,7 +21,6 @@ from typing import Any
 from evotune.estimate.model import (
     COEFFICIENTS,
     EXACT_MEMORY_TERMS,
-    FREE_FROM_SHAPES,
     MEMORY_PRIORS,
     estimate,
     fit,
@@ -107,7 +106,7 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, A
     memory_names = [name for name in found[0]["memory"] if name != drop and name in measured]
     time_names = [name for name in found[0]["time"] if name != drop and name in measured]
     shapes = sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
-    held = [name for name in EXACT_MEMORY_TERMS if name in memory_names] if len(shapes) < FREE_FROM_SHAPES else []
+    held = [name for name in EXACT_MEMORY_TERMS if name in memory_names]  # byte counts: no coefficient
     offsets = [sum(MEMORY_PRIORS[name] * row["memory"].get(name, 0.0) for name in held) for row in found]
     memory = fit([row["memory"] for row in found], [row["record"]["peak_rss_mib"] for row in found],
                  [name for name in memory_names if name not in held], offsets)

@@ -48,11 +48,11 @@ MEMORY_PRIORS = {"runtime": 700.0, "weights": 1.0, "fp32 master copy": 1.0, "dri
                  "logits": 2.0}
 
 
-# Terms whose count is the bytes themselves: held at their prior while the cells cover fewer than FREE_FROM_SHAPES
-# model sizes (on one size a copy of the weights cannot be told from the constant runtime)
+# Terms whose count is the bytes themselves, held at their prior: fitted freely on the first three model sizes, the
+# copies every full-space ES cell holds together (fp32 master, drift copy) could not be told apart and the fit split
+# them at 0 and 2 copies; a byte count needs no coefficient.
 EXACT_MEMORY_TERMS = ("weights", "fp32 master copy", "drift copy", "stacked candidates", "optimizer state",
                       "KV cache")
-FREE_FROM_SHAPES = 3
 
 
 def estimate(load: Workload, shape: ModelShape, coefficients: dict[str, Any] | None = None,
