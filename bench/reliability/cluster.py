@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.reliability.harness import ENVIRONMENT, Case, Result, base_values, cli, flat, run, write_yaml
+from evotune.distributed.ray.connection import CURRENT_CLUSTER  # where `auto` looks
 
 RAY_CLI = ["ray"]
-CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")  # where `ray start --head` records its address for `auto`
 
 
 def free_port() -> int:

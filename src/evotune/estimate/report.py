@@ -3,6 +3,7 @@ on the task, the memory free on the run's device, this machine's speed probe, an
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -60,6 +61,7 @@ def prompt_tokens(config: Any) -> tuple[int, str]:
     return mean, f"{mean} (the mean of the task's first {len(rows)} prompts, {name}'s tokenizer)"
 
 
+@functools.lru_cache(maxsize=4)  # the prompts and SFT's sequences are counted with one tokenizer: loaded once
 def load_tokenizer(model: str) -> tuple[Any, str]:
     """The model's tokenizer, or the built-in's where the model's is not on disk (a hub model), and whose it is."""
     for name in (model, DEFAULT_MODEL):
