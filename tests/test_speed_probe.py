@@ -43,10 +43,10 @@ def test_the_expected_time_scales_with_the_probe():
         2 * reference["quickstart_s"])
 
 
-def test_the_probe_times_a_quickstart_generate(tiny_model_dir):
+def test_the_probe_times_its_own_fixed_generate(tiny_model_dir):
     result = doctor.speed_probe(repeats=2, model=tiny_model_dir)
-    assert result["prompts"] == doctor.QUICKSTART["batch_size"]
-    assert result["max_new_tokens"] == doctor.QUICKSTART["max_new_tokens"]
+    assert result["prompts"] == doctor.PROBE["batch_size"] == 16
+    assert result["max_new_tokens"] == doctor.PROBE["max_new_tokens"] == 48
     assert len(result["seconds"]) == 2 and result["probe_s"] > 0
     text = doctor.describe_speed(result)
     minutes = doctor.expected_quickstart_seconds(result["probe_s"]) / 60

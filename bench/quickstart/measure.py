@@ -9,6 +9,10 @@ and also at growing budgets to show that budget does not cut the answers it scor
 base is paired (the same prompts), with a bootstrap 95% interval over prompts.
 
     python -m bench.quickstart.measure runs/quickstart_study/seed0 runs/quickstart_study/seed1 ...
+
+Runs of different settings (candidate quickstarts, run.sh's SETTINGS) measured in one call are scored on the same
+held-out questions against one base, side by side; the result then also summarizes each setting's seeds apart
+(`by_settings`), with their wall times and the speed probes recorded before them.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from evotune.runs.directory import read_run_config
 from evotune.tasks import get_task
 
 # the settings each command's result records of its quickstart
-RECORDED = {"train": ("space", "population_size", "antithetic", "sigma", "learning_rate", "noise", "iterations",
-                      "batch_size", "max_new_tokens", "dtype"),
+RECORDED = {"train": ("space", "perturbation_rank", "population_size", "antithetic", "sigma", "learning_rate", "noise",
+                      "iterations", "batch_size", "max_new_tokens", "dtype"),
             "grpo": ("lora", "lora_rank", "learning_rate", "temperature", "beta", "num_generations", "iterations",
                      "batch_size", "max_new_tokens", "dtype")}
 
@@ -58,6 +62,25 @@ def paired_gain(trained: np.ndarray, base: np.ndarray, draws: int = 10_000, seed
     samples = difference[rng.integers(0, len(difference), size=(draws, len(difference)))].mean(axis=1)
     low, high = np.percentile(samples, [2.5, 97.5])
     return {"gain_points": round(100 * difference.mean(), 2), "gain_ci95": [round(100 * low, 2), round(100 * high, 2)]}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """One setting's seeds: their gains' spread (two or more seeds; one run's own interval is its gain_ci95), wall
+    times and the probes recorded before them."""
+    gains = [run["gain_points"] for run in runs]
+    probes = [run["speed_probe"]["probe_s"] for run in runs if run.get("speed_probe")]
+    return {"seeds": [run["seed"] for run in runs],
+            "gain_over_seeds": seed_summary(gains, [run["seed"] for run in runs]) if len(gains) > 1 else None,
+            "gain_points": gains, "wall_time_s": [run["wall_time_s"] for run in runs],
+            "probe_s": probes or None}
+
+
+def by_settings(runs: list[dict]) -> list[dict]:
+    """The runs grouped by their settings (in the order each first appears), each group summarized."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(json.dumps(run["settings"], sort_keys=True), []).append(run)
+    return [{"settings": group[0]["settings"], **summarize(group)} for group in groups.values()]
 
 
 def main() -> None:
@@ -95,12 +118,17 @@ def main() -> None:
         timing = json.loads((Path(run) / "wall_time.json").read_text())
         result["runs"].append({
             "run": run, "seed": config.seed, "wall_time_s": timing["wall_time_s"], "threads": timing["threads"],
+            "speed_probe": timing.get("speed_probe"),  # run.sh records it before each run (older runs lack it)
             "accuracy": {k: round(float(v.mean()), 4) for k, v in trained.items()},
             **paired_gain(trained[budget], base_scores[budget], seed=config.seed),
             "gain_points_by_budget": {k: round(100 * float((trained[k] - base_scores[k]).mean()), 2) for k in budgets}})
-    gains = [run["gain_points"] for run in result["runs"]]
-    # a spread over seeds needs two; one run's own interval is its gain_ci95
-    result["gain_over_seeds"] = seed_summary(gains, [run["seed"] for run in result["runs"]]) if len(gains) > 1 else None
+    for run, config in zip(result["runs"], configs):
+        run["settings"] = {key: getattr(config, key) for key in RECORDED[commands[0]]}
+    groups = by_settings(result["runs"])
+    if len(groups) > 1:  # candidate quickstarts side by side: each one's seeds summarized apart
+        result["by_settings"], result["gain_over_seeds"] = groups, None
+    else:
+        result["gain_over_seeds"] = groups[0]["gain_over_seeds"]
     result["wall_time_s_max"] = max(run["wall_time_s"] for run in result["runs"])
     result["eval_wall_time_s"] = round(time.perf_counter() - started, 1)
     write_result(args.name, result, study="quickstart")

@@ -28,7 +28,7 @@ from evotune.estimate.model import (
 )
 from evotune.estimate.report import sft_sequence_tokens
 from evotune.estimate.shape import ModelShape
-from evotune.estimate.workload import BYTES, Workload, memory_terms, time_terms, workload
+from evotune.estimate.workload import BYTES, Workload, attended, memory_terms, time_terms, workload
 
 from .arms import ARMS, MAX_NEW_TOKENS, PROMPTS
 from .cell import cell_keys
@@ -57,7 +57,8 @@ def cell_workload(record: dict[str, Any]) -> Workload:
         parameters = shape.parameters()
         return Workload("plain generation", "generate", BYTES[record["dtype"]], parameters, 0, members,
                         members * MAX_NEW_TOKENS, members * MAX_NEW_TOKENS, PROMPTS, PROMPT_TOKENS + MAX_NEW_TOKENS,
-                        members * PROMPTS * (PROMPT_TOKENS + MAX_NEW_TOKENS), 0, 0)
+                        members * PROMPTS * (PROMPT_TOKENS + MAX_NEW_TOKENS), 0, 0,
+                        attended_positions=attended(members * PROMPTS, PROMPT_TOKENS, MAX_NEW_TOKENS))
     keys = {**cell_keys(arm, record["fraction_of_unit"]), "dtype": record["dtype"]}
     config = {"train": TrainConfig, "grpo": GRPORunConfig, "sft": SFTConfig}[command].from_dict(keys)
     # SFT trains on the task's solutions, padded per batch: measured as `evotune estimate` measures a user's data

@@ -31,7 +31,7 @@ import torch
 from .builders import build_space, build_task, load_backend, on_hf_backend
 from .config.checks import resolve_device
 from .config.parts import base_for_parts
-from .config.train import QUICKSTART, TrainConfig
+from .config.train import TrainConfig
 from .import_utils import is_ray_available
 from .spaces.base import differing_tensors
 
@@ -289,12 +289,16 @@ def run_doctor(engine_cores: list[str] | None = None, work_dir: str | None = Non
 
 
 # The speed probe (`evotune doctor --speed`). `evotune train` with no config (the quickstart) spends nearly all its
-# time generating: each iteration generates `batch_size` prompts x `max_new_tokens` tokens under every candidate, and
-# its evaluations the held-out prompts. The probe times that unit once: one greedy generate of the quickstart's
-# first `batch_size` training prompts at its `max_new_tokens`, with its model and dtype (`auto`) on every core, after
-# one untimed warm-up, median of `repeats`; the quickstart's time scales with it. SPEED_REFERENCE is the probe and
-# the quickstart's wall time measured one after the other on one machine (`python -m
-# bench.quickstart.speed_reference`, bench/results/quickstart/speed_reference.json; a test keeps the two equal).
+# time generating: each iteration generates prompts x `max_new_tokens` tokens under every candidate, and its
+# evaluations the held-out prompts. The probe times one such unit: one greedy generate of PROBE's `batch_size`
+# arithmetic training prompts at its `max_new_tokens` on the built-in model, dtype `auto`, on every core, after one
+# untimed warm-up, median of `repeats`; a run's time scales with it. PROBE is fixed (it was the quickstart's own
+# generate when the probe was made) and not read from QUICKSTART, so that every probe a result file records, the
+# studies' included, times the same work whatever the quickstart becomes. SPEED_REFERENCE is the probe and the
+# quickstart's wall time measured one after the other on one machine (`python -m bench.quickstart.speed_reference`,
+# bench/results/quickstart/speed_reference.json; a test keeps the two equal).
+PROBE: dict[str, Any] = {"model": "smollm2-135m-instruct", "task": "arithmetic", "batch_size": 16,
+                         "max_new_tokens": 48}
 
 SPEED_REFERENCE: dict[str, Any] = {"probe_s": 5.795, "quickstart_s": 815.3, "machine": "Intel(R) Xeon(R) Processor",
                                    "dtype": "bfloat16", "threads": 2}
@@ -305,10 +309,10 @@ SPEED_CHECK: dict[str, Any] = {"machine": "AMD EPYC", "dtype": "float32", "measu
 
 
 def speed_probe(repeats: int = 3, model: str | None = None, dtype: str | None = None) -> dict[str, Any]:
-    """Seconds of one quickstart generate on this machine (median of `repeats`), with what ran it; `dtype` probes at
-    another dtype than the quickstart's (`auto`), as a study's job records the probe at its own dtype and threads."""
+    """Seconds of the probe's generate (PROBE) on this machine (median of `repeats`), with what ran it; `dtype` probes
+    at another dtype than `auto`, as a study's job records the probe at its own dtype and threads."""
     overrides = {**({"model": model} if model else {}), **({"dtype": dtype} if dtype else {})}
-    config = TrainConfig(**{**QUICKSTART, **overrides, "report_to": []})
+    config = TrainConfig(**{**PROBE, **overrides, "report_to": []})
     task = build_task(config)
     backend = load_backend(config, resolve_device(config.device))
     prompts = [row["prompt"] for row in task.train_rows[:config.batch_size]]

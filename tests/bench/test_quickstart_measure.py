@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from bench.quickstart.measure import RECORDED, run_config
+from bench.quickstart.measure import RECORDED, by_settings, run_config
 from evotune.config.grpo import GRPO_QUICKSTART, GRPORunConfig
 from evotune.config.train import QUICKSTART, TrainConfig
 
@@ -23,3 +23,15 @@ def test_each_commands_run_is_read_with_its_own_config(tmp_path):
     assert grpo.learning_rate == GRPO_QUICKSTART["learning_rate"] and grpo.temperature == 0.7
     for config, name in ((train, "train"), (grpo, "grpo")):  # every recorded setting is a key of its command
         assert all(hasattr(config, key) for key in RECORDED[name])
+
+
+def test_runs_of_two_settings_are_summarized_apart_with_their_times_and_probes():
+    full, lowrank = {"space": "full", "iterations": 10}, {"space": "lowrank", "iterations": 20}
+    runs = [{"settings": full, "seed": 0, "gain_points": 14.0, "wall_time_s": 600.0, "speed_probe": {"probe_s": 5.6}},
+            {"settings": lowrank, "seed": 0, "gain_points": 10.0, "wall_time_s": 590.0, "speed_probe": {"probe_s": 5.5}},
+            {"settings": lowrank, "seed": 1, "gain_points": 12.0, "wall_time_s": 610.0, "speed_probe": None}]
+    first, second = by_settings(runs)
+    assert first["settings"] == full and first["gain_over_seeds"] is None and first["probe_s"] == [5.6]
+    assert second["settings"] == lowrank and second["seeds"] == [0, 1] and second["gain_points"] == [10.0, 12.0]
+    assert second["gain_over_seeds"]["mean"] == 11.0 and second["wall_time_s"] == [590.0, 610.0]
+    assert second["probe_s"] == [5.5]  # a run without a recorded probe adds none

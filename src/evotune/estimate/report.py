@@ -124,6 +124,10 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
     if len(shapes) < 3:  # per-parameter terms are told from constant ones only across model sizes
         result.notes.append(f"fitted on the scaling study's cells of {len(shapes)} model size(s) so far "
                             f"({', '.join(shapes) or 'none'}): predictions for other sizes are not checked yet")
+    if command != "sft":  # the study's models never end a completion early (bench/scaling/shapes.py forces the length)
+        result.notes.append(f"every completion is counted at the full max_new_tokens ({config.max_new_tokens}); a "
+                            "generate stops once every answer in its batch has ended, so a task with short answers "
+                            "takes less time than this")
     vocabulary = coefficients.get("vocabulary")
     if vocabulary and shape.vocab_size != vocabulary and result.seconds.get("token distributions (G elements)"):
         result.notes.append(f"the time of the full next-token distributions was measured at one vocabulary "

@@ -1,7 +1,9 @@
 """What one iteration of a run does, counted from its config and its model's shape alone: the copies of the weights
 it holds, the sequences whose KV cache it holds at once, the tokens it runs forward (and backward), the passes over
-every weight, and the per-parameter sweeps of its perturbations and updates. estimate.py turns these counts into
-MiB and seconds with coefficients fitted on the scaling study's measured cells.
+every weight, the cached positions its decode steps attend over and the full-vocabulary distributions it computes.
+estimate.py turns these counts into MiB and seconds with coefficients fitted on the scaling study's measured cells.
+(A per-iteration constant and a term for ES's per-parameter noise and update sweeps were fitted at 0 on the study's
+cells, whose decode reads of the weights already grow with the population, and are not counted.)
 
 Counted for the hf backend, as each method runs there (config/train.py's `population_batch_size`): full ES one
 candidate at a time (or `population_batch_size` stacked copies), ES on a LoRA and ESSA one adapter at a time,
@@ -41,11 +43,21 @@ class Workload:
     drift_copy: bool = False  # log_drift: the starting weights kept in their own dtype
     stacked_copies: int = 0  # full ES with population_batch_size: one perturbed copy per batched candidate
     optimizer_bytes_per_trained: int = 0  # fp32 gradients and optimizer moments per trained parameter
-    sweeps: float = 0.0  # per-parameter passes of noise, perturbation and update code per iteration
     # tokens whose whole next-token distribution is computed and processed in float32 beyond an argmax: GRPO's sampled
     # tokens and the log-probabilities its loss takes, SFT's cross-entropy (ES generates greedily: an argmax each).
     # Without it GRPO's steps at 135M were a third under the fit of every other cell (bench/scaling/fit.py --drop)
     distribution_tokens: int = 0
+    # generated tokens times the context each attends over, summed over every generated sequence: the KV cache read
+    # per decode step grows with the context. Without it low-rank ES's 128-sequence generate at 135M (30 layers) was
+    # a quarter slower than the fit of every other cell and its 64-sequence one at Qwen2.5-0.5B (24 layers, 2 KV
+    # heads) a fifth faster: forward FLOPs alone did not tell a wide batch from a long one
+    attended_positions: int = 0
+
+
+def attended(sequences: int, prompt_tokens: int, new_tokens: int) -> int:
+    """Positions attended over by `sequences` sequences generating `new_tokens` each after a `prompt_tokens` prompt:
+    step t (1..new) reads prompt + t cached positions."""
+    return sequences * (new_tokens * prompt_tokens + new_tokens * (new_tokens + 1) // 2)
 
 
 def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -63,9 +75,6 @@ def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) 
     passes = math.ceil(members / together) * calls * new
     weight_reads = passes * max(stacked, 1)
     trained = adapter if space in ("lora", "svd_lora") else parameters
-    # noise drawn and added, the weights restored, each member's noise drawn again for the update: three sweeps of
-    # the trained weights per member (full, LoRA); low-rank ES forms each member's outer product once, in the update
-    sweeps = members * (1 if space == "lowrank" else 3)
     optimizer = 8 if config.optimizer == "adam" else 0
     return Workload(
         method=f"ES ({space} space, {config.strategy})", command="train", dtype_bytes=BYTES[dtype],
@@ -73,7 +82,8 @@ def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) 
         kv_sequences=min(chunk, prompts) * together, sequence_tokens=prompt_tokens + new,
         forward_tokens=members * prompts * (prompt_tokens + new), trained_sequences=0, trained_tokens=0,
         fp32_master=space in ("full", "lowrank"), drift_copy=space in ("full", "lowrank") and config.log_drift,
-        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer, sweeps=sweeps)
+        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer,
+        attended_positions=attended(members * prompts, prompt_tokens, new))
 
 
 def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -89,7 +99,8 @@ def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str
         forward_tokens=completions * length, trained_sequences=completions // config.gradient_accumulation_steps,
         trained_tokens=completions * length, training_flops_per_token=4 if config.lora else 6,
         optimizer_bytes_per_trained=12 if not config.lora else 16,  # fp32 gradient + AdamW's two moments (+ fp32 LoRA)
-        sweeps=1, distribution_tokens=completions * new + completions * length)
+        distribution_tokens=completions * new + completions * length,
+        attended_positions=attended(completions, prompt_tokens, new))
 
 
 def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
@@ -103,7 +114,7 @@ def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
         trained=shape.lora_parameters(config.lora_rank, config.lora_target_modules), members=1, passes=0,
         weight_reads=0, kv_sequences=0, sequence_tokens=length, forward_tokens=0,
         trained_sequences=config.batch_size, trained_tokens=config.batch_size * length, training_flops_per_token=4,
-        optimizer_bytes_per_trained=16, sweeps=1, distribution_tokens=config.batch_size * length)
+        optimizer_bytes_per_trained=16, distribution_tokens=config.batch_size * length)
 
 
 def workload(command: str, config: Any, shape: ModelShape, prompt_tokens: int, dtype: str | None = None,
@@ -126,19 +137,29 @@ def memory_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
              "stacked candidates": load.stacked_copies * weights,
              "KV cache": kv * load.kv_sequences * load.sequence_tokens,
              "optimizer state": load.trained * load.optimizer_bytes_per_trained / MIB,
-             # saved activations per token and layer, in units of the hidden size (coefficient: how many)
-             "activations": load.trained_sequences * load.sequence_tokens * shape.hidden_size
+             # float32 tensors autograd saves per token and layer (coefficient: how many such sets)
+             "activations": load.trained_sequences * load.sequence_tokens * saved_per_token_and_layer(shape)
              * shape.num_hidden_layers * 4 / MIB,
              "logits": load.trained_sequences * load.sequence_tokens * shape.vocab_size * 4 / MIB}
     return found
 
 
+def saved_per_token_and_layer(shape: ModelShape) -> int:
+    """Elements a decoder layer keeps for its backward pass per token: about eight hidden-size tensors (the norms'
+    inputs and outputs, queries, the attention output, residuals), the keys and values, and four MLP-width tensors
+    (the gate's output, its activation, the up projection, their product). Counted in hidden sizes alone, Qwen2.5's
+    MLP, 5.4 hidden sizes wide against SmolLM2's 2.7, made GRPO's peak at Qwen2.5-0.5B a fifth under the fit."""
+    kv = shape.num_key_value_heads * shape.head_dim
+    return 8 * shape.hidden_size + 2 * kv + 4 * shape.intermediate_size
+
+
 def time_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
     """Each term of an iteration's time in its own unit (estimate.py scales each by its fitted seconds per unit)."""
-    return {"per iteration": 1.0,
-            "weight reads (GB)": load.weight_reads * load.parameters * load.dtype_bytes / 1e9,
+    return {"weight reads (GB)": load.weight_reads * load.parameters * load.dtype_bytes / 1e9,
             "layer passes (thousands)": load.passes * shape.num_hidden_layers / 1e3,
             "forward (TFLOP)": 2 * load.parameters * load.forward_tokens / 1e12,
             "training (TFLOP)": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
-            "parameter sweeps (G elements)": load.sweeps * load.trained / 1e9,
-            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9}
+            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9,
+            # keys and values read per decode step, expanded to every query head (grouped-query attention repeats them)
+            "attention reads (G elements)": load.attended_positions * shape.num_hidden_layers * 2
+            * shape.num_attention_heads * shape.head_dim / 1e9}
