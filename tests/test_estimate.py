@@ -58,12 +58,16 @@ def test_models_resolve_by_alias_and_public_name_and_an_unknown_one_names_the_kn
 SHAPE = ModelShape("test", 512, 8, 8, 2, 1024, 1000, True)
 
 
+# the earlier full-ES quickstart's shape of work: 16 members x 16 prompts x 48 tokens (QUICKSTART is low-rank ES now)
+FULL_ES = {**QUICKSTART, "space": "full", "population_size": 16, "batch_size": 16, "learning_rate": 8e-3}
+
+
 def train_config(**keys):
-    return TrainConfig.from_dict(base_for_parts(QUICKSTART, keys, TrainConfig))
+    return TrainConfig.from_dict(base_for_parts(FULL_ES, keys, TrainConfig))
 
 
 def test_the_workload_counts_each_methods_passes_copies_and_sequences():
-    # the quickstart: 16 members x 16 prompts x 48 tokens, full ES one candidate at a time
+    # full ES one candidate at a time, 16 members x 16 prompts x 48 tokens
     full = workload("train", train_config(), SHAPE, prompt_tokens=50, dtype="float32")
     assert (full.passes, full.weight_reads, full.kv_sequences) == (16 * 48, 16 * 48, 16)
     assert full.fp32_master and full.drift_copy and full.trained == SHAPE.parameters()
@@ -199,3 +203,18 @@ def test_estimate_refuses_bad_input_with_one_line(capsys, argv, message):
     assert main(["estimate", "--no-speed-probe", *argv]) == 2
     error = capsys.readouterr().err
     assert error.startswith("evotune: error:") and message in error
+
+
+def test_each_model_size_is_predicted_by_a_fit_on_the_other_sizes_alone():
+    """The out-of-sample check the scaling page prints: a fit that never saw a size's cells predicts them."""
+    from bench.scaling import fit
+
+    found = fit.rows()
+    shapes = {row["record"]["shape"] for row in found}
+    held_out = fit.held_out_shapes(found)
+    assert set(held_out) == (shapes if len(shapes) >= 3 else set())
+    for shape, (memory, seconds) in held_out.items():
+        cells = [row for row in found if row["record"]["shape"] == shape]
+        others = fit.fit_all([row for row in found if row["record"]["shape"] != shape])
+        assert (memory, seconds) == fit.worst(fit.errors(cells, others))
+        assert (memory, seconds) != fit.worst(fit.errors(cells, load_coefficients()))  # not the in-sample fit's

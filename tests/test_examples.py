@@ -25,6 +25,13 @@ def test_the_python_quickstart_runs_the_quickstarts_settings(tiny_model_dir, tmp
     assert (tmp_path / "run" / "final" / "config.json").exists()
 
 
+def test_the_lowrank_example_is_the_quickstart_written_out():
+    import yaml
+
+    values = yaml.safe_load((ROOT / "examples" / "lowrank_arithmetic.yaml").read_text())
+    assert values == QUICKSTART
+
+
 # examples/<file>: the method study's method whose chosen setting it runs (bench/method_matrix/: its keys, then the
 # tuning setting with the best validation accuracy), and the keys that make up the method there
 STUDY_EXAMPLES = {"lowrank_arithmetic.yaml": "lowrank", "essa_arithmetic.yaml": "essa",

@@ -23,8 +23,14 @@ def test_the_reference_is_the_measured_one():
 
 def test_the_check_on_another_machine_used_this_reference_and_its_prediction():
     """The check (a probe, then the quickstart, on another machine) must have been predicted from the reference the
-    probe uses now, by the probe's own formula: a new reference makes the quoted check stale, and this fails."""
-    data = json.loads((ROOT / "bench/results/quickstart/speed_check_amd_epyc.json").read_text())
+    probe uses now, by the probe's own formula: a new reference makes the quoted check stale, and this fails. Until a
+    check of the current reference has run, there is neither a check file nor a SPEED_CHECK."""
+    checks = sorted((ROOT / "bench/results/quickstart").glob("speed_check_*.json"))
+    if doctor.SPEED_CHECK is None:
+        assert checks == [], "a check file is there: set SPEED_CHECK from it"
+        return
+    assert len(checks) == 1, checks
+    data = json.loads(checks[0].read_text())
     prediction = data["prediction"]
     assert prediction["reference"] == doctor.SPEED_REFERENCE
     assert data["machine"]["cpu"] != doctor.SPEED_REFERENCE["machine"]
@@ -51,7 +57,8 @@ def test_the_probe_times_its_own_fixed_generate(tiny_model_dir):
     text = doctor.describe_speed(result)
     minutes = doctor.expected_quickstart_seconds(result["probe_s"]) / 60
     assert f"about {minutes:.0f} minutes here" in text and doctor.SPEED_REFERENCE["machine"] in text
-    assert f"{doctor.SPEED_CHECK['measured_over_predicted']:.2f}x the time its probe predicted" in text
+    assert (f"{doctor.SPEED_CHECK['measured_over_predicted']:.2f}x the time its probe predicted" if doctor.SPEED_CHECK
+            else "not yet checked on another machine type") in text
 
 
 @pytest.mark.slow  # loads the built-in SmolLM2-135M and generates 4 x 16 prompts x 48 tokens

@@ -8,10 +8,23 @@ from collections.abc import Callable
 from bench.claims._common import load, pct, seeds_text
 
 
+def shipped_quickstart(data: dict) -> tuple[list[dict], dict | None]:
+    """The runs of the quickstart `evotune train` ships (QUICKSTART's settings) and their summary over seeds: the
+    file's only setting, or, where candidate quickstarts were measured side by side, the group that is QUICKSTART."""
+    from evotune.config.train import QUICKSTART
+
+    if "by_settings" not in data:
+        return data["runs"], data["gain_over_seeds"]
+    for group in data["by_settings"]:
+        if all(group["settings"][key] == value for key, value in QUICKSTART.items() if key in group["settings"]):
+            return [run for run in data["runs"] if run["settings"] == group["settings"]], group["gain_over_seeds"]
+    raise ValueError("no setting measured in quickstart_heldout.json is the shipped QUICKSTART: measure it again")
+
+
 def quickstart() -> str:
     data = load("quickstart/quickstart_heldout.json")
-    budget, summary = str(data["eval_max_new_tokens"]), data["gain_over_seeds"]
-    runs = data["runs"]
+    runs, summary = shipped_quickstart(data)
+    budget = str(data["eval_max_new_tokens"])
     after = ", ".join(f"{100 * run['accuracy'][budget]:.1f}%" for run in runs)
     intervals = ", ".join(f"[{run['gain_ci95'][0]:+.1f}, {run['gain_ci95'][1]:+.1f}]" for run in runs)
     minutes = [run["wall_time_s"] / 60 for run in runs]
@@ -23,6 +36,37 @@ def quickstart() -> str:
             f"questions scored at {budget} new tokens ({at_largest:.1f} points at {largest}), each run "
             f"{min(minutes):.1f}-{max(minutes):.1f} minutes on {runs[0]['threads']} cores of an "
             f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
+
+
+def quickstart_candidates() -> str:
+    """Each quickstart measured side by side in quickstart_heldout.json: its method, gains and wall times."""
+    data = load("quickstart/quickstart_heldout.json")
+    parts = []
+    for group in data.get("by_settings", []):
+        settings = group["settings"]
+        gains = ", ".join(f"{gain:+.1f}" for gain in group["gain_points"])
+        minutes = ", ".join(f"{seconds / 60:.1f}" for seconds in group["wall_time_s"])
+        probes = ", ".join(f"{probe:.2f}" for probe in group["probe_s"] or [])
+        method = {"full": "full ES", "lowrank": "low-rank ES"}.get(settings["space"], f"{settings['space']} ES")
+        parts.append(f"{method}, {settings['population_size']} members x {settings['batch_size']} "
+                     f"prompts, {settings['iterations']} iterations (seed{'s' if len(group['seeds']) > 1 else ''} "
+                     f"{', '.join(str(seed) for seed in group['seeds'])}): gain {gains} points in {minutes} minutes"
+                     + (f" (speed probe {probes} s)" if probes else ""))
+    return "; ".join(parts) + f", n = {data['num_prompts']} fresh questions, one after the other on 2 cores of an " \
+        f"{data['machine']['cpu']}" if parts else "no quickstarts were measured side by side"
+
+
+def quickstart_full_es() -> str:
+    """The earlier full-ES quickstart's three seeds (bench/quickstart/run.sh on 2026-11-26, before the quickstart
+    became low-rank ES), on the held-out questions the side-by-side measurement drew again."""
+    data = load("quickstart/quickstart_full_es_heldout.json")
+    budget, summary = str(data["eval_max_new_tokens"]), data["gain_over_seeds"]
+    gains = ", ".join(f"{run['gain_points']:+.1f}" for run in data["runs"])
+    minutes = [run["wall_time_s"] / 60 for run in data["runs"]]
+    return (f"base {100 * data['base']['accuracy'][budget]:.1f}%, gains {gains} points (seeds "
+            f"{', '.join(str(run['seed']) for run in data['runs'])}; mean {summary['mean']:.1f}, std "
+            f"{summary['std']:.1f}), n = {data['num_prompts']}, each run {min(minutes):.1f}-{max(minutes):.1f} "
+            f"minutes on an {data['machine']['cpu']} on {data['machine']['date'][:10]}")
 
 
 def grpo_quickstart() -> str:
@@ -45,16 +89,6 @@ def speed_reference() -> str:
     return (f"on an {data['machine']['cpu']} ({measured['dtype']}, {measured['threads']} threads) the probe took "
             f"{measured['probe_s']:.2f} s and the quickstart (seed {data['seed']}) {data['quickstart_s'] / 60:.1f} "
             f"minutes")
-
-
-def speed_check() -> str:
-    """The probe's prediction checked on another machine: a probe, then the quickstart, one after the other there."""
-    data = load("quickstart/speed_check_amd_epyc.json")
-    prediction = data["prediction"]
-    return (f"on an {data['machine']['cpu']} ({data['probe']['dtype']}, {data['probe']['threads']} threads) the "
-            f"probe took {data['probe']['probe_s']:.2f} s, so it predicted {prediction['predicted_s'] / 60:.1f} "
-            f"minutes, and the quickstart (seed {data['seed']}) took {data['quickstart_s'] / 60:.1f} "
-            f"minutes ({prediction['measured_over_predicted']:.2f}x the prediction)")
 
 
 def eval_budget_arithmetic() -> str:
@@ -160,9 +194,10 @@ def sweep_arithmetic() -> str:
 
 CLAIMS: dict[str, Callable[[], str]] = {
     "quickstart": quickstart,
+    "quickstart-candidates": quickstart_candidates,
+    "quickstart-full-es": quickstart_full_es,
     "grpo-quickstart": grpo_quickstart,
     "speed-reference": speed_reference,
-    "speed-check": speed_check,
     "eval-budget-arithmetic": eval_budget_arithmetic,
     "sweep-arithmetic": sweep_arithmetic,
     "countdown-small": countdown_small,

@@ -146,6 +146,19 @@ def errors(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> list[di
     return table
 
 
+def held_out_shapes(found: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Each model size predicted by a fit on the other sizes' cells alone: its cells' worst memory and time errors
+    (an out-of-sample check of the in-sample table). Needs three sizes: two leave one per-parameter slope."""
+    shapes = sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
+    if len(shapes) < 3:
+        return {}
+    result = {}
+    for shape in shapes:
+        coefficients = fit_all([row for row in found if row["record"]["shape"] != shape])
+        result[shape] = worst(errors([row for row in found if row["record"]["shape"] == shape], coefficients))
+    return result
+
+
 def worst(table: list[dict[str, Any]]) -> tuple[float, float]:
     return max(abs(row["memory_error"]) for row in table), max(abs(row["time_error"]) for row in table)
 
@@ -169,6 +182,8 @@ def main() -> None:
     memory, seconds = worst(table)
     print(f"worst: memory {memory:.1%} (bound {MEMORY_BOUND:.0%}), time {seconds:.1%} (bound {TIME_BOUND:.0%}) "
           f"over {len(table)} cells")
+    for shape, (memory, seconds) in held_out_shapes(found).items():
+        print(f"{shape} predicted by a fit on the other sizes alone: worst memory {memory:.1%}, time {seconds:.1%}")
     if args.drop:
         for name in [*found[0]["memory"], *found[0]["time"]]:
             memory, seconds = worst(errors(found, fit_all(found, drop=name)))

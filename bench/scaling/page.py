@@ -155,10 +155,11 @@ def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
     """`evotune estimate` (the committed coefficients) beside every measured cell it was fitted on."""
     from evotune.estimate.model import load_coefficients
 
-    from .fit import errors, rows, worst
+    from .fit import errors, held_out_shapes, rows, worst
 
     coefficients = load_coefficients()
-    table_rows = errors(rows(results), coefficients)
+    found = rows(results)
+    table_rows = errors(found, coefficients)
     lines = ["| shape | arm | peak measured | predicted | error | s/it measured | predicted | error |",
              "|---|---|---|---|---|---|---|---|"]
     for row in table_rows:
@@ -172,6 +173,12 @@ def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
                  f"were fitted on these same cells, of {len(shapes)} model size(s) ({', '.join(shapes)})"
                  + (": until cells of 3 sizes are in, a prediction for another size is not checked." if len(shapes) < 3
                     else "."))
+    held_out = held_out_shapes(found)
+    if held_out:
+        lines.append("")
+        lines.append("Each size predicted by a fit on the other sizes' cells alone (its cells' worst errors): "
+                     + "; ".join(f"{shape} memory {memory:.0%}, time {seconds:.0%}"
+                                 for shape, (memory, seconds) in held_out.items()) + ".")
     return "\n\n" + "\n".join(lines) + "\n\n"
 
 

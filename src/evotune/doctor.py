@@ -300,12 +300,13 @@ def run_doctor(engine_cores: list[str] | None = None, work_dir: str | None = Non
 PROBE: dict[str, Any] = {"model": "smollm2-135m-instruct", "task": "arithmetic", "batch_size": 16,
                          "max_new_tokens": 48}
 
-SPEED_REFERENCE: dict[str, Any] = {"probe_s": 5.795, "quickstart_s": 815.3, "machine": "Intel(R) Xeon(R) Processor",
-                                   "dtype": "bfloat16", "threads": 2}
+SPEED_REFERENCE: dict[str, Any] = {"probe_s": 5.082, "quickstart_s": 705.7, "machine": "AMD EPYC",
+                                   "dtype": "float32", "threads": 2}
 # The prediction checked on another machine type: its probe, then its quickstart, one after the other there
-# (`python -m bench.quickstart.speed_reference --name speed_check_amd_epyc`,
-# bench/results/quickstart/speed_check_amd_epyc.json; a test keeps the two equal).
-SPEED_CHECK: dict[str, Any] = {"machine": "AMD EPYC", "dtype": "float32", "measured_over_predicted": 1.051}
+# (`python -m bench.quickstart.speed_reference --name speed_check_NAME`, bench/results/quickstart/speed_check_NAME.json;
+# a test keeps the two equal). None: the low-rank quickstart has not run on another machine type yet (the earlier
+# full-ES quickstart's check, 1.05x on an AMD EPYC against an Intel Xeon reference, was of another workload).
+SPEED_CHECK: dict[str, Any] | None = None
 
 
 def speed_probe(repeats: int = 3, model: str | None = None, dtype: str | None = None) -> dict[str, Any]:
@@ -336,10 +337,11 @@ def expected_quickstart_seconds(probe_s: float) -> float:
 
 def describe_speed(result: dict[str, Any]) -> str:
     expected, reference = expected_quickstart_seconds(result["probe_s"]), SPEED_REFERENCE
-    return (f"speed probe: one quickstart generate ({result['prompts']} prompts x {result['max_new_tokens']} new "
+    return (f"speed probe: one generate ({result['prompts']} prompts x {result['max_new_tokens']} new "
             f"tokens, {result['dtype']}, {result['threads']} threads) took {result['probe_s']:.2f} s (median of "
             f"{len(result['seconds'])}). Expect `evotune train` with no config to take about {expected / 60:.0f} "
             f"minutes here: on an {reference['machine']} ({reference['dtype']}, {reference['threads']} threads) the "
             f"probe took {reference['probe_s']:.2f} s and the quickstart {reference['quickstart_s'] / 60:.1f} "
-            f"minutes; on an {SPEED_CHECK['machine']} ({SPEED_CHECK['dtype']}) the quickstart took "
-            f"{SPEED_CHECK['measured_over_predicted']:.2f}x the time its probe predicted.")
+            f"minutes; " + (f"on an {SPEED_CHECK['machine']} ({SPEED_CHECK['dtype']}) the quickstart took "
+                            f"{SPEED_CHECK['measured_over_predicted']:.2f}x the time its probe predicted."
+                            if SPEED_CHECK else "the prediction is not yet checked on another machine type."))

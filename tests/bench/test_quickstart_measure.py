@@ -28,7 +28,8 @@ def test_each_commands_run_is_read_with_its_own_config(tmp_path):
 def test_runs_of_two_settings_are_summarized_apart_with_their_times_and_probes():
     full, lowrank = {"space": "full", "iterations": 10}, {"space": "lowrank", "iterations": 20}
     runs = [{"settings": full, "seed": 0, "gain_points": 14.0, "wall_time_s": 600.0, "speed_probe": {"probe_s": 5.6}},
-            {"settings": lowrank, "seed": 0, "gain_points": 10.0, "wall_time_s": 590.0, "speed_probe": {"probe_s": 5.5}},
+            {"settings": lowrank, "seed": 0, "gain_points": 10.0, "wall_time_s": 590.0,
+             "speed_probe": {"probe_s": 5.5}},
             {"settings": lowrank, "seed": 1, "gain_points": 12.0, "wall_time_s": 610.0, "speed_probe": None}]
     first, second = by_settings(runs)
     assert first["settings"] == full and first["gain_over_seeds"] is None and first["probe_s"] == [5.6]

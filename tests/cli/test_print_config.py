@@ -17,14 +17,14 @@ def subcommand(name: str):
     return build_parser()._subparsers._group_actions[0].choices[name]
 
 
-@pytest.mark.parametrize("command, key, value", [("train", "iterations", 10), ("grpo", "iterations", 10),
+@pytest.mark.parametrize("command, key, value", [("train", "iterations", 15), ("grpo", "iterations", 10),
                                                  ("sft", "epochs", 1)])
 def test_print_config_prints_the_resolved_config_and_writes_nothing(command, key, value, tmp_path, capsys):
     run = tmp_path / "run"
     settings = ["--set", "task=arithmetic"] if command == "sft" else []
     assert main([command, "--output-dir", str(run), "--print-config", "--set", "seed=7", *settings]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["seed"] == 7 and printed[key] == value  # train and grpo without a config: their quickstart's 10
+    assert printed["seed"] == 7 and printed[key] == value  # train and grpo without a config: their quickstarts' 15, 10
     assert printed["dtype"] != "auto"  # resolved as config.yaml would record it
     assert not run.exists()
 
@@ -32,7 +32,7 @@ def test_print_config_prints_the_resolved_config_and_writes_nothing(command, key
 def test_help_shows_the_defaults_that_run_and_the_options_that_are_required():
     train = subcommand("train").format_help()
     assert "VALUE is read as YAML" in " ".join(train.split()) and "--print-config" in train
-    assert "10 in the quickstart" in " ".join(subcommand("train").description.split())
+    assert "15 in the quickstart" in " ".join(subcommand("train").description.split())
     evaluate = " ".join(subcommand("eval").format_help().split())
     assert "seeds the held-out split and sampling (default: 0)" in evaluate
     assert "(0: greedy only) (default: 0)" in evaluate
@@ -53,7 +53,7 @@ def test_an_existing_run_is_refused_with_the_python_arguments_too(tiny_model_dir
 
 
 def test_the_quickstart_gives_only_the_keys_the_chosen_parts_read(tmp_path, capsys):
-    """`evotune train` without a config starts from the quickstart (OpenES at learning_rate 8e-3): choosing CMA-ES
+    """`evotune train` without a config starts from the quickstart (low-rank OpenES at learning_rate 0.016): choosing CMA-ES
     with --set drops the quickstart's OpenES keys instead of refusing them, while the same key set by the user
     is refused."""
     assert main(["train", "--output-dir", str(tmp_path / "run"), "--set", "space=svd_lora", "--set", "strategy=cma",

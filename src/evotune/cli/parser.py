@@ -77,7 +77,7 @@ SET_HELP = ("override a config key (repeatable); VALUE is read as YAML: 2e-3, tr
             "{digits: 3}")
 
 RUN_LENGTH = {
-    "train": """How long: `iterations` ES iterations (default 100) in a config file, 10 in the quickstart
+    "train": """How long: `iterations` ES iterations (default 100) in a config file, 15 in the quickstart
         (`evotune train` without a config), each one population evaluated (population_size members x batch_size
         prompts) and one update of the mean; or `max_training_seconds`. `--print-config` shows what a command
         line resolves to.""",

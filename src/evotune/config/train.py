@@ -387,13 +387,16 @@ def defaults_unlike_quickstart(config: Any, given: dict[str, Any],
 
 
 # `evotune train` with no config, measured by bench/quickstart/run.sh
-# (bench/results/quickstart/quickstart_heldout.json).
-# The paper's sigma=1e-3/lr=5e-4 barely moves a 135M model in a CPU budget (bench/results/learning/learning_sweep_*);
-# training at the evaluation's 48 new tokens, not 10, scores the answers whole (10 cut them, and a model
-# then learns forms the untruncated evaluation marks wrong: docs/benchmarks/stability.md); 16 prompts per
-# member instead of 32 buy twice the iterations in the same ten minutes.
+# (bench/results/quickstart/quickstart_heldout.json): low-rank ES (EGGROLL's rank-1 members over every Linear
+# weight), the ES arm that learned most at equal CPU time in the method study (docs/which-method.md), at the
+# setting that study's tuning chose (bench/method_matrix/: sigma 2e-3, learning rate 0.016, 64 members x 4 prompts).
+# Measured beside the earlier quickstart (full ES, 16 members x 16 prompts, 10 iterations) on one machine, it
+# gained more on fresh questions in less time (bench/results/quickstart/quickstart_candidates_heldout.json).
+# Training at the evaluation's 48 new tokens, not 10, scores the answers whole (10 cut them, and a model then learns
+# forms the untruncated evaluation marks wrong: docs/benchmarks/stability.md).
 QUICKSTART = {
-    "model": "smollm2-135m-instruct", "task": "arithmetic", "population_size": 16, "antithetic": True,
-    "sigma": 2e-3, "learning_rate": 8e-3, "noise": "rademacher", "iterations": 10, "batch_size": 16,
+    "model": "smollm2-135m-instruct", "task": "arithmetic", "space": "lowrank", "perturbation_rank": 1,
+    "population_size": 64, "antithetic": True, "sigma": 2e-3, "learning_rate": 1.6e-2, "noise": "rademacher",
+    "iterations": 15, "batch_size": 4,
     "max_new_tokens": 48, "num_eval": 128, "eval_every": 5, "checkpoint_every": 5,
 }
