@@ -53,9 +53,9 @@ def test_an_existing_run_is_refused_with_the_python_arguments_too(tiny_model_dir
 
 
 def test_the_quickstart_gives_only_the_keys_the_chosen_parts_read(tmp_path, capsys):
-    """`evotune train` without a config starts from the quickstart (low-rank OpenES at learning_rate 0.016): choosing CMA-ES
-    with --set drops the quickstart's OpenES keys instead of refusing them, while the same key set by the user
-    is refused."""
+    """`evotune train` without a config starts from the quickstart (low-rank OpenES at learning_rate 0.016):
+    choosing CMA-ES with --set drops the quickstart's OpenES keys instead of refusing them, while the same key set
+    by the user is refused."""
     assert main(["train", "--output-dir", str(tmp_path / "run"), "--set", "space=svd_lora", "--set", "strategy=cma",
                  "--print-config"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
