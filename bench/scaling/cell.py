@@ -20,7 +20,7 @@ import yaml
 
 from .arms import ARMS, FRACTIONS, ITERATIONS, MAX_NEW_TOKENS, time_fraction, tokens_per_iteration, unit
 from .guard import run_guarded
-from .predict import predicted_peak_mib, terms
+from .predict import predicted_peak_mib, predicted_terms
 from .shapes import SHAPES, Shape, build
 
 
@@ -127,10 +127,12 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
     did not fit though predicted to is tried again at the next smaller fraction, and the record keeps each attempt
     that did not fit (the prediction is a fit to earlier cells, and can be short)."""
     shape = SHAPES[shape_name]
-    predicted = predicted_peak_mib(shape, arm, dtype)
+    predicted_by, predicted_terms_mib = predicted_terms(shape, arm, dtype)
+    predicted = round(sum(predicted_terms_mib.values()), 1)
     record: dict[str, Any] = {"shape": shape_name, "arm": arm, "label": ARMS[arm]["label"], "dtype": dtype,
                               "limit_mib": round(limit_mib), "predicted_peak_mib": predicted,
-                              "predicted_terms_mib": terms(shape, arm, dtype), "parameters": shape.parameters(),
+                              "predicted_by": predicted_by, "predicted_terms_mib": predicted_terms_mib,
+                              "parameters": shape.parameters(),
                               "published_parameters": shape.parameters(shape.published_vocab)}
     fraction = fraction_to_run(arm, shape, dtype, gpu_limit_mib() if device != "cpu" else limit_mib)
     if fraction is None:

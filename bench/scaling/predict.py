@@ -1,7 +1,9 @@
-"""A cell's peak memory predicted before it runs, from the shape and the arm alone (first principles: the copies of
-the weights an arm holds, its KV cache, its training activations and logits, and a fixed runtime), so that a cell
-certain not to fit is recorded as "predicted not to fit" instead of being started. The study's rows then check
-these terms, and evotune's estimate is fitted on them; until then this is the guard's screen, nothing more.
+"""A cell's peak memory predicted before it runs, so that a cell predicted not to fit is recorded as "predicted not to
+fit" instead of being started: `evotune estimate`'s fitted model (evotune.estimate, counted as bench/scaling/fit.py
+counts a cell) for every evotune arm once it is fitted on cells of three model sizes, and first principles (the
+copies of the weights an arm holds, its KV cache, its training activations and logits, a fixed runtime) for plain
+generation and the peer, which it does not model, and before that fit. The guard stops a cell that the prediction
+let through and that does not fit, and the cell runs again smaller (cell.py).
 """
 
 from __future__ import annotations
@@ -53,5 +55,30 @@ def terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> dict[str
     return {name: round(value, 1) for name, value in found.items()}
 
 
+def fitted_terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> dict[str, float] | None:
+    """`evotune estimate`'s memory terms (MiB) for an evotune arm's cell; None for plain generation and the peer (not
+    evotune commands) and while the fit covers fewer than three model sizes (its per-parameter terms are not told
+    apart)."""
+    from evotune.estimate.model import estimate, load_coefficients
+
+    from .fit import cell_workload
+
+    coefficients = load_coefficients()
+    if ARMS[arm]["command"] not in ("train", "grpo", "sft") or len(coefficients.get("shapes", [])) < 3:
+        return None
+    record = {"arm": arm, "shape": shape.name, "fraction_of_unit": fraction, "dtype": dtype,
+              "unit": unit(arm, fraction)}
+    found = estimate(cell_workload(record), shape.model_shape(), coefficients).memory_mib
+    return {name: round(value, 1) for name, value in found.items() if value}
+
+
+def predicted_terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> tuple[str, dict[str, float]]:
+    """What predicts a cell's peak (the fitted estimate where it models the arm, else first principles) and its
+    terms in MiB."""
+    fitted = fitted_terms(shape, arm, dtype, fraction)
+    return ("evotune estimate", fitted) if fitted is not None else ("first principles",
+                                                                    terms(shape, arm, dtype, fraction))
+
+
 def predicted_peak_mib(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> float:
-    return round(sum(terms(shape, arm, dtype, fraction).values()), 1)
+    return round(sum(predicted_terms(shape, arm, dtype, fraction)[1].values()), 1)

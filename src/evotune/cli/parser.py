@@ -199,7 +199,7 @@ def _add_grpo(commands: Any) -> None:
     grpo = _run_parser(commands, "grpo", "the GRPO baseline (TRL's GRPOTrainer) on the same run-directory contract", """
         evotune grpo --output-dir runs/grpo
         evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_arithmetic
-        evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_lr --sweep-learning-rates 1e-5 1e-4""",
+        evotune grpo examples/grpo_arithmetic.yaml --output-dir runs/grpo_lr --sweep-learning-rates 3e-4 1e-3 3e-3""",
                        "runs/grpo")
     _add_resume_flags(grpo, "config.yaml, metrics.jsonl, trl/, final/, ...", "its last TRL checkpoint")
     grpo.add_argument("--sweep-learning-rates", type=float, nargs="+", metavar="LR",
