@@ -52,8 +52,9 @@ def quickstart_candidates() -> str:
                      f"prompts, {settings['iterations']} iterations (seed{'s' if len(group['seeds']) > 1 else ''} "
                      f"{', '.join(str(seed) for seed in group['seeds'])}): gain {gains} points in {minutes} minutes"
                      + (f" (speed probe {probes} s)" if probes else ""))
-    return "; ".join(parts) + f", n = {data['num_prompts']} fresh questions, one after the other on 2 cores of an " \
-        f"{data['machine']['cpu']}" if parts else "no quickstarts were measured side by side"
+    threads = ", ".join(sorted({str(run["threads"]) for run in data["runs"]}))
+    return "; ".join(parts) + f", n = {data['num_prompts']} fresh questions, one after the other on {threads} " \
+        f"cores of an {data['machine']['cpu']}" if parts else "no quickstarts were measured side by side"
 
 
 def quickstart_full_es() -> str:
