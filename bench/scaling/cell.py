@@ -85,6 +85,32 @@ def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: fl
     return [*wrapper, "-m", "evotune.cli.main", command, str(config), "--output-dir", str(work / "run")]
 
 
+# a train run writes its final model and a checkpoint (each a copy of the weights); one more copy of room is slack
+DISK_COPIES = 3
+
+
+def check_disk(shape: Shape, dtype: str, work: Path) -> None:
+    """Stops before a cell whose run could fill the disk midway (its saved weights written after the timed steps, so
+    the minutes spent would record nothing): the error says how much to free."""
+    import torch
+
+    needed = DISK_COPIES * shape.parameters() * torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    existing = next(parent for parent in (work, *work.parents) if parent.exists())
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise SystemExit(f"scaling: {shape.name} needs {needed / 2**30:.1f} GiB free under {existing} for its run's "
+                         f"saved weights, and {free / 2**30:.1f} GiB are free: free some, or pass --work elsewhere")
+
+
+def remove_saved_weights(work: Path) -> None:
+    """The run's final model and checkpoints, once its timings are read: a cell's result is its small record, and
+    every copy of a 1.5B model in float32 takes 6 GB of disk."""
+    run = work / "run"
+    for path in run.iterdir() if run.is_dir() else ():
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def step_seconds(arm: str, work: Path) -> list[float]:
     """Seconds of each training step (or plain-generation iteration) the cell ran."""
     if ARMS[arm]["command"] in ("generate", "peer"):
@@ -138,6 +164,7 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
     if fraction is None:
         return {**record, "status": "predicted not to fit"}
     model_dir = build(shape, dtype, cache, MAX_NEW_TOKENS)
+    check_disk(shape, dtype, work)
     did_not_fit: list[dict[str, Any]] = []
     while True:
         measured = measure(shape, arm, dtype, model_dir, work, limit_mib, fraction, iterations, device)
@@ -186,6 +213,7 @@ def measure(shape: Shape, arm: str, dtype: str, model_dir: Path, work: Path, lim
         tail = (work / "cell.log").read_text()[-2000:]
         raise RuntimeError(f"{shape.name} / {arm} exited with {outcome.exit_code}:\n{tail}")
     seconds = step_seconds(arm, work)
+    remove_saved_weights(work)
     per_iteration = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
     tokens = tokens_per_iteration(arm, fraction)
     return {**record, "status": "ran", "step_seconds": seconds, "seconds_per_iteration": round(per_iteration, 2),

@@ -156,6 +156,25 @@ def test_a_cell_runs_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch, arm):
     assert len(record["step_seconds"]) == 2 and record["seconds_per_iteration"] > 0
     assert record["new_tokens_per_iteration"] == arms.tokens_per_iteration(arm)
     assert 100 < record["peak_rss_mib"] < 6000
+    run = tmp_path / "work" / "run"  # the saved weights are gone once timed; the metrics stay
+    assert not [path for path in run.iterdir() if path.is_dir()] if run.is_dir() else True
+    assert (run / "metrics.jsonl").is_file() or arm in ("generation", "peer_torcheggroll")
+
+
+def test_a_cell_stops_before_running_when_its_saved_weights_would_fill_the_disk(tmp_path, monkeypatch):
+    free = {"bytes": 4 * 2**30}
+    monkeypatch.setattr(cell.shutil, "disk_usage", lambda path: shutil_usage(free["bytes"]))
+    needed = 3 * shapes.SHAPES["Qwen2.5-1.5B"].parameters() * 4 / 2**30  # final model + checkpoint + slack, float32
+    with pytest.raises(SystemExit, match=rf"Qwen2.5-1.5B needs {needed:.1f} GiB free under .* and 4.0 GiB are free"):
+        cell.check_disk(shapes.SHAPES["Qwen2.5-1.5B"], "float32", tmp_path / "not" / "made")
+    free["bytes"] = 40 * 2**30
+    cell.check_disk(shapes.SHAPES["Qwen2.5-1.5B"], "float32", tmp_path / "not" / "made")
+
+
+def shutil_usage(free: int):
+    import shutil
+
+    return shutil._ntuple_diskusage(total=free * 2, used=free, free=free)
 
 
 def test_the_gpu_wrapper_runs_its_module_as_main_and_passes_its_exit_code_on(tmp_path):
