@@ -96,6 +96,11 @@ def machine_probe(found: list[dict[str, Any]], row: dict[str, Any]) -> float:
                              if machine_type(other["record"]) == kind)
 
 
+def sizes(found: list[dict[str, Any]]) -> list[str]:
+    """The model shapes among the rows, smallest first."""
+    return sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
+
+
 def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, Any]:
     """Every term some cell counts is fitted; a term none counts yet keeps its memory prior (MEMORY_PRIORS) and has
     no rate of time (null: `evotune estimate` then does not predict the time of a run that has it), named in
@@ -106,7 +111,7 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, A
                                                                                   for row in found)]
     memory_names = [name for name in found[0]["memory"] if name != drop and name in measured]
     time_names = [name for name in found[0]["time"] if name != drop and name in measured]
-    shapes = sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
+    shapes = sizes(found)
     held = [name for name in EXACT_MEMORY_TERMS if name in memory_names]  # byte counts: no coefficient
     offsets = [sum(MEMORY_PRIORS[name] * row["memory"].get(name, 0.0) for name in held) for row in found]
     memory = fit([row["memory"] for row in found], [row["record"]["peak_rss_mib"] for row in found],
@@ -149,7 +154,7 @@ def errors(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> list[di
 def held_out_shapes(found: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
     """Each model size predicted by a fit on the other sizes' cells alone: its cells' worst memory and time errors
     (an out-of-sample check of the in-sample table). Needs three sizes: two leave one per-parameter slope."""
-    shapes = sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
+    shapes = sizes(found)
     if len(shapes) < 3:
         return {}
     result = {}

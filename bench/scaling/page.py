@@ -73,22 +73,57 @@ def progress(results: Path = RESULTS / DTYPE) -> str:
     return text + "."
 
 
+def _unit(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{count} {name[:-1] if count == 1 else name}" for name, count in sizes.items())
+
+
+def _why_not(record: dict[str, Any]) -> str:
+    if record["status"] == "predicted not to fit":
+        return f"predicted to need {record['predicted_peak_mib'] / 1024:,.1f} GiB"
+    return f"stopped at {record['stopped_at_mib'] / 1024:,.1f} GiB"
+
+
 def largest(results: Path = RESULTS / DTYPE) -> str:
-    """The largest shape each method ran on here, among the shapes measured so far."""
+    """One sentence a user can act on: the methods grouped by the largest shape each ran on here, with their peaks,
+    the smaller unit where one was run, and why the next shape up did not fit."""
     found = records(results)
-    parts = []
+    groups: dict[str | None, list[str]] = {}
     for arm in METHOD_ARMS:
-        ran = [shape for shape in CPU_SHAPES if found.get((shape, arm), {}).get("status") == "ran"]
-        tried = [shape for shape in CPU_SHAPES if (shape, arm) in found]
-        if not tried:
+        if any((shape, arm) in found for shape in CPU_SHAPES):
+            ran = [shape for shape in CPU_SHAPES if found.get((shape, arm), {}).get("status") == "ran"]
+            groups.setdefault(max(ran, key=lambda name: SHAPES[name].parameters()) if ran else None, []).append(arm)
+    if not groups:
+        return "No cell has run yet."
+    limits = {record["limit_mib"] for record in found.values()}
+    complete = all((shape, arm) in found for shape in CPU_SHAPES for arm in METHOD_ARMS)
+    parts = []
+    for shape in sorted(groups, key=lambda name: -SHAPES[name].parameters() if name else 0):
+        arms = groups[shape]
+        labels = ", ".join(ARMS[arm]["short"] for arm in arms[:-1]) + (" and " if len(arms) > 1 else "") + \
+            ARMS[arms[-1]]["short"]
+        if shape is None:
+            parts.append(f"{labels}: none of the shapes")
             continue
-        biggest = max(ran, key=lambda name: SHAPES[name].parameters()) if ran else None
-        refused = [shape for shape in tried if shape not in ran]
-        said = f"{ARMS[arm]['label']}: {biggest or 'none'}"
-        if refused:
-            said += f" (not {', '.join(refused)})"
-        parts.append(said)
-    return "; ".join(parts) + "." if parts else "No cell has run yet."
+        peaks = sorted(found[(shape, arm)]["peak_rss_mib"] / 1024 for arm in arms)
+        said = (f"{labels} up to {shape} ({SHAPES[shape].parameters() / 1e9:.2f}B parameters; peak "
+                + (f"{peaks[0]:.1f}" if peaks[0] == peaks[-1] else f"{peaks[0]:.1f}-{peaks[-1]:.1f}") + " GiB")
+        smaller = [arm for arm in arms if found[(shape, arm)].get("did_not_fit_at")
+                   or "did not fit" in found[(shape, arm)].get("smaller_unit", "")
+                   or "predicted to take" in found[(shape, arm)].get("smaller_unit", "")]
+        for arm in smaller:  # a unit cut for memory, not for time, is part of what fits
+            said += f", {ARMS[arm]['short']} only at {_unit(found[(shape, arm)]['unit'])}"
+        bigger = sorted((name for name in CPU_SHAPES if SHAPES[name].parameters() > SHAPES[shape].parameters()),
+                        key=lambda name: SHAPES[name].parameters())
+        for arm in arms:  # the next shape up this arm was tried on, and why it did not fit there
+            refused = next((name for name in bigger if (name, arm) in found), None)
+            if refused:
+                said += f"; {ARMS[arm]['short']} at {refused}: {_why_not(found[(refused, arm)])}"
+        parts.append(said + ")")
+    machine = next(iter(found.values()))["machine"]
+    limit = "-".join(sorted({f"{limit / 1024:.1f}" for limit in (min(limits), max(limits))}))
+    head = (f"On {machine['threads']} cores of {machine['cpu']} with a memory limit of {limit} GiB per cell"
+            + ("" if complete else ", among the shapes measured so far") + ": ")
+    return head + "; ".join(parts) + "."
 
 
 def slope(records_of_arm: list[dict[str, Any]], value) -> float | None:

@@ -1,9 +1,9 @@
 """A cell's peak memory predicted before it runs, so that a cell predicted not to fit is recorded as "predicted not to
 fit" instead of being started: `evotune estimate`'s fitted model (evotune.estimate, counted as bench/scaling/fit.py
-counts a cell) for every evotune arm once it is fitted on cells of three model sizes, and first principles (the
-copies of the weights an arm holds, its KV cache, its training activations and logits, a fixed runtime) for plain
-generation and the peer, which it does not model, and before that fit. The guard stops a cell that the prediction
-let through and that does not fit, and the cell runs again smaller (cell.py).
+counts a cell) for every arm it models (evotune's and plain generation) once it is fitted on cells of three model
+sizes, and first principles (the copies of the weights an arm holds, its KV cache, its training activations and
+logits, a fixed runtime) for the peer, which it does not model, and before that fit. The guard stops a cell that the
+prediction let through and that does not fit, and the cell runs again smaller (cell.py).
 """
 
 from __future__ import annotations
@@ -56,15 +56,15 @@ def terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> dict[str
 
 
 def fitted_terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> dict[str, float] | None:
-    """`evotune estimate`'s memory terms (MiB) for an evotune arm's cell; None for plain generation and the peer (not
-    evotune commands) and while the fit covers fewer than three model sizes (its per-parameter terms are not told
-    apart)."""
+    """`evotune estimate`'s memory terms (MiB) for a cell of an arm the fit models (fit.FITTED: evotune's commands and
+    plain generation); None for the peer (not ours) and while the fit covers fewer than three model sizes (its
+    per-parameter terms are not told apart)."""
     from evotune.estimate.model import estimate, load_coefficients
 
-    from .fit import cell_workload
+    from .fit import FITTED, cell_workload
 
     coefficients = load_coefficients()
-    if ARMS[arm]["command"] not in ("train", "grpo", "sft") or len(coefficients.get("shapes", [])) < 3:
+    if ARMS[arm]["command"] not in FITTED or len(coefficients.get("shapes", [])) < 3:
         return None
     record = {"arm": arm, "shape": shape.name, "fraction_of_unit": fraction, "dtype": dtype,
               "unit": unit(arm, fraction)}

@@ -92,7 +92,7 @@ def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(
     assert arms.tokens_per_iteration("grpo_lora", 0.25) == 2 * arms.GRPO_GENERATIONS * arms.MAX_NEW_TOKENS
 
 
-def test_the_screen_predicts_evotune_arms_by_the_fitted_estimate_and_the_rest_from_first_principles(monkeypatch):
+def test_the_screen_predicts_the_arms_the_estimate_models_by_it_and_the_peer_from_first_principles(monkeypatch):
     from bench.scaling import fit
     from evotune.estimate import model
 
@@ -101,8 +101,12 @@ def test_the_screen_predicts_evotune_arms_by_the_fitted_estimate_and_the_rest_fr
     cell_row = next(row for row in fit.errors(fit.rows(), model.load_coefficients())
                     if row["shape"] == "Qwen2.5-0.5B" and row["arm"] == "grpo_lora")
     assert by == "evotune estimate" and round(sum(fitted.values())) == cell_row["predicted_mib"]
-    for arm in ("generation", "peer_torcheggroll"):  # not evotune commands: the estimate does not model them
-        assert predict.predicted_terms(shape, arm, "float32")[0] == "first principles"
+    by, fitted = predict.predicted_terms(shape, "generation", "float32", 0.5)  # the estimate models it: the baseline
+    cell_row = next(row for row in fit.errors(fit.rows(), model.load_coefficients())
+                    if row["shape"] == "Qwen2.5-0.5B" and row["arm"] == "generation")
+    assert by == "evotune estimate" and round(sum(fitted.values())) == cell_row["predicted_mib"]
+    # the peer is not ours: the estimate does not model it
+    assert predict.predicted_terms(shape, "peer_torcheggroll", "float32")[0] == "first principles"
     # a fit on fewer than three sizes has not told its per-parameter terms apart: first principles screen then
     committed = model.load_coefficients()
     monkeypatch.setattr(model, "load_coefficients", lambda: {**committed, "shapes": committed["shapes"][:2]})
@@ -192,3 +196,28 @@ def test_the_gpu_wrapper_runs_its_module_as_main_and_passes_its_exit_code_on(tmp
 def test_nvidia_smis_listing_is_read_per_process():
     listing = "1234, 8021\n1234, 100\n77, 5\nNo running processes found\n"
     assert guard.gpu_mib_by_pid(listing) == {1234: 8121.0, 77: 5.0}
+
+
+def test_the_largest_model_sentence_groups_methods_by_the_largest_shape_each_ran_and_says_why_not_the_next(tmp_path):
+    from bench.scaling import page
+
+    machine = {"cpu": "AMD EPYC", "threads": 2}
+
+    def write(shape, arm, status, **fields):
+        folder = tmp_path / shape
+        folder.mkdir(exist_ok=True)
+        record = {"shape": shape, "arm": arm, "status": status, "limit_mib": 20_480, "machine": machine, **fields}
+        (folder / f"{arm}.json").write_text(json.dumps(record))
+
+    for shape in ("SmolLM2-135M", "Qwen2.5-1.5B"):
+        write(shape, "lowrank", "ran", peak_rss_mib=2048.0, unit={"members": 16})
+    write("SmolLM2-135M", "grpo_full", "ran", peak_rss_mib=16_384.0, unit={"prompts": 8})
+    write("Qwen2.5-1.5B", "grpo_full", "predicted not to fit", predicted_peak_mib=40_960.0)
+    write("SmolLM2-135M", "peer_torcheggroll", "ran", peak_rss_mib=1.0)  # the peer is not a method of ours
+    write("Qwen2.5-1.5B", "sft_lora", "ran", peak_rss_mib=6144.0, unit={"members": 2},
+          smaller_unit="{'members': 2} instead of {'members': 16}: {'members': 4} did not fit: stopped at 21,000 MiB")
+    assert page.largest(tmp_path) == (
+        "On 2 cores of AMD EPYC with a memory limit of 20.0 GiB per cell, among the shapes measured so far: "
+        "low-rank ES and LoRA SFT up to Qwen2.5-1.5B (1.39B parameters; peak 2.0-6.0 GiB, LoRA SFT only at 2 members); "
+        "full-parameter GRPO up to SmolLM2-135M (0.13B parameters; peak 16.0 GiB; full-parameter GRPO at Qwen2.5-1.5B: "
+        "predicted to need 40.0 GiB).")
