@@ -149,13 +149,17 @@ def seconds_per_unit(record: dict[str, Any]) -> float:
 
 
 def slopes(results: Path = RESULTS / DTYPE) -> str:
-    lines = ["| arm | shapes | peak memory ~ parameters^ | seconds per token ~ parameters^ |", "|---|---|---|---|"]
+    """Each arm's log-log slopes. Seconds are per token, so they compare across units; a peak is the cell's own
+    unit's, and a smaller unit holds fewer sequences at once: the units column says where they differ."""
+    lines = ["| arm | shapes | units run (fraction, smallest shape first) | peak memory ~ parameters^ | "
+             "seconds per token ~ parameters^ |", "|---|---|---|---|---|"]
     for arm, found in ran_by_arm(results).items():
         memory = slope(found, lambda record: record["peak_rss_mib"])
         seconds = slope(found, seconds_per_unit)
         if memory is None:
             continue
-        lines.append(f"| {ARMS[arm]['label']} | {len(found)} | {memory:.2f} | {seconds:.2f} |")
+        units = ", ".join(f"{record.get('fraction_of_unit', 1.0):g}" for record in found)
+        lines.append(f"| {ARMS[arm]['label']} | {len(found)} | {units} | {memory:.2f} | {seconds:.2f} |")
     if len(lines) == 2:
         return "No arm has cells of two shapes yet: no slope to fit."
     return "\n\n" + "\n".join(lines) + "\n\n"
