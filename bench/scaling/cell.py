@@ -161,8 +161,10 @@ def run_cell(shape_name: str, arm: str, dtype: str, cache: Path, work: Path, lim
                               "parameters": shape.parameters(),
                               "published_parameters": shape.parameters(shape.published_vocab)}
     fraction = fraction_to_run(arm, shape, dtype, gpu_limit_mib() if device != "cpu" else limit_mib)
-    if fraction is None:
-        return {**record, "status": "predicted not to fit"}
+    if fraction is None:  # what even the smallest unit asks for: the figure that says the shape is out of reach
+        smallest = FRACTIONS[-1] if unit(arm, 1.0) else 1.0
+        return {**record, "status": "predicted not to fit", "smallest_unit": unit(arm, smallest),
+                "predicted_peak_at_smallest_unit_mib": predicted_peak_mib(shape, arm, dtype, smallest)}
     model_dir = build(shape, dtype, cache, MAX_NEW_TOKENS)
     check_disk(shape, dtype, work)
     did_not_fit: list[dict[str, Any]] = []

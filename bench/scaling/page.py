@@ -30,7 +30,7 @@ def _cell(record: dict[str, Any] | None, generation: dict[str, Any] | None) -> s
     if record is None:
         return "not yet run"
     if record["status"] == "predicted not to fit":
-        return f"predicted not to fit ({record['predicted_peak_mib'] / 1024:,.1f} GiB)"
+        return f"predicted not to fit ({_asked(record)})"
     if record["status"] == "did not fit":
         return f"did not fit (stopped at {record['stopped_at_mib'] / 1024:,.1f} GiB)"
     text = f"{record['peak_rss_mib'] / 1024:.1f} GiB, {record['seconds_per_iteration']:,.0f} s/it"
@@ -77,9 +77,18 @@ def _unit(sizes: dict[str, int]) -> str:
     return ", ".join(f"{count} {name[:-1] if count == 1 else name}" for name, count in sizes.items())
 
 
+def _asked(record: dict[str, Any]) -> str:
+    """What a cell predicted not to fit asked for: the whole unit, and the smallest unit where it was smaller."""
+    text = f"{record['predicted_peak_mib'] / 1024:,.1f} GiB"
+    smallest = record.get("predicted_peak_at_smallest_unit_mib")
+    if smallest is not None and record.get("smallest_unit"):
+        text += f", {smallest / 1024:,.1f} GiB at {_unit(record['smallest_unit'])}"
+    return text
+
+
 def _why_not(record: dict[str, Any]) -> str:
     if record["status"] == "predicted not to fit":
-        return f"predicted to need {record['predicted_peak_mib'] / 1024:,.1f} GiB"
+        return f"predicted to need {_asked(record)}"
     return f"stopped at {record['stopped_at_mib'] / 1024:,.1f} GiB"
 
 

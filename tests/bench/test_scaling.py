@@ -81,6 +81,10 @@ def test_a_cell_predicted_not_to_fit_does_not_start_and_a_smaller_unit_is_named(
     monkeypatch.setattr(cell, "build", lambda *args, **kwargs: pytest.fail("a cell predicted not to fit was built"))
     record = cell.run_cell("SmolLM2-1.7B", "grpo_full", "float32", tmp_path, tmp_path / "work", limit_mib=20_000)
     assert record["status"] == "predicted not to fit" and record["predicted_peak_mib"] > 20_000
+    # even one prompt's 8 completions asks for more: the record says so, at the figure the screen computed
+    assert record["smallest_unit"] == {"prompts": 1}
+    assert record["predicted_peak_at_smallest_unit_mib"] == predict.predicted_peak_mib(shape, "grpo_full", "float32",
+                                                                                       0.125) > 20_000
     assert cell.fraction_to_run("full_es_batched", shape, "float32", 20_000) is None  # 2 stacked copies: ~27 GiB
     # the peer materializes every member: at 360M its whole unit would not fit, a smaller one does
     assert predict.predicted_peak_mib(shapes.SHAPES["SmolLM2-360M"], "peer_torcheggroll", "float32") > 20_000
@@ -212,7 +216,8 @@ def test_the_largest_model_sentence_groups_methods_by_the_largest_shape_each_ran
     for shape in ("SmolLM2-135M", "Qwen2.5-1.5B"):
         write(shape, "lowrank", "ran", peak_rss_mib=2048.0, unit={"members": 16})
     write("SmolLM2-135M", "grpo_full", "ran", peak_rss_mib=16_384.0, unit={"prompts": 8})
-    write("Qwen2.5-1.5B", "grpo_full", "predicted not to fit", predicted_peak_mib=40_960.0)
+    write("Qwen2.5-1.5B", "grpo_full", "predicted not to fit", predicted_peak_mib=40_960.0,
+          smallest_unit={"prompts": 1}, predicted_peak_at_smallest_unit_mib=22_528.0)
     write("SmolLM2-135M", "peer_torcheggroll", "ran", peak_rss_mib=1.0)  # the peer is not a method of ours
     write("Qwen2.5-1.5B", "sft_lora", "ran", peak_rss_mib=6144.0, unit={"members": 2},
           smaller_unit="{'members': 2} instead of {'members': 16}: {'members': 4} did not fit: stopped at 21,000 MiB")
@@ -220,4 +225,4 @@ def test_the_largest_model_sentence_groups_methods_by_the_largest_shape_each_ran
         "On 2 cores of AMD EPYC with a memory limit of 20.0 GiB per cell, among the shapes measured so far: "
         "low-rank ES and LoRA SFT up to Qwen2.5-1.5B (1.39B parameters; peak 2.0-6.0 GiB, LoRA SFT only at 2 members); "
         "full-parameter GRPO up to SmolLM2-135M (0.13B parameters; peak 16.0 GiB; full-parameter GRPO at Qwen2.5-1.5B: "
-        "predicted to need 40.0 GiB).")
+        "predicted to need 40.0 GiB, 22.0 GiB at 1 prompt).")
