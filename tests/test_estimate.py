@@ -84,9 +84,6 @@ def test_the_workload_counts_each_methods_passes_copies_and_sequences():
     memory = memory_terms(full, SHAPE)
     assert memory["fp32 master copy"] == pytest.approx(SHAPE.parameters() * 4 / 2**20)
     assert time_terms(lowrank, SHAPE)["weight reads (GB)"] == pytest.approx(48 * SHAPE.parameters() * 4 / 1e9)
-    # decode step t of 48 attends over the 50-token prompt and t generated tokens, in each of 16 x 16 sequences
-    assert lowrank.attended_positions == full.attended_positions == 16 * 16 * sum(50 + t for t in range(1, 49))
-    assert grpo.attended_positions == 64 * sum(50 + t for t in range(1, 49))
     # autograd keeps hidden-size and MLP-width tensors per token and layer: a wider MLP keeps more
     wide = dataclasses.replace(SHAPE, intermediate_size=2 * SHAPE.intermediate_size)
     assert memory_terms(grpo, wide)["activations"] > memory_terms(grpo, SHAPE)["activations"]
@@ -117,10 +114,9 @@ def test_the_estimate_predicts_every_measured_cell_within_the_bounds():
 
 
 def test_every_term_is_needed_a_fit_without_any_one_is_worse():
-    """Dropped, every term makes the fit's worst error worse, and all but forward FLOPs break a bound: the study's
-    cells generate at one prompt batch, so decode's weight reads and attended positions explain most of what forward
-    FLOPs would (without them the worst time error rose by about a point on 28 cells); kept, as a larger batch adds
-    exactly that."""
+    """Dropped, every term makes the fit's worst error worse and breaks a bound. (A time term for the cached
+    positions each decode step attends over was needed on 31 cells and is gone: on 44 cells of five sizes it moved
+    the worst time error by 0.3 points under the worst-error fit, and least squares did better without it.)"""
     from bench.scaling import fit
 
     found = fit.rows()
@@ -131,8 +127,7 @@ def test_every_term_is_needed_a_fit_without_any_one_is_worse():
     for name in [*found[0]["memory"], *found[0]["time"]]:
         without = fit.worst(fit.errors(found, fit.fit_all(found, drop=name)))
         assert without[0] > memory + 0.005 or without[1] > seconds + 0.005, f"{name!r} is not needed by the cells"
-        if name != "forward (TFLOP)":
-            assert without[0] > fit.MEMORY_BOUND or without[1] > fit.TIME_BOUND, f"{name!r} breaks no bound"
+        assert without[0] > fit.MEMORY_BOUND or without[1] > fit.TIME_BOUND, f"{name!r} breaks no bound"
 
 
 def test_a_term_no_cell_has_measured_keeps_its_memory_prior_and_leaves_the_time_unpredicted():
@@ -140,8 +135,7 @@ def test_a_term_no_cell_has_measured_keeps_its_memory_prior_and_leaves_the_time_
 
     coefficients = {"memory": {**MEMORY_PRIORS}, "time": {"weight reads (GB)": 1.0, "layer passes (thousands)": 1.0,
                                                           "forward (TFLOP)": 1.0, "training (TFLOP)": None,
-                                                          "token distributions (G elements)": 1.0,
-                                                          "attention reads (G elements)": 1.0},
+                                                          "token distributions (G elements)": 1.0},
                     "unfitted": ["activations", "training (TFLOP)"], "reference_probe_s": 1.0}
     grpo = workload("grpo", GRPORunConfig.from_dict({**GRPO_QUICKSTART}), SHAPE, 50, "float32")
     result = estimate(grpo, SHAPE, coefficients)

@@ -104,11 +104,12 @@ def test_the_screen_predicts_the_arms_the_estimate_models_by_it_and_the_peer_fro
     by, fitted = predict.predicted_terms(shape, "grpo_lora", "float32", 0.5)
     cell_row = next(row for row in fit.errors(fit.rows(), model.load_coefficients())
                     if row["shape"] == "Qwen2.5-0.5B" and row["arm"] == "grpo_lora")
-    assert by == "evotune estimate" and round(sum(fitted.values())) == cell_row["predicted_mib"]
+    assert by == "evotune estimate" and abs(sum(fitted.values()) - cell_row["predicted_mib"]) <= 1
     by, fitted = predict.predicted_terms(shape, "generation", "float32", 0.5)  # the estimate models it: the baseline
     cell_row = next(row for row in fit.errors(fit.rows(), model.load_coefficients())
                     if row["shape"] == "Qwen2.5-0.5B" and row["arm"] == "generation")
-    assert by == "evotune estimate" and round(sum(fitted.values())) == cell_row["predicted_mib"]
+    # the screen's terms are rounded each to 0.1 MiB, the table's total to 1 MiB
+    assert by == "evotune estimate" and abs(sum(fitted.values()) - cell_row["predicted_mib"]) <= 1
     # the peer is not ours: the estimate does not model it
     assert predict.predicted_terms(shape, "peer_torcheggroll", "float32")[0] == "first principles"
     # a fit on fewer than three sizes has not told its per-parameter terms apart: first principles screen then

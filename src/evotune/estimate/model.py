@@ -76,15 +76,25 @@ def estimate(load: Workload, shape: ModelShape, coefficients: dict[str, Any] | N
 
 
 def fit(counted: list[dict[str, float]], measured: list[float], terms: list[str],
-        offsets: list[float] | None = None) -> dict[str, float]:
+        offsets: list[float] | None = None, worst: bool = False) -> dict[str, float]:
     """Non-negative coefficients of `terms` that minimize the squared relative error of sum(coefficient x count)
     (+ each row's `offset`: the terms held at fixed values) against `measured` over the rows (scipy's NNLS on rows
-    divided by their measured value)."""
+    divided by their measured value); with `worst`, the largest relative error instead (a linear program: the
+    promise a user reads is a worst case, and least squares trades one row's error for the others')."""
     import numpy as np
-    from scipy.optimize import nnls
+    from scipy.optimize import linprog, nnls
 
     matrix = np.array([[row.get(name, 0.0) for name in terms] for row in counted], dtype=float)
     target = np.array(measured, dtype=float)
     rest = target - np.array(offsets if offsets is not None else np.zeros_like(target), dtype=float)
-    solution, _ = nnls(matrix / target[:, None], rest / target)
-    return {name: float(value) for name, value in zip(terms, solution)}
+    scaled, goal = matrix / target[:, None], rest / target  # (rows, terms), (rows,)
+    if not worst:
+        return {name: float(value) for name, value in zip(terms, nnls(scaled, goal)[0])}
+    # variables: the coefficients and the bound t; minimize t subject to -t <= scaled @ c - goal <= t, c >= 0
+    rows, size = scaled.shape
+    bound = -np.ones((rows, 1))
+    found = linprog(np.r_[np.zeros(size), 1.0], A_ub=np.block([[scaled, bound], [-scaled, bound]]),
+                    b_ub=np.r_[goal, -goal], bounds=[(0, None)] * (size + 1))
+    if not found.success:
+        raise RuntimeError(f"the worst-error fit did not solve: {found.message}")
+    return {name: float(value) for name, value in zip(terms, found.x[:size])}

@@ -47,17 +47,6 @@ class Workload:
     # tokens and the log-probabilities its loss takes, SFT's cross-entropy (ES generates greedily: an argmax each).
     # Without it GRPO's steps at 135M were a third under the fit of every other cell (bench/scaling/fit.py --drop)
     distribution_tokens: int = 0
-    # generated tokens times the context each attends over, summed over every generated sequence: the KV cache read
-    # per decode step grows with the context. Without it low-rank ES's 128-sequence generate at 135M (30 layers) was
-    # a quarter slower than the fit of every other cell and its 64-sequence one at Qwen2.5-0.5B (24 layers, 2 KV
-    # heads) a fifth faster: forward FLOPs alone did not tell a wide batch from a long one
-    attended_positions: int = 0
-
-
-def attended(sequences: int, prompt_tokens: int, new_tokens: int) -> int:
-    """Positions attended over by `sequences` sequences generating `new_tokens` each after a `prompt_tokens` prompt:
-    step t (1..new) reads prompt + t cached positions."""
-    return sequences * (new_tokens * prompt_tokens + new_tokens * (new_tokens + 1) // 2)
 
 
 def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -82,8 +71,7 @@ def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) 
         kv_sequences=min(chunk, prompts) * together, sequence_tokens=prompt_tokens + new,
         forward_tokens=members * prompts * (prompt_tokens + new), trained_sequences=0, trained_tokens=0,
         fp32_master=space in ("full", "lowrank"), drift_copy=space in ("full", "lowrank") and config.log_drift,
-        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer,
-        attended_positions=attended(members * prompts, prompt_tokens, new))
+        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer)
 
 
 def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -99,8 +87,7 @@ def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str
         forward_tokens=completions * length, trained_sequences=completions // config.gradient_accumulation_steps,
         trained_tokens=completions * length, training_flops_per_token=4 if config.lora else 6,
         optimizer_bytes_per_trained=12 if not config.lora else 16,  # fp32 gradient + AdamW's two moments (+ fp32 LoRA)
-        distribution_tokens=completions * new + completions * length,
-        attended_positions=attended(completions, prompt_tokens, new))
+        distribution_tokens=completions * new + completions * length)
 
 
 def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
@@ -159,7 +146,4 @@ def time_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
             "layer passes (thousands)": load.passes * shape.num_hidden_layers / 1e3,
             "forward (TFLOP)": 2 * load.parameters * load.forward_tokens / 1e12,
             "training (TFLOP)": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
-            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9,
-            # keys and values read per decode step, expanded to every query head (grouped-query attention repeats them)
-            "attention reads (G elements)": load.attended_positions * shape.num_hidden_layers * 2
-            * shape.num_attention_heads * shape.head_dim / 1e9}
+            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9}
