@@ -18,7 +18,7 @@ def quoted_spans() -> list[tuple[str, str, str]]:
 
 def test_readme_and_docs_quote_the_main_results():
     names = {(path, name) for path, name, _ in quoted_spans()}
-    for name in ("quickstart", "matrix-readme-table", "hardware-status", "scaling-progress"):
+    for name in ("quickstart", "matrix-readme-table", "hardware-status", "scaling-largest"):
         assert ("README.md", name) in names, name
     assert ("docs/getting-started.md", "quickstart") in names
 

@@ -41,8 +41,8 @@ QUESTIONS = (
     Question("How does ES learn on a GPU against GRPO?", "gpu-learning-table",
              ("docs/guides/gpu.md", "docs/es-at-scale.md"), superseded_claims=("gpu-h200-grpo",),
              superseded=("held-out 26.6% -> 60.2%",)),
-    Question("What fits, and how does cost grow with the model?", "scaling-progress",
-             ("README.md", "docs/benchmarks/scaling.md")),
+    Question("What fits, and how does cost grow with the model?", "scaling-largest",
+             ("README.md", "docs/benchmarks/scaling.md"), superseded=("the study is in progress",)),
 )
 
 
