@@ -1,6 +1,6 @@
 """The scaling page's plots, from bench/results/scaling/ alone: peak memory and seconds per token against
 parameters, log-log, one colour per arm, each arm's fitted slope in the legend; a cell that did not fit (or was
-predicted not to) is an open x at the memory it reached or asked for.
+predicted not to) is an x at the memory it reached, or that its smallest unit was predicted to ask for.
 
     python -m bench.scaling.plots      # writes bench/results/scaling/memory.png and time.png
 """
@@ -39,13 +39,14 @@ def plot(kind: str, results: Path = RESULTS / DTYPE, output: Path | None = None)
             refused = [record for (_, name), record in records(results).items()
                        if name == arm and record["status"] != "ran"]
             axes.plot([record["parameters"] for record in refused],
-                      [(record.get("stopped_at_mib") or record["predicted_peak_mib"]) / 1024 for record in refused],
+                      [(record.get("stopped_at_mib") or record.get("predicted_peak_at_smallest_unit_mib")
+                        or record["predicted_peak_mib"]) / 1024 for record in refused],
                       "x", color=colours(index), markersize=9)
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("parameters (at SmolLM2's 49,152-token vocabulary)")
     axes.set_ylabel("peak RSS (GiB)" if kind == "memory" else "seconds per new token (SFT: per sequence)")
-    axes.set_title("Peak memory by model size (x: did not fit, at what it asked for)" if kind == "memory"
+    axes.set_title("Peak memory by model size (x: did not fit, at the least it asked for)" if kind == "memory"
                    else "Time per candidate- or completion-token by model size")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=7, loc="best")
