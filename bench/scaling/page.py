@@ -188,8 +188,8 @@ def peer(results: Path = RESULTS / DTYPE) -> str:
         if not theirs or not ours or ours["status"] != "ran":
             continue
         if theirs["status"] != "ran":
-            parts.append(f"at {shape}, low-rank ES ran in {ours['peak_rss_mib'] / 1024:.1f} GiB and the peer "
-                         f"{theirs['status']} ({_cell(theirs, None)})")
+            parts.append(f"at {shape}, low-rank ES ran in {ours['peak_rss_mib'] / 1024:.1f} GiB{_members(ours)} and "
+                         f"the peer {_why_not(theirs).replace('predicted to need', 'was predicted to need')}")
             continue
         parts.append(f"at {shape}, the peer took {theirs['peak_rss_mib'] / 1024:.1f} GiB{_members(theirs)} and "
                      f"{seconds_per_unit(theirs) * 1000:.1f} ms per candidate-token, low-rank ES "
