@@ -20,7 +20,7 @@ import yaml
 
 from .arms import ARMS, FRACTIONS, ITERATIONS, MAX_NEW_TOKENS, time_fraction, tokens_per_iteration, unit
 from .guard import run_guarded
-from .predict import predicted_peak_mib, predicted_terms
+from .predict import BYTES, predicted_peak_mib, predicted_terms
 from .shapes import SHAPES, Shape, build
 
 
@@ -92,9 +92,7 @@ DISK_COPIES = 3
 def check_disk(shape: Shape, dtype: str, work: Path) -> None:
     """Stops before a cell whose run could fill the disk midway (its saved weights written after the timed steps, so
     the minutes spent would record nothing): the error says how much to free."""
-    import torch
-
-    needed = DISK_COPIES * shape.parameters() * torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    needed = DISK_COPIES * shape.parameters() * BYTES[dtype]
     existing = next(parent for parent in (work, *work.parents) if parent.exists())
     free = shutil.disk_usage(existing).free
     if free < needed:

@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .arms import ARMS
+from .arms import ARMS, time_fraction
 from .run import DTYPE, RESULTS
 from .shapes import SHAPES
 
@@ -116,9 +116,8 @@ def largest(results: Path = RESULTS / DTYPE) -> str:
         peaks = sorted(found[(shape, arm)]["peak_rss_mib"] / 1024 for arm in arms)
         said = (f"{labels} up to {shape} ({SHAPES[shape].parameters() / 1e9:.2f}B parameters; peak "
                 + (f"{peaks[0]:.1f}" if peaks[0] == peaks[-1] else f"{peaks[0]:.1f}-{peaks[-1]:.1f}") + " GiB")
-        smaller = [arm for arm in arms if found[(shape, arm)].get("did_not_fit_at")
-                   or "did not fit" in found[(shape, arm)].get("smaller_unit", "")
-                   or "predicted to take" in found[(shape, arm)].get("smaller_unit", "")]
+        smaller = [arm for arm in arms  # below what the shape's size allows: cut for memory (cell.run_cell)
+                   if found[(shape, arm)].get("fraction_of_unit", 1.0) < time_fraction(SHAPES[shape].parameters())]
         for arm in smaller:  # a unit cut for memory, not for time, is part of what fits
             said += f", {ARMS[arm]['short']} only at {_unit(found[(shape, arm)]['unit'])}"
         bigger = sorted((name for name in CPU_SHAPES if SHAPES[name].parameters() > SHAPES[shape].parameters()),
@@ -189,7 +188,7 @@ def peer(results: Path = RESULTS / DTYPE) -> str:
             continue
         if theirs["status"] != "ran":
             parts.append(f"at {shape}, low-rank ES ran in {ours['peak_rss_mib'] / 1024:.1f} GiB{_members(ours)} and "
-                         f"the peer {_why_not(theirs).replace('predicted to need', 'was predicted to need')}")
+                         f"the peer was {_why_not(theirs)}")
             continue
         parts.append(f"at {shape}, the peer took {theirs['peak_rss_mib'] / 1024:.1f} GiB{_members(theirs)} and "
                      f"{seconds_per_unit(theirs) * 1000:.1f} ms per candidate-token, low-rank ES "

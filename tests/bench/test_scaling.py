@@ -220,7 +220,7 @@ def test_the_largest_model_sentence_groups_methods_by_the_largest_shape_each_ran
     write("Qwen2.5-1.5B", "grpo_full", "predicted not to fit", predicted_peak_mib=40_960.0,
           smallest_unit={"prompts": 1}, predicted_peak_at_smallest_unit_mib=22_528.0)
     write("SmolLM2-135M", "peer_torcheggroll", "ran", peak_rss_mib=1.0)  # the peer is not a method of ours
-    write("Qwen2.5-1.5B", "sft_lora", "ran", peak_rss_mib=6144.0, unit={"members": 2},
+    write("Qwen2.5-1.5B", "sft_lora", "ran", peak_rss_mib=6144.0, unit={"members": 2}, fraction_of_unit=0.125,
           smaller_unit="{'members': 2} instead of {'members': 16}: {'members': 4} did not fit: stopped at 21,000 MiB")
     assert page.largest(tmp_path) == (
         "On 2 cores of AMD EPYC with a memory limit of 20.0 GiB per cell, among the shapes measured so far: "
