@@ -20,6 +20,7 @@ from .config.checks import resolve_device
 from .config.parts import without_unread_keys
 from .config.train import TrainConfig
 from .distributed.base import Evaluator, Replica
+from .files.reward_paths import shipped
 from .optimizers import make_optimizer
 from .spaces import Space
 from .strategies import STRATEGIES, Strategy
@@ -148,12 +149,14 @@ def in_process_evaluator(config: TrainConfig, replica: Replica, state_fn: Any, d
 def ray_evaluator(config: TrainConfig, replica: Replica, state_fn: Any, driver_reservation: Any) -> Evaluator:
     from .distributed.ray import RayEvaluator
 
-    return RayEvaluator(ReplicaFactory(config.to_dict()), config.workers, state_fn, address=config.ray_address,
+    # A reward module beside the config travels to the actors' nodes with Ray's runtime_env, imported there by name
+    names, py_modules = shipped(config.reward_fns)
+    return RayEvaluator(ReplicaFactory({**config.to_dict(), "reward_fns": names}), config.workers, state_fn, address=config.ray_address,
                         checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
                         num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
                         driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint,
                         shards=config.prompt_shards, straggler_factor=config.straggler_factor,
-                        timeout=config.ray_timeout)
+                        timeout=config.ray_timeout, py_modules=py_modules)
 
 
 EVALUATORS = {"local": in_process_evaluator, "ray": ray_evaluator}  # `distributed` -> how the population is scored

@@ -139,7 +139,19 @@ def read_config_values(path: str | Path | None, overrides: list[str] | None = No
         if not loaded:
             raise ConfigError(f"{path} holds no config keys; add some (`evotune keys` lists them), or pass no "
                               "config file for the quickstart's settings.")
-        values.update(loaded)
+        values.update(resolve_reward_fns_key(loaded, path.parent))
         source = str(path)
-    values.update(parse_overrides(overrides or []))
+    values.update(resolve_reward_fns_key(parse_overrides(overrides or []), path.parent if path else None))
     return values, source
+
+
+def resolve_reward_fns_key(values: dict[str, Any], config_dir: Path | None) -> dict[str, Any]:
+    """`values` with each `reward_fns` entry that names a local module (beside the config, config_dir, or in the
+    current folder) rewritten as that file's absolute path (files/reward_paths.py): config.yaml then names the file
+    that scored the run, found again from any folder."""
+    from ..files.reward_paths import resolve_reward_spec  # file-system lookups only; no torch, nothing imported
+
+    specs = values.get("reward_fns")
+    if not isinstance(specs, list):
+        return values  # absent, or not a list: the config's checks name what to write
+    return {**values, "reward_fns": [resolve_reward_spec(spec, config_dir) for spec in specs]}

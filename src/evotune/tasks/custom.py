@@ -13,32 +13,33 @@ from __future__ import annotations
 import importlib
 import inspect
 import random
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 from ..errors import ConfigError
 from .base import RewardFn, Task
 from .data import load_prompt_rows
+from ..files.reward_paths import is_file_form, module_name_of, resolve_reward_spec, split_spec
 
 
-def import_reward_fn(path: str) -> RewardFn:
-    """The callable at ``package.module:function`` or ``package.module.function``."""
+def import_reward_fn(path: str, config_dir: Path | None = None) -> RewardFn:
+    """The callable at `module:function`, `module.function` or `path/to/file.py:function`, the module looked up in
+    the config's folder (config_dir), the current folder, then the installed packages and PYTHONPATH
+    (files/reward_paths.py)."""
     if not isinstance(path, str) or not path.strip():
         raise ConfigError(f"reward function {path!r} is not an import path; write `package.module:function`.")
     path = path.strip()
-    if ":" in path:
-        module_name, _, attribute = path.partition(":")
+    resolved = resolve_reward_spec(path, config_dir)
+    module_name, attribute = split_spec(resolved)
+    if is_file_form(module_name):
+        folder, module_name = module_name_of(Path(module_name))
+        _refuse_system_target(path, module_name)
+        module = _import_from(path, folder, module_name)
     else:
-        module_name, _, attribute = path.rpartition(".")
-    if not module_name or not attribute:
-        raise ConfigError(f"reward function {path!r} is not an import path; write `package.module:function` "
-                          f"(e.g. `my_rewards:length_reward`).")
-    _refuse_system_target(path, module_name)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - ImportError or an error raised while importing the module
-        raise ConfigError(f"reward function {path!r}: importing module {module_name!r} failed with "
-                          f"{type(exc).__name__}: {exc}. The module must be importable: put its folder on "
-                          f"PYTHONPATH or install its package.") from exc
+        _refuse_system_target(path, module_name)
+        module = _import_installed(path, module_name)
     target: object = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -58,6 +59,31 @@ def import_reward_fn(path: str) -> RewardFn:
 SYSTEM_MODULES = frozenset({"builtins", "os", "posix", "nt", "subprocess", "sys", "shutil", "importlib", "runpy",
                             "pty", "socket", "ctypes", "multiprocessing", "signal", "pickle", "marshal", "code",
                             "codeop", "webbrowser", "pdb", "platform", "asyncio", "threading", "_thread"})
+
+
+def _import_from(spec: str, folder: Path, module_name: str) -> ModuleType:
+    """`module_name` imported with `folder` first on sys.path, as `python script.py` puts the script's folder (kept
+    there, so the module's own imports of files beside it work as they would in that script)."""
+    loaded = sys.modules.get(module_name)
+    if loaded is not None and getattr(loaded, "__file__", None) and \
+            not Path(loaded.__file__).resolve().is_relative_to(folder):
+        raise ConfigError(f"reward function {spec!r}: a module `{module_name}` from {loaded.__file__} is already "
+                          f"imported, so {folder} cannot provide another; rename your file.")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return _import_installed(spec, module_name)
+
+
+def _import_installed(spec: str, module_name: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - ImportError or an error raised while importing the module
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+            raise ConfigError(f"reward function {spec!r}: no module `{module_name}` in the config's folder, the current "
+                              f"folder ({Path.cwd()}) or the installed packages; put your reward file beside the config (or name the "
+                              "file: `path/to/my_rewards.py:function`), or install its package.") from exc
+        raise ConfigError(f"reward function {spec!r}: importing module {module_name!r} failed with "
+                          f"{type(exc).__name__}: {exc}") from exc
 
 
 def _refuse_system_target(path: str, module_name: str) -> None:

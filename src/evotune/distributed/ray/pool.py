@@ -37,11 +37,12 @@ class RayEvaluator(UnitEvaluator):
                  address: str | None = None, checksum_every: int = 10, num_cpus: float = 1, num_gpus: float = 0,
                  driver_checksum: Callable[[], str] | None = None, driver_reservation: Any = None,
                  driver_fingerprint: Callable[[], str] | None = None, shards: int | None = None,
-                 straggler_factor: float = 0.0, timeout: float = 30.0):
+                 straggler_factor: float = 0.0, timeout: float = 30.0, py_modules: list[str] | None = None):
         """driver_reservation: reserve_driver_gpus' holder, released by close(); driver_fingerprint: which noise
         the driver's replica draws (Space.noise_fingerprint), checked against every actor's at start; shards and
         straggler_factor: see UnitEvaluator; timeout: the cluster must answer within it, and every worker find room
-        within 10 times it."""
+        within 10 times it; py_modules: local files or package folders every actor imports from (a reward module
+        beside the config), shipped by Ray's runtime_env to whichever node the actor runs on."""
         super().__init__(num_workers, shards, straggler_factor)
         self.driver_fingerprint = driver_fingerprint
         self.local = not (address or os.environ.get("RAY_ADDRESS"))
@@ -56,7 +57,7 @@ class RayEvaluator(UnitEvaluator):
         self.driver_checksum = driver_checksum
         # SPREAD: one actor per node before two on any, so a lost node takes as few units as possible
         self.actor_class = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(ReplicaWorker).options(
-            scheduling_strategy="SPREAD")
+            scheduling_strategy="SPREAD", **({"runtime_env": {"py_modules": py_modules}} if py_modules else {}))
         self.num_threads = max(1, int(num_cpus))
         self.workers: list[Any] = []
         self.starting: dict[Any, Any] = {}  # ready() reference -> a replacement actor not yet ready
