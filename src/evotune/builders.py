@@ -151,7 +151,8 @@ def ray_evaluator(config: TrainConfig, replica: Replica, state_fn: Any, driver_r
 
     # A reward module beside the config travels to the actors' nodes with Ray's runtime_env, imported there by name
     names, py_modules = shipped(config.reward_fns)
-    return RayEvaluator(ReplicaFactory({**config.to_dict(), "reward_fns": names}), config.workers, state_fn, address=config.ray_address,
+    factory = ReplicaFactory({**config.to_dict(), "reward_fns": names})
+    return RayEvaluator(factory, config.workers, state_fn, address=config.ray_address,
                         checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
                         num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,
                         driver_reservation=driver_reservation, driver_fingerprint=replica.space.noise_fingerprint,

@@ -142,10 +142,12 @@ def _sft(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models
+    from ..evaluation.generation import eval_budget
 
-    output = Path(args.output or f"evotune-eval-{args.task}.json")
+    models, task_name, task_kwargs, split_seed, (budget, trained_budget) = _eval_target(args)
+    output = Path(args.output or f"evotune-eval-{task_name}.json")
     plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)
-    options = EvalOptions(max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=resolve_device(args.device),
+    options = EvalOptions(max_new_tokens=budget, dtype=args.dtype, device=resolve_device(args.device),
                           seed=args.seed, num_samples=args.num_samples, temperature=args.temperature,
                           top_p=args.top_p, kl_reference=args.kl_reference, samples_path=args.samples,
                           plot_path=plot, quantization=args.quantization)
@@ -154,15 +156,44 @@ def _eval(args: argparse.Namespace) -> int:
     for flag, path in (("--output", output), ("--samples", args.samples), ("--plot", plot)):
         if path:
             check_writable_file(Path(path), flag)
-    task = get_task(args.task, seed=args.seed, num_eval=args.num_eval, dataset=args.dataset,
-                    eval_dataset=args.eval_dataset, **parse_overrides(args.task_arg, "--task-arg", "digits=3"))
-    reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in args.model else []
-    models = args.model + reference  # the reference is a row of the table too (KL 0)
-    results = evaluate_models(models, task, options, load_for_eval, eval_quantization)
-    print(format_table(results))
+    task = get_task(task_name, seed=split_seed, **task_kwargs)
+    if budget is None and trained_budget:  # the budget of the run's own evaluations, as training scored them
+        options = dataclasses.replace(options, max_new_tokens=eval_budget(task, trained_budget))
+    reference = [args.kl_reference] if args.kl_reference and args.kl_reference not in models else []
+    results = evaluate_models(models + reference, task, options, load_for_eval, eval_quantization)
+    print(format_table(results))  # the reference is a row of the table too (KL 0)
     output.write_text(dumps_strict(results, indent=2))  # null, never NaN: strict JSON
     print(f"wrote {output}" + (f" and {plot}" if plot else ""), file=sys.stderr)
     return 0
+
+
+def _eval_target(args: argparse.Namespace) -> tuple[list[str], str, dict[str, Any], int, tuple[int | None, int | None]]:
+    """(models, task, its arguments, the held-out split's seed, (the token budget or None for the task's own, the
+    run's training budget, which the run's own evaluations never went below)) of an
+    `evotune eval`: RUN_DIR's own task, data, rewards, split and budget from its config.yaml, each replaced by a flag
+    that gives another; without RUN_DIR, the flags alone."""
+    run = read_run_config(Path(args.run), "evotune eval RUN_DIR") if args.run else {}
+    models = ([args.run] if args.run else []) + args.model
+    if not models:
+        raise ConfigError("evotune eval needs what to score: a run directory (evotune eval runs/my_task) or --model "
+                          "MODEL with --task TASK.")
+    given_data = args.task or args.dataset or args.reward_fn
+    task_name = args.task or ("custom" if args.reward_fn else run.get("task"))
+    if task_name is None:
+        raise ConfigError("evotune eval --model needs --task (arithmetic, gsm8k, ..., or custom with --dataset and "
+                          "--reward-fn), or a run directory to take its task from.")
+    own = run if not given_data or task_name == run.get("task") else {}  # another task: none of the run's data
+    task_kwargs = {**(own.get("task_args") or {}), **parse_overrides(args.task_arg, "--task-arg", "digits=3")}
+    # a flag, else the same key as a --task-arg (the older spelling), else the run's own
+    given = {"dataset": args.dataset, "eval_dataset": args.eval_dataset, "num_eval": args.num_eval,
+             "reward_fns": args.reward_fn or None, "reward_weights": None}
+    for key, value in given.items():
+        task_kwargs[key] = value if value is not None else task_kwargs.get(key, own.get(key) or None)
+    if args.reward_fn:  # the run's weights belong to the run's rewards
+        task_kwargs["reward_weights"] = None
+    split_seed = own.get("data_seed") if own.get("data_seed") is not None else own.get("seed", args.seed)
+    budget = args.max_new_tokens if args.max_new_tokens is not None else own.get("eval_max_new_tokens")
+    return models, task_name, task_kwargs, split_seed, (budget, own.get("max_new_tokens"))
 
 
 def _require_output_dir(args: argparse.Namespace) -> str:

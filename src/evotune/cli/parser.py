@@ -157,14 +157,23 @@ def _add_train_and_sft(commands: Any) -> None:
 
 def _add_eval(commands: Any) -> None:
     """`evotune eval`: one or more models scored on a task."""
-    evaluate = _add_command(commands, "eval", "evaluate one or more models on a task", """
+    evaluate = _add_command(commands, "eval", "evaluate a run, or one or more models, on a task", """
+        evotune eval runs/my_task
         evotune eval --model smollm2-135m-instruct --model runs/arith --task arithmetic --num-eval 512
+        evotune eval --model runs/my_task --dataset data/my_prompts.jsonl --reward-fn my_rewards:exact_match
         evotune eval --model runs/conc --task conciseness --kl-reference smollm2-135m-instruct""")
-    evaluate.add_argument("--model", action="append", required=True,
+    evaluate.add_argument("run", nargs="?", metavar="RUN_DIR",
+                          help="a run directory, scored on its own task, dataset, rewards and held-out split (its "
+                               "config.yaml); --model adds rows, --task and the data flags score it on another task")
+    evaluate.add_argument("--model", action="append", default=[],
                           help="alias, model dir, .gguf, hub id, adapter, run dir or run checkpoint/ (repeatable)")
-    evaluate.add_argument("--task", required=True, help="built-in task name (arithmetic, gsm8k, ...) or custom")
+    evaluate.add_argument("--task", help="built-in task name (arithmetic, gsm8k, ...) or custom (default: RUN_DIR's "
+                                         "task; custom when --reward-fn is given)")
     evaluate.add_argument("--task-arg", action="append", default=[], metavar="KEY=VALUE",
                           help="a task argument, as the config's task_args (repeatable), e.g. digits=3")
+    evaluate.add_argument("--reward-fn", action="append", default=[], metavar="MODULE:FUNCTION",
+                          help="custom: a reward function with TRL's signature (repeatable), looked up in the current "
+                               "folder, then the installed packages; or path/to/file.py:function")
     evaluate.add_argument("--num-eval", type=int, default=None,
                           help="held-out prompts to score (default: the task's own evaluation set size)")
     add_cli_options(evaluate)  # --max-new-tokens, --dtype, --device, --seed, --num-samples, ...: EvalOptions'

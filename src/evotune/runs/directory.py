@@ -49,24 +49,28 @@ RESUMABLE_KEYS = ("iterations", "max_training_seconds", "eval_every", "eval_max_
                   "retention_kl", "prefetch_candidates", "ray_timeout")
 
 
-def read_run_config(output_dir: Path) -> dict[str, Any]:
-    """The raw values of a run's config.yaml (the resolved config it was started with)."""
+def read_run_config(output_dir: Path, flag: str = "--resume") -> dict[str, Any]:
+    """The raw values of a run's config.yaml (the resolved config it was started with); flag: what asks for it, named
+    in the errors (--resume, or `evotune eval RUN_DIR`)."""
     path = Path(output_dir) / "config.yaml"
     if not path.exists():
         left = [name for name in existing_artifacts(Path(output_dir)) if name != "config.yaml"]
-        if left:  # one way forward each: the record back, or the run replaced (a new run alone would be refused)
+        if left and flag == "--resume":  # one way forward each: the record back, or the run replaced
             raise ConfigError(f"--resume: {path} is gone, though {output_dir} holds a run's {', '.join(left)}: put "
                               "back the config.yaml the run wrote to resume it, or start it again over them with "
                               "--overwrite (without --resume).")
-        raise ConfigError(f"--resume: {path} does not exist, so {output_dir} is not an evotune run directory; "
-                          "start a new run without --resume.")
+        if flag == "--resume":
+            raise ConfigError(f"--resume: {path} does not exist, so {output_dir} is not an evotune run directory; "
+                              "start a new run without --resume.")
+        raise ConfigError(f"{flag}: {path} does not exist, so {output_dir} is not an evotune run directory; give a "
+                          "run's directory, or score a model with --model MODEL --task TASK.")
     try:
         values = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--resume: {path} is not valid YAML ({exc}); it was damaged after the run wrote "
+        raise ConfigError(f"{flag}: {path} is not valid YAML ({exc}); it was damaged after the run wrote "
                           "it.") from exc
     if not isinstance(values, dict):
-        raise ConfigError(f"--resume: {path} does not hold a mapping of config keys; it was damaged.")
+        raise ConfigError(f"{flag}: {path} does not hold a mapping of config keys; it was damaged.")
     return values
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import ConfigError
+from ..files.reward_paths import is_file_form, module_name_of, resolve_reward_spec, split_spec
 from .base import RewardFn, Task
 from .data import load_prompt_rows
-from ..files.reward_paths import is_file_form, module_name_of, resolve_reward_spec, split_spec
 
 
 def import_reward_fn(path: str, config_dir: Path | None = None) -> RewardFn:
@@ -79,9 +79,10 @@ def _import_installed(spec: str, module_name: str) -> ModuleType:
         return importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - ImportError or an error raised while importing the module
         if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
-            raise ConfigError(f"reward function {spec!r}: no module `{module_name}` in the config's folder, the current "
-                              f"folder ({Path.cwd()}) or the installed packages; put your reward file beside the config (or name the "
-                              "file: `path/to/my_rewards.py:function`), or install its package.") from exc
+            raise ConfigError(f"reward function {spec!r}: no module `{module_name}` in the config's folder, the "
+                              f"current folder ({Path.cwd()}) or the installed packages; put your reward file beside "
+                              "the config (or name the file: `path/to/my_rewards.py:function`), or install its "
+                              "package.") from exc
         raise ConfigError(f"reward function {spec!r}: importing module {module_name!r} failed with "
                           f"{type(exc).__name__}: {exc}") from exc
 
