@@ -11,6 +11,7 @@ fresh one, and evolve only that adapter; the base weights are never written.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,9 +94,14 @@ class ReplicaFactory:
     own with exactly the driver's builder (and backend: hf or a vLLM engine per actor)."""
 
     config: dict[str, Any]
+    # reward_fns by module name where Ray shipped their files (files/reward_paths.shipped), else ()
+    shipped_reward_fns: tuple[Any, ...] = ()
 
     def __call__(self) -> Replica:
         config = TrainConfig.from_dict(self.config)
+        if self.shipped_reward_fns:  # Ray's copy where it shipped one (another node), else the file itself
+            config.reward_fns = [name if isinstance(name, str) and importlib.util.find_spec(name.split(":")[0].split(
+                ".")[0]) is not None else path for name, path in zip(self.shipped_reward_fns, config.reward_fns)]
         backend = load_backend(config, resolve_device(config.device))
         return Replica(build_task(config), backend, build_space(config, backend), config.max_new_tokens)
 
@@ -123,7 +129,7 @@ def reserve_driver_gpus(config: TrainConfig) -> tuple[Any, str | None]:
 
     return reserve_for_driver(gpus, config.ray_address, config.ray_timeout,
                               engine=backend_class(config.backend).engine_processes,
-                              device=resolve_device(config.device))
+                              device=resolve_device(config.device), py_modules=shipped(config.reward_fns)[1])
 
 
 def build_evaluator(config: TrainConfig, replica: Replica, state_fn: Any = None,
@@ -151,7 +157,7 @@ def ray_evaluator(config: TrainConfig, replica: Replica, state_fn: Any, driver_r
 
     # A reward module beside the config travels to the actors' nodes with Ray's runtime_env, imported there by name
     names, py_modules = shipped(config.reward_fns)
-    factory = ReplicaFactory({**config.to_dict(), "reward_fns": names})
+    factory = ReplicaFactory(config.to_dict(), shipped_reward_fns=tuple(names))
     return RayEvaluator(factory, config.workers, state_fn, address=config.ray_address,
                         checksum_every=config.checksum_every, num_cpus=config.worker_num_cpus,
                         num_gpus=replica_num_gpus(config), driver_checksum=replica.space.checksum,

@@ -26,17 +26,21 @@ def machine_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def connect(address: str | None, timeout: float = 30.0) -> Any:
+def connect(address: str | None, timeout: float = 30.0, py_modules: list[str] | None = None) -> Any:
     """Ray, initialized once: the cluster at `address` (or $RAY_ADDRESS), else a local instance with this
     machine's cores (and the GPUs Ray finds). "local" is explicit because a bare ray.init() joins any cluster
     that `ray start` left running on this machine. Joining a cluster is bounded by `timeout` seconds, and every
-    failure is one line naming the address, what was tried and what to check."""
+    failure is one line naming the address, what was tried and what to check. py_modules: local files or package
+    folders (a reward module beside the config) that Ray ships to every worker of the job, on any node (Ray takes
+    local paths only at the job's start, so a Ray this process already joined ships nothing)."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
+    runtime_env = {"runtime_env": {"py_modules": py_modules}} if py_modules else {}
     address = address or os.environ.get("RAY_ADDRESS")
     if not address or address == "local":
-        ray.init(address="local", include_dashboard=False, logging_level="ERROR", num_cpus=machine_cpus())
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", num_cpus=machine_cpus(),
+                 **runtime_env)
         return ray
     source = "`ray_address`" if address != os.environ.get("RAY_ADDRESS") else "$RAY_ADDRESS"
     try:  # every route to an address (the config, $RAY_ADDRESS, sweep --ray-address) passes the config's check
@@ -45,7 +49,7 @@ def connect(address: str | None, timeout: float = 30.0) -> Any:
         raise ConfigError(str(error).replace("`ray_address`", source, 1)) from None
     if address != "auto":
         _probe(address, source, timeout)
-    _init_bounded(ray, address, source, timeout)
+    _init_bounded(ray, address, source, timeout, runtime_env)
     return ray
 
 
@@ -81,7 +85,7 @@ def _probe(address: str, source: str, timeout: float) -> None:
                           "Ray instance.") from None
 
 
-def _init_bounded(ray: Any, address: str, source: str, timeout: float) -> None:
+def _init_bounded(ray: Any, address: str, source: str, timeout: float, runtime_env: dict[str, Any]) -> None:
     """ray.init on a thread, waited for at most `timeout` seconds."""
     import threading
 
@@ -89,7 +93,7 @@ def _init_bounded(ray: Any, address: str, source: str, timeout: float) -> None:
 
     def init() -> None:
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR")
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", **runtime_env)
             outcome["error"] = None
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = error
@@ -131,10 +135,12 @@ class GPUReservation:
         return import_ray().get_runtime_context().get_assigned_resources().get("GPU", 0.0)
 
 
-def reserve_driver_gpus(num_gpus: float, address: str | None, timeout: float = 30.0) -> tuple[Any, list[str]]:
+def reserve_driver_gpus(num_gpus: float, address: str | None, timeout: float = 30.0,
+                        py_modules: list[str] | None = None) -> tuple[Any, list[str]]:
     """Book `num_gpus` GPUs of the driver's node for the driver's replica; returns (the holding actor, the GPU
-    ids Ray gave it). Keep the actor alive for as long as the driver's engine runs (ray.kill releases them)."""
-    ray = connect(address, timeout)
+    ids Ray gave it). Keep the actor alive for as long as the driver's engine runs (ray.kill releases them).
+    py_modules: connect's, as this joins Ray before the pool does."""
+    ray = connect(address, timeout, py_modules)
     free = ray.available_resources().get("GPU", 0.0)
     if free < num_gpus:
         raise ConfigError(f"the driver's own engine needs {num_gpus:g} GPUs and Ray has {free:g} free; free some, "
@@ -148,12 +154,12 @@ def reserve_driver_gpus(num_gpus: float, address: str | None, timeout: float = 3
 
 
 def reserve_for_driver(num_gpus: float, address: str | None, timeout: float, engine: bool,
-                       device: str) -> tuple[Any, str | None]:
+                       device: str, py_modules: list[str] | None = None) -> tuple[Any, str | None]:
     """Book the driver replica's GPUs (reserve_driver_gpus) and point its model at them: a vLLM engine through
     CUDA_VISIBLE_DEVICES, which its processes read when they start; an hf model in this process, where CUDA may
     already be initialised, by naming the device. Returns (the reservation, the hf model's device or None)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    holder, ids = reserve_driver_gpus(num_gpus, address, timeout)
+    holder, ids = reserve_driver_gpus(num_gpus, address, timeout, py_modules)
     if engine:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
         return holder, None

@@ -46,7 +46,7 @@ class RayEvaluator(UnitEvaluator):
         super().__init__(num_workers, shards, straggler_factor)
         self.driver_fingerprint = driver_fingerprint
         self.local = not (address or os.environ.get("RAY_ADDRESS"))
-        self.ray = ray = connect(address, timeout)
+        self.ray = ray = connect(address, timeout, py_modules)
         self.num_cpus = num_cpus
         self.start_timeout = 10 * timeout
         self.driver_reservation = driver_reservation
@@ -57,7 +57,7 @@ class RayEvaluator(UnitEvaluator):
         self.driver_checksum = driver_checksum
         # SPREAD: one actor per node before two on any, so a lost node takes as few units as possible
         self.actor_class = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(ReplicaWorker).options(
-            scheduling_strategy="SPREAD", **({"runtime_env": {"py_modules": py_modules}} if py_modules else {}))
+            scheduling_strategy="SPREAD")
         self.num_threads = max(1, int(num_cpus))
         self.workers: list[Any] = []
         self.starting: dict[Any, Any] = {}  # ready() reference -> a replacement actor not yet ready
