@@ -63,7 +63,9 @@ def test_parameter_shapes_and_linear_weights_come_from_the_config_alone(tiny_mod
 def test_build_space_gives_the_configured_space_and_optimizer(tiny_model_dir, space, kind, optimizer):
     backend = HFBackend.load(tiny_model_dir, "float32", "cpu")
     plain = backend.model
-    reads = {"lowrank": {"perturbation_rank": 2}, "svd_lora": {"singular_value_fraction": 0.5}}.get(space, {})
+    # svd_lora under openes (essa's own default strategy is cma, which has no learning rate)
+    reads = {"lowrank": {"perturbation_rank": 2}, "svd_lora": {"singular_value_fraction": 0.5,
+                                                               "strategy": "openes"}}.get(space, {})
     built = build_space(config(tiny_model_dir, space=space, optimizer=optimizer, learning_rate=0.25, **reads),
                         backend)
     assert type(built) is kind

@@ -89,7 +89,9 @@ QUIET_WARNINGS = (
     r"TRL currently supports vLLM versions",  # trl's range check, against the vLLM evotune pins for its engine
     r".*is deprecated and will be removed in v6",  # transformers' FutureWarnings raised by TRL's and PEFT's calls
 )
-QUIET_LOGGERS = ("bitsandbytes",)  # "Failed to load CPU gemm_4bit_forward from kernels-community" at its import
+# bitsandbytes: "Failed to load CPU gemm_4bit_forward from kernels-community" at its import; kernels (0.19): "Skipping
+# publisher trust check for 'kernels-community/quantization-bitsandbytes' because Hugging Face Hub is in offline mode"
+QUIET_LOGGERS = ("bitsandbytes", "kernels")
 
 
 def quiet_third_party(verbose: bool = False) -> None:

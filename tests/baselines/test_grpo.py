@@ -39,7 +39,7 @@ def test_grpo_run_writes_the_same_contract_as_train(tiny_model_dir, tmp_path, ca
     assert sum(p.numel() for p in base.parameters()) > 0
 
     assert main(["compare", str(run), "--output-dir", str(tmp_path / "cmp")]) == 0  # evotune's tools read it
-    assert "grpo | 1 |" in capsys.readouterr().out
+    assert "grpo-lora | 1 |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("override, message", [("num_generations=1", "at least 2"), ("loss_type=ppo", "loss_type"),

@@ -17,10 +17,11 @@ def write_run(directory, config) -> str:
 
 def test_each_commands_run_is_read_with_its_own_config(tmp_path):
     train, command = run_config(write_run(tmp_path / "train", TrainConfig.from_dict(QUICKSTART)))
-    assert command == "train" and isinstance(train, TrainConfig) and train.sigma == QUICKSTART["sigma"]
+    assert command == "train" and isinstance(train, TrainConfig)
+    assert train.sigma == TrainConfig.from_dict(QUICKSTART).sigma == 2e-3  # lowrank-es's own
     grpo, command = run_config(write_run(tmp_path / "grpo", GRPORunConfig.from_dict(GRPO_QUICKSTART)))
     assert command == "grpo" and isinstance(grpo, GRPORunConfig)
-    assert grpo.learning_rate == GRPO_QUICKSTART["learning_rate"] and grpo.temperature == 0.7
+    assert grpo.learning_rate == 1e-3 and grpo.temperature == 0.7  # grpo-lora's own defaults
     for config, name in ((train, "train"), (grpo, "grpo")):  # every recorded setting is a key of its command
         assert all(hasattr(config, key) for key in RECORDED[name])
 

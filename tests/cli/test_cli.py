@@ -35,13 +35,14 @@ def test_train_smoke_run_with_overrides(tiny_model_dir, tmp_path, capsys):
     assert (run / "final" / "config.json").exists()
     captured = capsys.readouterr()
     assert "eval/reward" in json.loads(captured.out)
-    # the config file leaves noise (and task, ...) to evotune's defaults: the note names where they part from the
-    # quickstart, and not the keys the file or --set gave
-    note = " ".join(line for line in captured.err.splitlines() if "evotune: note:" in line)
-    assert "noise='gaussian' (quickstart: 'rademacher')" in note and "sigma=" not in note and "iterations" not in note
+    # the config file makes full-es (its default space) and leaves noise to that method's own default: the line names
+    # the method, and no other method's defaults are weighed against it
+    note = " ".join(captured.err.split())
+    assert "evotune: method full-es: keys the config leaves out take its defaults" in note and "quickstart" not in note
+    assert resolved["method"] == "full-es" and resolved["noise"] == "rademacher"
     # a finished run can be extended with --resume
     assert main(["train", config, "--output-dir", str(run), "--set", "iterations=4", "--resume"]) == 0
-    assert "evotune: note:" not in capsys.readouterr().err  # a resume keeps the run's own config
+    assert "evotune: method" not in capsys.readouterr().err  # a resume keeps the run's own config
     assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["iteration"] == 4
 
 

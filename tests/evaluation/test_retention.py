@@ -157,7 +157,7 @@ def test_compare_shows_each_methods_final_retention_with_its_seeds(tmp_path, cap
     assert any("grpo" in note and "retain/ifeval/kl" in note for note in result["notes"])
     for text in (printed, (tmp_path / "out" / "compare.md").read_text()):
         assert "| es | ifeval/reward | 0.35 | [0.400, 0.300] | 0.07071 |" in text
-        assert "| grpo | ifeval/kl | - | - | - |" in text
+        assert "| grpo-lora | ifeval/kl | - | - | - |" in text
 
 
 def test_sft_logs_retention_before_and_after_its_steps(tiny_model_dir, tmp_path):

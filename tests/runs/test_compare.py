@@ -81,7 +81,7 @@ def test_compare_real_runs_from_the_cli(tiny_model_dir, tmp_path, capsys):
         runs.append(str(tmp_path / f"{space}{seed}"))
     assert main(["compare", *runs, "--output-dir", str(tmp_path / "cmp")]) == 0
     table = capsys.readouterr().out
-    assert "es full/openes | 2 |" in table and "es lora/openes | 1 |" in table
+    assert "full-es | 2 |" in table and "lora-es | 1 |" in table
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert result["metric"] == "eval/reward"
     assert [p["samples"] for p in result["runs"][0]["curve"]] == [0, 8, 16]  # 4 candidates x 2 prompts per step

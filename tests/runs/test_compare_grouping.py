@@ -76,7 +76,7 @@ def test_runs_that_differ_in_more_than_the_seed_are_separate_rows_named_by_the_k
     result = compare_runs(runs, tmp_path / "out")
     assert [row["runs"] for row in result["methods"]] == [1, 1, 1, 1]  # all seed 0: four methods, not one
     labels = list(rows(result))
-    assert labels[1] == "es full/openes model=HuggingFaceTB/SmolLM2-135M-Instruct sigma=0.002 iterations=100"
+    assert labels[1] == "full-es model=HuggingFaceTB/SmolLM2-135M-Instruct sigma=0.002 iterations=100"
     assert "iterations=20" in labels[2] and "model=Qwen/Qwen2.5-0.5B" in labels[3]
     note = next(note for note in result["notes"] if "differ in" in note)
     assert "model, sigma, iterations" in note and "--label DIR=NAME" in note
@@ -92,7 +92,7 @@ def test_seeds_of_one_method_share_a_row_whatever_their_logging_and_placement(tm
                                                     ray_address="auto", worker_num_cpus=2.0), [0.1, 0.4])]
     result = compare_runs(runs, tmp_path / "out")
     (row,) = result["methods"]
-    assert (row["method"], row["runs"], row["final_mean"]) == ("es full/openes", 2, pytest.approx(0.3))
+    assert (row["method"], row["runs"], row["final_mean"]) == ("full-es", 2, pytest.approx(0.3))
     assert result["notes"] == []
 
 
@@ -115,13 +115,13 @@ def test_grpo_runs_from_different_adapters_are_different_rows(tmp_path):
     runs = [write_run(tmp_path / "grpo_fast", grpo_config(adapter=fast), [0.3, 0.4]),
             write_run(tmp_path / "grpo_slow", grpo_config(adapter=slow, seed=1), [0.3, 0.35])]
     result = compare_runs(runs, tmp_path / "out")
-    assert list(rows(result)) == ["grpo adapter.learning_rate=0.001", "grpo adapter.learning_rate=0.0001"]
+    assert list(rows(result)) == ["grpo-lora adapter.learning_rate=0.001", "grpo-lora adapter.learning_rate=0.0001"]
     for name in ("bare1", "bare2"):  # adapters that no evotune run made: told apart by their path
         (tmp_path / name / "adapter").mkdir(parents=True)
     runs = [write_run(tmp_path / f"grpo_{name}", grpo_config(adapter=str(tmp_path / name / "adapter")), [0.3, 0.4])
             for name in ("bare1", "bare2")]
-    assert list(rows(compare_runs(runs, tmp_path / "out2"))) == ["grpo adapter=bare1/adapter",
-                                                                 "grpo adapter=bare2/adapter"]
+    assert list(rows(compare_runs(runs, tmp_path / "out2"))) == ["grpo-lora adapter=bare1/adapter",
+                                                                 "grpo-lora adapter=bare2/adapter"]
 
 
 def test_each_seed_from_its_own_seeds_sft_adapter_is_one_method(tmp_path):
@@ -133,7 +133,7 @@ def test_each_seed_from_its_own_seeds_sft_adapter_is_one_method(tmp_path):
                                                                         adapter=adapter), [0.3, 0.4 + seed / 10]))
     (row,) = compare_runs(runs, tmp_path / "out")["methods"]
     assert (row["method"], row["runs"], row["warm_start_steps"], row["warm_start_time_s"]) == \
-        ("es svd_lora/cma", 2, 2, 6.0)
+        ("essa", 2, 2, 6.0)
 
 
 def test_a_repeated_seed_is_pooled_but_named(tmp_path):
@@ -166,11 +166,11 @@ def test_label_pools_runs_of_different_configs_and_says_so(tmp_path, capsys):
     ("{a}", "pass DIR=NAME"),
     ("{a}=", "NAME after `=` is empty"),
     ("{a}=x --label {a}/=y", "two names ('x' and 'y')"),
-    ("{a}=es full/openes", "is also the row of {b}"),
+    ("{a}=full-es", "is also the row of {b}"),
 ])
 def test_a_bad_label_is_refused_before_anything_is_written(tmp_path, capsys, label, expected):
     a = write_run(tmp_path / "a", es_config(sigma=0.001), [0.1, 0.2])
-    b = write_run(tmp_path / "b", es_config(), [0.1, 0.2])  # unlabelled: its row is "es full/openes"
+    b = write_run(tmp_path / "b", es_config(), [0.1, 0.2])  # unlabelled: its row is "full-es"
     paths = {"a": a, "b": b, "elsewhere": str(tmp_path / "elsewhere")}
     labels = [part for text in label.format(**paths).split(" --label ") for part in ("--label", text)]
     assert main(["compare", a, b, "--output-dir", str(tmp_path / "out"), *labels]) == 2
@@ -195,7 +195,7 @@ def test_budget_time_before_a_runs_first_evaluation_shows_a_dash(tmp_path, capsy
     markdown = (tmp_path / "out" / "compare.md").read_text()
     assert markdown in captured.out + "\n" and "| - |" in markdown and "[-, 0.400]" in markdown
     notes = " ".join(markdown.split())
-    assert f"`grpo` at_25s: {runs[1]} (first at 30 s) had no evaluation within 25 s of training" in notes
+    assert f"`grpo-lora` at_25s: {runs[1]} (first at 30 s) had no evaluation within 25 s of training" in notes
     assert "at_50_samples" in notes and f"{runs[2]} (first at 100 sampled completions)" in notes
 
 
@@ -290,7 +290,7 @@ def test_real_runs_of_two_sigmas_and_a_repeated_directory(tiny_model_dir, tmp_pa
     os.symlink(tmp_path / "sigma005", tmp_path / "again")
     assert main(["compare", *runs, str(tmp_path / "again"), "--output-dir", str(tmp_path / "cmp")]) == 0
     table = capsys.readouterr().out
-    assert "| es full/openes sigma=0.05 | 1 |" in table and "| es full/openes sigma=0.1 | 1 |" in table
+    assert "| full-es sigma=0.05 | 1 |" in table and "| full-es sigma=0.1 | 1 |" in table
     assert "given 2 times" in " ".join(table.split())
 
 

@@ -32,7 +32,7 @@ def contents(run) -> dict:
     return {path.relative_to(run): path.read_bytes() for path in sorted(run.rglob("*")) if path.is_file()}
 
 
-@pytest.mark.parametrize("key, value", [("seed", 5), ("sigma", 0.01), ("population_size", 6), ("noise", "rademacher"),
+@pytest.mark.parametrize("key, value", [("seed", 5), ("sigma", 0.01), ("population_size", 6), ("noise", "gaussian"),
                                         ("learning_rate", 0.1), ("model", "smollm2-135m-instruct")])
 def test_resume_refuses_a_key_that_changes_the_run_and_writes_nothing(tiny_model_dir, refused_run, key, value):
     before = contents(refused_run)

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config.files import read_config_values
 from ..config.grpo import LOSS_TYPES, GRPORunConfig, LossType  # noqa: F401 - re-exported: their old home
+from ..config.methods import rebase
 from ..errors import ConfigError
 from ..files.adapters import read_adapter_config
 from ..import_utils import is_trl_available
@@ -42,6 +43,9 @@ def load_grpo_config(path: str | None, overrides: list[str], resume_dir: str | P
             raise ConfigError(f"--resume: {Path(resume_dir) / 'config.yaml'} has keys GRPO does not know "
                               f"({', '.join(foreign[:4])}): it is not an `evotune grpo` run (an `evotune train` run "
                               f"resumes with `evotune train --output-dir {resume_dir} --resume`).")
+    if resume_dir is None and base:  # a quickstart the keys choose another method over
+        given, _ = read_config_values(path, overrides)
+        base = rebase(base, given)
     values, source = read_config_values(path, overrides, base=base)
     return GRPORunConfig.from_dict(values, source=source)
 

@@ -13,8 +13,9 @@ from typing import Any, get_origin
 from ..config.checks import resolve_device
 from ..config.files import absolutize_paths, parse_overrides, read_config_values
 from ..config.grpo import GRPO_QUICKSTART, GRPORunConfig
+from ..config.methods import METHODS, describe, rebase
 from ..config.parts import base_for_parts
-from ..config.train import QUICKSTART, TrainConfig, defaults_unlike_quickstart
+from ..config.train import QUICKSTART, TrainConfig
 from ..errors import ConfigError, EvotuneError
 from ..evaluation.report import format_table
 from ..files.checkpoint import find_checkpoint
@@ -38,27 +39,22 @@ def _output_dir(args: argparse.Namespace, without_config: str) -> str:
     return args.output_dir or (f"runs/{Path(args.config).stem}" if args.config else without_config)
 
 
-def _note_quickstart(args: argparse.Namespace, config: Any, quickstart: dict[str, Any], command: str,
-                     given: dict[str, Any] | None = None) -> None:
-    """No config: say the run is the quickstart. A config: name the quickstart keys it leaves to a default unlike the
-    quickstart's (given: the file's and --set's values, read again when not passed)."""
+def _note_method(args: argparse.Namespace, config: Any) -> None:
+    """No config: say the run is the quickstart. A config: name the method it runs, whose defaults fill the keys it
+    leaves out."""
     if not args.config:
-        if command == "grpo":
-            print(f"evotune: no config: GRPO's quickstart, the method-matrix study's GRPO-on-a-LoRA settings "
-                  f"(learning_rate {config.learning_rate:g}, temperature {config.temperature:g}, {config.batch_size} "
-                  f"prompts x {config.num_generations} completions, {config.iterations} steps); `evotune grpo "
-                  "--print-config` shows them all", file=sys.stderr)
+        if args.subcommand == "grpo":
+            print(f"evotune: no config: GRPO's quickstart, {config.method} at its own defaults (learning_rate "
+                  f"{config.learning_rate:g}, temperature {config.temperature:g}, {config.batch_size} prompts x "
+                  f"{config.num_generations} completions, {config.iterations} steps); `evotune grpo --print-config` "
+                  "shows them all", file=sys.stderr)
             if config.gradient_accumulation_steps == 1:  # the study's GRPO peaked at ~3x its sliced memory
                 print(f"evotune: its loss runs over all {config.batch_size * config.num_generations} completions at "
                       "once; where memory is short, `--set gradient_accumulation_steps=4` gives the same update in "
                       "less (each method's peak: docs/which-method.md#memory)", file=sys.stderr)
         return
-    if given is None:
-        given, _ = read_config_values(args.config, args.set)
-    unlike = defaults_unlike_quickstart(config, given, quickstart)
-    if unlike:
-        print("evotune: note: these keys are not in the config, so they take evotune's defaults, not the "
-              f"quickstart's: {', '.join(unlike)}", file=sys.stderr)
+    print(f"evotune: method {config.method}: keys the config leaves out take its defaults (`evotune keys --method "
+          f"{config.method}` lists them with their sources)", file=sys.stderr)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -73,13 +69,14 @@ def _train(args: argparse.Namespace) -> int:
     given, source = read_config_values(args.config, args.set,
                                        missing_hint="pass a YAML file path or no config for the quickstart")
     # the base's keys (the quickstart's, or the run's own on --resume) only where the chosen parts read them
+    base = base if args.resume else rebase(base or {}, given)  # a quickstart the keys choose another method over
     config = TrainConfig.from_dict(base_for_parts(base or {}, given, TrainConfig), source=source)
     if args.print_config:
         return _print_config(config)
     check_writable(output_dir)  # before the line that says where it trains (the run's own check comes again)
     print(f"evotune: training {config.model} on {config.task} -> {output_dir}", file=sys.stderr)
-    if args.config and not args.resume:
-        _note_quickstart(args, config, QUICKSTART, "train", given)
+    if not args.resume:
+        _note_method(args, config)
     trainer = Trainer(config, output_dir, resume=args.resume, overwrite=args.overwrite)
     started_at = trainer.strategy.iteration
     try:
@@ -141,8 +138,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ..evaluation.evaluate import EvalOptions, check_options, evaluate_models
-    from ..evaluation.generation import eval_budget
+    from ..evaluation.evaluate import EvalOptions, check_options, eval_budget, evaluate_models
 
     models, task_name, task_kwargs, split_seed, (budget, trained_budget) = _eval_target(args)
     output = Path(args.output or f"evotune-eval-{task_name}.json")
@@ -229,7 +225,7 @@ def _grpo(args: argparse.Namespace) -> int:
         return _print_config(config)
     check_writable(output_dir)  # before the notes on what runs (the run's own check comes again)
     if not args.resume:
-        _note_quickstart(args, config, GRPO_QUICKSTART, "grpo")
+        _note_method(args, config)
     if args.sweep_learning_rates:
         print(json.dumps(sweep_learning_rates(config, output_dir, args.sweep_learning_rates), indent=2))
     else:
@@ -255,7 +251,8 @@ def _sweep(args: argparse.Namespace) -> int:
     # with --set reproduces any point
     quickstart = None if args.config else {"train": QUICKSTART, "grpo": GRPO_QUICKSTART}[args.command]
     given, _ = read_config_values(args.config, args.set)
-    base = base_for_parts(quickstart or {}, given, {"train": TrainConfig, "grpo": GRPORunConfig}[args.command])
+    base = base_for_parts(rebase(quickstart or {}, given), given,
+                          {"train": TrainConfig, "grpo": GRPORunConfig}[args.command])
     try:
         result = sweep(base, grid, args.seeds, output_dir, args.command, args.metric, args.parallel,
                        args.cpus_per_run, args.ray_address)
@@ -309,6 +306,9 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
+    if args.method:
+        print("\n".join(describe(args.method)))
+        return 0
     if args.which == "sft":
         from ..sft import SFTConfig as config_class
     elif args.which == "grpo":
@@ -316,12 +316,16 @@ def _keys(args: argparse.Namespace) -> int:
     else:
         config_class = TrainConfig
     choices, types = config_class.choices(), config_class.field_types()
+    methods = [method for method in METHODS.values() if method.command == config_class.COMMAND]
     for declared in dataclasses.fields(config_class):  # defaults from the fields: SFTConfig() alone is invalid
         key, help_text = declared.name, declared.metadata["help"]
         default = declared.default if declared.default_factory is dataclasses.MISSING else declared.default_factory()
         each = "each " if get_origin(types[key]) is list else ""
         allowed = f"; {each}one of: {', '.join(choices[key])}" if key in choices else ""
-        print(f"{key} (default {default!r}{allowed}): {help_text}")
+        owned = [f"{method.name} {method.defaults[key].value!r}" for method in methods if key in method.defaults]
+        shown = f"default per method: {', '.join(owned)}" if owned and len(owned) == len(methods) else \
+            f"default {default!r}" + (f", {', '.join(owned)}" if owned else "")
+        print(f"{key} ({shown}{allowed}): {help_text}")
     return 0
 
 

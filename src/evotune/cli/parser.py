@@ -308,9 +308,12 @@ def _add_keys(commands: Any) -> None:
     """`evotune keys`: the config keys with their defaults, choices and help."""
     keys = _add_command(commands, "keys", "list the config keys with their defaults, choices and help", """
         evotune keys
-        evotune keys sft""")
+        evotune keys sft
+        evotune keys --method lowrank-es""")
     keys.add_argument("which", nargs="?", default="train", choices=["train", "sft", "grpo"], metavar="COMMAND",
                       help="whose keys: train, sft or grpo")
+    keys.add_argument("--method", choices=list(METHODS), default=None,
+                      help="one method's defaults instead, each with its source (its paper, or the method study)")
 
 
 def _add_resume_flags(command: argparse.ArgumentParser, files: str, checkpoint: str = "its checkpoint") -> None:

@@ -66,6 +66,7 @@ class _ConfigMeta(type):
             for key in kwargs:
                 if key not in known:
                     raise UnknownKeyError(unknown_key_message(cls, key, f"{cls.__name__}(...)"))
+            kwargs = cls.with_defaults(kwargs)
         return super().__call__(*args, **kwargs)
 
 
@@ -73,6 +74,12 @@ class ConfigMixin(metaclass=_ConfigMeta):
     """What every typed config shares: type checks from the annotations, dict round trip, help text, choices."""
 
     KIND = ""  # e.g. "SFT": named in unknown-key errors
+
+    @classmethod
+    def with_defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments a config is built from, with any defaults that depend on them (a run's method's:
+        RunConfig) filled in; the fields' own defaults fill the rest."""
+        return values
 
     def __post_init__(self) -> None:
         self.check_types()

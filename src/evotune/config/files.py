@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from ..files.reward_paths import resolve_reward_spec
 
 # Keys that may name a local file or directory (or a hub id / built-in name, left as written).
 PATH_KEYS = ("model", "adapter", "dataset", "eval_dataset")
@@ -149,8 +150,6 @@ def resolve_reward_fns_key(values: dict[str, Any], config_dir: Path | None) -> d
     """`values` with each `reward_fns` entry that names a local module (beside the config, config_dir, or in the
     current folder) rewritten as that file's absolute path (files/reward_paths.py): config.yaml then names the file
     that scored the run, found again from any folder."""
-    from ..files.reward_paths import resolve_reward_spec  # file-system lookups only; no torch, nothing imported
-
     specs = values.get("reward_fns")
     if not isinstance(specs, list):
         return values  # absent, or not a list: the config's checks name what to write

@@ -4,7 +4,7 @@ The run itself is baselines/grpo.py (TRL's GRPOTrainer)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 from ..errors import ConfigError
 from .checks import check_rewards
@@ -22,6 +22,7 @@ class GRPORunConfig(RunConfig):
     """`evotune train`'s vocabulary (the RunConfig keys and the reward keys) plus GRPO's own."""
 
     KIND = "GRPO"
+    COMMAND: ClassVar[str] = "grpo"
 
     eval_dataset: str | None = same_as(TrainConfig, "eval_dataset")
     reward_fns: list[str] = same_as(TrainConfig, "reward_fns")
@@ -50,7 +51,6 @@ class GRPORunConfig(RunConfig):
     # loop and outputs
     eval_every: int = same_as(TrainConfig, "eval_every", 5)
     checkpoint_every: int = same_as(TrainConfig, "checkpoint_every")
-    method: str = option("grpo", "Label of this run in `evotune compare`.")
 
     def validate(self) -> None:
         super().validate()
@@ -81,13 +81,11 @@ class GRPORunConfig(RunConfig):
         absolutize_paths(self)  # config.yaml records absolute paths: the run resumes and evaluates from anywhere
 
 
-# `evotune grpo` with no config: the method matrix's GRPO-on-a-LoRA arm as it ran (bench/method_matrix/arms.py:
-# rank 8 on q/k/v/o, 8 prompts x 8 completions, temperature 0.7, no KL term, float32) at the learning rate its
-# tuning chose on the validation split, never the held-out set (bench/results/method_matrix/tune/arithmetic/
-# grpo_lora/; tests/config/test_grpo_quickstart.py keeps the two equal). The dataclass defaults (learning rate
-# 1e-5, temperature 1.0) are the papers'; on this 135M model they barely moved it in the study's 10 minutes.
+# `evotune grpo` with no config: grpo-lora at its own defaults (config/methods.py: the method matrix's GRPO-on-a-LoRA
+# arm as it ran, rank 8 on q/k/v/o, 8 prompts x 8 completions, temperature 0.7, no KL term, at the learning rate its
+# tuning chose on the validation split, never the held-out set: bench/results/method_matrix/tune/arithmetic/
+# grpo_lora/; tests/config/test_grpo_quickstart.py keeps the two equal) for 10 steps of 2-digit addition.
 GRPO_QUICKSTART = {
-    "model": "smollm2-135m-instruct", "task": "arithmetic", "lora": True, "batch_size": 8, "num_generations": 8,
-    "temperature": 0.7, "beta": 0.0, "learning_rate": 1e-3, "iterations": 10, "max_new_tokens": 48,
+    "model": "smollm2-135m-instruct", "task": "arithmetic", "lora": True, "iterations": 10, "max_new_tokens": 48,
     "num_eval": 128, "eval_every": 5, "checkpoint_every": 5,
 }

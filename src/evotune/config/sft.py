@@ -15,6 +15,7 @@ from .train import ComputeDtype, DtypeName, Int4Type, LoraInit, Quantization, Ru
 @dataclass
 class SFTConfig(RunConfig):
     KIND = "SFT"
+    COMMAND: ClassVar[str] = "sft"
     MIN_NUM_EVAL: ClassVar[int] = 0  # SFT's 0: no evaluation before and after training
 
     max_new_tokens: int = option(32, "SFT generates nothing while it trains; its greedy evaluation before and after "

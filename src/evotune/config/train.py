@@ -29,6 +29,7 @@ from .checks import (
 )
 from .fields import ConfigMixin, option
 from .files import read_config_values
+from .methods import MethodName, rebase, with_method
 from .parts import ADAPTER_SPACES, TENSOR_PARALLEL_SIZE, base_for_parts, check_parts, searched_count
 
 # The choices of config keys, one Literal per registry (named in the comment) that must hold the same names.
@@ -49,7 +50,7 @@ DistributedName = Literal["local", "ray"]
 Logger = Literal["tensorboard", "wandb", "trackio"]  # loggers.LOGGERS
 
 __all__ = [
-    "ADAPTER_SPACES", "RunConfig", "TrainConfig", "load_config", "defaults_unlike_quickstart", "searched_count",
+    "ADAPTER_SPACES", "RunConfig", "TrainConfig", "load_config", "searched_count",
     "QUICKSTART",
     "MAX_SIGMA", "TaskName", "SpaceName", "StrategyName", "OptimizerName", "FitnessShaping", "NoiseKind",
     "DtypeName", "Quantization", "Int4Type", "ComputeDtype", "LoraInit", "BackendName", "DistributedName",
@@ -66,7 +67,13 @@ class RunConfig(ConfigMixin):
     """The keys of every command (train, sft, grpo): the model, its data, the seed, the adapter's shape."""
 
     MIN_NUM_EVAL: ClassVar[int] = 1  # train and grpo score held-out prompts; an empty batch reached the reward
+    COMMAND: ClassVar[str] = "train"  # the command whose methods (config/methods.py) this config runs
 
+    method: MethodName | None = option(None, "The method (`evotune keys --method NAME`: what it is, its defaults and "
+                                             "their sources): full-es, lowrank-es, lora-es, essa (train), grpo-lora, "
+                                             "grpo-full (grpo), sft. Keys the config leaves out take this method's "
+                                             "defaults. None: the method the config's space and strategy (grpo: "
+                                             "lora) make.")
     model: str = option("smollm2-135m-instruct", "Model: built-in alias, local directory, .gguf file, or hub id.")
     task: TaskName = option("arithmetic", "Built-in task (prompts and reward functions); custom: your `dataset` and "
                                           "`reward_fns`.")
@@ -104,12 +111,22 @@ class RunConfig(ConfigMixin):
                                       "retention completions (hf backend). Adapter runs switch the adapter off; "
                                       "full/lowrank runs and full GRPO hold one more copy of the model at its dtype.")
 
+    @classmethod
+    def with_defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Keys `values` leave out at the defaults of the method they name or make (methods.py), the same whether the
+        config comes from a file, a dict or keyword arguments; the fields' own defaults fill the rest."""
+        defaults, values = with_method(cls.COMMAND, values)
+        return base_for_parts(defaults, values, cls)
+
     @property
     def data_seed_or_seed(self) -> int:
         """The seed of the data: `data_seed`, or `seed` when it is unset."""
         return self.seed if self.data_seed is None else self.data_seed
 
     def validate(self) -> None:
+        # a config built field by field: its method is the one its keys make, and one it names must be that one
+        making = {key: getattr(self, key) for key in ("method", "space", "strategy", "lora") if hasattr(self, key)}
+        self.method = with_method(self.COMMAND, making)[1]["method"]
         check_retention(self)
         if self.lora_rank < 1 or not self.lora_target_modules:
             raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
@@ -372,31 +389,19 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None,
     given, source = read_config_values(path, overrides,
                                        missing_hint="pass a YAML file path or no config for the quickstart")
     # the base's keys (the quickstart's, a run's own) only where the parts the given keys choose read them
-    return TrainConfig.from_dict(base_for_parts(base or {}, given, TrainConfig), source=source)
-
-
-def defaults_unlike_quickstart(config: Any, given: dict[str, Any],
-                               quickstart: dict[str, Any] | None = None) -> list[str]:
-    """`key=value (quickstart: value)` for every key of the command's quickstart (train's QUICKSTART unless given:
-    grpo's GRPO_QUICKSTART) that `given` (a config file's keys and --set's) leaves to a default different from the
-    quickstart's: a config file starts from the papers' defaults, not from the tuned quickstart, and a user should
-    see where the two part."""
-    quickstart = QUICKSTART if quickstart is None else quickstart
-    return [f"{key}={getattr(config, key)!r} (quickstart: {value!r})" for key, value in quickstart.items()
-            if key not in given and getattr(config, key) != value]
+    return TrainConfig.from_dict(base_for_parts(rebase(base or {}, given), given, TrainConfig), source=source)
 
 
 # `evotune train` with no config, measured by bench/quickstart/run.sh
 # (bench/results/quickstart/quickstart_heldout.json): low-rank ES (EGGROLL's rank-1 members over every Linear
-# weight), the ES arm that learned most at equal CPU time in the method study (docs/which-method.md), at the
-# setting that study's tuning chose (bench/method_matrix/: sigma 2e-3, learning rate 0.016, 64 members x 4 prompts).
+# weight) at its own defaults (config/methods.py: the setting the method study's tuning chose, sigma 2e-3, learning
+# rate 0.016, 64 members x 4 prompts), on the built-in model and 2-digit addition, for 15 iterations. Its method is
+# given by the key that makes it (`space`), so that a sweep or --set over `space` runs the other methods.
 # Measured beside the earlier quickstart (full ES, 16 members x 16 prompts, 10 iterations) on one machine, it
 # gained more on fresh questions in less time (bench/results/quickstart/quickstart_candidates_heldout.json).
 # Training at the evaluation's 48 new tokens, not 10, scores the answers whole (10 cut them, and a model then learns
 # forms the untruncated evaluation marks wrong: docs/benchmarks/stability.md).
 QUICKSTART = {
-    "model": "smollm2-135m-instruct", "task": "arithmetic", "space": "lowrank", "perturbation_rank": 1,
-    "population_size": 64, "antithetic": True, "sigma": 2e-3, "learning_rate": 1.6e-2, "noise": "rademacher",
-    "iterations": 15, "batch_size": 4,
+    "space": "lowrank", "model": "smollm2-135m-instruct", "task": "arithmetic", "iterations": 15,
     "max_new_tokens": 48, "num_eval": 128, "eval_every": 5, "checkpoint_every": 5,
 }

@@ -1,16 +1,11 @@
 """`evotune estimate --method`'s names: the command each runs and the keys that make the method (on the command's
-quickstart when no CONFIG is given). Kept apart so that the command line's parser reads them without importing more."""
+quickstart when no CONFIG is given), read from the one table of methods (config/methods.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..config.methods import METHODS as ALL_METHODS
+
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
-    "full-es": ("train", {"space": "full"}),
-    "lowrank-es": ("train", {"space": "lowrank"}),
-    "lora-es": ("train", {"space": "lora"}),
-    "essa": ("train", {"space": "svd_lora", "strategy": "cma"}),
-    "grpo-lora": ("grpo", {"lora": True}),
-    "grpo-full": ("grpo", {"lora": False}),
-    "sft": ("sft", {}),
-}
+    name: (method.command, {"method": name}) for name, method in ALL_METHODS.items()}

@@ -15,6 +15,7 @@ from ..backends.models import DEFAULT_MODEL, resolve_dtype, resolve_model
 from ..config.checks import resolve_device
 from ..config.files import read_config_values
 from ..config.grpo import GRPO_QUICKSTART, GRPORunConfig
+from ..config.methods import rebase
 from ..config.parts import base_for_parts
 from ..config.sft import SFTConfig
 from ..config.train import QUICKSTART, TrainConfig
@@ -38,9 +39,10 @@ def resolve_config(command: str, path: str | None, overrides: list[str], method_
     given, source = read_config_values(path, [*overrides, *extra])
     given = {**method_keys, **given} if path is None else given
     if command == "train":
-        return TrainConfig.from_dict(base_for_parts({} if path else QUICKSTART, given, TrainConfig), source=source)
+        return TrainConfig.from_dict(base_for_parts(rebase({} if path else QUICKSTART, given), given, TrainConfig),
+                                     source=source)
     if command == "grpo":
-        return GRPORunConfig.from_dict({**({} if path else GRPO_QUICKSTART), **given}, source=source)
+        return GRPORunConfig.from_dict({**rebase({} if path else GRPO_QUICKSTART, given), **given}, source=source)
     return SFTConfig.from_dict({**({} if path else {"task": "arithmetic"}), **given}, source=source)
 
 

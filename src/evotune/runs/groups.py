@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from ..config.files import PATH_KEYS
+from ..config.methods import LEGACY_NAMES, infer_method
 from ..errors import ConfigError
 from .directory import RESUMABLE_KEYS
 
@@ -26,10 +27,13 @@ _MISSING = object()  # a key one config lacks
 
 
 def method_label(config: dict) -> str:
-    """A run's method: its `method` key (e.g. grpo) or ES's space/strategy."""
-    if config.get("method"):
+    """A run's method (config/methods.py): its `method` key, or, in a config.yaml written before every run recorded
+    one, the method its keys make (`lora` marks a GRPO run, whose old `method` was the label `grpo`)."""
+    if config.get("method") and config["method"] not in LEGACY_NAMES:
         return str(config["method"])
-    return f"es {config.get('space', 'full')}/{config.get('strategy', 'openes')}"
+    command = "grpo" if config.get("method") == "grpo" or "num_generations" in config else \
+        "sft" if "num_train" in config else "train"
+    return infer_method(command, config)
 
 
 def resolve_run_path(value: str, run_dir: Path) -> Path | None:
