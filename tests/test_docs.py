@@ -75,11 +75,13 @@ def test_readme_is_short_and_has_the_ci_install_and_test_commands():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) < 150, "README.md is 150 lines or more: move the detail into docs/guides/"
     commands = ci_commands()
-    assert commands == ["bash scripts/setup.sh",  # the fast tier, then the engine tier
+    # the README's install (a virtual environment in the checkout, then setup), the fast tier, then the engine tier
+    assert commands == ["python3 -m venv .venv && . .venv/bin/activate", "bash scripts/setup.sh",
                         'python3 -m pytest -m "not slow and not engine and not gpu" -q -n 2 --dist loadfile',
                         'python3 -m pytest -m "(engine or slow) and not gpu" -q -n 2 --dist loadfile']
     for command in commands:
         assert command in readme, f"README.md lacks CI's command {command!r}"
+    assert ".venv/" in (ROOT / ".gitignore").read_text().splitlines()  # the README's venv is not working tree
 
 
 def test_readme_links_to_docs_pages_that_exist():

@@ -49,10 +49,27 @@ ALIASES = {
 }
 
 
+# Points the built-in aliases at another model (a directory or a .gguf file): a local copy, or a small model for a
+# quick trial; the documentation's tests run every page's commands this way on a tiny random model.
+BUILTIN_MODEL_VARIABLE = "EVOTUNE_BUILTIN_MODEL"
+_told: set[str] = set()  # the override is said once per process, not at every load
+
+
 def resolve_model(name: str) -> ModelSource:
-    """Alias -> packaged GGUF; *.gguf path -> its directory + file; directory; else a hub id."""
+    """Alias -> packaged GGUF (or $EVOTUNE_BUILTIN_MODEL); *.gguf path -> its directory + file; directory; else a
+    hub id."""
     if name in ALIASES:
-        return ALIASES[name]()
+        override = os.environ.get(BUILTIN_MODEL_VARIABLE)
+        if not override:
+            return ALIASES[name]()
+        if not Path(override).exists():
+            raise ModelLoadError(f"${BUILTIN_MODEL_VARIABLE} is {override!r}, which does not exist; point it at a "
+                                 f"model directory or .gguf file, or unset it for the built-in {DEFAULT_MODEL}.")
+        if override not in _told:
+            _told.add(override)
+            print(f"evotune: note: the built-in model `{name}` is {override} (${BUILTIN_MODEL_VARIABLE})",
+                  file=sys.stderr)
+        return resolve_model(override)
     path = Path(os.path.expanduser(name))
     if path.is_file() and path.suffix == ".gguf":
         return ModelSource(str(path.parent), path.name)
