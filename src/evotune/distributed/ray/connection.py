@@ -85,7 +85,8 @@ def _probe(address: str, source: str, timeout: float) -> None:
                           "Ray instance.") from None
 
 
-def _init_bounded(ray: Any, address: str, source: str, timeout: float, runtime_env: dict[str, Any]) -> None:
+def _init_bounded(ray: Any, address: str, source: str, timeout: float,
+                  runtime_env: dict[str, Any] | None = None) -> None:
     """ray.init on a thread, waited for at most `timeout` seconds."""
     import threading
 
@@ -93,7 +94,7 @@ def _init_bounded(ray: Any, address: str, source: str, timeout: float, runtime_e
 
     def init() -> None:
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", **runtime_env)
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", **(runtime_env or {}))
             outcome["error"] = None
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = error
