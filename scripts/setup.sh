@@ -68,5 +68,8 @@ for name in ('torch', 'transformers', 'numpy'): print(f'{name}=={m.version(name)
   rm -f "$CONSTRAINTS"
 fi
 "$PYTHON" -c "import evotune, torch; print('evotune', evotune.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
+# the built-in model's tokenizer read out of its GGUF once, into evotune's cache: `evotune estimate` answers in seconds
+"$PYTHON" -c "from evotune.estimate.report import load_tokenizer; load_tokenizer('smollm2-135m-instruct')" \
+  || echo "setup: the built-in tokenizer was not cached; evotune estimate reads it from the GGUF each time" >&2
 VLLM_INSTALLED="$(installed_vllm || true)"
 echo "vllm: ${VLLM_INSTALLED:-not installed}"

@@ -213,3 +213,44 @@ def test_each_model_size_is_predicted_by_a_fit_on_the_other_sizes_alone():
         others = fit.fit_all([row for row in found if row["record"]["shape"] != shape])
         assert (memory, seconds) == fit.worst(fit.errors(cells, others))
         assert (memory, seconds) != fit.worst(fit.errors(cells, load_coefficients()))  # not the in-sample fit's
+
+
+def test_a_quantized_base_is_counted_at_its_quantized_bytes():
+    """int8 stores a decoder Linear weight in a byte, int4 in about half of one; the embeddings stay in the dtype."""
+    shape = resolve_shape("Qwen2.5-7B")
+    weights = {}
+    for quantization in ("none", "int8", "int4"):
+        config = TrainConfig(space="lora", model="Qwen2.5-7B", dtype="bfloat16", quantization=quantization)
+        weights[quantization] = memory_terms(workload("train", config, shape, 40), shape)["weights"]
+    embeddings = shape.vocab_size * shape.hidden_size * 2 * 2 / 2**20  # untied, bfloat16
+    assert weights["none"] > weights["int8"] > weights["int4"] > embeddings
+    linear = (weights["none"] - weights["int8"]) * 2**20  # each Linear weight saved one of its two bytes
+    hidden, kv, layers = shape.hidden_size, shape.num_key_value_heads * shape.head_dim, shape.num_hidden_layers
+    not_linear = 2 * shape.vocab_size * hidden + layers * (2 * hidden + hidden + 2 * kv) + hidden  # norms, q/k/v bias
+    assert linear == pytest.approx(shape.parameters() - not_linear, rel=1e-9)
+
+
+def test_a_run_that_does_not_fit_is_told_the_nearest_settings_that_do(monkeypatch, capsys):
+    """Each setting shown is the least change of its key that fits (or the most it can change), its peak the
+    estimate of that very config; bfloat16 only where the machine computes it (auto would pick it)."""
+    from evotune.estimate import report
+
+    monkeypatch.setattr(report, "free_mib", lambda device: (20_000.0, "available on this machine"))
+    monkeypatch.setattr(report, "resolve_dtype", lambda dtype, device: "bfloat16" if dtype == "auto" else dtype)
+    assert main(["estimate", "--method", "lora-es", "--model", "Qwen2.5-7B", "--set", "dtype=float32",
+                 "--no-speed-probe", "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["peak_mib"] > 20_000
+    rows = {row["setting"].split(":")[0]: row for row in result["nearest_fits"]}
+    assert rows["dtype"] == {"setting": "dtype: bfloat16", "peak_mib": rows["dtype"]["peak_mib"], "fits": True}
+    assert rows["quantization"]["setting"] == "quantization: int8" and rows["quantization"]["fits"]
+    shape = resolve_shape("Qwen2.5-7B")
+    for setting, values in (("dtype", ["dtype=bfloat16"]), ("quantization", ["dtype=float32", "quantization=int8"])):
+        config = report.resolve_config("train", None, values, {"method": "lora-es"}, "Qwen2.5-7B")
+        peak, _ = report.build("train", config, shape)
+        assert rows[setting]["peak_mib"] == round(peak.peak_mib)
+    assert main(["estimate", "--method", "full-es", "--model", "Qwen2.5-7B", "--no-speed-probe"]) == 0
+    printed = capsys.readouterr().out
+    assert "nearest settings (each alone; 20,000 MiB free)" in printed and "population_size: 2" in printed
+    assert "none fits alone: combine them" in printed  # full ES on 7B holds an fp32 mean beside the weights
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +70,31 @@ def load_tokenizer(model: str) -> tuple[Any, str]:
     for name in (model, DEFAULT_MODEL):
         try:
             source = resolve_model(name)
-            options = {"gguf_file": source.gguf_file} if source.gguf_file else {}
-            return AutoTokenizer.from_pretrained(source.path, local_files_only=True, **options), name
+            if source.gguf_file:
+                return gguf_tokenizer(Path(source.path) / source.gguf_file), name
+            return AutoTokenizer.from_pretrained(source.path, local_files_only=True), name
         except Exception:  # noqa: BLE001 - a hub model not on disk: the built-in's tokenizer next
             continue
     raise ConfigError(f"no tokenizer of {model} or {DEFAULT_MODEL} is on disk to count the prompts with.")
+
+
+def gguf_tokenizer(path: Path) -> Any:
+    """A GGUF file's tokenizer, read once and then kept as a tokenizer directory in evotune's cache
+    ($XDG_CACHE_HOME/evotune, else ~/.cache/evotune), keyed by the file's size and time: reading the GGUF's
+    vocabulary takes seconds (gguf's reader walks every field in Python), the saved tokenizer a tenth of one."""
+    stat = path.stat()
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evotune" / "tokenizers"
+    cached = root / f"{path.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    if (cached / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(cached, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+    try:
+        staging = cached.with_name(cached.name + f".{os.getpid()}.tmp")
+        tokenizer.save_pretrained(staging)
+        staging.replace(cached)  # whole or not at all: a second process may be writing the same one
+    except OSError:  # a read-only home: counted from the GGUF every time, as before
+        pass
+    return tokenizer
 
 
 SFT_BATCHES = 4  # batches read to measure SFT's padded sequence length
@@ -139,6 +160,10 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
                             "(gpu_memory_utilization on CUDA)")
     if device.startswith("cuda"):
         result.notes.append("time fitted on CPU cells only: no GPU time is predicted yet")
+    if getattr(config, "quantization", "none") != "none":
+        result.notes.append(f"the {config.quantization} base's weights are counted at their quantized bytes (no "
+                            "scaling cell has measured a quantized base); its time is predicted as for an unquantized "
+                            "one")
     return result, {"prompt_tokens": where, "sequence_tokens": measured, "dtype": dtype, "device": device,
                     "coefficients": coefficients}
 
@@ -165,12 +190,65 @@ def format_estimate(result: Estimate, context: dict[str, Any], iterations: int |
     return "\n".join(lines)
 
 
+# What may shrink a run that does not fit, nearest first: (key, the values to try in turn, the methods it applies to).
+# A LoRA method's base can be quantized; ES's population and prompts per candidate and GRPO's micro-batches divide.
+SHRINK = (("dtype", ("bfloat16",), None), ("quantization", ("int8", "int4"), ("lora-es", "essa", "sft")),
+          ("gradient_accumulation_steps", (2, 4, 8, 16), ("grpo-lora", "grpo-full")),
+          ("population_size", "halve", ("full-es", "lowrank-es", "lora-es", "essa")),
+          ("batch_size", "halve", ("full-es", "lowrank-es", "lora-es", "essa", "grpo-lora", "grpo-full", "sft")))
+
+
+def nearest_fits(command: str, config: Any, free: float, shape: ModelShape, tokens: int,
+                 ratio: float) -> list[tuple[str, float, bool]]:
+    """For a run predicted not to fit: per key of SHRINK that applies, the least change that fits (or the most it
+    can change, when none does), as (setting, predicted peak MiB, fits); bfloat16 only where this machine computes
+    it (resolve_dtype's auto choice), never emulated."""
+    method = getattr(config, "method", None) or command
+    rows = []
+    for key, values, methods in SHRINK:
+        if (methods and method not in methods) or not hasattr(config, key):
+            continue
+        if key == "dtype":
+            device = resolve_device(getattr(config, "device", "cpu"))
+            if resolve_dtype(config.dtype, device) != "float32" or resolve_dtype("auto", device) != "bfloat16":
+                continue  # already half precision, or this machine would emulate bfloat16
+        if values == "halve":
+            step = 2 if getattr(config, "antithetic", False) and key == "population_size" else 1
+            values, value = [], getattr(config, key) // 2
+            while value >= max(step, 1):
+                values.append(value - value % step)
+                value //= 2
+        for value in values:
+            try:
+                changed = type(config).from_dict({**config.to_dict(), key: value})
+            except ConfigError:  # e.g. micro-batches that do not divide the completions
+                continue
+            peak = build(command, changed, shape, ratio, tokens)[0].peak_mib
+            last = value == values[-1]
+            if peak <= free or last:
+                rows.append((f"{key}: {value}", peak, peak <= free))
+                break
+    return rows
+
+
+def format_fits(rows: list[tuple[str, float, bool]], free: float) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", f"nearest settings (each alone; {free:,.0f} MiB free)", f"{'setting':36} {'peak MiB':>9} {'fits':>5}"]
+    lines += [f"{setting:36} {peak:9,.0f} {'yes' if fits else 'NO':>5}" for setting, peak, fits in rows]
+    if not any(fits for _, _, fits in rows):
+        lines.append("none fits alone: combine them (--set each), or pick a smaller model or another method")
+    return lines
+
+
 def seconds_text(seconds: float | None) -> str:
     return "unknown" if seconds is None else f"{seconds:.1f}"
 
 
-def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any]) -> str:
-    """One line per method on one model: its peak, whether it fits, its seconds per iteration."""
+def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any],
+                   nearest: dict[str, list[tuple[str, float, bool]]] | None = None) -> str:
+    """One line per method on one model: its peak, whether it fits, its seconds per iteration; then, for each that
+    does not fit, the nearest settings that do (nearest_fits)."""
     free, where = free_mib(context["device"])
     first = results[0][1]
     lines = [f"{first.model} ({first.parameters / 1e9:.2f}B parameters, {context['dtype']}, {context['device']}; "
@@ -180,6 +258,10 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any])
         fits = "yes" if result.peak_mib <= free else "NO"
         lines.append(f"{name:12} {result.peak_mib:9,.0f} {fits:>5} {seconds_text(result.seconds_per_iteration):>8}  "
                      f"{result.method}")
+    for name, rows in (nearest or {}).items():
+        found = [f"{setting} ({peak:,.0f} MiB)" for setting, peak, fit in rows if fit]
+        lines.append(f"{name}: fits with " + ("; or ".join(found) if found else "none of " + ", ".join(
+            f"{setting} ({peak:,.0f} MiB)" for setting, peak, _ in rows) + " alone; combine them"))
     lines += ["", speed_line(context["coefficients"], results[0][1].speed_ratio),
               *[f"note: {note}" for note in dict.fromkeys(note for _, result in results for note in result.notes)],
               "evotune estimate --method NAME (or a CONFIG) prints one method's terms."]
@@ -210,21 +292,28 @@ def run_estimate(config_path: str | None, command: str | None, method: str | Non
                           "--command.")
     names = [method] if method or config_path else list(METHODS)
     ratio = speed_probe()["probe_s"] / load_coefficients()["reference_probe_s"] if speed else 1.0
-    found, tokens = [], prompt_tokens_given
+    found, tokens, fits = [], prompt_tokens_given, {}
     for name in names:
         method_command, keys = METHODS[name] if name else (command, {})
         config = resolve_config(method_command, config_path, overrides, keys, model)
-        result, context = build(method_command, config, speed_ratio=ratio, tokens=tokens)
+        shape = resolve_shape(config.model)
+        result, context = build(method_command, config, shape, speed_ratio=ratio, tokens=tokens)
         tokens = tokens or int(context["prompt_tokens"].split()[0])  # the task's prompts measured once
         found.append((name or command, result, context, getattr(config, "iterations", None)))
+        free = free_mib(context["device"])[0]
+        if result.peak_mib > free:
+            fits[name or command] = nearest_fits(method_command, config, free, shape, tokens, ratio)
     if as_json:
         return json.dumps([{"method": name, "model": result.model, "parameters": result.parameters,
                             "peak_mib": round(result.peak_mib),
                             "memory_mib": {key: round(value, 1) for key, value in result.memory_mib.items()},
                             "seconds_per_iteration": None if result.seconds_per_iteration is None
                             else round(result.seconds_per_iteration, 2),
-                            "speed_ratio": round(ratio, 3), "dtype": context["dtype"], "notes": result.notes}
+                            "speed_ratio": round(ratio, 3), "dtype": context["dtype"], "notes": result.notes,
+                            "nearest_fits": [{"setting": setting, "peak_mib": round(peak), "fits": fit}
+                                             for setting, peak, fit in fits.get(name, [])]}
                            for name, result, context, _ in found], indent=2)
     if len(found) == 1:
-        return format_estimate(found[0][1], found[0][2], found[0][3])
-    return format_methods([(name, result) for name, result, _, _ in found], found[0][2])
+        return "\n".join([format_estimate(found[0][1], found[0][2], found[0][3]),
+                          *format_fits(fits.get(found[0][0], []), free_mib(found[0][2]["device"])[0])])
+    return format_methods([(name, result) for name, result, _, _ in found], found[0][2], fits)

@@ -21,6 +21,9 @@ from .shape import ModelShape
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 MIB = 2**20
+# Bytes per weight of a bitsandbytes-quantized Linear layer: LLM.int8 (plus a float32 scale per row, negligible);
+# NF4/FP4 half a byte plus a float32 absmax per block of 64 (double quantization stores those in 8 bits instead).
+QUANTIZED_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 64}
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,19 @@ class Workload:
     # tokens and the log-probabilities its loss takes, SFT's cross-entropy (ES generates greedily: an argmax each).
     # Without it GRPO's steps at 135M were a third under the fit of every other cell (bench/scaling/fit.py --drop)
     distribution_tokens: int = 0
+    quantized: int = 0  # weights of the Linear layers a quantized base stores in quantized_bytes each (embeddings stay)
+    quantized_bytes: float = 0.0
+
+
+def quantized_weights(config: Any, shape: ModelShape) -> dict[str, Any]:
+    """Workload fields of a base quantized by bitsandbytes (`quantization: int8 | int4`): the decoder's Linear weights
+    at their quantized size; {} for an unquantized base."""
+    method = getattr(config, "quantization", "none")
+    if method == "none":
+        return {}
+    hidden, kv = shape.hidden_size, shape.num_key_value_heads * shape.head_dim
+    linear = shape.num_hidden_layers * (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * shape.intermediate_size)
+    return {"quantized": linear, "quantized_bytes": QUANTIZED_BYTES[method]}
 
 
 def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -71,7 +87,7 @@ def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) 
         kv_sequences=min(chunk, prompts) * together, sequence_tokens=prompt_tokens + new,
         forward_tokens=members * prompts * (prompt_tokens + new), trained_sequences=0, trained_tokens=0,
         fp32_master=space in ("full", "lowrank"), drift_copy=space in ("full", "lowrank") and config.log_drift,
-        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer)
+        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer, **quantized_weights(config, shape))
 
 
 def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -87,7 +103,7 @@ def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str
         forward_tokens=completions * length, trained_sequences=completions // config.gradient_accumulation_steps,
         trained_tokens=completions * length, training_flops_per_token=4 if config.lora else 6,
         optimizer_bytes_per_trained=12 if not config.lora else 16,  # fp32 gradient + AdamW's two moments (+ fp32 LoRA)
-        distribution_tokens=completions * new + completions * length)
+        distribution_tokens=completions * new + completions * length, **quantized_weights(config, shape))
 
 
 def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
@@ -101,7 +117,8 @@ def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
         trained=shape.lora_parameters(config.lora_rank, config.lora_target_modules), members=1, passes=0,
         weight_reads=0, kv_sequences=0, sequence_tokens=length, forward_tokens=0,
         trained_sequences=config.batch_size, trained_tokens=config.batch_size * length, training_flops_per_token=4,
-        optimizer_bytes_per_trained=16, distribution_tokens=config.batch_size * length)
+        optimizer_bytes_per_trained=16, distribution_tokens=config.batch_size * length,
+        **quantized_weights(config, shape))
 
 
 def workload(command: str, config: Any, shape: ModelShape, prompt_tokens: int, dtype: str | None = None,
@@ -116,7 +133,7 @@ def workload(command: str, config: Any, shape: ModelShape, prompt_tokens: int, d
 
 def memory_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
     """MiB of each term of the peak, as counted (estimate.py scales each by its fitted coefficient)."""
-    weights = load.parameters * load.dtype_bytes / MIB
+    weights = ((load.parameters - load.quantized) * load.dtype_bytes + load.quantized * load.quantized_bytes) / MIB
     kv = 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * load.dtype_bytes / MIB
     found = {"runtime": 1.0, "weights": weights,
              "fp32 master copy": load.trained * 4 / MIB if load.fp32_master else 0.0,
