@@ -9,6 +9,17 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import OutputError
+
+
+def refuse_link(path: Path, what: str = "") -> None:
+    """Refuse a path that is a symbolic link: a write through it would change the folder it points to (a user's own
+    files), and a removal would follow it. One line naming the link and its target."""
+    if path.is_symlink():
+        raise OutputError(f"{what or path} is a symbolic link (to {os.readlink(path)}); evotune never writes or "
+                          "deletes through a link, so the folder it points to stays as it is: replace the link with "
+                          "a real directory, or choose another output directory.")
+
 
 def fsync_file(path: Path) -> None:
     descriptor = os.open(path, os.O_RDONLY)
@@ -28,7 +39,8 @@ def staged(output: Path):
     when `output` is new or empty, else file by file with --overwrite, each file whole); removed on an error. A
     kill leaves only the sibling, which the next write of the same directory clears. Every file is fsynced before
     the move, and the move's directory after it, so a power cut leaves the old directory or the whole new one."""
-    output = output.resolve()  # "." has no name to put beside it
+    refuse_link(Path(output))
+    output = Path(os.path.abspath(output))  # "." has no name to put beside it; a link above stays a link, not followed
     staging = output.with_name(f".{output.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, OutputError
-from ..files.atomic import fsync_file, staged
+from ..files.atomic import fsync_file, refuse_link, staged
 from ..files.checkpoint import find_checkpoint
 from . import lock as run_lock
 
@@ -73,6 +73,9 @@ class RunLifecycle:
 
     def inspect(self) -> Path | None:
         """Every check, reading only: the checkpoint to resume from (None: a new run)."""
+        refuse_link(self.output_dir, f"output directory {self.output_dir}")
+        for name in self.artifacts:  # final/, checkpoint/, config.yaml, ...: a write or removal would follow it
+            refuse_link(self.output_dir / name)
         check_writable(self.given)
         if not run_lock.is_held(self.output_dir) and (record := run_lock.holder(self.output_dir)) is not None:
             raise run_lock.RunLockedError(run_lock.refusal(self.output_dir, record))
@@ -87,14 +90,29 @@ class RunLifecycle:
         self._remove_found()
 
     def _remove_found(self, quiet: bool = False) -> None:
-        """Remove every file and folder of this command's in the run directory; `quiet`: leave what cannot be."""
-        for name in self.found():
-            path = self.output_dir / name
-            try:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-            except OSError:
-                if not quiet:
-                    raise
+        """Remove every file and folder of this command's in the run directory, all or none: each is first renamed
+        into one hidden folder beside them (a rename never follows a link), and a rename that fails moves the others
+        back, so a failed removal leaves the run as it was; then that folder goes. `quiet`: leave what cannot be."""
+        found = self.found()
+        if not found:
+            return
+        trash = self.output_dir / f".evotune-removing-{os.getpid()}"
+        moved: list[str] = []
+        try:
+            trash.mkdir()
+            for name in found:
+                os.rename(self.output_dir / name, trash / name)
+                moved.append(name)
+        except OSError:
+            for name in moved:  # back where they were: the run is as it was
+                with contextlib.suppress(OSError):
+                    os.rename(trash / name, self.output_dir / name)
+            with contextlib.suppress(OSError):
+                trash.rmdir()
+            if not quiet:
+                raise
+            return
+        shutil.rmtree(trash, ignore_errors=True)  # out of the run already; a leftover hidden folder harms nothing
 
     @contextlib.contextmanager
     def opened(self, config: Any, iterations_done: Callable[[], int] = lambda: 0) -> Iterator[None]:
