@@ -100,13 +100,38 @@ def _read_text(path: Path) -> str:
                         f"the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`).") from exc
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object that names one key twice (json keeps the last value, silently)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: the object, unless it names a key twice."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
+def _repeated(path: Path, column: str, where: str) -> DataError:
+    return DataError(f"Dataset {str(path)!r}, {where}: the column {column!r} is given twice; a row would keep only one "
+                     "of the two values, silently. Rename or remove one of them.")
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
     for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(json.loads(line, object_pairs_hook=_unique_keys))
+        except _RepeatedKey as repeated:
+            raise _repeated(path, repeated.key, f"line {number}") from None
         except json.JSONDecodeError as exc:
             raise DataError(f"Dataset {str(path)!r}, line {number}: not valid JSON ({exc}); each line of a "
                             f".jsonl file must be one JSON object.") from exc
@@ -114,8 +139,12 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _read_json(path: Path) -> list[dict]:
+    text = _read_text(path)
     try:
-        data = json.loads(_read_text(path))
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as repeated:  # the row: the object that names it twice, found by the key's position
+        row = _json_row_of(text)
+        raise _repeated(path, repeated.key, f"row {row}" if row else "an object") from None
     except json.JSONDecodeError as exc:
         raise DataError(f"Dataset {str(path)!r} is not valid JSON ({exc}).") from exc
     if isinstance(data, dict):
@@ -127,9 +156,36 @@ def _read_json(path: Path) -> list[dict]:
     return data
 
 
+def _json_row_of(text: str) -> int | None:
+    """The 1-based index of the first row object of the file's JSON list that names a key twice (read one object at
+    a time from the raw text: a parsed list has already dropped the repeat), or None."""
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_keys)
+    start = text.find("[")
+    if start < 0:
+        return None
+    position, index = start + 1, 0
+    while True:
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        if position >= len(text) or text[position] == "]":
+            return None
+        index += 1
+        try:
+            _, position = decoder.raw_decode(text, position)
+        except _RepeatedKey:
+            return index
+        except json.JSONDecodeError:
+            return None
+
+
 def _read_csv(path: Path) -> list[dict]:
+    text = _read_text(path)
+    header = next(csv.reader(io.StringIO(text, newline="")), [])
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise _repeated(path, repeated[0], "header (line 1)")
     try:
-        rows = [dict(row) for row in csv.DictReader(io.StringIO(_read_text(path), newline=""))]
+        rows = [dict(row) for row in csv.DictReader(io.StringIO(text, newline=""))]
     except csv.Error as exc:
         raise DataError(f"Dataset {str(path)!r} is not a readable CSV file ({exc}).") from exc
     for row in rows:  # a CSV cell can hold a chat prompt as JSON text
@@ -150,6 +206,10 @@ def _read_parquet(path: Path) -> list[dict]:
         import pyarrow.parquet as pq
 
         try:
+            names = pq.read_schema(path).names
+            repeated = sorted({name for name in names if names.count(name) > 1})
+            if repeated:
+                raise _repeated(path, repeated[0], "its schema")
             return pq.read_table(path).to_pylist()
         except (pyarrow.ArrowException, OSError) as exc:
             raise DataError(f"Dataset {str(path)!r} is not a readable parquet file ({exc}).") from exc
