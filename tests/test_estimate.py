@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -254,3 +255,37 @@ def test_a_run_that_does_not_fit_is_told_the_nearest_settings_that_do(monkeypatc
     assert "nearest settings (each alone; 20,000 MiB free)" in printed and "population_size: 2" in printed
     assert "none fits alone: combine them" in printed  # full ES on 7B holds an fp32 mean beside the weights
 
+
+
+@pytest.mark.parametrize("change, message", [({"hidden_size": 0}, "`hidden_size` is 0"),
+                                             ({"num_hidden_layers": -2}, "`num_hidden_layers` is -2"),
+                                             ({"num_attention_heads": 5}, "transformers refuses this config "
+                                                                          "(ValueError: The hidden size (16) is not a "
+                                                                          "multiple of the number of attention heads "
+                                                                          "(5).)")])
+def test_a_shape_no_model_has_is_refused_by_its_field(tiny_model_dir, tmp_path, capsys, change, message):
+    config = json.loads((Path(tiny_model_dir) / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    assert main(["estimate", "--model", str(tmp_path / "config.json"), "--no-speed-probe"]) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_malformed_config_json_is_named_as_such(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{not json")
+    assert main(["estimate", "--model", str(tmp_path), "--no-speed-probe"]) == 2
+    assert f"{tmp_path / 'config.json'} is not valid JSON" in " ".join(capsys.readouterr().err.split())
+
+
+def test_the_helps_own_example_names_resolve():
+    assert resolve_shape("Llama-3-8B") is resolve_shape("Meta-Llama-3-8B") is resolve_shape("meta-llama/Meta-Llama-3-8B")
+
+
+def test_a_prompt_and_budget_beyond_the_context_are_flagged(tiny_model_dir, tmp_path, capsys):
+    config = json.loads((Path(tiny_model_dir) / "config.json").read_text())
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        if (Path(tiny_model_dir) / name).exists():
+            (tmp_path / name).write_bytes((Path(tiny_model_dir) / name).read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 64}))
+    assert main(["estimate", "--model", str(tmp_path), "--method", "lowrank-es", "--no-speed-probe"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "does NOT run: prompts of" in out and "beyond the model's context of 64; `evotune train` refuses it" in out

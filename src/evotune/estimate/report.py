@@ -139,6 +139,11 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
     sequence, measured = sft_sequence_tokens(config) if command == "sft" else (None, None)
     coefficients = load_coefficients()
     result = estimate(workload(command, config, shape, tokens, dtype, sequence), shape, coefficients, speed_ratio)
+    context_length, budget = shape.max_position_embeddings, getattr(config, "max_new_tokens", 0)
+    if context_length and command != "sft" and tokens + budget > context_length:  # as train's check_prompt_lengths
+        result.notes.insert(0, f"does NOT run: prompts of {tokens} tokens + max_new_tokens {budget} = "
+                               f"{tokens + budget} tokens, beyond the model's context of {context_length}; `evotune "
+                               f"{command}` refuses it: shorten the prompts or lower max_new_tokens")
     worst = coefficients.get("worst_error") or {}
     if worst:
         result.notes.append(f"on the scaling study's own cells the fit is off by up to {worst['memory']:.0%} in memory "

@@ -8,6 +8,7 @@ answers for them on a machine that has never downloaded them (their published co
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,21 @@ class ModelShape:
     vocab_size: int
     tie_word_embeddings: bool
     attention_bias: bool = False  # Qwen2: biases on q/k/v
+    max_position_embeddings: int | None = None  # the context a prompt and its completion must fit in (None: unknown)
+
+    def __post_init__(self) -> None:
+        """A shape no model has (a size of 0 or below, heads that do not divide the width) is refused by its field:
+        the counts below would print 0 or negative parameters, memory and seconds as if they were estimates."""
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                    "intermediate_size", "vocab_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"model {self.name!r}: `{key}` is {value!r} in its config; every size of a model "
+                                  "is a whole number of at least 1. Check its config.json.")
+        if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(f"model {self.name!r}: {self.num_attention_heads} attention heads and "
+                              f"{self.num_key_value_heads} key-value heads do not divide `hidden_size` "
+                              f"{self.hidden_size} (and each other); check its config.json.")
 
     @property
     def head_dim(self) -> int:
@@ -60,7 +76,8 @@ class ModelShape:
                    num_attention_heads=heads, num_key_value_heads=getattr(text, "num_key_value_heads", None) or heads,
                    intermediate_size=text.intermediate_size, vocab_size=text.vocab_size,
                    tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-                   attention_bias=text.model_type == "qwen2" or bool(getattr(text, "attention_bias", False)))
+                   attention_bias=text.model_type == "qwen2" or bool(getattr(text, "attention_bias", False)),
+                   max_position_embeddings=getattr(text, "max_position_embeddings", None))
 
 
 # Published config.json numbers: hidden, layers, heads, KV heads, MLP, vocabulary, tied, q/k/v biases
@@ -77,11 +94,13 @@ PUBLIC_SHAPES = {shape.name: shape for shape in [
 
 
 def _public(name: str) -> ModelShape | None:
-    """A public shape by its hub id, with or without the owner and the -Instruct suffix (Qwen2.5-1.5B)."""
+    """A public shape by its hub id, with or without the owner, the -Instruct suffix (Qwen2.5-1.5B) and the family's
+    maker in its name (Llama-3-8B for Meta-Llama-3-8B)."""
     wanted = name.lower().removesuffix("-instruct")
     for shape in PUBLIC_SHAPES.values():
         full = shape.name.lower().removesuffix("-instruct")
-        if wanted in (full, full.split("/", 1)[1]):
+        bare = full.split("/", 1)[1]
+        if wanted in (full, bare, bare.removeprefix("meta-")):
             return shape
     return None
 
@@ -89,9 +108,20 @@ def _public(name: str) -> ModelShape | None:
 def resolve_shape(model: str) -> ModelShape:
     """The shape of `model` (what a run's `model` key takes, or a config.json path), read from its config only."""
     path = Path(model).expanduser()
+    config_file = path if path.is_file() and path.name.endswith(".json") else path / "config.json"
+    if config_file.is_file():  # a malformed one is named as such, not taken for a missing one
+        try:
+            json.loads(config_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ConfigError(f"{config_file} is not valid JSON ({error}); fix the file, or give another model.") \
+                from None
     if path.is_file() and path.name.endswith(".json"):
-        return ModelShape.from_hf_config(AutoConfig.from_pretrained(path.parent if path.name == "config.json"
-                                                                    else path), model)
+        try:
+            config = AutoConfig.from_pretrained(path.parent if path.name == "config.json" else path)
+        except Exception as error:  # noqa: BLE001 - transformers' own architecture checks raise several types
+            reason = str(error).strip().splitlines()[-1].strip()
+            raise ConfigError(f"{path}: transformers refuses this config ({reason}); check its sizes.") from None
+        return ModelShape.from_hf_config(config, model)
     public = _public(model)
     try:
         source = resolve_model(model)
