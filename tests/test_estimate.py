@@ -277,7 +277,8 @@ def test_a_malformed_config_json_is_named_as_such(tmp_path, capsys):
 
 
 def test_the_helps_own_example_names_resolve():
-    assert resolve_shape("Llama-3-8B") is resolve_shape("Meta-Llama-3-8B") is resolve_shape("meta-llama/Meta-Llama-3-8B")
+    named = [resolve_shape(name) for name in ("Llama-3-8B", "Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-8B")]
+    assert named[0] is named[1] is named[2] is PUBLIC_SHAPES["meta-llama/Meta-Llama-3-8B-Instruct"]
 
 
 def test_a_prompt_and_budget_beyond_the_context_are_flagged(tiny_model_dir, tmp_path, capsys):
