@@ -116,3 +116,28 @@ def test_a_system_target_is_refused_wherever_it_is_written(folders):
         with pytest.raises(ConfigError, match="runs commands or code"):
             import_reward_fn(spec)
     sys.modules.pop("wrapper", None)
+
+
+@pytest.mark.parametrize("wrapper", [
+    "import functools, os\nreward = functools.partial(os.system)\n",
+    "import functools, subprocess\nreward = functools.partial(functools.partial(subprocess.run, shell=True))\n",
+    "import functools, os\n@functools.wraps(os.system)\ndef reward(*args):\n    return os.system(*args)\n",
+    "import builtins\nclass Runner:\n    def go(self, prompts, completions):\n        pass\nRunner.go.__wrapped__ = "
+    "builtins.eval\nreward = Runner().go\n",
+])
+def test_a_wrapper_is_judged_by_the_function_it_calls(folders, wrapper):
+    """functools.partial(os.system) passed the guard and os.system was called; wrappers are unwrapped first."""
+    project, _, _ = folders
+    (project / "wrapped.py").write_text(wrapper)
+    with pytest.raises(ConfigError, match="runs commands or code"):
+        import_reward_fn(f"{project / 'wrapped.py'}:reward")
+    sys.modules.pop("wrapped", None)
+
+
+def test_a_partial_of_a_users_own_reward_is_accepted(folders):
+    project, _, _ = folders
+    (project / "weighted.py").write_text("import functools\n\ndef score(prompts, completions, scale=1.0, **kw):\n"
+                                         "    return [scale] * len(completions)\n\nhalf = functools.partial(score, "
+                                         "scale=0.5)\n")
+    assert import_reward_fn(f"{project / 'weighted.py'}:half")(["q"], ["a"]) == [0.5]
+    sys.modules.pop("weighted", None)

@@ -299,6 +299,15 @@ def test_bad_reward_values(returned, pattern):
         task.rewards(_rows(), ["x"])
 
 
+def test_rewards_returned_as_booleans_count_as_one_and_zero():
+    """TRL's GRPOTrainer takes `[c == a for ...]`; so does evotune (numpy's bools too)."""
+    import numpy as np
+
+    task = Task("t", [], [], [lambda prompts, completions, **kw: [True, False, np.bool_(True), None]], [1.0])
+    rows = [{"prompt": f"q{index}"} for index in range(4)]
+    assert task.rewards(rows, ["a", "b", "c", "d"]).tolist()[:3] == [1.0, 0.0, 1.0]
+
+
 # --- get_task errors -----------------------------------------------------------------------------
 
 def test_unknown_task_and_args():

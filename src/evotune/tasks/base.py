@@ -107,7 +107,10 @@ def call_reward_fn(fn: RewardFn, rows: list[dict], completions: list[str]) -> li
         if value is None:
             out.append(None)
             continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if isinstance(value, bool | np.bool_):  # True/False count as 1/0, as TRL takes them
+            out.append(float(value))
+            continue
+        if not isinstance(value, numbers.Real):
             raise RewardFunctionError(
                 f"Reward function {name} returned {value!r} ({type(value).__name__}) at index {index}, which is not "
                 f"a number (prompt: {_preview(prompts[index])}); return a float, or None to skip the sample."

@@ -10,6 +10,7 @@ hostile `reward_fns: [os:system]` fails before anything is called.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import random
@@ -48,7 +49,12 @@ def import_reward_fn(path: str, config_dir: Path | None = None) -> RewardFn:
         target = getattr(target, part)
     if not callable(target):
         raise ConfigError(f"reward function {path!r} is a {type(target).__name__}, not a function.")
-    _refuse_system_target(path, getattr(target, "__module__", None) or "")  # e.g. `mymodule:system` re-exporting os's
+    called = _called(target)  # a wrapper (functools.partial, a bound method, a decorator) is judged by what it calls
+    _refuse_system_target(path, getattr(called, "__module__", None) or "")  # e.g. `mymodule:system` re-exporting os's
+    if called is not target and (inspect.isclass(called) or inspect.isbuiltin(called)):
+        raise ConfigError(f"reward function {path!r} wraps the {'class' if inspect.isclass(called) else 'built-in'} "
+                          f"{getattr(called, '__qualname__', called)!r}, not a reward function fn(prompts, "
+                          "completions, **columns) -> list of floats.")
     if inspect.isclass(target) or inspect.isbuiltin(target):
         raise ConfigError(f"reward function {path!r} is a {'class' if inspect.isclass(target) else 'built-in function'}"
                           f", not a reward function fn(prompts, completions, **columns) -> list of floats.")
@@ -85,6 +91,23 @@ def _import_installed(spec: str, module_name: str) -> ModuleType:
                               "package.") from exc
         raise ConfigError(f"reward function {spec!r}: importing module {module_name!r} failed with "
                           f"{type(exc).__name__}: {exc}") from exc
+
+
+def _called(target: object) -> object:
+    """The function a wrapper ends up calling: through functools.partial, bound methods and `__wrapped__` (what
+    functools.wraps records), as deep as they nest."""
+    seen: set[int] = set()
+    while id(target) not in seen:
+        seen.add(id(target))
+        if isinstance(target, functools.partial):
+            target = target.func
+        elif inspect.ismethod(target):
+            target = target.__func__
+        elif getattr(target, "__wrapped__", None) is not None:
+            target = target.__wrapped__
+        else:
+            break
+    return target
 
 
 def _refuse_system_target(path: str, module_name: str) -> None:
