@@ -33,7 +33,7 @@ from .config.sft import SFTConfig
 from .errors import CheckpointError, ConfigError, DataError
 from .evaluation.generation import eval_budget, eval_record, evaluate_model
 from .files.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
-from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config
+from .runs.directory import RESUMABLE_KEYS, check_resume, read_run_config, refuse_other_commands_run
 from .runs.lifecycle import RunLifecycle
 from .spaces.lora import init_lora_adapter
 from .tasks import get_task
@@ -63,6 +63,7 @@ def load_sft_config(path: str | Path | None, overrides: list[str] | None = None,
     base = None
     if resume_dir is not None:
         base = read_run_config(Path(resume_dir))
+        refuse_other_commands_run(base, Path(resume_dir), "sft")
         foreign = sorted(set(base) - set(SFTConfig.__dataclass_fields__))
         if foreign:
             raise ConfigError(f"--resume: {Path(resume_dir) / 'config.yaml'} has keys SFT does not know "

@@ -165,3 +165,18 @@ def test_dtype_auto_is_recorded_resolved_and_a_resume_keeps_the_runs_dtype(tiny_
     assert next(resumed.backend.model.parameters()).dtype == getattr(torch, other)
     with pytest.raises(ConfigError, match="`dtype`"):  # an explicit other dtype still changes the run: refused
         Trainer(tiny_config(tiny_model_dir, iterations=2, dtype=chosen, report_to=[]), run, resume=True)
+
+
+@pytest.mark.parametrize("written, keys", [("grpo", {"num_generations": 8, "lora": True}),
+                                           ("sft", {"num_train": 300, "epochs": 1})])
+def test_train_resume_of_another_commands_run_names_that_command(tmp_path, capsys, written, keys):
+    """It said `unknown key num_generations` (or num_train); the run and the command that resumes it are named."""
+    from evotune.cli.main import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"model": "smollm2-135m-instruct", "task": "arithmetic", **keys}))
+    assert main(["train", "--output-dir", str(run), "--resume"]) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    assert f"{run} is an `evotune {written}` run, not an `evotune train` run: resume it with `evotune {written} " \
+           f"--output-dir {run} --resume`" in message

@@ -24,7 +24,7 @@ from ..config.methods import rebase
 from ..errors import ConfigError
 from ..files.adapters import read_adapter_config
 from ..import_utils import is_trl_available
-from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config
+from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config, refuse_other_commands_run
 from ..runs.lifecycle import RunLifecycle
 from ..tracking.tracker import MetricsLogger, good_prefix, out_of_time, plot_curves, read_metrics
 
@@ -38,6 +38,7 @@ def load_grpo_config(path: str | None, overrides: list[str], resume_dir: str | P
     it was started with) instead of `base`."""
     if resume_dir is not None:
         base = read_run_config(Path(resume_dir))
+        refuse_other_commands_run(base, Path(resume_dir), "grpo")
         foreign = sorted(set(base) - {field.name for field in dataclasses.fields(GRPORunConfig)})
         if foreign:
             raise ConfigError(f"--resume: {Path(resume_dir) / 'config.yaml'} has keys GRPO does not know "

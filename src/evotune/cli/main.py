@@ -22,7 +22,7 @@ from ..files.checkpoint import find_checkpoint
 from ..import_utils import quiet_third_party, startup_imports
 from ..runs.compare import compare_runs
 from ..runs.compare_output import format_markdown
-from ..runs.directory import check_writable, read_run_config
+from ..runs.directory import check_writable, read_run_config, refuse_other_commands_run
 from ..runs.lifecycle import check_writable_file
 from ..runs.loading import eval_quantization, load_for_eval
 from ..runs.sweep_grid import parse_grid
@@ -63,6 +63,7 @@ def _train(args: argparse.Namespace) -> int:
     output_dir = _output_dir(args, "runs/quickstart")
     if args.resume:  # the run's own config; CONFIG and --set may change only what a resume allows
         base = read_run_config(Path(output_dir))
+        refuse_other_commands_run(base, Path(output_dir), "train")
     else:
         base = None if args.config else QUICKSTART
     # the file and --set read once: the values they give, and on top of the base, the config

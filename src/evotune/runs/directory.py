@@ -74,6 +74,24 @@ def read_run_config(output_dir: Path, flag: str = "--resume") -> dict[str, Any]:
     return values
 
 
+# Keys only one command's config.yaml holds: which command wrote a run (for a resume by another command).
+COMMAND_KEYS = {"grpo": "num_generations", "sft": "num_train", "train": "population_size"}
+
+
+def run_command(values: dict[str, Any]) -> str | None:
+    """The command whose run a config.yaml's values are (train, grpo or sft), or None when none of their keys is
+    there."""
+    return next((command for command, key in COMMAND_KEYS.items() if key in values), None)
+
+
+def refuse_other_commands_run(values: dict[str, Any], output_dir: Path, command: str) -> None:
+    """A resume by `command` of a run another command wrote: one line naming the command that resumes it."""
+    wrote = run_command(values)
+    if wrote is not None and wrote != command:
+        raise ConfigError(f"--resume: {output_dir} is an `evotune {wrote}` run, not an `evotune {command}` run: "
+                          f"resume it with `evotune {wrote} --output-dir {output_dir} --resume`.")
+
+
 def changed_keys(run: TrainConfig, requested: TrainConfig) -> list[str]:
     """Keys whose values differ between the run's config and the requested one (a requested `dtype: auto`
     means the run's own resolved dtype)."""
