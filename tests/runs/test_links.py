@@ -96,3 +96,17 @@ def test_an_export_to_a_link_is_refused_and_its_target_kept(run_and_users_folder
     with pytest.raises(OutputError, match="symbolic link"), staged(target):
         pass
     assert yaml.safe_load((run / "config.yaml").read_text())["iterations"] == 2
+
+
+@pytest.mark.parametrize("flags", [[], ["--overwrite"]])
+def test_a_run_into_a_folder_of_a_users_files_is_refused_and_writes_nothing(tiny_model_dir, tmp_path, capsys, flags):
+    """A folder holding `passwd` and `hosts` got run files beside them; it is refused as export refuses it."""
+    folder = tmp_path / "etc_like"
+    folder.mkdir()
+    (folder / "passwd").write_text("root:x:0:0\n")
+    (folder / "hosts").write_text("127.0.0.1 localhost\n")
+    before = contents(folder)
+    assert main(["train", "--output-dir", str(folder), "--set", f"model={tiny_model_dir}", "--set", "iterations=1",
+                 *flags]) == 2
+    assert f"{folder} holds files that are not an evotune run's (hosts, passwd)" in error_line(capsys)
+    assert contents(folder) == before and sorted(path.name for path in folder.iterdir()) == ["hosts", "passwd"]

@@ -77,6 +77,7 @@ class RunLifecycle:
         for name in self.artifacts:  # final/, checkpoint/, config.yaml, ...: a write or removal would follow it
             refuse_link(self.output_dir / name)
         check_writable(self.given)
+        self.refuse_foreign_files()
         if not run_lock.is_held(self.output_dir) and (record := run_lock.holder(self.output_dir)) is not None:
             raise run_lock.RunLockedError(run_lock.refusal(self.output_dir, record))
         if self._inspect is not None:
@@ -84,6 +85,20 @@ class RunLifecycle:
         else:  # no checks of its own: a new run where one is gets the common refusal
             self.refuse_existing(resumable=False)
         return self.checkpoint
+
+    def refuse_foreign_files(self) -> None:
+        """A new run (or --overwrite) into a folder holding files that no evotune run wrote (a user's own, such as
+        /etc's) is refused, as `evotune export` refuses a folder that holds files: the run would write beside them.
+        A resume writes only where its run is."""
+        if self.resume or not self.output_dir.is_dir() or (self.output_dir / "config.yaml").is_file():
+            return
+        foreign = sorted(entry.name for entry in self.output_dir.iterdir() if entry.name not in self.artifacts
+                         and not entry.name.startswith(".evotune"))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise ConfigError(f"{self.output_dir} holds files that are not an evotune run's ({shown}); a run writes "
+                              "config.yaml, checkpoints and its model there, beside them. Choose a new or empty "
+                              "--output-dir (output_dir).")
 
     def clear(self) -> None:
         """Remove what this command wrote there before (an --overwrite, or a resume's unstarted attempt)."""
