@@ -95,3 +95,16 @@ def test_heatmap_has_a_panel_per_value_of_a_third_key_and_averages_the_rest(tmp_
     # rows are y (alpha), columns x (population); sigma 0 and 2 average to +1
     assert grids["8"].tolist() == [[16 + 5 + 800 + 1, 32 + 5 + 800 + 1], [16 + 10 + 800 + 1, 32 + 10 + 800 + 1]]
     assert heatmap(result, tmp_path / "heatmap.png").stat().st_size > 0
+
+
+def test_a_sweep_says_how_many_runs_it_starts_and_a_large_one_needs_yes(tmp_path, capsys):
+    """1,000 runs started with no count or time; above 100 runs (or 24 estimated hours) --yes is asked for, before
+    anything is written."""
+    from evotune.cli.main import main
+
+    grid = ["--grid", "sigma=" + ",".join(str(0.001 * k) for k in range(1, 11)),
+            "--grid", "learning_rate=" + ",".join(str(0.01 * k) for k in range(1, 11))]
+    assert main(["sweep", *grid, "--seeds", "0", "1", "--output-dir", str(tmp_path / "big")]) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert "this sweep starts 200 runs (about" in error and "pass --yes to start it" in error
+    assert not (tmp_path / "big").exists()

@@ -253,6 +253,8 @@ def _add_sweep(commands: Any) -> None:
                        help="run N grid runs at once as Ray tasks (1: one after another, no Ray)")
     sweep.add_argument("--cpus-per-run", type=float, default=1, metavar="C", help="with --parallel: cores per run")
     sweep.add_argument("--ray-address", help="with --parallel: Ray cluster to use (default: $RAY_ADDRESS, else local)")
+    sweep.add_argument("--yes", action="store_true",
+                       help="start a sweep of more than 100 runs or 24 estimated hours (it prints both first)")
     _usage_with_required_output_dir(sweep)
 
 
