@@ -337,3 +337,22 @@ def test_a_grpo_run_whose_reward_fails_at_once_leaves_nothing_and_the_same_comma
     assert not (tmp_path / "run").exists()
     flag.unlink()
     assert main(command) == 0
+
+
+class _Planted:  # any object that is not a tensor: torch's weights-only loader refuses its pickle
+    pass
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state.pth"])
+def test_a_resume_over_a_pickled_optimizer_scheduler_or_rng_state_stops_in_one_line(runs, tmp_path, capsys, name):
+    """It ended in `_pickle.UnpicklingError: Weights only load failed` from inside transformers' loaders."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["two"], run)
+    [checkpoint] = sorted((run / "trl").glob("checkpoint-*"))[-1:]
+    if not (checkpoint / name).exists():
+        pytest.skip(f"this TRL checkpoint writes no {name}")
+    torch.save({"state": _Planted()}, checkpoint / name)
+    assert main(["grpo", "--output-dir", str(run), "--resume", "--set", "iterations=3"]) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert "pickle files are not loaded (loading one can run the code it carries)" in error
+    assert "Traceback" not in error

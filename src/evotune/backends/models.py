@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import pickle
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ModelLoadError
-from ..files.adapters import read_adapter_config
+from ..files.adapters import PICKLE_REFUSAL, read_adapter_config
 from .quantized import QUANTIZATIONS, QuantizationSettings, bitsandbytes_kwargs  # noqa: F401 (QUANTIZATIONS:
 
 # config.Quantization's choices, read here by tests/config/test_config.py)
@@ -175,6 +176,20 @@ def find_adapter(path: str) -> tuple[Path, str] | None:
     return directory, base
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def refuse_pickle_weights(directory: Path) -> None:
+    """A model directory whose weights are pickles only (pytorch_model.bin, no .safetensors): refused in one line
+    before transformers tries (its weights-only loader raised a traceback on them)."""
+    if not directory.is_dir() or any(directory.glob("*.safetensors")) or any(directory.glob("*.gguf")):
+        return
+    pickled = sorted(path.name for path in directory.iterdir() if path.suffix in PICKLE_SUFFIXES
+                     and path.name != "training_args.bin")
+    if pickled:
+        raise ModelLoadError(PICKLE_REFUSAL.format(path=directory / pickled[0]))
+
+
 def load_model(name: str, dtype: str = "auto", device: str = "cpu",
                quantization: str | QuantizationSettings = "none"):
     """Return (model, tokenizer) in eval mode on `device`, with a pad token and left padding.
@@ -207,9 +222,12 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu",
         # GGUF blocks do not allow.
         kwargs = {"gguf_file": source.gguf_file,
                   "quantization_config": GgufConfig(gguf_file=source.gguf_file, dequantize=True)}
+    refuse_pickle_weights(Path(source.path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
         model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch_dtype(dtype), **kwargs)
+    except pickle.UnpicklingError as exc:  # a pickle among the weights that torch's weights-only loader refused
+        raise ModelLoadError(PICKLE_REFUSAL.format(path=source.path)) from exc
     except (OSError, ValueError) as exc:
         known = ", ".join(sorted(ALIASES))
         raise ModelLoadError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import shutil
 import time
 import warnings
@@ -22,7 +23,7 @@ from ..config.files import read_config_values
 from ..config.grpo import LOSS_TYPES, GRPORunConfig, LossType  # noqa: F401 - re-exported: their old home
 from ..config.methods import rebase
 from ..errors import ConfigError
-from ..files.adapters import read_adapter_config
+from ..files.adapters import PICKLE_REFUSAL, read_adapter_config
 from ..import_utils import is_trl_available
 from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config, refuse_other_commands_run
 from ..runs.lifecycle import RunLifecycle
@@ -248,6 +249,9 @@ def _run_grpo(config: GRPORunConfig, run: RunLifecycle, built: list[Any]) -> dic
             trainer._load_from_checkpoint(str(checkpoint))  # the checkpoint's weights, for final/
         else:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except pickle.UnpicklingError as error:  # TRL's optimizer, scheduler or RNG state, read weights-only
+        raise ConfigError(PICKLE_REFUSAL.format(path=checkpoint) + " Or start the run again with --overwrite.") \
+            from error
     finally:
         callback.logger.close()
     with run.staged("final") as final:  # a PEFT adapter (lora) or a full model, moved into place whole

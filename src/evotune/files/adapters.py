@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -67,9 +68,17 @@ def adapter_weight_shapes(adapter: str | Path) -> dict[str, tuple[int, ...]]:
 
         state = torch.load(path, map_location="cpu", weights_only=True)
         return {key: tuple(value.shape) for key, value in state.items()}
+    except pickle.UnpicklingError as error:  # more than tensors in it: a pickle that would run code to load
+        raise ConfigError(PICKLE_REFUSAL.format(path=path)) from error
     except Exception as error:  # safetensors, pickle and zip each raise their own kind on a damaged file
         raise ConfigError(f"{path} cannot be read ({type(error).__name__}: {error}); the file is damaged or "
                           "incomplete. Copy it again, or save the adapter again.") from error
+
+
+# One line for every pickle that holds more than tensors, wherever a weight or state is read (adapters, models,
+# GRPO's optimizer, scheduler and RNG state on --resume): loading one can run any code it carries.
+PICKLE_REFUSAL = ("{path}: pickle files are not loaded (loading one can run the code it carries); convert to "
+                  "safetensors (save_pretrained(..., safe_serialization=True) where you trust the file).")
 
 
 def module_name(key: str) -> tuple[str, str] | None:
