@@ -38,11 +38,14 @@ def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None,
     if rows is not None:
         from .tasks.custom import custom_task
 
-        return custom_task(*rows, reward_fns, config.reward_weights or None, seed=config.data_seed_or_seed,
+        task = custom_task(*rows, reward_fns, config.reward_weights or None, seed=config.data_seed_or_seed,
                            num_eval=config.num_eval, source="train_dataset")
-    return get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
-                    eval_dataset=config.eval_dataset, reward_fns=reward_fns, reward_weights=config.reward_weights
-                    or None, **config.task_args)
+    else:
+        task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
+                        eval_dataset=config.eval_dataset, reward_fns=reward_fns,
+                        reward_weights=config.reward_weights or None, **config.task_args)
+    task.reward_timeout = config.reward_timeout or None
+    return task
 
 
 # Registries: name -> the class that builds itself from a config (`from_config`). Per backend: its class and the

@@ -132,6 +132,9 @@ class RunConfig(ConfigMixin):
             raise ConfigError("`lora_rank` must be >= 1 and `lora_target_modules` non-empty (e.g. [q_proj, v_proj]).")
         if not self.lora_alpha > 0:
             raise ConfigError(f"`lora_alpha` is {self.lora_alpha}; it must be > 0 (e.g. twice `lora_rank`).")
+        if not (math.isfinite(getattr(self, "reward_timeout", 0.0)) and getattr(self, "reward_timeout", 0.0) >= 0):
+            raise ConfigError(f"`reward_timeout` is {self.reward_timeout}; give the seconds a reward call may take, "
+                              "e.g. 600, or 0 for no limit.")
         if self.max_new_tokens < 1:
             raise ConfigError(f"`max_new_tokens` is {self.max_new_tokens}; it must be at least 1.")
         if self.eval_max_new_tokens is not None and self.eval_max_new_tokens < 1:
@@ -160,6 +163,8 @@ class TrainConfig(RunConfig):
     reward_fns: list[str] = option([], "Reward functions as dotted import paths with TRL's signature (default: the "
                                        "task's).")
     reward_weights: list[float] = option([], "One weight per reward function (default 1.0 each).")
+    reward_timeout: float = option(600.0, "Seconds one call of a reward function may take (a batch of completions); "
+                                          "past it the run stops, naming the batch's first prompt (0: no limit).")
     # search space and strategy
     space: SpaceName = option("full", "Search space: full (all or selected weights), lora (every LoRA entry), "
                                       "svd_lora (ESSA: the LoRA factors' singular values), lowrank (EGGROLL: rank-r "

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RewardFunctionError
+from .timeout import RewardTimeout, call_with_timeout
 
 RewardFn = Callable[..., list[float | None]]
 
@@ -72,8 +73,10 @@ def _trl_completions(prompts: list[Any], completions: list[str]) -> list[Any]:
             for prompt, text in zip(prompts, completions)]
 
 
-def call_reward_fn(fn: RewardFn, rows: list[dict], completions: list[str]) -> list[float | None]:
-    """Call one reward function on a batch; validate and return its per-sample values (None = skip)."""
+def call_reward_fn(fn: RewardFn, rows: list[dict], completions: list[str],
+                   timeout: float | None = None) -> list[float | None]:
+    """Call one reward function on a batch, for at most `timeout` seconds (None: no limit); validate and return its
+    per-sample values (None = skip)."""
     if len(rows) != len(completions):
         raise ValueError(f"got {len(rows)} rows but {len(completions)} completions; they must match one to one.")
     prompts = [row["prompt"] for row in rows]
@@ -83,7 +86,14 @@ def call_reward_fn(fn: RewardFn, rows: list[dict], completions: list[str]) -> li
     columns = {key: [row.get(key) for row in rows] for key in keys}
     name = function_name(fn)
     try:
-        values = fn(prompts=prompts, completions=_trl_completions(prompts, completions), **columns)
+        values = call_with_timeout(fn, timeout, prompts=prompts, completions=_trl_completions(prompts, completions),
+                                   **columns)
+    except RewardTimeout:
+        first = _preview(prompts[0]) if prompts else "(empty batch)"
+        raise RewardFunctionError(
+            f"Reward function {name} did not return within {timeout:g} s (`reward_timeout`) on a batch of {len(rows)} "
+            f"completions; first prompt: {first}. Fix what it waits on, or raise `reward_timeout` (0: no limit)."
+        ) from None
     except (Exception, SystemExit) as exc:  # a reward's sys.exit() is its bug too, not the run's exit code
         first = _preview(prompts[0]) if prompts else "(empty batch)"
         raise RewardFunctionError(
@@ -147,6 +157,7 @@ class Task:
     # new tokens an evaluation needs so that it does not cut this task's answers (measured per task: the budget
     # past which held-out accuracy stops rising); None: the run's max_new_tokens
     eval_max_new_tokens: int | None = None
+    reward_timeout: float | None = None  # seconds one reward call may take (the config's `reward_timeout`)
 
     def __post_init__(self) -> None:
         if len(self.reward_weights) != len(self.reward_fns):
@@ -158,7 +169,7 @@ class Task:
         total = np.zeros(len(rows), dtype=np.float64)
         scored = np.zeros(len(rows), dtype=bool)
         for fn, weight in zip(self.reward_fns, self.reward_weights):
-            for index, value in enumerate(call_reward_fn(fn, rows, completions)):
+            for index, value in enumerate(call_reward_fn(fn, rows, completions, self.reward_timeout)):
                 if value is not None:
                     total[index] += weight * value
                     scored[index] = True
@@ -167,7 +178,7 @@ class Task:
 
     def metric_values(self, metric: str, rows: list[dict], completions: list[str]) -> np.ndarray:
         """Per-sample values of one metric function, (n,), NaN where it returned None."""
-        values = call_reward_fn(self.metric_fns[metric], rows, completions)
+        values = call_reward_fn(self.metric_fns[metric], rows, completions, self.reward_timeout)
         return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
     def scores(self, rows: list[dict], completions: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
