@@ -30,7 +30,7 @@ SET_VALUES = {"anchor_decay": 1.0, "adapter": "an/adapter", "quantization": "int
               "lora_init": "gaussian", "singular_value_fraction": 0.5, "svd_offsets": "relative",
               "engine_core": "in_process", "gpu_memory_utilization": 0.5, "ray_address": "10.0.0.5:6379",
               "ray_timeout": 10.0, "checksum_every": 5, "worker_num_cpus": 2.0, "worker_num_gpus": 1.0,
-              "prompt_shards": 2, "straggler_factor": 5.0}
+              "prompt_shards": 2, "straggler_factor": 5.0, "parameters": ["mlp"], "exclude_parameters": ["embed"]}
 # the other parts of a run while one kind's part is varied: choices under which nothing else refuses the key
 OTHER_PARTS = {"strategy": {"space": "svd_lora", "backend": "hf"},
                "space": {"strategy": "openes", "backend": "hf"},
@@ -153,3 +153,55 @@ def test_values_every_command_would_fail_on_later_are_refused_up_front(values, m
     for config_class in (GRPORunConfig, SFTConfig) if shared else ():  # the same line from grpo and sft
         with pytest.raises(ConfigError, match=message):
             config_class(**shared)
+
+
+# each space's modules (its own and those it builds on: svd_lora on lora's AdapterSpace, lowrank on full's)
+SPACE_MODULES = {"full": ("spaces/full.py",), "lowrank": ("spaces/lowrank.py", "spaces/full.py"),
+                 "lora": ("spaces/lora.py",), "svd_lora": ("spaces/svd_lora.py", "spaces/lora.py")}
+
+
+def config_reads(*relative: str) -> set[str]:
+    """Every `config.<key>` the modules read (ast: attribute reads on a name `config`), TrainConfig keys only."""
+    import ast
+    from dataclasses import fields
+    from pathlib import Path
+
+    import evotune
+
+    keys, found = {field.name for field in fields(TrainConfig)}, set()
+    for module in relative:
+        tree = ast.parse((Path(evotune.__file__).parent / module).read_text())
+        found |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                  and isinstance(node.value, ast.Name) and node.value.id == "config" and node.attr in keys}
+    return found
+
+
+def read_outside_the_spaces() -> set[str]:
+    """Keys some module other than a space's (and config/, which validates them all) reads: not a space's own."""
+    from pathlib import Path
+
+    import evotune
+
+    root = Path(evotune.__file__).parent
+    modules = [str(path.relative_to(root)) for path in root.rglob("*.py")
+               if not str(path.relative_to(root)).startswith(("spaces/", "config/"))
+               and path.name != "vllm_spaces.py"]  # the engine's spaces: the same keys as spaces/
+    return config_reads(*modules)
+
+
+def test_the_space_declarations_are_derived_from_the_code_that_reads_the_keys():
+    """The keys only a space's own code reads (every `config.<key>` in its modules, minus those any other part of
+    evotune reads) are exactly the keys config/parts.py declares for it, so a run of another space refuses them
+    instead of recording and ignoring them: `parameters` on `space: lora` was accepted, written and ignored."""
+    outside = read_outside_the_spaces()
+    reads = {space: config_reads(*modules) - outside for space, modules in SPACE_MODULES.items()}
+    own = set().union(*reads.values()) - set.intersection(*reads.values())  # read by some spaces, not all
+    declared = {space: {key.name for key in SPACE_RULES[space].reads} for space in SPACE_RULES}
+    for space in SPACE_RULES:
+        assert reads[space] & own <= declared[space], (space, sorted(reads[space] & own - declared[space]))
+    assert {"parameters", "exclude_parameters"} <= own  # the keys of the bug, found by the derivation
+
+
+def test_parameters_on_an_adapter_space_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"`parameters` is \['mlp'\], but only `space: full` and `space: lowrank`"):
+        TrainConfig(space="lora", parameters=["mlp"])

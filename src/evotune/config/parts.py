@@ -88,6 +88,8 @@ TENSOR_PARALLEL_SIZE = Key("tensor_parallel_size", (1,), "`tensor_parallel_size`
 # refused with check_parts' own line (the key, the parts that read it, what to set)
 FRESH_ADAPTER = tuple(Key(name) for name in ("lora_rank", "lora_alpha", "lora_target_modules", "lora_init"))
 PERTURBATION_RANK = Key("perturbation_rank")
+# which of the model's own weights a full-weight space moves; an adapter space moves its adapter's entries only
+WEIGHT_SELECTION = tuple(Key(name) for name in ("parameters", "exclude_parameters"))
 SVD = tuple(Key(name) for name in ("singular_value_fraction", "svd_offsets"))
 MASTER_DEVICE = Key("master_device")
 CMA_DIAGONAL = Key("cma_diagonal")
@@ -162,8 +164,10 @@ def engine_quantizes_in_four_bits(config: Any) -> None:
 
 STRATEGY_RULES = {"openes": PartRules(reads=(ANCHOR_DECAY, *OPENES)),
                   "cma": PartRules(reads=(CMA_DIAGONAL,), checks=(cma_searches_a_small_vector,))}
-SPACE_RULES = {"full": PartRules(reads=(PREFETCH_CANDIDATES, MASTER_DEVICE), checks=(full_batches_only_on_hf,)),
-               "lowrank": PartRules(reads=(PERTURBATION_RANK, MASTER_DEVICE), checks=(lowrank_on_one_rank,)),
+SPACE_RULES = {"full": PartRules(reads=(PREFETCH_CANDIDATES, MASTER_DEVICE, *WEIGHT_SELECTION),
+                                 checks=(full_batches_only_on_hf,)),
+               "lowrank": PartRules(reads=(PERTURBATION_RANK, MASTER_DEVICE, *WEIGHT_SELECTION),
+                                    checks=(lowrank_on_one_rank,)),
                "lora": PartRules(reads=(ADAPTER, QUANTIZATION, *FRESH_ADAPTER)),
                "svd_lora": PartRules(reads=(ADAPTER, QUANTIZATION, *FRESH_ADAPTER, *SVD),
                                      checks=(svd_lora_searches_something,))}
