@@ -204,3 +204,20 @@ def test_reading_runs_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_runs_of_different_tasks_are_noted_as_such(tmp_path):
+    """Arithmetic against conciseness with --metric eval/reward stood side by side with no note."""
+    records = [{"iteration": 0, "eval/reward": 0.1}, {"iteration": 1, "reward_mean": 0.0, "samples_seen": 10,
+                                                     "time_s": 1.0, "eval/reward": 0.2}]
+    arithmetic = write_run(tmp_path / "arith", {"method": "lowrank-es", "task": "arithmetic", "seed": 0}, records)
+    concise = write_run(tmp_path / "concise", {"method": "lowrank-es", "task": "conciseness", "seed": 1}, records)
+    three = write_run(tmp_path / "three", {"method": "full-es", "task": "arithmetic", "task_args": {"digits": 3},
+                                           "seed": 0}, records)
+    result = compare_runs([arithmetic, concise, three], str(tmp_path / "out"), metric="eval/reward")
+    notes = " ".join(result["notes"])
+    assert "scored on 3 different tasks (arithmetic: " in notes and "arithmetic (digits=3): " in notes
+    rows = [row["method"] for row in result["methods"]]
+    assert len(rows) == 3 and any("task=" in row for row in rows)  # each task its own row, named by the key
+    single = compare_runs([arithmetic], str(tmp_path / "out1"), metric="eval/reward")
+    assert not any("different tasks" in note for note in single["notes"])

@@ -68,8 +68,33 @@ def load_run(directory: str | Path, metric: str | None, notes: list[str] | None 
             "peak_rss_mib": max((r["peak_rss_mib"] for r in records if r.get("peak_rss_mib") is not None),
                                 default=None),
             "retain": final_retention(records), "iterations_done": iterations_done(records),
-            "iterations_planned": config.get("iterations"),
+            "iterations_planned": config.get("iterations"), "task": task_label(config),
             **warm_start(config, directory, notes), "method_config": method_config(config, directory)}
+
+
+def task_label(config: dict[str, Any]) -> str:
+    """What a run was scored on: its task, with its task_args and dataset where it has them."""
+    parts = [str(config.get("task", "?"))]
+    if config.get("task_args"):
+        parts.append(", ".join(f"{key}={value}" for key, value in sorted(config["task_args"].items())))
+    if config.get("dataset"):
+        parts.append(f"dataset {config['dataset']}")
+    return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
+
+
+def note_different_tasks(runs: list[dict], notes: list[str]) -> None:
+    """Runs scored on different tasks (or task arguments, or data) stand side by side only with a note that says so:
+    their numbers measure different things. A row that pools several is named too."""
+    tasks = list(dict.fromkeys(run["task"] for run in runs))
+    if len(tasks) < 2:
+        return
+    by_task = "; ".join(f"{task}: {', '.join(run['run'] for run in runs if run['task'] == task)}" for task in tasks)
+    notes.append(f"the runs are scored on {len(tasks)} different tasks ({by_task}): a number of one task says nothing "
+                 "of another's, so compare rows within a task only.")
+    for method in dict.fromkeys(run["method"] for run in runs):
+        mixed = list(dict.fromkeys(run["task"] for run in runs if run["method"] == method))
+        if len(mixed) > 1:
+            notes.append(f"`{method}` pools runs of different tasks ({'; '.join(mixed)}): its mean mixes them.")
 
 
 def iterations_done(records: list[dict[str, Any]]) -> int:
@@ -325,6 +350,7 @@ def compare_runs(run_dirs: Sequence[str | Path], output_dir: str | Path, metric:
     if len(metrics) > 1:
         raise ConfigError(f"the runs report different metrics ({sorted(metrics)}); choose one with --metric.")
     group_runs(runs, notes)
+    note_different_tasks(runs, notes)
     note_unequal_progress(runs, notes)
     summary = summarize(runs, target, budget, budget_time, notes)
     retention = summarize_retention(runs, notes)
