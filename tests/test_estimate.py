@@ -290,3 +290,10 @@ def test_a_prompt_and_budget_beyond_the_context_are_flagged(tiny_model_dir, tmp_
     assert main(["estimate", "--model", str(tmp_path), "--method", "lowrank-es", "--no-speed-probe"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "does NOT run: prompts of" in out and "beyond the model's context of 64; `evotune train` refuses it" in out
+
+
+def test_command_train_with_a_train_key_estimates_the_train_methods(capsys):
+    """`--command train --set population_size=8` failed with "unknown GRPO key population_size"."""
+    assert main(["estimate", "--command", "train", "--set", "population_size=8", "--no-speed-probe", "--json"]) == 0
+    assert [row["method"] for row in json.loads(capsys.readouterr().out)] == ["full-es", "lowrank-es", "lora-es",
+                                                                             "essa"]

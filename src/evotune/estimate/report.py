@@ -291,11 +291,14 @@ def run_estimate(config_path: str | None, command: str | None, method: str | Non
     if method and config_path:
         raise ConfigError(f"--method {method} and CONFIG both say what runs; give CONFIG (with --command) or "
                           "--method, not both.")
+    given_command = command
     command = command or (METHODS[method][0] if method else "train")
     if method and METHODS[method][0] != command:
         raise ConfigError(f"--method {method} runs `evotune {METHODS[method][0]}`, not --command {command}; drop "
                           "--command.")
-    names = [method] if method or config_path else list(METHODS)
+    # every method, or with --command the methods that command runs (their --set keys are that command's)
+    names = [method] if method or config_path else [name for name in METHODS
+                                                     if given_command in (None, METHODS[name][0])]
     ratio = speed_probe()["probe_s"] / load_coefficients()["reference_probe_s"] if speed else 1.0
     found, tokens, fits = [], prompt_tokens_given, {}
     for name in names:
