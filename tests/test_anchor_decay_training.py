@@ -10,7 +10,7 @@ from helpers import assert_same, first_in_ci, requires_ray, state, tiny_config, 
 from evotune.trainer import Trainer
 
 SPACES = {"full": {"dtype": "bfloat16"}, "lowrank": {}, "lora": {"space": "lora", "lora_init": "gaussian"},
-          "svd_lora": {"space": "svd_lora", "lora_init": "gaussian", "lora_rank": 4}}
+          "svd_lora": {"space": "svd_lora", "strategy": "openes", "lora_init": "gaussian", "lora_rank": 4}}
 
 
 def config(model_dir: str, space: str, **overrides):

@@ -148,8 +148,10 @@ import os
 import time
 
 
-def hangs(prompts, completions, **kwargs):
-    time.sleep(3600)
+def hangs(prompts, completions, hang=None, **kwargs):
+    if hang is None or any(hang):  # rows marked `hang: false` (the Ray case's held-out rows) are scored
+        time.sleep(3600)
+    return [0.0] * len(completions)
 
 
 def as_bools(prompts, completions, **kwargs):
@@ -165,6 +167,11 @@ def reward_cases(runs: dict, work: Path) -> list[Case]:
     folder.mkdir(exist_ok=True)
     (folder / "round6_rewards.py").write_text(REWARDS)
     (folder / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Say {n}."}) + "\n" for n in range(8)))
+    # the Ray case: held-out rows (scored by the driver) answer, training rows (scored by the actor) hang
+    (folder / "train.jsonl").write_text("".join(json.dumps({"prompt": f"Say {n}.", "hang": True}) + "\n"
+                                                for n in range(6)))
+    (folder / "held_out.jsonl").write_text("".join(json.dumps({"prompt": f"Say {n}.", "hang": False}) + "\n"
+                                                   for n in range(2)))
 
     def config(name: str, reward: str, **extra) -> Path:
         return write_yaml(folder / f"{name}.yaml", base_values(str(runs["model"]), task="custom", iterations=1,
@@ -176,8 +183,9 @@ def reward_cases(runs: dict, work: Path) -> list[Case]:
              cli("train", config("hang", "hangs", reward_timeout=3), "--output-dir", work / "r_hang"),
              names=["did not return within 3 s (`reward_timeout`)", "first prompt: 'Say"], absent=[work / "r_hang"]),
         Case("a hang", "a reward that never returns, in a Ray worker",
-             cli("train", config("hang_ray", "hangs", reward_timeout=3, distributed="ray", workers=1, eval_every=0),
-                 "--output-dir", work / "r_hang_ray"),
+             cli("train", config("hang_ray", "hangs", reward_timeout=3, distributed="ray", workers=1),
+                 "--output-dir", work / "r_hang_ray", "--set", f"dataset={folder / 'train.jsonl'}", "--set",
+                 f"eval_dataset={folder / 'held_out.jsonl'}"),
              names=["did not return within 3 s (`reward_timeout`)"], absent=[work / "r_hang_ray"]),
         Case("false refusals", "a reward returning bools",
              cli("train", config("bools", "as_bools"), "--output-dir", work / "r_bools"),
@@ -197,6 +205,13 @@ def pickle_cases(runs: dict, work: Path) -> list[Case]:
     torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
     (pickled / "model.safetensors").unlink()
     refusal = ["pytorch_model.bin: pickle files are not loaded", "convert to safetensors"]
+    grpo_run = work / "grpo_pickled"
+    tiny = ["task=conciseness", "batch_size=2", "num_generations=2", "max_new_tokens=4", "num_eval=2", "iterations=1",
+            "checkpoint_every=1", "report_to=[]", f"model={runs['model']}"]
+    done = run(cli("grpo", "--output-dir", grpo_run, *[part for pair in tiny for part in ("--set", pair)]), timeout=600)
+    planted = [path for path in sorted(grpo_run.glob("trl/checkpoint-*/optimizer.pt"))[-1:]] if done.rc == 0 else []
+    for path in planted:  # a pickle of more than tensors where TRL keeps the optimizer's state
+        torch.save({"state": Planted()}, path)
     return [Case("tracebacks", "a pickle-only model: train",
                  cli("train", "--output-dir", work / "p_train", "--set", f"model={pickled}", "--set", "iterations=1"),
                  names=refusal, absent=[work / "p_train"]),
@@ -204,7 +219,15 @@ def pickle_cases(runs: dict, work: Path) -> list[Case]:
                  cli("eval", "--model", pickled, "--task", "arithmetic", "--num-eval", "2", "--output",
                      work / "p_eval.json"), names=refusal, absent=[work / "p_eval.json"]),
             Case("tracebacks", "a pickle-only model: export", cli("export", pickled, "--output-dir", work / "p_export"),
-                 names=refusal, absent=[work / "p_export"])]
+                 names=refusal, absent=[work / "p_export"]),
+            Case("tracebacks", "grpo --resume over a pickled optimizer state",
+                 cli("grpo", "--output-dir", grpo_run, "--resume", "--set", "iterations=2"),
+                 names=["pickle files are not loaded", "--overwrite"] if planted else ["(the GRPO run to resume: "
+                                                                                      "none was made)"])]
+
+
+class Planted:  # not a tensor: torch's weights-only loader refuses its pickle
+    pass
 
 
 def directory_cases(runs: dict, work: Path) -> list[Case]:

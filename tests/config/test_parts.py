@@ -176,30 +176,64 @@ def config_reads(*relative: str) -> set[str]:
     return found
 
 
-def read_outside_the_spaces() -> set[str]:
-    """Keys some module other than a space's (and config/, which validates them all) reads: not a space's own."""
+def read_outside(*packages: str) -> set[str]:
+    """Keys some module outside `packages` (and config/, which validates them all) reads: not their parts' own."""
     from pathlib import Path
 
     import evotune
 
     root = Path(evotune.__file__).parent
     modules = [str(path.relative_to(root)) for path in root.rglob("*.py")
-               if not str(path.relative_to(root)).startswith(("spaces/", "config/"))
-               and path.name != "vllm_spaces.py"]  # the engine's spaces: the same keys as spaces/
+               if not str(path.relative_to(root)).startswith(("config/", *packages))]
     return config_reads(*modules)
 
 
-def test_the_space_declarations_are_derived_from_the_code_that_reads_the_keys():
-    """The keys only a space's own code reads (every `config.<key>` in its modules, minus those any other part of
-    evotune reads) are exactly the keys config/parts.py declares for it, so a run of another space refuses them
-    instead of recording and ignoring them: `parameters` on `space: lora` was accepted, written and ignored."""
-    outside = read_outside_the_spaces()
-    reads = {space: config_reads(*modules) - outside for space, modules in SPACE_MODULES.items()}
-    own = set().union(*reads.values()) - set.intersection(*reads.values())  # read by some spaces, not all
-    declared = {space: {key.name for key in SPACE_RULES[space].reads} for space in SPACE_RULES}
-    for space in SPACE_RULES:
-        assert reads[space] & own <= declared[space], (space, sorted(reads[space] & own - declared[space]))
-    assert {"parameters", "exclude_parameters"} <= own  # the keys of the bug, found by the derivation
+# each part's own modules, per kind (a space's include those it builds on: svd_lora on lora's AdapterSpace, lowrank
+# on full's; the engine's spaces in backends/vllm_spaces.py read the same keys as spaces/)
+PART_MODULES = {
+    "space": (SPACE_MODULES, ("spaces/", "backends/vllm_spaces.py")),
+    "strategy": ({"openes": ("strategies/openes.py",), "cma": ("strategies/cma.py",)}, ("strategies/",)),
+    "backend": ({"hf": ("backends/hf.py",), "vllm": ("backends/vllm.py",)}, ("backends/",)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PART_MODULES))
+def test_the_declarations_are_derived_from_the_code_that_reads_the_keys(kind):
+    """The keys only some parts of a kind read in their own code (every `config.<key>` in a part's modules, minus
+    the keys the rest of evotune reads, and minus those every part of the kind reads) are declared for exactly the
+    parts whose code reads them (config/parts.py), so a run of another part refuses them instead of recording and
+    ignoring them: `parameters` on `space: lora` was accepted, written and ignored. (The distributed kind's parts
+    are built in builders.py, whose Ray function reads the Ray keys: test_the_ray_keys_are_what_the_pool_reads.)"""
+    modules, packages = PART_MODULES[kind]
+    outside = read_outside(*packages)
+    reads = {part: config_reads(*files) - outside for part, files in modules.items()}
+    own = set().union(*reads.values()) - set.intersection(*reads.values())  # read by some parts, not all
+    rules = PART_RULES[kind]
+    for part, keys in reads.items():
+        declared = {key.name for key in rules[part].reads}
+        assert keys & own <= declared, f"{kind} {part} reads {sorted(keys & own - declared)}, undeclared"
+    if kind == "space":
+        assert {"parameters", "exclude_parameters"} <= own  # the keys of the bug, found by the derivation
+
+
+def test_the_ray_keys_are_what_the_pool_reads():
+    """`distributed: ray`'s declared keys are the ones builders.py's Ray functions read (and no other code)."""
+    import ast
+    from dataclasses import fields
+    from pathlib import Path
+
+    import evotune
+
+    keys = {field.name for field in fields(TrainConfig)}
+    tree = ast.parse((Path(evotune.__file__).parent / "builders.py").read_text())
+    ray_functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)
+                     and node.name in ("ray_evaluator", "replica_num_gpus", "reserve_driver_gpus")]
+    read = {node.attr for function in ray_functions for node in ast.walk(function) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "config" and node.attr in keys}
+    declared = {key.name for key in DISTRIBUTED_RULES["ray"].reads}
+    assert declared <= read | {"ray_timeout"}, sorted(declared - read)
+    assert read & {"ray_address", "checksum_every", "worker_num_cpus", "worker_num_gpus", "prompt_shards",
+                   "straggler_factor"} <= declared
 
 
 def test_parameters_on_an_adapter_space_is_refused_by_name():

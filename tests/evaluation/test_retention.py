@@ -22,7 +22,7 @@ RETENTION = dict(retention_tasks=["ifeval", "countdown"], retention_num_eval=12)
 # direct evaluation below compares real numbers); full ES's small sigma needs two.
 SPACES = {"full": {"iterations": 2}, "lowrank": {"space": "lowrank", "sigma": 0.2, "learning_rate": 0.2},
           "lora": {"space": "lora", "sigma": 0.5, "learning_rate": 0.5},
-          "svd_lora": {"space": "svd_lora", "sigma": 0.5, "learning_rate": 0.5}}
+          "svd_lora": {"space": "svd_lora", "strategy": "openes", "sigma": 0.5, "learning_rate": 0.5}}
 SPACES = {name: {"iterations": 1, **values} for name, values in SPACES.items()}
 
 
