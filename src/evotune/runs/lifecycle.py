@@ -28,6 +28,10 @@ from ..files.atomic import fsync_file, refuse_link, staged
 from ..files.checkpoint import find_checkpoint
 from . import lock as run_lock
 
+# What evotune writes into a run directory before the run's own files: ESTrainer's copy of its datasets (data/), and
+# the lock (runs/lock.py); a folder holding only these is a run's.
+MADE_BEFORE_THE_RUN = ("data", run_lock.LOCK_FILE)
+
 BOTH_FLAGS = ("--resume continues a run and --overwrite replaces it; pass only one of them (resume=True or "
               "overwrite=True from Python).")
 
@@ -77,9 +81,9 @@ class RunLifecycle:
         for name in self.artifacts:  # final/, checkpoint/, config.yaml, ...: a write or removal would follow it
             refuse_link(self.output_dir / name)
         check_writable(self.given)
-        self.refuse_foreign_files()
         if not run_lock.is_held(self.output_dir) and (record := run_lock.holder(self.output_dir)) is not None:
             raise run_lock.RunLockedError(run_lock.refusal(self.output_dir, record))
+        self.refuse_foreign_files()
         if self._inspect is not None:
             self.checkpoint = self._inspect(self)
         else:  # no checks of its own: a new run where one is gets the common refusal
@@ -93,7 +97,7 @@ class RunLifecycle:
         if self.resume or not self.output_dir.is_dir() or (self.output_dir / "config.yaml").is_file():
             return
         foreign = sorted(entry.name for entry in self.output_dir.iterdir() if entry.name not in self.artifacts
-                         and not entry.name.startswith(".evotune"))
+                         and entry.name not in MADE_BEFORE_THE_RUN and not entry.name.startswith(".evotune"))
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise ConfigError(f"{self.output_dir} holds files that are not an evotune run's ({shown}); a run writes "
