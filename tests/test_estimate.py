@@ -253,7 +253,8 @@ def test_a_run_that_does_not_fit_is_told_the_nearest_settings_that_do(monkeypatc
     assert main(["estimate", "--method", "full-es", "--model", "Qwen2.5-7B", "--no-speed-probe"]) == 0
     printed = capsys.readouterr().out
     assert "nearest settings (each alone; 20,000 MiB free)" in printed and "population_size: 2" in printed
-    assert "none fits alone: combine them" in printed  # full ES on 7B holds an fp32 mean beside the weights
+    # full ES on 7B holds an fp32 mean beside the weights: no setting fits, not even all of them at once
+    assert "population_size: 2, batch_size: 1" in printed and "none of these fits (the last row" in printed
 
 
 

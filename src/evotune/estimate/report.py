@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from transformers import AutoTokenizer
 
 from ..backends.models import DEFAULT_MODEL, resolve_dtype, resolve_model
@@ -233,6 +234,14 @@ def nearest_fits(command: str, config: Any, free: float, shape: ModelShape, toke
             if peak <= free or last:
                 rows.append((f"{key}: {value}", peak, peak <= free))
                 break
+    if rows and not any(fits for _, _, fits in rows):  # each alone falls short: all of them at once
+        together = {setting.split(": ", 1)[0]: yaml.safe_load(setting.split(": ", 1)[1]) for setting, _, _ in rows}
+        try:
+            changed = type(config).from_dict({**config.to_dict(), **together})
+            peak = build(command, changed, shape, ratio, tokens)[0].peak_mib
+            rows.append((", ".join(setting for setting, _, _ in rows), peak, peak <= free))
+        except ConfigError:
+            pass
     return rows
 
 
@@ -242,7 +251,8 @@ def format_fits(rows: list[tuple[str, float, bool]], free: float) -> list[str]:
     lines = ["", f"nearest settings (each alone; {free:,.0f} MiB free)", f"{'setting':36} {'peak MiB':>9} {'fits':>5}"]
     lines += [f"{setting:36} {peak:9,.0f} {'yes' if fits else 'NO':>5}" for setting, peak, fits in rows]
     if not any(fits for _, _, fits in rows):
-        lines.append("none fits alone: combine them (--set each), or pick a smaller model or another method")
+        lines.append("none of these fits (the last row, where there is one, is all of them at once): pick a smaller "
+                     "model or another method")
     return lines
 
 
@@ -265,8 +275,9 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any],
                      f"{result.method}")
     for name, rows in (nearest or {}).items():
         found = [f"{setting} ({peak:,.0f} MiB)" for setting, peak, fit in rows if fit]
-        lines.append(f"{name}: fits with " + ("; or ".join(found) if found else "none of " + ", ".join(
-            f"{setting} ({peak:,.0f} MiB)" for setting, peak, _ in rows) + " alone; combine them"))
+        tried = "; ".join(f"{setting} ({peak:,.0f} MiB)" for setting, peak, _ in rows)
+        lines.append(f"{name}: fits with " + "; or ".join(found) if found else
+                     f"{name}: fits with none of {tried}: a smaller model or another method")
     lines += ["", speed_line(context["coefficients"], results[0][1].speed_ratio),
               *[f"note: {note}" for note in dict.fromkeys(note for _, result in results for note in result.notes)],
               "evotune estimate --method NAME (or a CONFIG) prints one method's terms."]
