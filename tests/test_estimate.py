@@ -297,4 +297,4 @@ def test_command_train_with_a_train_key_estimates_the_train_methods(capsys):
     """`--command train --set population_size=8` failed with "unknown GRPO key population_size"."""
     assert main(["estimate", "--command", "train", "--set", "population_size=8", "--no-speed-probe", "--json"]) == 0
     assert [row["method"] for row in json.loads(capsys.readouterr().out)] == ["full-es", "lowrank-es", "lora-es",
-                                                                             "essa"]
+                                                                             "essa", "mezo"]

@@ -17,10 +17,11 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 
-MethodName = Literal["full-es", "lowrank-es", "lora-es", "essa", "grpo-lora", "grpo-full", "sft"]
+MethodName = Literal["full-es", "lowrank-es", "lora-es", "essa", "mezo", "grpo-lora", "grpo-full", "sft"]
 
 ES_AT_SCALE = "ES at Scale (Qiu et al. 2025, arXiv 2509.24372)"
 EGGROLL = "EGGROLL (Sarkar et al. 2025, arXiv 2511.16652)"
+MEZO = "MeZO (Malladi et al. 2023, arXiv 2305.17333)"
 
 
 def study(arm: str, why: str = "") -> str:
@@ -79,6 +80,17 @@ METHODS: dict[str, Method] = {method.name: method for method in (
             "singular_value_fraction": Default(0.5, study("essa")),
             "svd_offsets": Default("absolute", study("essa")), "sigma": Default(0.04, study("essa")),
             "population_size": Default(24, study("essa")), "batch_size": Default(8, study("essa"))}),
+    # MeZO's ZO-SGD step, theta += eta * (r(theta + eps z) - r(theta - eps z)) / (2 eps) * z, is OpenES with one
+    # antithetic pair, raw rewards and SGD: evotune's step is learning_rate * (r+ - r-) / 2 * z (the pair's seed
+    # replays z), so learning_rate = eta / eps. Full-parameter, noise regenerated from the seed, as full-es.
+    Method("mezo", "train", "MeZO: zeroth-order SGD, one antithetic pair per step, reward differences used raw",
+           {"space": "full"},
+           {"population_size": Default(2, f"{MEZO}: one pair (+eps z, -eps z) per step"),
+            "antithetic": Default(True, MEZO), "fitness_shaping": Default("none", f"{MEZO}: the raw difference"),
+            "noise": Default("gaussian", MEZO), "sigma": Default(1e-3, f"{MEZO}: eps 1e-3"),
+            "learning_rate": Default(1e-3, f"{MEZO}: eta 1e-6 (its full-parameter grid: 1e-6, 1e-7) over eps "
+                                           "1e-3, since evotune folds 1/eps into the rate"),
+            "batch_size": Default(16, f"{MEZO}: 16 examples per step"), "optimizer": Default("sgd", MEZO)}),
     Method("grpo-lora", "grpo", "GRPO (TRL) on a LoRA adapter", {"lora": True},
            {"learning_rate": Default(1e-3, study("grpo_lora", "the largest of 3e-5, 1e-4, 3e-4 and 1e-3")),
             "temperature": Default(0.7, study("grpo_lora")), "beta": Default(0.0, study("grpo_lora")),

@@ -201,7 +201,8 @@ def format_estimate(result: Estimate, context: dict[str, Any], iterations: int |
 SHRINK = (("dtype", ("bfloat16",), None), ("quantization", ("int8", "int4"), ("lora-es", "essa", "sft")),
           ("gradient_accumulation_steps", (2, 4, 8, 16), ("grpo-lora", "grpo-full")),
           ("population_size", "halve", ("full-es", "lowrank-es", "lora-es", "essa")),
-          ("batch_size", "halve", ("full-es", "lowrank-es", "lora-es", "essa", "grpo-lora", "grpo-full", "sft")))
+          ("batch_size", "halve", ("full-es", "lowrank-es", "lora-es", "essa", "mezo", "grpo-lora", "grpo-full",
+                                   "sft")))
 
 
 def nearest_fits(command: str, config: Any, free: float, shape: ModelShape, tokens: int,
