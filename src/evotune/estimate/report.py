@@ -235,7 +235,7 @@ def nearest_fits(command: str, config: Any, free: float, shape: ModelShape, toke
             if peak <= free or last:
                 rows.append((f"{key}: {value}", peak, peak <= free))
                 break
-    if rows and not any(fits for _, _, fits in rows):  # each alone falls short: all of them at once
+    if len(rows) > 1 and not any(fits for _, _, fits in rows):  # each alone falls short: all of them at once
         together = {setting.split(": ", 1)[0]: yaml.safe_load(setting.split(": ", 1)[1]) for setting, _, _ in rows}
         try:
             changed = type(config).from_dict({**config.to_dict(), **together})
