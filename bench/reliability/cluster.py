@@ -84,7 +84,20 @@ class CliCluster:
 def own_head(environment: dict[str, str], port: int, num_cpus: int = 1) -> Iterator[None]:
     """A `ray start --head` at the default temp dir (where `ray_address: auto` looks), stopped by killing only its own
     process group. `ray stop --force` would also kill every other Ray on the machine, a test runner's in-process
-    Ray included, and the process that started it dies with it."""
+    Ray included, and the process that started it dies with it. One such head at a time on this machine (a file
+    lock, across the test tier's worker processes): two heads in the default temp dir share its `session_latest`,
+    and a driver then read the other head's token ("Authentication token is missing or incorrect")."""
+    import fcntl
+
+    with open(HEAD_LOCK, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield from _own_head(environment, port, num_cpus)
+
+
+HEAD_LOCK = Path(tempfile.gettempdir()) / "evotune-ray-default-head.lock"
+
+
+def _own_head(environment: dict[str, str], port: int, num_cpus: int) -> Iterator[None]:
     head = subprocess.Popen([*RAY_CLI, "start", "--head", "--block", "--port", str(port), "--num-cpus", str(num_cpus),
                              "--include-dashboard", "false", "--node-ip-address", "127.0.0.1",
                              "--disable-usage-stats"], env=environment, start_new_session=True,

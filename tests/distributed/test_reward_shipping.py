@@ -48,6 +48,12 @@ def test_a_ray_pool_scores_with_a_reward_shipped_from_beside_the_config(cluster,
         dtype="float32", report_to=[], distributed="ray", workers=1, ray_timeout=60,
         **({"ray_address": f"127.0.0.1:{port}"} if cluster == "ray start" else {}))))
     environment = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "PYTHONPATH")}
+    if cluster == "ray start":  # token authentication in the head's shell and the driver's, as docs/ray-cluster.md
+        import secrets  # says: the same token in both, whatever ~/.ray/auth_token another head left on this machine
+
+        from bench.reliability.cluster import token_environment
+
+        environment = token_environment(environment, secrets.token_hex(16))
     with own_head(environment, port, num_cpus=2) if cluster == "ray start" else contextlib.nullcontext():
         done = subprocess.run([sys.executable, "-m", "evotune.cli.main", "train", str(project / "task.yaml"),
                                "--output-dir", str(elsewhere / "run")], cwd=elsewhere, env=environment,

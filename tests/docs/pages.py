@@ -101,10 +101,16 @@ def run_block(block: Block, folder: Path, env: dict[str, str], namespace: dict, 
         target.write_text(block.source)
         return
     if block.language == "bash" and block.cluster:
-        from bench.reliability.cluster import free_port, own_head
+        import secrets
 
-        with own_head({key: value for key, value in env.items() if key != "RAY_ADDRESS"}, free_port(), num_cpus=2):
-            run_block(Block(block.page, block.line, block.language, block.source), folder, env, namespace, timeout)
+        from bench.reliability.cluster import free_port, own_head, token_environment
+
+        # the head's shell and the user's with one token (token authentication, as docs/ray-cluster.md says for Ray
+        # 2.60), whatever ~/.ray/auth_token another head left on this machine
+        shell = token_environment({key: value for key, value in env.items() if key != "RAY_ADDRESS"},
+                                  secrets.token_hex(16))
+        with own_head(shell, free_port(), num_cpus=2):
+            run_block(Block(block.page, block.line, block.language, block.source), folder, shell, namespace, timeout)
         return
     if block.language == "bash":
         done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.source], cwd=folder, env=env,
