@@ -15,7 +15,7 @@ import yaml
 from ..config.files import PATH_KEYS
 from ..config.methods import LEGACY_NAMES, infer_method
 from ..errors import ConfigError
-from .directory import RESUMABLE_KEYS
+from .directory import RESUMABLE_KEYS, run_command
 
 # Keys that cannot change what a run reaches, so runs that differ only in them are seeds of one method: the seed,
 # the `method` name (the row's name already), and what a resume may change except the run's length (logging,
@@ -31,8 +31,7 @@ def method_label(config: dict) -> str:
     one, the method its keys make (`lora` marks a GRPO run, whose old `method` was the label `grpo`)."""
     if config.get("method") and config["method"] not in LEGACY_NAMES:
         return str(config["method"])
-    command = "grpo" if config.get("method") == "grpo" or "num_generations" in config else \
-        "sft" if "num_train" in config else "train"
+    command = "grpo" if config.get("method") == "grpo" else run_command(config) or "train"
     return infer_method(command, config)
 
 
