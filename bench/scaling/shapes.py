@@ -31,6 +31,7 @@ class Shape:
     tie_word_embeddings: bool
     published_vocab: int  # the model's own vocabulary, before it is resized to TOKENIZER_VOCAB
     gpu_only: bool = False  # larger than this study runs on a 24 GiB, 2-core CPU machine
+    published: bool = True  # False: no public model, a shape of other proportions (PROPORTIONS) for the time fit
 
     @property
     def head_dim(self) -> int:
@@ -58,7 +59,13 @@ SHAPES = {shape.name: shape for shape in [
     Shape("Qwen2.5-3B", "qwen2", 2048, 36, 16, 2, 11008, True, 151_936, gpu_only=True),
     Shape("Qwen2.5-7B", "qwen2", 3584, 28, 28, 4, 18944, False, 152_064, gpu_only=True),
     Shape("Llama-3-8B", "llama", 4096, 32, 32, 8, 14336, False, 128_256, gpu_only=True),
+    # Of no public model: the public shapes all keep layers and width in one proportion (about 20 to 40 layers),
+    # so a fit on them alone cannot tell a per-layer cost from a per-parameter one. These two pull them apart
+    # (Llama layout, SmolLM2's head size of 64), so `evotune estimate`'s time holds on a shape of other proportions.
+    Shape("deep-narrow-40L", "llama", 256, 40, 4, 2, 768, True, 49_152, published=False),
+    Shape("shallow-wide-4L", "llama", 1536, 4, 24, 8, 6144, True, 49_152, published=False),
 ]}
+PROPORTIONS = [name for name, shape in SHAPES.items() if not shape.published]
 
 
 def hf_config(shape: Shape, dtype: str):
