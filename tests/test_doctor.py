@@ -27,11 +27,11 @@ def run_doctor(tmp_path, engine_cores: list[str], checks: list[str] | None = Non
     report = json.loads(report_file.read_text())
     statuses = {check["name"]: check["status"] for check in report["checks"]}
     for shape in engine_cores:
-        for path in ("full ES", "ESSA as LoRA requests", "low-rank as LoRA requests"):
+        for path in ("full-es", "ESSA as LoRA requests", "low-rank as LoRA requests"):
             assert statuses[f"vllm {shape}: {path}"] == "pass", report
-    assert statuses["hf: full ES"] == statuses["hf: low-rank"] == "pass"
+    assert statuses["hf: full-es"] == statuses["hf: low-rank"] == "pass"
     if checks is None:
-        assert statuses["vllm: tensor parallel 2"] == "pass"
+        assert statuses["vllm: tensor parallel 2, full-es"] == statuses["vllm: tensor parallel 2, low-rank"] == "pass"
         assert statuses["vllm + ray: 2 engine actors"] in ("pass", "skip")  # skip: Ray not installed
     assert report["environment"]["vllm"] != "not installed"
     return statuses, done.stdout
@@ -42,7 +42,7 @@ def test_doctor_passes_the_hf_and_vllm_checks_asked_for(tmp_path):
     """Only the groups asked for run, each vLLM path compared with its hf run."""
     statuses, stdout = run_doctor(tmp_path, ["in_process"], ["hf", "vllm"])
     # the vLLM paths were compared with the hf runs, not only with the hf replay of their updates
-    assert "| vllm in_process: full ES | PASS |" in stdout and "rewards = hf run" in stdout
+    assert "| vllm in_process: full-es | PASS |" in stdout and "rewards = hf run" in stdout
     assert len(statuses) == 6, statuses  # 3 hf + 3 vLLM paths: no other shape, no tensor parallel, no Ray
     assert not any(name.startswith("vllm separate_process") for name in statuses)
 
@@ -59,4 +59,4 @@ def test_check_groups_of_the_cli_are_the_doctors():
 @pytest.mark.slow
 def test_doctor_passes_every_path_in_both_engine_shapes(tmp_path):
     statuses, stdout = run_doctor(tmp_path, ["in_process", "separate_process"])
-    assert "| vllm separate_process: full ES | PASS |" in stdout and "| vllm in_process: full ES | PASS |" in stdout
+    assert "| vllm separate_process: full-es | PASS |" in stdout and "| vllm in_process: full-es | PASS |" in stdout

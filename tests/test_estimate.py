@@ -59,7 +59,7 @@ def test_models_resolve_by_alias_and_public_name_and_an_unknown_one_names_the_kn
 SHAPE = ModelShape("test", 512, 8, 8, 2, 1024, 1000, True)
 
 
-# the earlier full-ES quickstart's shape of work: 16 members x 16 prompts x 48 tokens (QUICKSTART is low-rank ES now)
+# the earlier full-ES quickstart's shape of work: 16 members x 16 prompts x 48 tokens (QUICKSTART is lowrank-es now)
 FULL_ES = {**QUICKSTART, "space": "full", "population_size": 16, "batch_size": 16, "learning_rate": 8e-3}
 
 
@@ -68,7 +68,7 @@ def train_config(**keys):
 
 
 def test_the_workload_counts_each_methods_passes_copies_and_sequences():
-    # full ES one candidate at a time, 16 members x 16 prompts x 48 tokens
+    # full-es one candidate at a time, 16 members x 16 prompts x 48 tokens
     full = workload("train", train_config(), SHAPE, prompt_tokens=50, dtype="float32")
     assert (full.passes, full.weight_reads, full.kv_sequences) == (16 * 48, 16 * 48, 16)
     assert full.fp32_master and full.drift_copy and full.trained == SHAPE.parameters()
@@ -253,7 +253,7 @@ def test_a_run_that_does_not_fit_is_told_the_nearest_settings_that_do(monkeypatc
     assert main(["estimate", "--method", "full-es", "--model", "Qwen2.5-7B", "--no-speed-probe"]) == 0
     printed = capsys.readouterr().out
     assert "nearest settings (each alone; 20,000 MiB free)" in printed and "population_size: 2" in printed
-    # full ES on 7B holds an fp32 mean beside the weights: no setting fits, not even all of them at once
+    # full-es on 7B holds an fp32 mean beside the weights: no setting fits, not even all of them at once
     assert "population_size: 2, batch_size: 1" in printed and "none of these fits (the last row" in printed
 
 

@@ -34,7 +34,7 @@ QUESTIONS = (
              ("docs/es-at-scale.md", "docs/benchmarks/stability.md"),
              superseded=("spread ten times wider", "**On both tasks here it is the other way round.**",
                          "ES spread wider than GRPO on conciseness too")),
-    Question("Does low-rank ES learn faster than full ES on a CPU?", "matrix-lowrank-answer",
+    Question("Does lowrank-es learn faster than full-es on a CPU?", "matrix-lowrank-answer",
              ("docs/eggroll.md", "docs/benchmarks/eggroll.md"),
              superseded=("not as a default", "it did not learn faster\nthan `space: full`",
                          "did not learn faster here: with 4 prompts per member")),

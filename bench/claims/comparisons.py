@@ -13,7 +13,7 @@ def es_vs_grpo_time_10tok() -> str:
     es, grpo = methods["es"], methods["grpo"]
     start = [run["curve"][0]["value"] for run in compare_runs(data, "es")]
     rss = {name: max(run["peak_rss_mib"] for run in compare_runs(data, name)) for name in ("es", "grpo")}
-    return (f"full ES {seeds_text(start)} -> {seeds_text(es['at_1800s_per_seed'])} at 1,800 s (mean "
+    return (f"full-es {seeds_text(start)} -> {seeds_text(es['at_1800s_per_seed'])} at 1,800 s (mean "
             f"{pct(es['at_1800s'])}), GRPO {seeds_text(grpo['at_1800s_per_seed'])} (mean {pct(grpo['at_1800s'])}), "
             f"seeds 0 / 1, n = {data['runs'][0]['num_eval']} scored at 10 tokens; ES sampled {es['samples_seen']:,} "
             f"completions, GRPO {grpo['samples_seen']:,}; peak RSS {rss['es']:,.0f} MiB against {rss['grpo']:,.0f} MiB")

@@ -11,9 +11,9 @@ from evotune.evaluation.statistics import wilson_interval
 
 def gpu_h200() -> str:
     rows = {row["method"].split(" (")[0]: row for row in load("gpu_check/gpu_h200_hf.json")["rows"]}
-    full, low = rows["full ES"], rows["low-rank ES"]
-    return (f"full ES {full['candidate_evals_per_second']:.1f} candidate evals/s ({full['seconds_per_iteration']} s "
-            f"per iteration), low-rank ES {low['candidate_evals_per_second']:.1f} "
+    full, low = rows["full-es"], rows["lowrank-es"]
+    return (f"full-es {full['candidate_evals_per_second']:.1f} candidate evals/s ({full['seconds_per_iteration']} s "
+            f"per iteration), lowrank-es {low['candidate_evals_per_second']:.1f} "
             f"({low['seconds_per_iteration']} s per iteration), measured by hand in a first device call; the scripted "
             "GPU check's rows came after")
 
@@ -24,23 +24,23 @@ GPU_CHECK_FILES = ("gpu_check/gpu_check_h200.json", "gpu_check/gpu_check_h200_co
                    "gpu_check/gpu_check_h200_learn.json", "gpu_check/gpu_check_h200_learn2.json",
                    "gpu_check/gpu_check_h200_master.json", "gpu_check/gpu_check_h200_master2.json")
 # The goals the GPU check was built to test (issue 50), on one H100/H200: (what, arms, key, goal).
-GPU_GOALS = [("full ES candidate evals/s",
+GPU_GOALS = [("full-es candidate evals/s",
               ("full_one_at_a_time", "full_batched", "full_batched_device_master", "full_compiled"),
               "candidate_evals_per_second", 10.0),
-             ("low-rank ES candidate evals/s", ("lowrank", "lowrank_device_master"), "candidate_evals_per_second",
+             ("lowrank-es candidate evals/s", ("lowrank", "lowrank_device_master"), "candidate_evals_per_second",
               60.0),
-             ("fraction of pure-inference throughput, low-rank ES", ("lowrank", "lowrank_device_master"),
+             ("fraction of pure-inference throughput, lowrank-es", ("lowrank", "lowrank_device_master"),
               "fraction_of_pure_inference", 0.9),
-             ("fraction of pure-inference throughput, batched full ES", ("full_batched", "full_batched_device_master"),
+             ("fraction of pure-inference throughput, batched full-es", ("full_batched", "full_batched_device_master"),
               "fraction_of_pure_inference", 0.9)]
 
-GPU_CHECK_ARMS = {"full_one_at_a_time": "full ES, one candidate at a time (no host sync per token)",
-                  "full_own_loop": "full ES, one at a time, transformers' own loop",
-                  "full_batched": "full ES, population-batched (`population_batch_size: auto`, mean on the host)",
-                  "full_batched_device_master": "full ES, population-batched, `master_device: device`",
-                  "full_compiled": "full ES, one at a time, `compile_generation: true`",
-                  "lowrank": "low-rank ES (rank 1, the whole population in one generate, mean on the host)",
-                  "lowrank_device_master": "low-rank ES, `master_device: device`"}
+GPU_CHECK_ARMS = {"full_one_at_a_time": "full-es, one candidate at a time (no host sync per token)",
+                  "full_own_loop": "full-es, one at a time, transformers' own loop",
+                  "full_batched": "full-es, population-batched (`population_batch_size: auto`, mean on the host)",
+                  "full_batched_device_master": "full-es, population-batched, `master_device: device`",
+                  "full_compiled": "full-es, one at a time, `compile_generation: true`",
+                  "lowrank": "lowrank-es (rank 1, the whole population in one generate, mean on the host)",
+                  "lowrank_device_master": "lowrank-es, `master_device: device`"}
 
 
 def _gpu_check_rows() -> dict[str, tuple[str, dict]]:
@@ -105,7 +105,7 @@ def gpu_learning_table() -> str:
     """The fixed-wall-time learning rows: held-out accuracy before and after the same seconds of training."""
     rows = sorted(((row["method"], row["seed"], name, row) for arm, (name, row) in _gpu_check_rows().items()
                    if arm.startswith("learn_")), key=lambda item: (item[0], item[1]))
-    labels = {"lowrank": "low-rank ES (rank 1)", "full_batched": "full ES, population-batched", "grpo": "GRPO (TRL)"}
+    labels = {"lowrank": "lowrank-es (rank 1)", "full_batched": "full-es, population-batched", "grpo": "GRPO (TRL)"}
     lines = ["", "", "| method | seed | steps in the time | held-out before | held-out after [95% interval] | gain | "
              "file |", "|---|---|---|---|---|---|---|"]
     for method, seed, name, row in rows:
@@ -160,7 +160,7 @@ def gpu_device_master() -> str:
     """Each space's host-master row against its `master_device: device` row, both from one device call."""
     rows = _gpu_check_rows()
     parts = []
-    for arm, label in (("full_batched", "batched full ES"), ("lowrank", "low-rank ES")):
+    for arm, label in (("full_batched", "batched full-es"), ("lowrank", "lowrank-es")):
         (host_file, host), (device_file, device) = rows[arm], rows[f"{arm}_device_master"]
         if host_file != device_file:
             raise ValueError(f"{arm} and {arm}_device_master come from two device calls ({host_file}, "
@@ -217,13 +217,13 @@ def gpu_profile() -> str:
 # GPU run's file that shows it on CUDA (None: that file has no such row, so it has not run there). A capability
 # with no result file at all on some hardware is "not run" there; nothing here is written in words of its own.
 HARDWARE_ROWS = [
-    ("full-parameter ES, hf backend", ["quickstart/quickstart_heldout.json"], "full ES"),
+    ("full-parameter ES, hf backend", ["quickstart/quickstart_heldout.json"], "full-es"),
     ("stop and resume, bit for bit", ["reliability/reliability_kill_points.json"], "exactness"),
-    ("low-rank ES (EGGROLL), hf", ["eggroll/lowrank_throughput.json"], "low-rank ES"),
+    ("lowrank-es (EGGROLL), hf", ["eggroll/lowrank_throughput.json"], "lowrank-es"),
     ("GRPO baseline (TRL)", ["speed/grpo_memory_grpo_conciseness.json"], "GRPO"),
     ("ESSA's evolution (CMA-ES on an adapter's singular values)", ["essa/essa_arithmetic.json"], "doctor:ESSA"),
     ("LoRA SFT (ESSA's warm start)", ["essa_quantization/essa_quantization.json"], None),
-    ("full ES, population-batched (`population_batch_size`)", ["speed/population_batch_full_cpu.json"],
+    ("full-es, population-batched (`population_batch_size`)", ["speed/population_batch_full_cpu.json"],
      "check:full_batched"),
     ("`compile_generation`", ["speed/compile_generation_cpu.json"], "check:full_compiled"),
     ("INT8/INT4 bases (bitsandbytes)", ["essa_quantization/essa_quantization.json"], None),

@@ -47,7 +47,7 @@ def quickstart_candidates() -> str:
         gains = ", ".join(f"{gain:+.1f}" for gain in group["gain_points"])
         minutes = ", ".join(f"{seconds / 60:.1f}" for seconds in group["wall_time_s"])
         probes = ", ".join(f"{probe:.2f}" for probe in group["probe_s"] or [])
-        method = {"full": "full ES", "lowrank": "low-rank ES"}.get(settings["space"], f"{settings['space']} ES")
+        method = {"full": "full-es", "lowrank": "lowrank-es"}.get(settings["space"], f"{settings['space']} ES")
         parts.append(f"{method}, {settings['population_size']} members x {settings['batch_size']} "
                      f"prompts, {settings['iterations']} iterations (seed{'s' if len(group['seeds']) > 1 else ''} "
                      f"{', '.join(str(seed) for seed in group['seeds'])}): gain {gains} points in {minutes} minutes"
@@ -59,7 +59,7 @@ def quickstart_candidates() -> str:
 
 def quickstart_full_es() -> str:
     """The earlier full-ES quickstart's three seeds (bench/quickstart/run.sh on 2026-11-26, before the quickstart
-    became low-rank ES), on the held-out questions the side-by-side measurement drew again."""
+    became lowrank-es), on the held-out questions the side-by-side measurement drew again."""
     data = load("quickstart/quickstart_full_es_heldout.json")
     budget, summary = str(data["eval_max_new_tokens"]), data["gain_over_seeds"]
     gains = ", ".join(f"{run['gain_points']:+.1f}" for run in data["runs"])
@@ -115,7 +115,7 @@ def eval_budget_arithmetic() -> str:
 def countdown_small() -> str:
     data = load("countdown_small/stages_countdown_small.json")
     rows = sorted(data["rows"], key=lambda row: row["seed"])
-    names = (("essa", "ESSA"), ("es", "full ES on the merged model"), ("grpo", "GRPO"))
+    names = (("essa", "ESSA"), ("es", "full-es on the merged model"), ("grpo", "GRPO"))
     methods = ", ".join(f"{label} {seeds_text(row[key]['final']['value'] for row in rows)}" for key, label in names)
     return (f"SFT takes accuracy from {seeds_text(row['base']['value'] for row in rows)} to "
             f"{seeds_text(row['sft']['value'] for row in rows)} (seeds 0 / 1); from there, {methods} "
@@ -146,7 +146,7 @@ def countdown_format() -> str:
 def countdown_changes() -> str:
     """How far each method moved accuracy from its SFT start, per seed: the moves beyond 5 points named."""
     rows = load("countdown_small/stages_countdown_small.json")["rows"]
-    names = {"essa": "ESSA", "es": "full ES", "grpo": "GRPO"}
+    names = {"essa": "ESSA", "es": "full-es", "grpo": "GRPO"}
     beyond = [f"{label} on seed {row['seed']} ({100 * (row[key]['final']['value'] - row['sft']['value']):+.1f})"
               for row in sorted(rows, key=lambda row: row["seed"]) for key, label in names.items()
               if abs(row[key]["final"]["value"] - row["sft"]["value"]) > 0.05]

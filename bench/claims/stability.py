@@ -118,7 +118,7 @@ def stability_sources_split() -> str:
 def drift_arithmetic() -> str:
     data = load("drift/drift_arithmetic.json")
     final, equal = data["methods"], data["at_equal_target"]["methods"]
-    names = {"es": "full ES", "lowrank": "low-rank ES", "grpo": "GRPO"}
+    names = {"es": "full-es", "lowrank": "lowrank-es", "grpo": "GRPO"}
     accuracy = ", ".join(f"{label} {100 * final[key]['target_accuracy']['mean']:.1f}%" for key, label in names.items())
     kl = ", ".join(f"{label} {equal[key]['retain/conciseness/kl']['mean']:.4f}" for key, label in names.items())
     # each run is read at its first evaluation at or above the level, so the accuracies there differ: say them
@@ -139,7 +139,7 @@ def drift_rescored() -> str:
     names = [f"{method}-seed{seed}" for method in ("es", "grpo") for seed in (0, 1)]
     at = {budget: ", ".join(f"{100 * models[name]['metrics'][budget]['accuracy']:.1f}" for name in names)
           for budget in ("48", "24")}
-    return (f"the full ES and GRPO final models of seeds 0 and 1 score {at['48']}%, against {at['24']}% at 24 tokens "
+    return (f"the full-es and GRPO final models of seeds 0 and 1 score {at['48']}%, against {at['24']}% at 24 tokens "
             f"(the table's budget)")
 
 
@@ -147,7 +147,7 @@ def drift_keeps() -> str:
     kl = "retain/conciseness/kl"
     equal_ratio = _drift("es", kl, "equal") / _drift("grpo", kl, "equal")
     final_ratio = _drift("es", kl) / _drift("grpo", kl)
-    return (f"Full ES moves {pct(_drift('es', 'distance/changed_fraction'))} of the weights and reaches "
+    return (f"full-es moves {pct(_drift('es', 'distance/changed_fraction'))} of the weights and reaches "
             f"{equal_ratio:.0f}x GRPO's KL on the retention prompts at the same accuracy level "
             f"({_drift('es', kl, 'equal'):.3f} vs {_drift('grpo', kl, 'equal'):.3f} on conciseness; {final_ratio:.0f}x "
             f"at the end of the runs, {_drift('es', kl):.3f} vs {_drift('grpo', kl):.3f})")
@@ -161,7 +161,7 @@ def drift_retention_scores() -> str:
     concise = {key: methods[key]["retain/conciseness/contains_solution"]["mean"] for key in methods}
     lowest = min(concise, key=concise.get)
     others = [value for key, value in concise.items() if key != lowest]
-    return (f"on IFEval full ES ended at {pct(ifeval['es']['mean'])}"
+    return (f"on IFEval full-es ended at {pct(ifeval['es']['mean'])}"
             f"{' in both seeds' if same else ''} and GRPO at {pct(ifeval['grpo']['mean'])}, "
             f"{'but the two intervals overlap' if overlap else 'and the two intervals do not overlap'}; conciseness "
             f"correctness ended between {pct(min(others))} and {pct(max(others))} for every method except "
@@ -170,9 +170,9 @@ def drift_retention_scores() -> str:
 
 def drift_lowrank() -> str:
     kl, distance = "retain/conciseness/kl", "distance/relative_l2"
-    return (f"at the same 30 minutes it ended at {pct(_drift('lowrank', 'target_accuracy'))} (full ES "
+    return (f"at the same 30 minutes it ended at {pct(_drift('lowrank', 'target_accuracy'))} (full-es "
             f"{pct(_drift('es', 'target_accuracy'))}) with {_drift('es', kl) / _drift('lowrank', kl):.1f}x less KL "
-            f"than full ES and {pct(_drift('lowrank', distance) / _drift('es', distance))} of its distance")
+            f"than full-es and {pct(_drift('lowrank', distance) / _drift('es', distance))} of its distance")
 
 
 def drift_lowrank_short() -> str:
@@ -188,7 +188,7 @@ def drift_anchor_detail() -> str:
             f"{free[kl]['mean'] / strong[kl]['mean']:.1f}x, and IFEval stayed at "
             f"{pct(strong['retain/ifeval/prompt_strict']['mean'])}, but target accuracy fell from "
             f"{pct(free['target_accuracy']['mean'])} to {pct(strong['target_accuracy']['mean'])} (its two seeds: "
-            f"{', '.join(pct(v) for v in strong['target_accuracy']['per_seed'])}; full ES: "
+            f"{', '.join(pct(v) for v in strong['target_accuracy']['per_seed'])}; full-es: "
             f"{', '.join(pct(v) for v in free['target_accuracy']['per_seed'])}). At 1.25 the distance shrank only "
             f"{pct(shrink)} in 30 minutes, the KL {pct(1 - weak[kl]['mean'] / free[kl]['mean'])}, and accuracy was "
             f"{pct(weak['target_accuracy']['mean'])}")
@@ -234,8 +234,8 @@ def stability_averaging() -> str:
             f"{pct(models[names[2]]['mean'])}")
 
 
-DRIFT_METHODS = {"es": "full ES", "es-anchor1.25": "ES + anchor 1.25", "es-anchor10": "ES + anchor 10",
-                 "lowrank": "low-rank ES", "grpo": "GRPO (LoRA)"}
+DRIFT_METHODS = {"es": "full-es", "es-anchor1.25": "ES + anchor 1.25", "es-anchor10": "ES + anchor 10",
+                 "lowrank": "lowrank-es", "grpo": "GRPO (LoRA)"}
 
 
 def drift_table() -> str:
@@ -285,7 +285,7 @@ ARITHMETIC_BUDGETS = (("48", "48 (untruncated)", "48 (untruncated)"), ("24", "24
 def stability_arithmetic_table() -> str:
     """Each final model's accuracy at 48, 24 and 10 new tokens, five seeds per method, and their spread."""
     spread = load("stability/stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
-    methods = {"es": "full ES (`bench/configs/arithmetic_10tok.yaml`)",
+    methods = {"es": "full-es (`bench/configs/arithmetic_10tok.yaml`)",
                "grpo": "GRPO (`examples/grpo_arithmetic.yaml`)"}
     lines = ["", "", "| method | new tokens | accuracy per seed (0-4) | mean | std [bootstrap 95%] | range |",
              "|---|---|---|---|---|---|"]

@@ -9,9 +9,9 @@ step so a killed run still leaves what it measured):
   * resume: a run stopped after half its iterations and resumed equals the uninterrupted run, tensor for tensor
     (4 candidates x 4 prompts x 8 new tokens: exactness does not depend on the size, and it runs first);
   * throughput, one row per arm on the same task (arithmetic, 48 new tokens, population 30 x 32 prompts on a GPU):
-    full ES one candidate at a time (`full_one_at_a_time`: greedy decoding without a host sync per token), the
+    full-es one candidate at a time (`full_one_at_a_time`: greedy decoding without a host sync per token), the
     same with transformers' own loop (`full_own_loop`, a host sync per token), population-batched
-    (`full_batched`: `population_batch_size`, auto by default: sized from free GPU memory), low-rank ES
+    (`full_batched`: `population_batch_size`, auto by default: sized from free GPU memory), lowrank-es
     (`lowrank`: the whole population in one generate), both again with the fp32 mean on the GPU
     (`*_device_master`: `master_device: device`), `compile_generation` (`full_compiled`), and GRPO where
     TRL is installed. Each row: seconds per iteration (median after the first), candidate evaluations per
@@ -20,11 +20,11 @@ step so a killed run still leaves what it measured):
     plain generation with the same model, the same prompts, rows per generate and new tokens, timed in this run;
   * its distance to the device's limits: FLOPs per iteration over bf16 peak, weight bytes read per decoding step
     over memory bandwidth;
-  * where the time goes (profile.py): for low-rank, batched and one-at-a-time full ES, one iteration's phases
+  * where the time goes (profile.py): for low-rank, batched and one-at-a-time full-es, one iteration's phases
     (ask, writing candidates, generate, rewards, tell, update) timed with the device synchronized, and the top
     operators and kernel launches of the next under torch.profiler (`--no-profile` leaves them out);
   * learning at a fixed wall time (`--learn-seconds`, 60 on a GPU): held-out accuracy before and after, for
-    low-rank ES, batched full ES and GRPO, seeds 0..2 where time allows.
+    lowrank-es, batched full-es and GRPO, seeds 0..2 where time allows.
 
 A lent GPU comes for 15 minutes, start included, so one call seldom measures everything. `--previous FILE ...`
 (gpu_check.sh passes the committed bench/results/gpu_check/gpu_check_*.json) keeps the rows an earlier run measured
@@ -56,7 +56,7 @@ DEVICE_LIMITS = {"H200": {"bf16_tflops": 989.0, "bandwidth_tb_s": 4.8},
                  "H100": {"bf16_tflops": 989.0, "bandwidth_tb_s": 3.35}}
 
 # The ES throughput rows: config overrides of each (full_own_loop also decodes with transformers' own loop).
-# (full ES on CUDA defaults to `population_batch_size: auto`, so the one-at-a-time arms say 1)
+# (full-es on CUDA defaults to `population_batch_size: auto`, so the one-at-a-time arms say 1)
 # Every arm names where the fp32 mean lives: the first rows were measured with it on the host (then the default),
 # and the *_device_master arms keep it beside the weights on the GPU (now `auto`'s choice where it fits), so a
 # default that changes does not change what a row measures.
@@ -296,7 +296,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--population-size", type=int, default=30)
     parser.add_argument("--population-batch-size", type=population_batch_size, default="auto",
-                        help="full ES batched arm: candidates per generate (default auto: from free GPU memory)")
+                        help="full-es batched arm: candidates per generate (default auto: from free GPU memory)")
     parser.add_argument("--arms", nargs="+", choices=["resume", *ARMS, "grpo"], default=["resume", *ARMS, "grpo"],
                         help="the resume check and throughput rows to measure (default: all)")
     parser.add_argument("--batch-size", type=int, default=32)

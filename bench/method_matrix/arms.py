@@ -43,7 +43,7 @@ SFT = {"num_train": 300, "epochs": 1, "batch_size": 8, "learning_rate": 5e-4, **
 # (on countdown every method starts from that SFT, and no one is charged).
 METHODS: dict[str, dict[str, Any]] = {
     "full_es": {
-        "label": "full ES", "command": "train",
+        "label": "full-es", "command": "train",
         "keys": {**ES, "space": "full", "population_size": 16, "batch_size": 16},
         # the quickstart's settings first; at one thread an iteration takes ~3 minutes, so half the prompts per
         # member (twice the iterations) is a setting too
@@ -51,19 +51,19 @@ METHODS: dict[str, dict[str, Any]] = {
                  {"sigma": 2e-3, "learning_rate": 8e-3, "batch_size": 8},
                  {"sigma": 2e-3, "learning_rate": 1.6e-2, "batch_size": 8}]},
     "es_lora": {
-        "label": "ES on a LoRA", "command": "train",
+        "label": "lora-es", "command": "train",
         # GRPO's LoRA: rank 8 on q/k/v/o, a fresh adapter (B = 0), every entry of A and B searched
         "keys": {**ES, **LORA, "space": "lora", "population_size": 16, "batch_size": 16},
         "grid": [{"sigma": 1e-2, "learning_rate": 4e-2}, {"sigma": 3e-2, "learning_rate": 1.2e-1},
                  {"sigma": 1e-2, "learning_rate": 4e-2, "batch_size": 8},
                  {"sigma": 3e-2, "learning_rate": 1.2e-1, "batch_size": 8}]},
     "lowrank": {
-        "label": "low-rank ES", "command": "train",
+        "label": "lowrank-es", "command": "train",
         "keys": {**ES, "space": "lowrank", "perturbation_rank": 1, "population_size": 64, "batch_size": 4},
         "grid": [{"sigma": 2e-3, "learning_rate": 4e-3}, {"sigma": 2e-3, "learning_rate": 8e-3},
                  {"sigma": 2e-3, "learning_rate": 1.6e-2}, {"sigma": 4e-3, "learning_rate": 1.6e-2}]},
     "essa": {
-        "label": "ESSA (SFT + ES)", "command": "essa",  # its SFT is a backward pass: named as such wherever it is
+        "label": "essa (SFT + ES)", "command": "essa",  # its SFT is a backward pass: named as such wherever it is
         "keys": {**ES, "antithetic": False, "noise": "gaussian", "space": "svd_lora", "strategy": "cma",
                  "singular_value_fraction": 0.5, "population_size": 24, "batch_size": 16},
         "grid": [{"svd_offsets": "absolute", "sigma": 0.02},
@@ -71,12 +71,12 @@ METHODS: dict[str, dict[str, Any]] = {
                  {"svd_offsets": "absolute", "sigma": 0.04, "batch_size": 8},
                  {"svd_offsets": "relative", "sigma": 0.2, "batch_size": 8}]},
     "grpo_lora": {
-        "label": "GRPO on a LoRA", "command": "grpo",
+        "label": "grpo-lora", "command": "grpo",
         "keys": {**LORA, "lora": True, "batch_size": 8, "num_generations": 8, "temperature": 0.7, "beta": 0.0,
                  "checkpoint_every": 100000},
         "grid": [{"learning_rate": 3e-5}, {"learning_rate": 1e-4}, {"learning_rate": 3e-4}, {"learning_rate": 1e-3}]},
     "grpo_full": {
-        "label": "GRPO full-parameter", "command": "grpo",
+        "label": "grpo-full", "command": "grpo",
         "keys": {"lora": False, "batch_size": 8, "num_generations": 8, "temperature": 0.7, "beta": 0.0,
                  "checkpoint_every": 100000},
         "grid": [{"learning_rate": 3e-6}, {"learning_rate": 1e-5}, {"learning_rate": 3e-5}, {"learning_rate": 1e-4}]},

@@ -244,8 +244,8 @@ def memory(job: dict, runs: Path) -> dict[str, Any]:
 
 def weight_copies(method: str, keys: dict[str, Any]) -> dict[str, float]:
     """MiB of each copy of the model's weights the method holds besides activations, for SmolLM2-135M
-    (134,515,008 parameters; float32 here): the model itself; full ES's fp32 master of the mean (exact restore)
-    and, with log_drift, its fp32 copy of the starting weights; GRPO full-parameter's gradients and AdamW's two
+    (134,515,008 parameters; float32 here): the model itself; full-es's fp32 master of the mean (exact restore)
+    and, with log_drift, its fp32 copy of the starting weights; grpo-full's gradients and AdamW's two
     moments; LoRA methods' adapter is small (rank 8 on q/k/v/o: 1.7M parameters)."""
     parameters = 134_515_008
     weights = parameters * 4 / 2**20

@@ -145,7 +145,7 @@ def _memory_sentence(results: Path) -> str:
 
 def answer(results: Path = STUDY) -> str:
     """The answer, from the rows: which method learns most at equal CPU time, which keeps the base best, which needs
-    least memory, and whether full ES or ES on a LoRA is the better ES on a CPU (a list, one line per question)."""
+    least memory, and whether full-es or lora-es is the better ES on a CPU (a list, one line per question)."""
     lines = ["", ""]
     for task in TASKS:
         found = finished_arms(task, results)
@@ -160,10 +160,10 @@ def answer(results: Path = STUDY) -> str:
     lines.append(f"- **Least memory**: {_memory_sentence(results)}.")
     full, lora = arm(results, "arithmetic", "full_es"), arm(results, "arithmetic", "es_lora")
     if full.runs and lora.runs:
-        lines.append(f"- **Full ES or ES on a LoRA, on a CPU** (2-digit addition): {_ranking([full, lora])}; KL to the "
-                     f"start {full.mean_kl:.3f} (full ES) and {lora.mean_kl:.3f} (ES on a LoRA).")
+        lines.append(f"- **full-es or lora-es, on a CPU** (2-digit addition): {_ranking([full, lora])}; KL to the "
+                     f"start {full.mean_kl:.3f} (full-es) and {lora.mean_kl:.3f} (lora-es).")
     else:
-        lines.append("- **Full ES or ES on a LoRA, on a CPU**: both need finished runs on 2-digit addition first.")
+        lines.append("- **full-es or lora-es, on a CPU**: both need finished runs on 2-digit addition first.")
     return "\n".join(lines) + "\n\n"
 
 
@@ -218,7 +218,7 @@ def _spread_row(task: str, es: Arm, grpo: Arm, moved: str) -> str:
 
 
 def _inference_memory_row(results: Path) -> str | None:
-    """'ES needs only inference memory' against full-parameter GRPO at its lowest: full ES as a user runs it (with
+    """'ES needs only inference memory' against grpo-full at its lowest: full-es as a user runs it (with
     its fp32 drift copy) must stay under GRPO both in one micro-batch and with its loss in four slices."""
     rows = memory(results)
     probes = {(row["method"], row["variant"]): row for row in rows}
@@ -231,8 +231,8 @@ def _inference_memory_row(results: Path) -> str | None:
         held = "not every probe in yet"
     else:
         held = "held" if es["peak_rss_mib"] < min(row["peak_rss_mib"] for row in grpo) else "did not hold"
-    return (f"| ES needs only inference memory (ES at Scale) | full ES {es['peak_rss_mib']:,.0f} MiB (with its drift "
-            f"copy); GRPO full-parameter {grpo_text} (memory probes{probe_cpu_note(results, rows)}) | {held} |")
+    return (f"| ES needs only inference memory (ES at Scale) | full-es {es['peak_rss_mib']:,.0f} MiB (with its drift "
+            f"copy); grpo-full {grpo_text} (memory probes{probe_cpu_note(results, rows)}) | {held} |")
 
 
 def _evolution_row(results: Path, task: str, essa: Arm) -> str | None:
@@ -268,7 +268,7 @@ def papers_table(results: Path = STUDY) -> str:
                 if es_method in found and grpo_method in found:
                     lines.append(_spread_row(task, found[es_method], found[grpo_method], moved))
         if "essa" in found and "grpo_lora" in found:
-            lines.append(f"| ESSA beats GRPO on a LoRA (ESSA), {TASK_NAMES[task]} | {named(found['essa'])}; "
+            lines.append(f"| ESSA beats grpo-lora (ESSA), {TASK_NAMES[task]} | {named(found['essa'])}; "
                          f"{named(found['grpo_lora'])} | {_verdict(found['essa'], found['grpo_lora'])} |")
         if "essa" in found and (row := _evolution_row(results, task, found["essa"])):
             lines.append(row)
@@ -278,7 +278,7 @@ def papers_table(results: Path = STUDY) -> str:
                  for m in ("lowrank", "full_es")}
         held = "held" if rates["lowrank"] > rates["full_es"] else "did not hold"
         lines.append(f"| low-rank members are cheaper to evaluate (EGGROLL) | members evaluated per training second: "
-                     f"low-rank ES {rates['lowrank']:.3f}, full ES {rates['full_es']:.3f} (2-digit addition) | "
+                     f"lowrank-es {rates['lowrank']:.3f}, full-es {rates['full_es']:.3f} (2-digit addition) | "
                      f"{held} |")
     memory_row = _inference_memory_row(results)
     if memory_row:
@@ -409,7 +409,7 @@ def spread_answer(results: Path = STUDY) -> str:
 
 
 def lowrank_answer(results: Path = STUDY) -> str:
-    """The current answer to "does low-rank ES learn faster than full ES on a CPU?" (matched, equal time)."""
+    """The current answer to "does lowrank-es learn faster than full-es on a CPU?" (matched, equal time)."""
     lowrank, full = arm(results, "arithmetic", "lowrank"), arm(results, "arithmetic", "full_es")
     verdict = "separated" if _separated(lowrank, full) else "not separated"
     return (f"on 2-digit addition, matched (each at its own tuned setting, equal training time, 48 tokens): "

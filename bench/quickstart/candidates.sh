@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The quickstart and the one it replaced, side by side: the earlier full-ES quickstart (seed 0) and the low-rank ES
+# The quickstart and the one it replaced, side by side: the earlier full-ES quickstart (seed 0) and the lowrank-es
 # quickstart (seeds 0 1 2) trained one after the other on this machine, each after a speed probe (run.sh), then all
 # four scored in one call on the same fresh questions against one base. Writes
 # bench/results/quickstart/quickstart_heldout.json (its by_settings: each setting's seeds; README quotes both).

@@ -1,6 +1,6 @@
 """The scaling study's quoted text (docs/benchmarks/scaling.md and the README's line), rendered from
 bench/results/scaling/ alone (bench/claims/ registers CLAIMS): the table of every arm x shape, the largest model each
-method trains here, the peer beside low-rank ES, the fitted slopes and `evotune estimate` beside the measured cells.
+method trains here, the peer beside lowrank-es, the fitted slopes and `evotune estimate` beside the measured cells.
 Until every cell is in, each text says how many are.
 """
 
@@ -179,7 +179,7 @@ def _members(record: dict[str, Any]) -> str:
 
 
 def peer(results: Path = RESULTS / DTYPE) -> str:
-    """The peer's rows beside low-rank ES's at the same shapes."""
+    """The peer's rows beside lowrank-es's at the same shapes."""
     found = records(results)
     parts = []
     for shape in CPU_SHAPES:
@@ -187,15 +187,15 @@ def peer(results: Path = RESULTS / DTYPE) -> str:
         if not theirs or not ours or ours["status"] != "ran":
             continue
         if theirs["status"] != "ran":
-            parts.append(f"at {shape}, low-rank ES ran in {ours['peak_rss_mib'] / 1024:.1f} GiB{_members(ours)} and "
+            parts.append(f"at {shape}, lowrank-es ran in {ours['peak_rss_mib'] / 1024:.1f} GiB{_members(ours)} and "
                          f"the peer was {_why_not(theirs)}")
             continue
         parts.append(f"at {shape}, the peer took {theirs['peak_rss_mib'] / 1024:.1f} GiB{_members(theirs)} and "
-                     f"{seconds_per_unit(theirs) * 1000:.1f} ms per candidate-token, low-rank ES "
+                     f"{seconds_per_unit(theirs) * 1000:.1f} ms per candidate-token, lowrank-es "
                      f"{ours['peak_rss_mib'] / 1024:.1f} GiB{_members(ours)} and "
                      f"{seconds_per_unit(ours) * 1000:.1f} ms "
                      f"({seconds_per_unit(theirs) / seconds_per_unit(ours):.1f}x)")
-    return ("; ".join(parts) + ".") if parts else "No shape has both the peer's and low-rank ES's cells yet."
+    return ("; ".join(parts) + ".") if parts else "No shape has both the peer's and lowrank-es's cells yet."
 
 
 def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:

@@ -14,7 +14,7 @@ from .shapes import TOKENIZER_VOCAB, Shape
 RUNTIME_MIB = 700.0  # python, torch, transformers and a tokenizer, before any weight (the method study's probes)
 PROMPT_TOKENS = 60  # the arithmetic task's chat-templated prompt
 # saved activations per token, per layer, in hidden-size units (attention, MLP, TRL's logprob passes): set so that
-# GRPO on a LoRA at 135M, 8 x 8 completions, comes to the method study's memory probe (16,454 MiB)
+# grpo-lora at 135M, 8 x 8 completions, comes to the method study's memory probe (16,454 MiB)
 ACTIVATION_FACTOR = 28
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 

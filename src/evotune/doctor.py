@@ -1,7 +1,7 @@
 """`evotune doctor`: what runs on this machine, checked in a few minutes on a tiny model.
 
 Each check is a real two-iteration run of one path, built from a config as `evotune train` builds it:
-hf full ES (the reference), vLLM full ES in each engine shape asked for (vLLM's default shape is the
+hf full-es (the reference), vLLM full-es in each engine shape asked for (vLLM's default shape is the
 machine's: in process on a CPU, a separate engine-core process on CUDA), ESSA's population as LoRA
 requests, low-rank members, tensor parallelism (2 ranks, where 2 devices exist) and a Ray pool of 2
 engine actors (fractional GPUs where fewer than 3 exist). A path passes when its run completes, writes a
@@ -182,7 +182,7 @@ class Doctor:
         from .backends.vllm import is_vllm_available
 
         if "hf" in self.groups:  # the references: without them a vLLM path is compared with the hf replay only
-            self.check("hf: full ES", lambda: self.reference("full"))
+            self.check("hf: full-es", lambda: self.reference("full"))
             self.check("hf: ESSA (svd_lora, population batched)", lambda: self.reference(
                 "essa", population_batch_size=4, **ESSA))
             self.check("hf: low-rank", lambda: self.reference("lowrank", **LOWRANK))
@@ -192,19 +192,21 @@ class Doctor:
             self.results.append(Check("vllm", "skip", "vLLM is not installed (bash scripts/setup.sh)", 0.0))
             return self.results
         for core in self.engine_cores if "vllm" in self.groups else ():
-            self.check(f"vllm {core}: full ES", lambda core=core: self.run_path(
+            self.check(f"vllm {core}: full-es", lambda core=core: self.run_path(
                 "full", f"vllm_{core}_full", backend="vllm", engine_core=core))
             self.check(f"vllm {core}: ESSA as LoRA requests", lambda core=core: self.run_path(
                 "essa", f"vllm_{core}_essa", backend="vllm", engine_core=core, **ESSA))
             self.check(f"vllm {core}: low-rank as LoRA requests", lambda core=core: self.run_path(
                 "lowrank", f"vllm_{core}_lowrank", backend="vllm", engine_core=core, **LOWRANK))
         if "tensor-parallel" in self.groups:
-            self.check("vllm: tensor parallel 2", self.tensor_parallel)
+            self.check("vllm: tensor parallel 2, full-es", self.tensor_parallel)
+            self.check("vllm: tensor parallel 2, low-rank", lambda: self.tensor_parallel("lowrank"))
         if "ray" in self.groups:
             self.check("vllm + ray: 2 engine actors", self.ray_pool)
         return self.results
 
-    def tensor_parallel(self) -> tuple[str, str]:
+    def tensor_parallel(self, space: str = "full") -> tuple[str, str]:
+        """`space` (full or lowrank) on an engine of 2 ranks in its own process: the hf run's rewards and weights."""
         if torch.cuda.is_available() and torch.cuda.device_count() < 2:
             return "skip", f"needs 2 GPUs, {torch.cuda.device_count()} visible"
         if not torch.cuda.is_available() and len(os.sched_getaffinity(0)) < 2:
@@ -215,8 +217,8 @@ class Doctor:
             # rank, which a one-socket machine does not have
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(2)
         try:
-            return self.run_path("full", "vllm_tp2_full", backend="vllm", engine_core="separate_process",
-                                 tensor_parallel_size=2)
+            return self.run_path(space, f"vllm_tp2_{space}", backend="vllm", engine_core="separate_process",
+                                 tensor_parallel_size=2, **(LOWRANK if space == "lowrank" else {}))
         finally:
             if saved is None:
                 os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)

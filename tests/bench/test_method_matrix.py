@@ -57,7 +57,7 @@ def test_the_plan_tunes_first_and_runs_the_main_runs_with_the_best_validation_se
     assert len(main) == len(arms.METHODS) * sum(len(task["seeds"]) for task in arms.TASKS.values())
     assert all(job["setting"] is None for job in main)  # nothing chosen before the tuning ran
     assert jobs.index(tune[-1]) < jobs.index(main[0])
-    # full ES's tuning done: validation 0.30, 0.45, 0.45, 0.20 -> setting 1 (the first of the tie)
+    # full-es's tuning done: validation 0.30, 0.45, 0.45, 0.20 -> setting 1 (the first of the tie)
     for setting, score in enumerate([0.30, 0.45, 0.45, 0.20]):
         path = tmp_path / "tune" / "arithmetic" / "full_es" / f"s{setting}_seed{arms.TUNING_SEED}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ def test_memory_probes_are_short_runs_of_the_chosen_setting_with_each_variant():
 def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     """The study's jobs, each in its own process as the runner starts them, on the tiny model with seconds of
     training: a warm start (SFT and merge) on countdown, a countdown main run from it for a full-parameter and an
-    adapter method, an arithmetic main run of ESSA charged its SFT, GRPO full-parameter, the base measurement and
+    adapter method, an arithmetic main run of ESSA charged its SFT, grpo-full, the base measurement and
     a memory probe. Each leaves its result file with what the pages read from it."""
     import os
     import shutil
@@ -315,7 +315,7 @@ def test_the_report_names_the_speed_spread_between_runs_of_equal_work(tmp_path):
         path.write_text(json.dumps({"training": {"steps": steps, "training_seconds": seconds, "validation_before": 0.2,
                                                  "validation_after": 0.3}, "machine": {"date": date}}))
     text = report(tmp_path)
-    assert "took up to 25% longer per step in one job than in another (GRPO full-parameter: 120.0 s at" in text
+    assert "took up to 25% longer per step in one job than in another (grpo-full: 120.0 s at" in text
 
 
 def test_the_report_says_which_runs_a_token_budget_cuts(tmp_path):
@@ -332,14 +332,14 @@ def test_the_report_says_which_runs_a_token_budget_cuts(tmp_path):
     write("main/arithmetic/full_es/seed0.json", 128, dict(zip(budgets, [0.1, 0.125, 0.25, 0.25, 0.25])),
           dict(zip(budgets, [0.1, 0.5, 0.9, 0.95, 0.97])))
     lines = budget_check(tmp_path, "arithmetic")
-    assert "| full ES, seed 0 | 10.0% | 12.5% | 25.0% | 25.0% | 25.0% | 97.0% |" in lines
+    assert "| full-es, seed 0 | 10.0% | 12.5% | 25.0% | 25.0% | 25.0% | 97.0% |" in lines
     assert "| base model | 20.0% | 20.0% | 20.0% |  |  | not measured |" in lines  # 96 and 128 not measured
     assert "not yet measured again (left out of the tables above): base model." in lines[-1]
-    assert "Under 99% of the answers ended within 128 tokens: full ES, seed 0 (97.0%)." in lines[-1]
+    assert "Under 99% of the answers ended within 128 tokens: full-es, seed 0 (97.0%)." in lines[-1]
     assert "smaller budget than at the scored one" not in lines[-1]
     write("main/arithmetic/full_es/seed0.json", 128, dict(zip(budgets, [0.3, 0.25, 0.25, 0.25, 0.25])),
           dict(zip(budgets, [0.5, 0.9, 0.99, 1.0, 1.0])))  # text after the answer changed the last number
-    assert "Higher at a smaller budget than at the scored one: full ES, seed 0" in budget_check(tmp_path,
+    assert "Higher at a smaller budget than at the scored one: full-es, seed 0" in budget_check(tmp_path,
                                                                                                 "arithmetic")[-1]
     write("base/arithmetic.json", 128, dict(zip(budgets, [0.2] * 5)), dict(zip(budgets, [1.0] * 5)))
     write("main/arithmetic/full_es/seed0.json", 128, dict(zip(budgets, [0.1, 0.25, 0.25, 0.25, 0.25])),

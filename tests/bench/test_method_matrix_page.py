@@ -40,7 +40,7 @@ def write_run(results, task: str, method: str, seed: int, hits: int, kl: float, 
 
 @pytest.fixture
 def study(tmp_path):
-    """Base 20%; full ES 3 seeds around 30%, ES on a LoRA 1 seed, GRPO on a LoRA 2 seeds around 60%."""
+    """Base 20%; full-es 3 seeds around 30%, lora-es 1 seed, grpo-lora 2 seeds around 60%."""
     base = tmp_path / "base" / "arithmetic.json"
     base.parent.mkdir(parents=True)
     base.write_text(json.dumps({"heldout": {"n": N, "scored_budget": SCORED_BUDGET, "accuracy": 0.2,
@@ -66,29 +66,29 @@ def test_wilson_interval_and_paired_gain():
 def test_the_task_table_quotes_every_arm_from_its_files(study):
     table = page.task_table("arithmetic", study)
     accuracies = [28.0, 30.0, 32.0]
-    assert (f"| full ES | 3 of 5 | {statistics.mean(accuracies):.1f}% (std {statistics.stdev(accuracies):.1f}) | "
+    assert (f"| full-es | 3 of 5 | {statistics.mean(accuracies):.1f}% (std {statistics.stdev(accuracies):.1f}) | "
             "0: 28.0% [22.2, 34.6]; 1: 30.0%") in table
-    assert "| ES on a LoRA | 1 of 5 | 23.0% | 0: 23.0%" in table  # one seed: no std
-    assert "| 0: +8.0 [" in table.split("| full ES |")[1]  # 56 vs 40 of 200 correct: +8.0 points over the base
+    assert "| lora-es | 1 of 5 | 23.0% | 0: 23.0%" in table  # one seed: no std
+    assert "| 0: +8.0 [" in table.split("| full-es |")[1]  # 56 vs 40 of 200 correct: +8.0 points over the base
     assert "| 3 | 3,100 MiB | 0.040 / 0.120 | 50.0% |" in table
     assert "| base model (the start) | | 20.0% | n = 200 |" in table
-    for label in ("low-rank ES", "ESSA (SFT + ES)", "GRPO full-parameter"):
+    for label in ("lowrank-es", "ESSA (SFT + ES)", "grpo-full"):
         assert f"| {label} | 0 of 5 | not run yet |" in table
 
 
 def test_the_answer_names_its_rows_and_seeds(study):
     text = page.answer(study)
-    assert ("- **Learns most, 2-digit addition**: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of full ES 30.0% "
+    assert ("- **Learns most, 2-digit addition**: grpo-lora 60.0% (std 1.4), 2 of 5 seeds, ahead of full-es 30.0% "
             "(std 2.0), 3 of 5 seeds.") in text
     assert ("- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): ES on a "
-            f"LoRA (0.0020), {page.NOT_SEPARATED_KL} GRPO on a LoRA (0.0200) and full ES (0.0800); moves it most: full "
-            "ES (0.080).") in text  # ES on a LoRA has one seed
-    assert ("- **Least memory**: ES on a LoRA (2,500 MiB peak RSS of the timed runs; the memory probes have not run "
-            "yet); most: GRPO on a LoRA (16,000 MiB).") in text
-    assert ("- **Full ES or ES on a LoRA, on a CPU** (2-digit addition): full ES 30.0% (std 2.0), 3 of 5 seeds, not "
+            f"LoRA (0.0020), {page.NOT_SEPARATED_KL} grpo-lora (0.0200) and full-es (0.0800); moves it most: full "
+            "ES (0.080).") in text  # lora-es has one seed
+    assert ("- **Least memory**: lora-es (2,500 MiB peak RSS of the timed runs; the memory probes have not run "
+            "yet); most: grpo-lora (16,000 MiB).") in text
+    assert ("- **full-es or lora-es, on a CPU** (2-digit addition): full-es 30.0% (std 2.0), 3 of 5 seeds, not "
             "yet separated (one seed, a gap within the seed spread, or a paired difference whose 95% interval holds 0) "
-            "from ES on a LoRA 23.0%, 1 of 5 seeds; KL to "
-            "the start 0.080 (full ES) and 0.002 (ES on a LoRA).") in text
+            "from lora-es 23.0%, 1 of 5 seeds; KL to "
+            "the start 0.080 (full-es) and 0.002 (lora-es).") in text
     assert "- **Learns most, Countdown (3 numbers, from the SFT warm start)**: fewer than two methods" in text
 
 
@@ -122,13 +122,13 @@ def test_two_seeds_that_agree_by_luck_do_not_rank_arms_within_the_held_out_sets_
 
 def test_the_papers_table_says_where_each_claim_held(study):
     table = page.papers_table(study)
-    assert ("| ES beats GRPO at equal compute (ES at Scale), 2-digit addition | best ES alone full ES 30.0% (std 2.0), "
-            "3 of 5 seeds; best GRPO GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds | did not hold |") in table
+    assert ("| ES beats GRPO at equal compute (ES at Scale), 2-digit addition | best ES alone full-es 30.0% (std 2.0), "
+            "3 of 5 seeds; best GRPO grpo-lora 60.0% (std 1.4), 2 of 5 seeds | did not hold |") in table
     # a seed spread is compared only between arms that move the same weights, once every planned seed is in
     assert "steadiest" not in table
-    assert ("| ES varies less from seed to seed (ES at Scale), 2-digit addition, the same adapter | ES on a LoRA, "
-            "1 of 5 seeds; GRPO on a LoRA std 1.4, 2 of 5 seeds | not every seed in yet |") in table
-    assert "every weight" not in table  # full-parameter GRPO has not run
+    assert ("| ES varies less from seed to seed (ES at Scale), 2-digit addition, the same adapter | lora-es, "
+            "1 of 5 seeds; grpo-lora std 1.4, 2 of 5 seeds | not every seed in yet |") in table
+    assert "every weight" not in table  # grpo-full has not run
     for seed, hits in zip(range(1, 5), [46, 47, 46, 45]):
         write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
     for seed, hits in zip(range(2, 5), [100, 140, 110]):
@@ -136,9 +136,9 @@ def test_the_papers_table_says_where_each_claim_held(study):
     row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
     # std 0.4 against 7.4 points: a ratio an F test does not leave to chance
     assert row.endswith("| held |") and "variance ratio" in row
-    for seed, hits in zip(range(1, 5), [40, 52, 44, 50]):  # ES on a LoRA: std 2.4 points
+    for seed, hits in zip(range(1, 5), [40, 52, 44, 50]):  # lora-es: std 2.4 points
         write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
-    for seed, hits in zip(range(5), [112, 120, 127, 110, 118]):  # GRPO on a LoRA: std 3.4 points
+    for seed, hits in zip(range(5), [112, 120, 127, 110, 118]):  # grpo-lora: std 3.4 points
         write_run(study, "arithmetic", "grpo_lora", seed, hits, kl=0.01)
     found = {item.method: item for item in page.finished_arms("arithmetic", study)}
     assert found["es_lora"].std < found["grpo_lora"].std
@@ -146,11 +146,11 @@ def test_the_papers_table_says_where_each_claim_held(study):
     assert ratio > 1 and p_less > page.SPREAD_LEVEL and p_more > 0.5
     row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
     assert row.endswith("| not separated |")  # a lower std over 5 seeds, but not by more than chance gives
-    for seed, hits in zip(range(5), [20, 70, 30, 60, 45]):  # ES on a LoRA: std 10.0 points
+    for seed, hits in zip(range(5), [20, 70, 30, 60, 45]):  # lora-es: std 10.0 points
         write_run(study, "arithmetic", "es_lora", seed, hits, kl=0.001)
     row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
     assert row.endswith("| did not hold |")
-    assert "EGGROLL" not in table  # low-rank ES has not run
+    assert "EGGROLL" not in table  # lowrank-es has not run
 
 
 def test_runs_read_at_another_budget_stay_out_of_every_page(study):
@@ -158,8 +158,8 @@ def test_runs_read_at_another_budget_stay_out_of_every_page(study):
     data = json.loads(path.read_text())
     data["heldout"]["scored_budget"] = 48
     path.write_text(json.dumps(data))
-    assert "| GRPO on a LoRA | 1 of 5 | 59.0% |" in page.task_table("arithmetic", study)
-    assert "| GRPO on a LoRA | 59.0%, 1 of 5 seeds |" in page.readme_table(study)
+    assert "| grpo-lora | 1 of 5 | 59.0% |" in page.task_table("arithmetic", study)
+    assert "| grpo-lora | 59.0%, 1 of 5 seeds |" in page.readme_table(study)
 
 
 def test_the_plots_draw_every_run(study):
@@ -171,27 +171,27 @@ def test_the_plots_draw_every_run(study):
 
 
 def test_the_lowest_kl_is_called_best_only_when_seeds_separate_it(study):
-    """One seed of ES on a LoRA leaves it tied with every arm; with seeds whose KL stays below GRPO's on every seed
+    """One seed of lora-es leaves it tied with every arm; with seeds whose KL stays below GRPO's on every seed
     it is ahead; with per-seed KLs that cross GRPO's, neither is called best."""
     for seed in (1, 2):
         write_run(study, "arithmetic", "es_lora", seed, 46, kl=0.001 + 0.0002 * seed)
-    assert "ES on a LoRA (0.0024), ahead of GRPO on a LoRA (0.0200)" in page.answer(study)
+    assert "lora-es (0.0024), ahead of grpo-lora (0.0200)" in page.answer(study)
     for seed, kl in ((0, 0.001), (1, 0.03), (2, 0.001)):  # above GRPO's on seed 1, its mean too
         write_run(study, "arithmetic", "es_lora", seed, 46, kl=kl)
     found = {item.method: item for item in page.finished_arms("arithmetic", study)}
     assert not page._kl_separated(found["es_lora"], found["grpo_lora"])
-    assert f"GRPO on a LoRA (0.0200), {page.NOT_SEPARATED_KL} ES on a LoRA (0.0213)" in page.answer(study)
+    assert f"grpo-lora (0.0200), {page.NOT_SEPARATED_KL} lora-es (0.0213)" in page.answer(study)
 
 
 def test_recommendations_name_their_rows_and_stay_provisional_until_every_seed_is_in(study):
     text = page.recommendations(study)
     assert "- *Provisional*: 6 of the 30 runs on 2-digit addition are in;" in text
-    assert "- **Most accuracy for the CPU time**: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of" in text
-    assert ("- **Keep the base model's behaviour elsewhere** (lowest KL to the start): ES on a LoRA (0.0020), "
-            f"{page.NOT_SEPARATED_KL} GRPO on a LoRA (0.0200) and full ES (0.0800) (2-digit addition rows).") in text
-    assert "- **No room for a backward pass (no gradients at all)**: full ES 30.0% (std 2.0), 3 of 5 seeds, not yet " \
+    assert "- **Most accuracy for the CPU time**: grpo-lora 60.0% (std 1.4), 2 of 5 seeds, ahead of" in text
+    assert ("- **Keep the base model's behaviour elsewhere** (lowest KL to the start): lora-es (0.0020), "
+            f"{page.NOT_SEPARATED_KL} grpo-lora (0.0200) and full-es (0.0800) (2-digit addition rows).") in text
+    assert "- **No room for a backward pass (no gradients at all)**: full-es 30.0% (std 2.0), 3 of 5 seeds, not yet " \
            "separated" \
-           in text  # ES on a LoRA has one seed
+           in text  # lora-es has one seed
     assert "Least memory" not in text and "Countdown" not in text  # neither has rows yet
 
 
@@ -201,7 +201,7 @@ def test_essa_is_not_recommended_as_gradient_free(study):
     for seed in range(2):
         write_run(study, "arithmetic", "essa", seed, 150 + seed, kl=0.05)
     line = [line for line in page.recommendations(study).splitlines() if "No room for a backward pass" in line][0]
-    assert line.startswith("- **No room for a backward pass (no gradients at all)**: full ES 30.0%")
+    assert line.startswith("- **No room for a backward pass (no gradients at all)**: full-es 30.0%")
     assert ("; ESSA, which starts from an SFT adapter (a backward pass, or an adapter you already have), reached "
             "75.2% (std 0.4), 2 of 5 seeds (2-digit addition rows).") in line
 
@@ -218,7 +218,7 @@ def test_essas_memory_counts_the_sft_it_is_charged_for(study):
     sft.parent.mkdir(parents=True)
     sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0}}))
     assert "| 10 | 2,600 MiB |" in page.task_table("arithmetic", study).split("| ESSA (SFT + ES) |")[1]
-    assert "Least memory**: ES on a LoRA (2,500 MiB" in page.answer(study)  # not ESSA at 1,300: its SFT took 2,600
+    assert "Least memory**: lora-es (2,500 MiB" in page.answer(study)  # not ESSA at 1,300: its SFT took 2,600
 
 
 def test_a_warm_start_task_shows_its_sft_start_and_measures_gains_from_it(study):
@@ -236,9 +236,9 @@ def test_a_warm_start_task_shows_its_sft_start_and_measures_gains_from_it(study)
     assert "| SFT warm start (the start) | 2 of 3 | 42.5% (std 3.5) | 0: 40.0% [33.5, 46.9]; 1: 45.0% [38.3, 51.9]" \
         in table and "base model" not in table
     # seed 1: 100 right against its SFT's 90 (the first 90 of the same questions): +5.0 points
-    assert "| full ES | 1 of 3 | 50.0% |" in table and "1: +5.0 [" in table
-    assert [row for row in table.splitlines() if row.startswith("| ES on a LoRA")] == [
-        "| ES on a LoRA | 0 of 3 | not run yet | | | | | | |"]
+    assert "| full-es | 1 of 3 | 50.0% |" in table and "1: +5.0 [" in table
+    assert [row for row in table.splitlines() if row.startswith("| lora-es")] == [
+        "| lora-es | 0 of 3 | not run yet | | | | | | |"]
 
 
 def test_an_arm_whose_answers_the_budget_cuts_is_flagged_in_the_table(study):
@@ -250,9 +250,9 @@ def test_an_arm_whose_answers_the_budget_cuts_is_flagged_in_the_table(study):
     path.write_text(json.dumps(record))
     lines = [line for line in page.task_table("arithmetic", study).splitlines() if line.startswith("| ")]
     flagged = [line.split(" | ")[0] for line in lines if "answers cut" in line]
-    assert flagged == ["| ES on a LoRA"], flagged
+    assert flagged == ["| lora-es"], flagged
     assert f"(answers cut: 43% ended within {SCORED_BUDGET} tokens)" in next(line for line in lines
-                                                                              if "ES on a LoRA" in line)
+                                                                              if "lora-es" in line)
 
 
 def test_the_validation_line_shows_an_arm_that_fell_during_training_per_seed(study):
@@ -262,7 +262,7 @@ def test_the_validation_line_shows_an_arm_that_fell_during_training_per_seed(stu
     write_run(study, "countdown", "grpo_lora", 0, 0, kl=0.09, validation=(0.078125, 0.0))
     write_run(study, "countdown", "grpo_lora", 1, 0, kl=0.09, validation=(0.0625, 0.015625))
     assert page.validation_text("countdown", study) == (
-        "full ES 7.8% -> 12.5% (seed 0); GRPO on a LoRA 7.8% -> 0.0% (seed 0), 6.2% -> 1.6% (seed 1) "
+        "full-es 7.8% -> 12.5% (seed 0); grpo-lora 7.8% -> 0.0% (seed 0), 6.2% -> 1.6% (seed 1) "
         "(64 validation questions per run)")
 
 
@@ -302,25 +302,25 @@ def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_an
         in table
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == len(PROBES) and "not run yet" not in table
-    assert ("| full ES | as a user runs it | 2,400 MiB | model weights 513 MiB, fp32 master of the mean 513 MiB, fp32 "
+    assert ("| full-es | as a user runs it | 2,400 MiB | model weights 513 MiB, fp32 master of the mean 513 MiB, fp32 "
             "drift base 513 MiB |") in rows
-    assert ("| full ES | `log_drift: false`, as the timed runs | 1,900 MiB | model weights 513 MiB, fp32 master of the "
+    assert ("| full-es | `log_drift: false`, as the timed runs | 1,900 MiB | model weights 513 MiB, fp32 master of the "
             "mean 513 MiB |") in rows
-    assert ("| GRPO full-parameter | `gradient_accumulation_steps: 4` | 7,000 MiB | model weights 513 MiB, gradients "
+    assert ("| grpo-full | `gradient_accumulation_steps: 4` | 7,000 MiB | model weights 513 MiB, gradients "
             "513 MiB, adamw moments 1,026 MiB |") in rows
     essa = ("| ESSA (SFT + ES) | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB "
             "peak RSS; the evolution alone, from an adapter you have: 1,500 MiB) |")
     assert essa in rows
-    assert ("- **Least memory**: ES on a LoRA (1,400 MiB peak RSS in its memory probe); most: GRPO full-parameter "
+    assert ("- **Least memory**: lora-es (1,400 MiB peak RSS in its memory probe); most: grpo-full "
             "(17,000 MiB; 7,000 MiB with `gradient_accumulation_steps: 4`).") in page.answer(study)
-    assert ("- **Least memory**: ES on a LoRA (1,400 MiB peak RSS in its memory probe); most: GRPO full-parameter "
+    assert ("- **Least memory**: lora-es (1,400 MiB peak RSS in its memory probe); most: grpo-full "
             "(17,000 MiB; 7,000 MiB with `gradient_accumulation_steps: 4`) (memory probe rows).") \
         in page.recommendations(study)
-    assert ("| ES needs only inference memory (ES at Scale) | full ES 2,400 MiB (with its drift copy); GRPO "
+    assert ("| ES needs only inference memory (ES at Scale) | full-es 2,400 MiB (with its drift copy); GRPO "
             "full-parameter 17,000 MiB (as a user runs it), 7,000 MiB (`gradient_accumulation_steps: 4`) (memory "
             "probes) | held |") in page.papers_table(study)
-    write_probe(study, "grpo_full", "accumulation4", 2300.0)  # sliced, GRPO's loss fits under full ES
-    assert ("GRPO full-parameter 17,000 MiB (as a user runs it), 2,300 MiB (`gradient_accumulation_steps: 4`) (memory "
+    write_probe(study, "grpo_full", "accumulation4", 2300.0)  # sliced, GRPO's loss fits under full-es
+    assert ("grpo-full 17,000 MiB (as a user runs it), 2,300 MiB (`gradient_accumulation_steps: 4`) (memory "
             "probes) | did not hold |") in page.papers_table(study)
 
 
@@ -329,19 +329,19 @@ def test_a_partial_set_of_memory_probes_says_how_many_are_in(study):
     without saying so, and the probes that have not run keep their rows."""
     write_probe(study, "full_es", "default", 2400.0)
     write_probe(study, "grpo_full", "default", 17000.0)
-    assert ("- **Least memory**: full ES (2,400 MiB peak RSS in its memory probe); most: GRPO full-parameter (17,000 "
+    assert ("- **Least memory**: full-es (2,400 MiB peak RSS in its memory probe); most: grpo-full (17,000 "
             "MiB) (2 of the 6 methods' memory probes have run: least and most so far).") in page.answer(study)
     table = page.memory_table(study)
     assert sum("| not run yet |" in line for line in table.splitlines()) == len(PROBES) - 2
-    assert "| ES on a LoRA | as a user runs it | not run yet | |" in table
+    assert "| lora-es | as a user runs it | not run yet | |" in table
     assert "(memory probes) | not every probe in yet |" in page.papers_table(study)
 
 
 def test_an_arm_whose_answers_the_budget_cuts_is_flagged_wherever_it_is_named_and_never_ranked(study):
-    """GRPO on a LoRA leads full ES by 30 points over seeds that separate them; once most of its answers had not
+    """grpo-lora leads full-es by 30 points over seeds that separate them; once most of its answers had not
     ended within the scored budget, its number may hide answers past the budget: each sentence and the README's
     table that name it carry the flag, no ranking or paper's verdict rests on it, and arms not cut rank as before."""
-    assert "GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds, ahead of full ES" in page.answer(study)
+    assert "grpo-lora 60.0% (std 1.4), 2 of 5 seeds, ahead of full-es" in page.answer(study)
     write_run(study, "arithmetic", "es_lora", 1, 47, kl=0.001)
     for seed in range(2):
         path = study / "main" / "arithmetic" / "grpo_lora" / f"seed{seed}.json"
@@ -349,12 +349,12 @@ def test_an_arm_whose_answers_the_budget_cuts_is_flagged_wherever_it_is_named_an
         record["heldout"]["ended_by_budget"][str(SCORED_BUDGET)] = 0.4
         path.write_text(json.dumps(record))
     flag = f" (answers cut: 40% ended within {SCORED_BUDGET} tokens)"
-    assert (f"- **Learns most, 2-digit addition**: GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds{flag}, "
-            f"{page.CUT_NOT_RANKED} full ES 30.0% (std 2.0), 3 of 5 seeds.") in page.answer(study)
-    assert f"| GRPO on a LoRA | 60.0% (std 1.4), 2 of 5 seeds{flag} |" in page.readme_table(study)
-    assert "| full ES | 30.0% (std 2.0), 3 of 5 seeds |" in page.readme_table(study)
+    assert (f"- **Learns most, 2-digit addition**: grpo-lora 60.0% (std 1.4), 2 of 5 seeds{flag}, "
+            f"{page.CUT_NOT_RANKED} full-es 30.0% (std 2.0), 3 of 5 seeds.") in page.answer(study)
+    assert f"| grpo-lora | 60.0% (std 1.4), 2 of 5 seeds{flag} |" in page.readme_table(study)
+    assert "| full-es | 30.0% (std 2.0), 3 of 5 seeds |" in page.readme_table(study)
     papers = page.papers_table(study)
-    assert f"best GRPO GRPO on a LoRA 60.0% (std 1.4), 2 of 5 seeds{flag} | open: the scored budget cut answers |" \
+    assert f"best GRPO grpo-lora 60.0% (std 1.4), 2 of 5 seeds{flag} | open: the scored budget cut answers |" \
         in papers
     assert "| held |" not in papers and "did not hold" not in papers
     for seed, hits in zip(range(2, 5), [46, 47, 46]):  # every planned seed in: the spread row is open too
@@ -367,8 +367,8 @@ def test_an_arm_whose_answers_the_budget_cuts_is_flagged_wherever_it_is_named_an
         path.write_text(json.dumps(record))
     row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
     assert row.endswith("| open: the scored budget cut answers |"), row  # "held" were GRPO's answers whole
-    # full ES against ES on a LoRA (neither cut) ranks as ever: 7 points apart over the 3 seeds both ran
-    assert "full ES 30.0% (std 2.0), 3 of 5 seeds, ahead of ES on a LoRA 23.2% (std 0.3), 5 of 5 seeds" \
+    # full-es against lora-es (neither cut) ranks as ever: 7 points apart over the 3 seeds both ran
+    assert "full-es 30.0% (std 2.0), 3 of 5 seeds, ahead of lora-es 23.2% (std 0.3), 5 of 5 seeds" \
         in page.answer(study)
 
 
@@ -399,7 +399,7 @@ def test_memory_probes_on_another_machine_type_name_it_and_the_job_run_on_both(s
             "CPU and 2,250 MiB on Probe CPU.") in table
     assert ("| ESSA (SFT + ES) | as a user runs it | 2,250 MiB | model weights 513 MiB (its SFT first: 2,250 MiB "
             "peak RSS; the evolution alone, from an adapter you have: 1,500 MiB) |") in table
-    assert "(1,400 MiB peak RSS in its memory probe on Probe CPU); most: GRPO full-parameter" in page.answer(study)
+    assert "(1,400 MiB peak RSS in its memory probe on Probe CPU); most: grpo-full" in page.answer(study)
     assert "(memory probes on Probe CPU) | held |" in page.papers_table(study)
     assert "on Test CPU (torch" in page.setup(study) and "Probe CPU" not in page.setup(study)
 
@@ -487,7 +487,7 @@ def test_the_tuning_table_gives_the_validation_noise_and_every_edge_of_the_grid(
         path.write_text(json.dumps({"training": {"validation_before": 0.2, "validation_after": after, "steps": steps,
                                                  "training_seconds": 600.0, "sft_seconds_charged": 0.0,
                                                  "keys": {"num_eval": 256}}}))
-    row = next(line for line in tuning_table(study).splitlines() if line.startswith("| full ES |"))
+    row = next(line for line in tuning_table(study).splitlines() if line.startswith("| full-es |"))
     assert "| 20.0% -> 30.0% [24.8, 36.0], n = 256 | 25.0% (" in row and "| 100-150 s |" in row
     assert row.endswith(f"| {_grid_edges(METHODS['full_es'], 1)} |")
 
@@ -519,10 +519,10 @@ def test_the_warm_start_recommendation_needs_a_gain_over_the_start(study):
         write_run(study, "countdown", "full_es", seed, hits, kl=0.02)
         write_run(study, "countdown", "es_lora", seed, hits - 1, kl=0.02)
     line = next(row for row in page.recommendations(study).splitlines() if "Countdown" in row)
-    assert "no arm is separated from its start: the best uncut arm, full ES 43.0% (std 3.5), 2 of 3 seeds, gained " \
+    assert "no arm is separated from its start: the best uncut arm, full-es 43.0% (std 3.5), 2 of 3 seeds, gained " \
            "+0.5 points over it [" in line and "nothing is recommended over the warm start alone" in line
     for seed, hits in [(0, 120), (1, 130)]:  # 40 questions more on each seed: a gain
         write_run(study, "countdown", "full_es", seed, hits, kl=0.02)
     line = next(row for row in page.recommendations(study).splitlines() if "Countdown" in row)
     assert "no arm is separated" not in line and line.startswith("- **A task that needs a warm start (Countdown)**: "
-                                                                 "full ES 62.5%")
+                                                                 "full-es 62.5%")

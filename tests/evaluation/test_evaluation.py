@@ -70,7 +70,7 @@ def test_checkpoint_and_run_directory_load_the_trained_weights(trained_run, tiny
 
 def test_eval_cli_side_by_side_with_samples_pass_at_k_and_kl(trained_run, tiny_model_dir, tmp_path, capsys):
     output, samples, plot = tmp_path / "eval.json", tmp_path / "samples.jsonl", tmp_path / "kl.png"
-    code = main(["eval", "--model", str(trained_run), "--task", "arithmetic", "--num-eval", "6",
+    code = main(["eval", "--model", str(trained_run), "--task", "arithmetic", "--num-eval", "6", "--no-transfer",
                  "--max-new-tokens", "5", "--dtype", "float32", "--num-samples", "2", "--kl-reference", tiny_model_dir,
                  "--output", str(output), "--samples", str(samples), "--plot", str(plot)])
     assert code == 0
@@ -113,10 +113,54 @@ def test_eval_generates_at_the_tasks_own_budget_unless_told(tiny_model_dir, monk
                                          (replace(task, eval_max_new_tokens=None), None, FALLBACK_MAX_NEW_TOKENS),
                                          (task, 5, 5)):
         asked_for.clear()
-        [result] = evaluate_models([tiny_model_dir], budget_task, EvalOptions(max_new_tokens=asked, dtype="float32"),
+        [result] = evaluate_models([tiny_model_dir], budget_task,
+                                   EvalOptions(max_new_tokens=asked, dtype="float32", transfer=False),
                                    load_for_eval, eval_quantization)
         assert result["max_new_tokens"] == expected and asked_for == [expected]
     assert task.eval_max_new_tokens not in (None, FALLBACK_MAX_NEW_TOKENS, 5)  # the three cases differ
+
+
+def test_eval_scores_the_transfer_split_beside_the_held_out_prompts(tiny_model_dir, monkeypatch):
+    """arithmetic's transfer split (other wordings, subtraction, 3-digit sums) is scored group by group at its own
+    budget (never below the held-out one; --transfer-max-new-tokens sets it), pooled with an interval; --no-transfer
+    (transfer=False) leaves it out."""
+    from dataclasses import replace
+
+    from evotune.evaluation import evaluate as evaluation
+    from evotune.evaluation.evaluate import EvalOptions, evaluate_models
+    from evotune.tasks import get_task
+
+    asked_for = []  # (prompts, budget) of every generate call, which still runs on the real model
+
+    def recording(backend, rows, max_new_tokens, *args, **kwargs):
+        asked_for.append((len(rows), max_new_tokens))
+        return generate_in_chunks(backend, rows, max_new_tokens, *args, **kwargs)
+
+    generate_in_chunks = evaluation.generate_in_chunks
+    monkeypatch.setattr(evaluation, "generate_in_chunks", recording)
+    task = get_task("arithmetic", num_eval=3)
+    task = replace(task, transfer_rows={group: rows[:4] for group, rows in task.transfer_rows.items()},
+                   transfer_max_new_tokens=9)
+    [result] = evaluate_models([tiny_model_dir], task, EvalOptions(max_new_tokens=5, dtype="float32"),
+                               load_for_eval, eval_quantization)
+    assert asked_for == [(3, 5), (4, 9), (4, 9), (4, 9)]
+    assert result["transfer_n"] == 12 and result["transfer_max_new_tokens"] == 9
+    groups = [result[f"transfer/{group}"] for group in ("other wordings", "subtraction", "3-digit operands")]
+    assert result["transfer_accuracy"] == pytest.approx(sum(groups) / 3)
+    low, high = result["transfer_accuracy_ci95"]
+    assert 0 <= low <= result["transfer_accuracy"] <= high <= 1
+    asked_for.clear()
+    [result] = evaluate_models([tiny_model_dir], task, EvalOptions(max_new_tokens=12, transfer_max_new_tokens=7,
+                                                                   dtype="float32"), load_for_eval, eval_quantization)
+    assert asked_for == [(3, 12), (4, 7), (4, 7), (4, 7)]  # told: its own budget, even below the held-out one
+    asked_for.clear()
+    [result] = evaluate_models([tiny_model_dir], replace(task, transfer_max_new_tokens=4),
+                               EvalOptions(max_new_tokens=6, dtype="float32"), load_for_eval, eval_quantization)
+    assert asked_for == [(3, 6), (4, 6), (4, 6), (4, 6)]  # the task's own, never below the held-out budget
+    asked_for.clear()
+    [result] = evaluate_models([tiny_model_dir], task, EvalOptions(max_new_tokens=5, dtype="float32", transfer=False),
+                               load_for_eval, eval_quantization)
+    assert asked_for == [(3, 5)] and not any(key.startswith("transfer") for key in result)
 
 
 def test_kl_is_positive_and_grows_with_the_perturbation(tiny_model_dir):

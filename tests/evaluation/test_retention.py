@@ -19,7 +19,7 @@ from evotune.tasks import get_task
 
 RETENTION = dict(retention_tasks=["ifeval", "countdown"], retention_num_eval=12)
 # One iteration moves the adapters' weights far enough for ifeval's reward to differ from 0 (so the equality with a
-# direct evaluation below compares real numbers); full ES's small sigma needs two.
+# direct evaluation below compares real numbers); full-es's small sigma needs two.
 SPACES = {"full": {"iterations": 2}, "lowrank": {"space": "lowrank", "sigma": 0.2, "learning_rate": 0.2},
           "lora": {"space": "lora", "sigma": 0.5, "learning_rate": 0.5},
           "svd_lora": {"space": "svd_lora", "strategy": "openes", "sigma": 0.5, "learning_rate": 0.5}}

@@ -112,7 +112,7 @@ def test_a_placed_master_keeps_the_mean_and_state_comes_back_on_the_host(model):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_master_on_the_gpu_gives_the_host_masters_run(model_source):
-    """master_device: device on CUDA: full ES's candidates and update are the host master's, bit for bit (bf16
+    """master_device: device on CUDA: full-es's candidates and update are the host master's, bit for bit (bf16
     weights, rademacher and gaussian noise), and the master never leaves the GPU."""
     from evotune.spaces.full import master_device_for
 

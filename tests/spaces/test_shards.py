@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import evotune.spaces.full as full
+from evotune.errors import ConfigError
 from evotune.optimizers import make_optimizer
 from evotune.spaces import FullParameterSpace
 from evotune.spaces.shards import Shard, assemble, local_slice
@@ -62,3 +63,44 @@ def test_a_shard_that_does_not_fit_its_tensor_is_refused():
         Shard((10, 4), 0, 0).layout((5, 3))
     with pytest.raises(ValueError, match="outside"):
         Shard((10, 4), 0, 8).layout((5, 4))
+
+
+@pytest.mark.parametrize("dim", [0, 1], ids=["row-parallel slice (q/k/v, gate/up)", "column slice (o, down)"])
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_lowrank_ranks_together_equal_the_whole_weight(dim, ranks):
+    """space: lowrank on tensor-parallel shards: each rank's slice of A B^T (rows of A for a row slice, rows of B
+    for a column slice) reassembles to the whole weight's perturbation and update, bit for bit (the sharded vLLM
+    engine's guarantee that TP=N ends on TP=1's weights)."""
+    from evotune.spaces.lowrank import LowRankSpace
+
+    torch.manual_seed(0)
+    base = torch.randn(48, 36)
+    whole = base.clone()
+    reference = LowRankSpace(None, 2, named_tensors=[("layer.weight", whole)],
+                             optimizer=make_optimizer("sgd", 0.1, 0.01))
+    size = base.shape[dim] // ranks
+    pieces = []
+    for rank in range(ranks):
+        piece = base.narrow(dim, rank * size, size).clone().contiguous()
+        shard = Shard(tuple(base.shape), dim, rank * size)
+        space = LowRankSpace(None, 2, named_tensors=[("layer.weight", piece)], shards={"layer.weight": shard},
+                             optimizer=make_optimizer("sgd", 0.1, 0.01))
+        assert space.noise.shapes == reference.noise.shapes  # factors drawn at the whole weight's shape
+        pieces.append((space, piece, shard))
+    for candidate in (Candidate(7, 0.5), Candidate(8, -0.25)):
+        reference.apply(candidate)
+        for space, _, _ in pieces:
+            space.apply(candidate)
+        assert torch.equal(assemble([(piece, shard) for _, piece, shard in pieces]), whole)
+        assert not torch.equal(whole, base)
+    reference.restore()
+    for space, _, _ in pieces:
+        space.restore()
+    assert torch.equal(assemble([(piece, shard) for _, piece, shard in pieces]), base)
+    for space, _, _ in pieces:
+        space.step([3, 4, 5], [0.7, -0.2, 0.1])
+    reference.step([3, 4, 5], [0.7, -0.2, 0.1])
+    assert not torch.equal(whole, base)
+    assert torch.equal(assemble([(piece, shard) for _, piece, shard in pieces]), whole)
+    with pytest.raises(ConfigError, match="LoRA requests"):  # a sharded space serves no batched members itself
+        pieces[0][0].candidate_factors([Candidate(1, 1.0)])

@@ -4,7 +4,7 @@ ESSA evolves only a LoRA adapter, so the base can stay quantized: every candidat
 through the frozen base plus its own fp32 adapter. bitsandbytes 0.50 runs both formats on a CPU too
 (LLM.int8 through torch._int_mm, 4-bit through a fused bfloat16 kernel on CPUs with avx512_bf16), so
 `quantization` works wherever `device` is cpu or cuda. Only the adapter spaces, `evotune sft` (LoRA on a
-quantized base, as QLoRA) and evaluation take it: full-parameter and low-rank ES write the base weights,
+quantized base, as QLoRA) and evaluation take it: full-parameter and lowrank-es write the base weights,
 which packed INT8/INT4 storage cannot hold (config/train.py refuses them).
 
 This module is the only one besides backends/models.py that imports bitsandbytes (behind

@@ -137,7 +137,7 @@ class VLLMBackend:
 
     @classmethod
     def from_config(cls, config: Any, device: str) -> VLLMBackend:
-        """The run's engine (registry entry `vllm`): the model's own weights for full ES, rank-r LoRA requests over
+        """The run's engine (registry entry `vllm`): the model's own weights for full-es, rank-r LoRA requests over
         the engine's (mean) weights for `lowrank`, the population as LoRA adapters for the adapter spaces, all in
         one batch by default."""
         engine = dict(seed=config.seed, engine_core=config.engine_core,

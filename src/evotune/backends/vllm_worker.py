@@ -92,14 +92,13 @@ class EngineWeightsExtension:
         if perturbation_rank is not None:
             from ..spaces.lowrank import LowRankSpace
 
-            if shards:
-                raise ConfigError("`space: lowrank` on a tensor-parallel engine is not supported yet: set "
-                                  "`tensor_parallel_size: 1`, or `space: full` (which shards its noise exactly).")
             linear = set(linear_names or ())
+            # with tensor parallelism each rank moves its slice of every weight by its slice of the whole
+            # weights' factors (spaces/lowrank.py), so TP=2 ends on the weights TP=1 does
             self.evotune_space = LowRankSpace(None, perturbation_rank, include, exclude, noise_kind,
                                               Chain.from_description(optimizer),
                                               named_tensors=[(name, view) for name, view in views if name in linear],
-                                              keep_base=keep_base)
+                                              keep_base=keep_base, shards=shards)
         else:
             optimizer_object = Chain.from_description(optimizer)
             self.evotune_space = FullParameterSpace(None, include, exclude, noise_kind=noise_kind,

@@ -144,7 +144,9 @@ def _eval(args: argparse.Namespace) -> int:
     models, task_name, task_kwargs, split_seed, (budget, trained_budget) = _eval_target(args)
     output = Path(args.output or f"evotune-eval-{task_name}.json")
     plot = args.plot or (str(output.with_suffix(".png")) if args.kl_reference else None)
-    options = EvalOptions(max_new_tokens=budget, dtype=args.dtype, device=resolve_device(args.device),
+    options = EvalOptions(max_new_tokens=budget, transfer=args.transfer,
+                          transfer_max_new_tokens=args.transfer_max_new_tokens,
+                          dtype=args.dtype, device=resolve_device(args.device),
                           seed=args.seed, num_samples=args.num_samples, temperature=args.temperature,
                           top_p=args.top_p, kl_reference=args.kl_reference, samples_path=args.samples,
                           plot_path=plot, quantization=args.quantization)

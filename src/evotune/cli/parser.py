@@ -83,7 +83,7 @@ RUN_LENGTH = {
         line resolves to.""",
     "grpo": """How long: `iterations` GRPO optimizer steps (TRL's `max_steps`; default 20, a short baseline run)
         in a config file, 10 in the quickstart (`evotune grpo` without a config: the settings the method-matrix
-        study chose for GRPO on a LoRA), each batch_size prompts x num_generations sampled completions and one
+        study chose for grpo-lora), each batch_size prompts x num_generations sampled completions and one
         gradient step; or `max_training_seconds`. It shares train's key so that --resume, `evotune compare` and
         sweeps treat both alike, but an ES iteration and a GRPO step cost and sample different amounts: compare
         methods by samples_seen or training time, not by this count.""",
@@ -177,6 +177,9 @@ def _add_eval(commands: Any) -> None:
     evaluate.add_argument("--num-eval", type=int, default=None,
                           help="held-out prompts to score (default: the task's own evaluation set size)")
     add_cli_options(evaluate)  # --max-new-tokens, --dtype, --device, --seed, --num-samples, ...: EvalOptions'
+    evaluate.add_argument("--no-transfer", dest="transfer", action="store_false",
+                          help="score the held-out prompts only, not the task's transfer split (arithmetic's other "
+                               "wordings, subtraction and one more digit)")
     evaluate.add_argument("--output", help="JSON file for the metrics (default evotune-eval-TASK.json)")
     evaluate.add_argument("--samples", help="also append (model, prompt, completion, reward) rows to this JSONL file")
     evaluate.add_argument("--dataset", help="gsm8k / math / ifeval / reward_model / custom: data file or hub name")
@@ -267,7 +270,7 @@ def _add_doctor(commands: Any) -> None:
         evotune doctor --checks hf vllm
         evotune doctor --speed          # this machine's speed probe and the quickstart's time to expect""")
     doctor.add_argument("--checks", nargs="+", choices=["hf", "vllm", "tensor-parallel", "ray"], metavar="GROUP",
-                        help="run only these groups of checks: hf, vllm (full ES, ESSA, low-rank on each engine "
+                        help="run only these groups of checks: hf, vllm (full-es, ESSA, low-rank on each engine "
                              "shape), tensor-parallel, ray (default: all)")
     doctor.add_argument("--engine-core", action="append", choices=["in_process", "separate_process"],
                         help="vLLM engine shape to check (repeat for both; default: this machine's default)")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, get_args
 
 from ..tasks.arithmetic import EVAL_MAX_NEW_TOKENS as ARITHMETIC_BUDGET
+from ..tasks.phrasings import TRANSFER_MAX_NEW_TOKENS
 from .fields import option
 from .train import DtypeName, Quantization
 
@@ -34,14 +35,19 @@ class EvalOptions:
                                                      "default: a run's own (its config.yaml's `quantization` and int4 "
                                                      "keys, for a run directory, its final/ or checkpoint/, or an sft "
                                                      "adapter/), else none")
+    transfer: bool = option(True, "also score the task's transfer split where it has one (arithmetic: other "
+                                  "wordings, subtraction, one more digit; never in training), at its own budget")
+    transfer_max_new_tokens: int | None = option(None, "new tokens per transfer answer (default: the task's own, "
+                                                       f"arithmetic's {TRANSFER_MAX_NEW_TOKENS}, never below "
+                                                       "--max-new-tokens)")
     chunk_size: int = option(64, "prompts per generate call")
     samples_path: str | None = option(None, "also append (model, prompt, completion, reward) rows to this JSONL")
     plot_path: str | None = option(None, "reward-vs-KL PNG (default: next to --output when --kl-reference is set)")
 
 
 # EvalOptions fields that `evotune eval` takes as flags of the same name (the paths have flags of their own).
-CLI_OPTIONS = ("max_new_tokens", "dtype", "device", "seed", "num_samples", "temperature", "top_p", "kl_reference",
-               "quantization")
+CLI_OPTIONS = ("max_new_tokens", "transfer_max_new_tokens", "dtype", "device", "seed", "num_samples", "temperature",
+               "top_p", "kl_reference", "quantization")
 
 
 def add_cli_options(parser: Any) -> None:

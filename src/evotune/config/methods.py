@@ -1,6 +1,6 @@
 """The methods evotune runs, one name each, and each method's own defaults with where each value comes from.
 
-A method is a command plus the keys that make it (low-rank ES is `evotune train` with `space: lowrank`). A config
+A method is a command plus the keys that make it (lowrank-es is `evotune train` with `space: lowrank`). A config
 names it with `method:` or lets the making keys imply it; either way the keys the config leaves out take that
 method's defaults, never another method's. Each default records its source: the method's paper where its setting
 carries to the built-in model (SmolLM2-135M-Instruct), else the method study's choice (bench/method_matrix/: every
@@ -148,7 +148,7 @@ CHOOSING_KEYS = frozenset({"method", *(key for method in METHODS.values() for ke
 
 def rebase(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """A preset (the quickstart) under a config's keys: when they choose a method themselves (name one, or set a key
-    that makes one), the preset's choice goes, so that `--set space=full` runs full ES, not a contradiction."""
+    that makes one), the preset's choice goes, so that `--set space=full` runs full-es, not a contradiction."""
     if CHOOSING_KEYS & set(given):
         return {key: value for key, value in base.items() if key not in CHOOSING_KEYS}
     return base

@@ -128,12 +128,6 @@ def full_batches_only_on_hf(config: Any) -> None:
                           "`population_batch_size` generates several candidates at once: use one of the two.")
 
 
-def lowrank_on_one_rank(config: Any) -> None:
-    if config.tensor_parallel_size > 1:
-        raise ConfigError("`space: lowrank` on a tensor-parallel engine is not supported yet: set "
-                          "`tensor_parallel_size: 1`, or `space: full` (whose noise is sharded exactly).")
-
-
 def compiled_decoding_is_plain(config: Any) -> None:
     """`compile_generation` compiles the hf backend's one-candidate decoding loop, which some settings replace."""
     if not config.compile_generation:
@@ -166,8 +160,7 @@ STRATEGY_RULES = {"openes": PartRules(reads=(ANCHOR_DECAY, *OPENES)),
                   "cma": PartRules(reads=(CMA_DIAGONAL,), checks=(cma_searches_a_small_vector,))}
 SPACE_RULES = {"full": PartRules(reads=(PREFETCH_CANDIDATES, MASTER_DEVICE, *WEIGHT_SELECTION),
                                  checks=(full_batches_only_on_hf,)),
-               "lowrank": PartRules(reads=(PERTURBATION_RANK, MASTER_DEVICE, *WEIGHT_SELECTION),
-                                    checks=(lowrank_on_one_rank,)),
+               "lowrank": PartRules(reads=(PERTURBATION_RANK, MASTER_DEVICE, *WEIGHT_SELECTION)),
                "lora": PartRules(reads=(ADAPTER, QUANTIZATION, *FRESH_ADAPTER)),
                "svd_lora": PartRules(reads=(ADAPTER, QUANTIZATION, *FRESH_ADAPTER, *SVD),
                                      checks=(svd_lora_searches_something,))}

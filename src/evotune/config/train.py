@@ -258,8 +258,8 @@ class TrainConfig(RunConfig):
           "auto", "space full or lowrank on CUDA (hf and vllm): where the fp32 mean lives. host moves 4 bytes per "
                   "weight to the GPU per candidate written (and 4 more per update step); device moves none but takes "
                   "4 bytes of GPU memory per weight; auto (default): device when 2 GiB stay free besides it, else "
-                  "host. On an H200, device ran batched full ES 1.78x and lowrank 1.14x faster than host "
-                  "(bench/results/gpu_check/gpu_check_h200_master.json). Full ES without anchor_decay gives the same "
+                  "host. On an H200, device ran batched full-es 1.78x and lowrank 1.14x faster than host "
+                  "(bench/results/gpu_check/gpu_check_h200_master.json). full-es without anchor_decay gives the same "
                   "run either way; lowrank's update rounds differently on the GPU.")
     engine_core: Literal["auto", "in_process", "separate_process"] = option(
           "auto", "vllm: where vLLM's engine core runs. separate_process is vLLM's default and CUDA's shape (msgpack "
@@ -398,11 +398,11 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None,
 
 
 # `evotune train` with no config, measured by bench/quickstart/run.sh
-# (bench/results/quickstart/quickstart_heldout.json): low-rank ES (EGGROLL's rank-1 members over every Linear
+# (bench/results/quickstart/quickstart_heldout.json): lowrank-es (EGGROLL's rank-1 members over every Linear
 # weight) at its own defaults (config/methods.py: the setting the method study's tuning chose, sigma 2e-3, learning
 # rate 0.016, 64 members x 4 prompts), on the built-in model and 2-digit addition, for 15 iterations. Its method is
 # given by the key that makes it (`space`), so that a sweep or --set over `space` runs the other methods.
-# Measured beside the earlier quickstart (full ES, 16 members x 16 prompts, 10 iterations) on one machine, it
+# Measured beside the earlier quickstart (full-es, 16 members x 16 prompts, 10 iterations) on one machine, it
 # gained more on fresh questions in less time (bench/results/quickstart/quickstart_candidates_heldout.json).
 # Training at the evaluation's 48 new tokens, not 10, scores the answers whole (10 cut them, and a model then learns
 # forms the untruncated evaluation marks wrong: docs/benchmarks/stability.md).

@@ -41,7 +41,7 @@ class Estimate:
 
 
 # Memory per counted MiB where no cell has measured a term yet: the counts' own bytes, and for activations the method
-# study's probe (GRPO on a LoRA at 135M, 8 x 8 completions: 28 hidden sizes per token and layer, 1.45 times the
+# study's probe (grpo-lora at 135M, 8 x 8 completions: 28 hidden sizes per token and layer, 1.45 times the
 # elements saved_per_token_and_layer counts there) and for the
 # logits their float32 copy and its softmax. A rate of time has no such prior: such a term is not predicted.
 MEMORY_PRIORS = {"runtime": 700.0, "weights": 1.0, "fp32 master copy": 1.0, "drift copy": 1.0,

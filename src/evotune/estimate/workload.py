@@ -5,9 +5,9 @@ estimate.py turns these counts into MiB and seconds with coefficients fitted on 
 (A per-iteration constant and a term for ES's per-parameter noise and update sweeps were fitted at 0 on the study's
 cells, whose decode reads of the weights already grow with the population, and are not counted.)
 
-Counted for the hf backend, as each method runs there (config/train.py's `population_batch_size`): full ES one
-candidate at a time (or `population_batch_size` stacked copies), ES on a LoRA and ESSA one adapter at a time,
-low-rank ES the whole population in one batched generate; GRPO (TRL) one batched generate of every completion, then
+Counted for the hf backend, as each method runs there (config/train.py's `population_batch_size`): full-es one
+candidate at a time (or `population_batch_size` stacked copies), lora-es and ESSA one adapter at a time,
+lowrank-es the whole population in one batched generate; GRPO (TRL) one batched generate of every completion, then
 forward and backward passes in `gradient_accumulation_steps` micro-batches; SFT one forward and backward per step.
 """
 
@@ -42,9 +42,9 @@ class Workload:
     trained_sequences: int  # sequences in one forward-and-backward micro-batch (0: no backward)
     trained_tokens: int  # tokens run forward and backward per iteration
     training_flops_per_token: int = 0  # per parameter: 6 when every weight gets a gradient, 4 through a LoRA
-    fp32_master: bool = False  # full and low-rank ES: the exact mean in float32 beside the weights
+    fp32_master: bool = False  # full and lowrank-es: the exact mean in float32 beside the weights
     drift_copy: bool = False  # log_drift: the starting weights kept in their own dtype
-    stacked_copies: int = 0  # full ES with population_batch_size: one perturbed copy per batched candidate
+    stacked_copies: int = 0  # full-es with population_batch_size: one perturbed copy per batched candidate
     optimizer_bytes_per_trained: int = 0  # fp32 gradients and optimizer moments per trained parameter
     # tokens whose whole next-token distribution is computed and processed in float32 beyond an argmax: GRPO's sampled
     # tokens and the log-probabilities its loss takes, SFT's cross-entropy (ES generates greedily: an argmax each).

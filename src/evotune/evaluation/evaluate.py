@@ -47,6 +47,34 @@ def _greedy(backend: Backend, task: Task, rows: list[dict], options: EvalOptions
     return metrics, completions, rewards
 
 
+def _transfer(backend: Backend, task: Task, options: EvalOptions) -> dict[str, Any]:
+    """The task's transfer split (Task.transfer_rows: the same skill asked in ways training never sees), greedy at
+    its own budget: transfer_accuracy over every group with its 95% interval, then each group's."""
+    budget = transfer_budget(options, task)
+    metric = "accuracy" if "accuracy" in task.metric_fns else None
+    pooled: list[np.ndarray] = []
+    groups: dict[str, Any] = {}
+    for group, rows in task.transfer_rows.items():
+        completions = generate_in_chunks(backend, rows, budget, options.chunk_size)
+        values = task.metric_values(metric, rows, completions) if metric else task.rewards(rows, completions)
+        scored = values[~np.isnan(values)]  # (n,)
+        pooled.append(scored)
+        groups[f"transfer/{group}"] = float(scored.mean()) if scored.size else float("nan")
+    scored = np.concatenate(pooled)
+    name = f"transfer_{metric or 'reward'}"
+    interval = wilson_interval(float(scored.sum()), scored.size) if metric else mean_interval(scored)
+    return {name: float(scored.mean()), f"{name}_ci95": list(interval), "transfer_n": int(scored.size),
+            "transfer_max_new_tokens": budget, **groups}
+
+
+def transfer_budget(options: EvalOptions, task: Task) -> int:
+    """New tokens per transfer answer: --transfer-max-new-tokens, else the task's own, never below the held-out
+    budget."""
+    if options.transfer_max_new_tokens is not None:
+        return options.transfer_max_new_tokens
+    return max(task.transfer_max_new_tokens or 0, options.max_new_tokens or 0)
+
+
 def _sampled(backend: Backend, task: Task, rows: list[dict], options: EvalOptions) -> dict[str, float]:
     """avg@k and pass@k (accuracy tasks) or avg@k / max@k of the reward, from k samples per prompt."""
     k = options.num_samples
@@ -87,9 +115,10 @@ def with_budget(options: EvalOptions, task: Task) -> EvalOptions:
 def check_options(options: EvalOptions) -> None:
     """Refuse settings that cannot produce a result before any model is loaded."""
     for key, name, least in (("max_new_tokens", "--max-new-tokens", 1), ("num_samples", "--num-samples", 0),
-                             ("chunk_size", "chunk_size", 1)):
+                             ("chunk_size", "chunk_size", 1),
+                             ("transfer_max_new_tokens", "--transfer-max-new-tokens", 1)):
         value = getattr(options, key)
-        if key == "max_new_tokens" and value is None:  # the task's own budget (with_budget)
+        if key in ("max_new_tokens", "transfer_max_new_tokens") and value is None:  # the task's own budget
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ConfigError(f"`{key}` ({name}) is {value!r}; it must be a whole number of at least {least}.")
@@ -119,6 +148,8 @@ def evaluate_models(models: list[str], task: Task, options: EvalOptions,
                    else load(model, options.dtype, device, options.quantization))
         check_prompt_lengths(backend, {"held-out": rows}, options.max_new_tokens)
         metrics, completions, rewards = _greedy(backend, task, rows, options)
+        if options.transfer and task.transfer_rows:
+            metrics.update(_transfer(backend, task, options))
         if options.num_samples:
             metrics.update(_sampled(backend, task, rows, options))
         if reference is not None:

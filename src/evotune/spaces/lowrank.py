@@ -46,6 +46,7 @@ from ..types import Candidate, Member
 from .base import FactoredSpace
 from .full import FullParameterSpace, select_parameters
 from .noise import noise
+from .shards import Shard
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,12 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
 
     def __init__(self, model: torch.nn.Module | None, rank: int = 1, include: list[str] | None = None,
                  exclude: list[str] | None = None, noise_kind: str = "gaussian", optimizer: Optimizer | None = None,
-                 named_tensors: list[tuple[str, torch.Tensor]] | None = None, keep_base: bool = False):
+                 named_tensors: list[tuple[str, torch.Tensor]] | None = None, keep_base: bool = False,
+                 shards: dict[str, Shard] | None = None):
+        """shards: for weights that are one tensor-parallel rank's slice of a larger weight (a vLLM engine's,
+        backends/vllm_weights.py), where the slice sits. The members' factors are drawn at the whole weight's
+        shape, as on one rank, and each rank keeps the rows of A (a slice of rows) or of B (a slice of columns)
+        its slice covers, so its part of A B^T is exactly the matching part of the whole perturbation and update."""
         if rank < 1:
             raise ConfigError(f"`perturbation_rank` is {rank}; it must be a positive integer (EGGROLL uses 1).")
         weights = named_tensors if named_tensors is not None else [(p, w) for _, p, w in linear_weights(model)]
@@ -164,20 +170,33 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
             raise ConfigError("`space: lowrank` perturbs the weights of torch.nn.Linear modules and this model has "
                               "none; use `space: full`.")
         selected = {name for name, _ in select_parameters(None, include, exclude, weights)}
+        shards = {name: shard for name, shard in (shards or {}).items() if name in selected}
         super().__init__(model, named_tensors=[(p, w) for p, w in weights if p in selected],
-                         noise_kind=noise_kind, optimizer=optimizer, keep_base=keep_base)
-        self.noise = LowRankNoise({name: tuple(param.shape) for name, param in self.parameters}, rank, noise_kind)
+                         noise_kind=noise_kind, optimizer=optimizer, keep_base=keep_base, shards=shards)
+        whole = {name: self.shards[name].global_shape if name in self.shards else tuple(param.shape)
+                 for name, param in self.parameters}
+        self.noise = LowRankNoise(whole, rank, noise_kind)
         self.rank = rank
         self.modules = self.noise.modules
         self.factors = self.noise.factors
 
     def factor_noise(self, seed: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(A (out, r), B (in, r)), fp32 on the host: member `seed`'s factors for parameter `name`."""
-        return self.noise.factor_noise(seed, name)
+        """(A (out, r), B (in, r)), fp32 on the host: member `seed`'s factors for parameter `name`; for a shard,
+        the rows of A (a row slice) or of B (a column slice) it holds: (local out, r) or (local in, r)."""
+        a, b = self.noise.factor_noise(seed, name)
+        shard = self.shards.get(name)
+        if shard is None:
+            return a, b
+        local = self.master[name].shape[shard.dim]
+        if shard.dim == 0:
+            return a[shard.start:shard.start + local], b
+        return a, b[shard.start:shard.start + local]
 
     def perturbation(self, candidate: Candidate, name: str) -> torch.Tensor:
-        """The dense (out, in) fp32 perturbation scale * A B^T / sqrt(r) of `name` (tests, the dense path)."""
-        return self.noise.perturbation(candidate, name)
+        """The dense fp32 perturbation scale * A B^T / sqrt(r) of `name`, at its local shape (tests, the dense
+        path)."""
+        a, b = self.factor_noise(candidate.seed, name)
+        return torch.mm(a, b.T).mul_(candidate.scale / math.sqrt(self.rank))
 
     def apply(self, candidate: Member) -> None:
         candidate = _check(candidate)
@@ -186,13 +205,19 @@ class LowRankSpace(FullParameterSpace, FactoredSpace):
         def perturb(name: str, param: torch.nn.Parameter) -> None:
             master = self.master[name]
             a, b = (factor.to(master.device) for factor in self.factor_noise(candidate.seed, name))
-            # master + scale * A B^T / sqrt(r) in fp32 where the master lives, cast once into the live dtype
-            param.copy_(torch.addmm(master, a, b.T, alpha=alpha))
+            # master + scale * A B^T / sqrt(r) in fp32 where the master lives, cast once into the live dtype. Not
+            # one addmm: its fused scale-and-add rounds a row slice differently from the whole matrix (1 ulp, seen
+            # on CPU), and a tensor-parallel rank's slice must get exactly the whole weight's bits
+            param.copy_(torch.mm(a, b.T).mul_(alpha).add_(master))
         self._for_each(perturb)
 
     def candidate_factors(self, candidates: Sequence[Member]) -> list[torch.Tensor]:
         """Per factor (self.factors order), every candidate's matrix stacked, fp32 on the weights' device
-        (see LowRankNoise.candidate_factors): the rows of one batched forward (backends/multi_lora.py)."""
+        (see LowRankNoise.candidate_factors): the rows of one batched forward (backends/multi_lora.py). Whole
+        weights only: a tensor-parallel engine serves members as LoRA requests, which it shards itself."""
+        if self.shards:
+            raise ConfigError("batched low-rank members need whole weights, not tensor-parallel shards: the "
+                              "engine serves them as LoRA requests.")
         return self.noise.candidate_factors(candidates, self.parameters[0][1].device)
 
     def step(self, seeds: list[int], coefficients: list[float]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import Task, completion_text
+from .phrasings import TRAINING_PHRASINGS, TRANSFER_MAX_NEW_TOKENS, operand_range, row, transfer_rows
 
 OPERATIONS = "+-*"
 
@@ -62,15 +63,6 @@ def arithmetic_digit_reward(completions: list[Any], answer: list[Any], **kwargs:
 REWARDS = {"exact": arithmetic_reward, "digits": arithmetic_digit_reward}
 
 
-def _question(a: int, op: str, b: int) -> str:
-    return f"What is {a} {op} {b}? Reply with only the number."
-
-
-def _row(a: int, op: str, b: int) -> dict:
-    result = a + b if op == "+" else a - b if op == "-" else a * b
-    return {"prompt": [{"role": "user", "content": _question(a, op, b)}], "answer": str(result)}
-
-
 def _draw(rng: random.Random, count: int, low: int, high: int, operations: str,
           exclude: set[tuple[int, str, int]]) -> list[tuple[int, str, int]]:
     """``count`` distinct (a, op, b) triples not in ``exclude``."""
@@ -100,13 +92,17 @@ EVAL_MAX_NEW_TOKENS = 48
 
 
 def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int = 2, operations: str = "+",
-                     num_train: int = 2000, reward: str = "exact", eval_split: str = "test") -> Task:
+                     num_train: int = 2000, reward: str = "exact", eval_split: str = "test",
+                     phrasings: int = 1) -> Task:
     """Questions ``a op b`` with ``digits``-digit operands; ``operations`` is a string of ``+-*``.
 
     ``reward``: what training optimizes, ``exact`` (1 or 0) or ``digits`` (partial credit per digit,
     arithmetic_digit_reward); the held-out ``accuracy`` is exact match either way.
     ``eval_split``: ``test`` (the held-out set results are reported on) or ``validation``, a third set
-    disjoint from test and train, for choosing settings (`evotune sweep`) without touching the test set."""
+    disjoint from test and train, for choosing settings (`evotune sweep`) without touching the test set.
+    ``phrasings``: how many ways training asks its questions, drawn per question (1: the template "What is a + b?
+    Reply with only the number." alone; up to 4, tasks/phrasings.py). Held-out questions keep the template; the
+    task's transfer split (``Task.transfer_rows``) asks in wordings, operations and sizes no training sees."""
     if eval_split not in ("test", "validation"):
         raise ConfigError(f"arithmetic: `eval_split` is {eval_split!r}; set test (report results) or validation "
                           "(choose settings, e.g. in `evotune sweep`).")
@@ -120,11 +116,14 @@ def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int 
         raise ConfigError(f"arithmetic: `operations` must be a non-empty string of characters from "
                           f"{OPERATIONS!r} (e.g. '+-'), got {operations!r}.")
     operations = "".join(sorted(set(operations), key=OPERATIONS.index))
+    if not isinstance(phrasings, int) or isinstance(phrasings, bool) or not 1 <= phrasings <= len(TRAINING_PHRASINGS):
+        raise ConfigError(f"arithmetic: `phrasings` must be an integer from 1 (the template alone) to "
+                          f"{len(TRAINING_PHRASINGS)}, got {phrasings!r}.")
     num_eval = 128 if num_eval is None else num_eval
     for key, value in (("num_train", num_train), ("num_eval", num_eval)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"arithmetic: `{key}` must be a non-negative integer, got {value!r}.")
-    low, high = (1 if digits == 1 else 10 ** (digits - 1)), 10 ** digits - 1
+    low, high = operand_range(digits)
     # Eval comes from its own stream so it does not change with num_train; train then excludes it.
     test_triples = _draw(random.Random(f"arithmetic-eval-{seed}"), num_eval, low, high, operations, set())
     held_out = set(test_triples)
@@ -133,7 +132,14 @@ def build_arithmetic(*, seed: int = 0, num_eval: int | None = None, digits: int 
         eval_triples = _draw(random.Random(f"arithmetic-validation-{seed}"), num_eval, low, high, operations, held_out)
         held_out |= set(eval_triples)
     train_triples = _draw(random.Random(f"arithmetic-train-{seed}"), num_train, low, high, operations, held_out)
-    return Task(name="arithmetic", train_rows=[_row(*t) for t in train_triples],
-                eval_rows=[_row(*t) for t in eval_triples], reward_fns=[REWARDS[reward]],
+    # each training question in one of the first `phrasings` wordings (its own stream: phrasings 1 draws nothing, so
+    # the template-only task's rows are what they always were)
+    wording = random.Random(f"arithmetic-phrasings-{seed}")
+    train_rows = [row(*t, TRAINING_PHRASINGS[wording.randrange(phrasings)] if phrasings > 1 else TRAINING_PHRASINGS[0])
+                  for t in train_triples]
+    return Task(name="arithmetic", train_rows=train_rows,
+                eval_rows=[row(*t) for t in eval_triples], reward_fns=[REWARDS[reward]],
                 reward_weights=[1.0], metric_fns={"accuracy": arithmetic_reward},
-                eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+                eval_max_new_tokens=EVAL_MAX_NEW_TOKENS,
+                transfer_rows=transfer_rows(seed, digits, operations, held_out | set(train_triples)),
+                transfer_max_new_tokens=TRANSFER_MAX_NEW_TOKENS)

@@ -158,6 +158,10 @@ class Task:
     # past which held-out accuracy stops rising); None: the run's max_new_tokens
     eval_max_new_tokens: int | None = None
     reward_timeout: float | None = None  # seconds one reward call may take (the config's `reward_timeout`)
+    # the same skill asked in ways training never sees, {group: rows} (tasks/phrasings.py for arithmetic), scored by
+    # `evotune eval` beside the held-out rows at its own budget; {}: the task has none
+    transfer_rows: dict[str, list[dict]] = field(default_factory=dict)
+    transfer_max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.reward_weights) != len(self.reward_fns):
