@@ -96,8 +96,8 @@ def main() -> None:
     for model, entry in models.items():
         print(model)
         for phrasing, data in entry["phrasings"].items():
-            cells = "  ".join(f"{b}:{data['by_budget'][str(b)]['accuracy']:.2f}/{data['by_budget'][str(b)]['ended']:.2f}"
-                              for b in BUDGETS)
+            at = data["by_budget"]
+            cells = "  ".join(f"{b}:{at[str(b)]['accuracy']:.2f}/{at[str(b)]['ended']:.2f}" for b in BUDGETS)
             print(f"  {phrasing:22} n={data['n']:3}  {cells}")
     print(f"smallest budget that cuts nothing: {budget}; wrote {args.output}")
 

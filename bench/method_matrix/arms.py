@@ -70,6 +70,14 @@ METHODS: dict[str, dict[str, Any]] = {
                  {"svd_offsets": "absolute", "sigma": 0.02, "batch_size": 8},
                  {"svd_offsets": "absolute", "sigma": 0.04, "batch_size": 8},
                  {"svd_offsets": "relative", "sigma": 0.2, "batch_size": 8}]},
+    "mezo": {
+        "label": "mezo", "command": "train",
+        # MeZO (Malladi et al. 2023): full-parameter, one antithetic pair per step, the raw reward difference, SGD;
+        # the paper's eps 1e-3 and its two step sizes (eta 1e-6, 1e-7 = learning_rate 1e-3, 1e-4 here), then two
+        # larger ones: a difference of two 16-prompt accuracies is small, and the paper's grid was set on losses
+        "keys": {**ES, "method": "mezo", "space": "full", "population_size": 2, "fitness_shaping": "none",
+                 "noise": "gaussian", "optimizer": "sgd", "batch_size": 16, "sigma": 1e-3},
+        "grid": [{"learning_rate": 1e-3}, {"learning_rate": 1e-4}, {"learning_rate": 1e-2}, {"learning_rate": 3e-2}]},
     "grpo_lora": {
         "label": "grpo-lora", "command": "grpo",
         "keys": {**LORA, "lora": True, "batch_size": 8, "num_generations": 8, "temperature": 0.7, "beta": 0.0,

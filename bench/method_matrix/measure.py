@@ -22,6 +22,8 @@ HELDOUT_SIZE = int(os.environ.get("METHOD_MATRIX_HELDOUT", 512))
 # (accuracy still rose at 64), so every held-out score is read at 128 with the share of answers that had ended
 BUDGETS = [32, 48, 64, 96, 128]
 SCORED_BUDGET = max(BUDGETS)
+# the transfer split's budgets (its answers run longer than the template's: bench/eval_budget/transfer_budget.py)
+TRANSFER_BUDGETS = [48, 64, 96, 128, 192]
 RETENTION_TASKS = ["conciseness", "ifeval"]
 RETENTION_NUM_EVAL = 32
 RETENTION_BUDGET = 48  # training's budget; the retention and KL of every run are read at it
@@ -43,6 +45,50 @@ def heldout_rows(task_name: str) -> list[dict]:
     return fresh[:HELDOUT_SIZE]
 
 
+def transfer_split(task_name: str) -> dict[str, list[dict]]:
+    """The task's transfer split (evotune.tasks.phrasings: other wordings, subtraction, one more digit), drawn from
+    the held-out seed outside every question any run of the study trains, tunes or is scored on; {} for a task
+    without one (Countdown)."""
+    from evotune.tasks import get_task
+    from evotune.tasks.phrasings import questions_of, transfer_rows
+
+    if task_name != "arithmetic":
+        return {}
+    args = TASKS[task_name]["keys"].get("task_args", {})
+    seen = questions_of(heldout_rows(task_name))
+    for seed in (TUNING_SEED, *TASKS[task_name]["seeds"]):
+        for num_eval in (VALIDATION_SIZE, MAIN_NUM_EVAL):
+            split = get_task(task_name, seed=seed, num_eval=num_eval, **args)
+            seen |= questions_of(split.train_rows + split.eval_rows)
+    return transfer_rows(HELDOUT_SEED, args.get("digits", 2), args.get("operations", "+"), seen)
+
+
+def transfer_scores(backend: Any, task: Any, groups: dict[str, list[dict]]) -> dict[str, Any]:
+    """Accuracy on the transfer split at TRANSFER_BUDGETS (scored at TRANSFER_MAX_NEW_TOKENS), pooled and per group,
+    with the share of answers ended by each budget and the per-question scores (paired intervals)."""
+    import numpy as np
+
+    from evotune.tasks.phrasings import TRANSFER_MAX_NEW_TOKENS
+
+    pooled: dict[int, list] = {budget: [] for budget in TRANSFER_BUDGETS}
+    ended: dict[int, list] = {budget: [] for budget in TRANSFER_BUDGETS}
+    by_group = {}
+    for name, rows in groups.items():
+        scores, shares = scores_by_budget(backend, task, rows, TRANSFER_BUDGETS)
+        by_group[name] = round(float(scores[TRANSFER_MAX_NEW_TOKENS].mean()), 4)
+        for budget in TRANSFER_BUDGETS:
+            pooled[budget].append(scores[budget])
+            ended[budget].append((shares[budget], len(rows)))
+    joined = {budget: np.concatenate(parts) for budget, parts in pooled.items()}  # (transfer questions,)
+    return {"n": int(joined[TRANSFER_MAX_NEW_TOKENS].size), "scored_budget": TRANSFER_MAX_NEW_TOKENS,
+            "accuracy": round(float(joined[TRANSFER_MAX_NEW_TOKENS].mean()), 4),
+            "accuracy_by_budget": {str(b): round(float(v.mean()), 4) for b, v in joined.items()},
+            "ended_by_budget": {str(b): round(sum(share * n for share, n in parts) / sum(n for _, n in parts), 4)
+                                for b, parts in ended.items()},
+            "by_group": by_group,
+            "correct": "".join(str(int(value)) for value in joined[TRANSFER_MAX_NEW_TOKENS])}
+
+
 def retention(backend: Any, start_model: str, seed: int) -> dict[str, float]:
     """retain/<task>/<metric> and /kl (per-token k3 KL to the starting model on the model's own completions)."""
     from evotune.evaluation.retention import Retention, reference_for
@@ -53,7 +99,8 @@ def retention(backend: Any, start_model: str, seed: int) -> dict[str, float]:
     return scorer.evaluate(backend)
 
 
-def scores_by_budget(backend: Any, task: Any, rows: list[dict]) -> tuple[dict[int, Any], dict[int, float]]:
+def scores_by_budget(backend: Any, task: Any, rows: list[dict],
+                     budgets: list[int] = BUDGETS) -> tuple[dict[int, Any], dict[int, float]]:
     """Accuracy per question with the answer cut at each budget, {budget: (questions,)}, and the share of answers
     that had ended (end of sequence) within each budget: one greedy generation at the largest budget, re-decoded
     at each smaller one (greedy decoding's first K tokens do not depend on the budget). A completion ended
@@ -62,10 +109,10 @@ def scores_by_budget(backend: Any, task: Any, rows: list[dict]) -> tuple[dict[in
 
     from evotune.evaluation.generation import generate_in_chunks
 
-    completions = generate_in_chunks(backend, rows, SCORED_BUDGET)
+    completions = generate_in_chunks(backend, rows, max(budgets))
     ids = [backend.tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
     scores, ended = {}, {}
-    for budget in BUDGETS:
+    for budget in budgets:
         cut = [backend.tokenizer.decode(row[:budget], skip_special_tokens=True) for row in ids]
         scores[budget] = np.asarray(task.metric_values("accuracy", rows, cut), dtype=float)  # (questions,)
         ended[budget] = float(np.mean([len(row) < budget for row in ids]))
@@ -93,6 +140,9 @@ def measure(model: str, task_name: str, start_model: str, seed: int, with_retent
               "accuracy_by_budget": {str(budget): round(float(value.mean()), 4) for budget, value in scores.items()},
               "ended_by_budget": {str(budget): round(value, 4) for budget, value in ended.items()},
               "correct": "".join(str(int(value)) for value in scores[SCORED_BUDGET])}
+    transfer = transfer_split(task_name)
+    if transfer and questions is None:  # a smoke run's few questions score no transfer
+        result["transfer"] = transfer_scores(backend, task, transfer)
     if with_retention:
         result["retention"] = {key: round(float(value), 5) for key, value in retention(backend, start_model,
                                                                                         seed).items()}

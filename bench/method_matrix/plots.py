@@ -10,7 +10,7 @@ from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
 from bench.method_matrix.rows import STUDY, arms, sft_alone, start
 from bench.method_matrix.tables import TASK_NAMES
 
-COLOURS = {"full_es": "#1f77b4", "es_lora": "#17becf", "lowrank": "#2ca02c", "essa": "#9467bd",
+COLOURS = {"full_es": "#1f77b4", "es_lora": "#17becf", "lowrank": "#2ca02c", "mezo": "#8c564b", "essa": "#9467bd",
            "grpo_lora": "#d62728", "grpo_full": "#ff7f0e"}
 MARKERS = ["o", "s", "^", "D", "v"]  # seed 0, 1, 2, 3, 4
 

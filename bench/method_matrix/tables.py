@@ -28,8 +28,8 @@ from bench.method_matrix.run import selection
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
 IFEVAL_STRICT = "retain/ifeval/prompt_strict"
-ES_METHODS = ("full_es", "es_lora", "lowrank", "essa")
-ES_ALONE = ("full_es", "es_lora", "lowrank")  # learn with ES alone; ESSA is SFT + ES
+ES_METHODS = ("full_es", "es_lora", "lowrank", "mezo", "essa")
+ES_ALONE = ("full_es", "es_lora", "lowrank", "mezo")  # learn with ES alone; ESSA is SFT + ES
 GRPO_METHODS = ("grpo_lora", "grpo_full")
 
 

@@ -34,6 +34,7 @@ from evotune.config.train import TrainConfig
 from evotune.evaluation.generation import eval_budget
 from evotune.runs.directory import read_run_config
 from evotune.tasks import get_task
+from evotune.tasks.phrasings import TRANSFER_MAX_NEW_TOKENS, questions_of, transfer_rows
 
 # the settings each command's result records of its quickstart
 RECORDED = {"train": ("space", "perturbation_rank", "population_size", "antithetic", "sigma", "learning_rate", "noise",
@@ -50,9 +51,30 @@ def run_config(run: str) -> tuple[Any, str]:
     return TrainConfig.from_dict(values), "train"
 
 
-def scores_by_budget(model: str, dtype: str, task, rows: list[dict], budgets: list[int]) -> dict[int, np.ndarray]:
-    """Accuracy per prompt with the answer cut at each budget (common.accuracy_by_budget) of `model`."""
-    return accuracy_by_budget(HFBackend.load(model, dtype), task, rows, budgets)
+# the transfer split's budgets: its answers run longer than the template's (bench/eval_budget/transfer_budget.py)
+TRANSFER_BUDGETS = sorted({48, 64, 96, TRANSFER_MAX_NEW_TOKENS, 192})
+
+
+def scores_by_budget(model: str, dtype: str, task, rows: list[dict], budgets: list[int],
+                     transfer: dict[str, list[dict]]) -> tuple[dict[int, np.ndarray], dict[str, dict[int, np.ndarray]]]:
+    """Accuracy per prompt with the answer cut at each budget (common.accuracy_by_budget) of `model`, on the held-out
+    rows, and on each transfer group at TRANSFER_BUDGETS."""
+    backend = HFBackend.load(model, dtype)
+    return (accuracy_by_budget(backend, task, rows, budgets),
+            {group: accuracy_by_budget(backend, task, members, TRANSFER_BUDGETS)
+             for group, members in transfer.items()})
+
+
+def transfer_summary(scores: dict[str, dict[int, np.ndarray]]) -> dict:
+    """Pooled transfer accuracy at every budget, and each group's at the scored one (TRANSFER_MAX_NEW_TOKENS)."""
+    return {"accuracy": {budget: round(float(np.concatenate([group[budget] for group in scores.values()]).mean()), 4)
+                         for budget in TRANSFER_BUDGETS},
+            "by_group": {name: round(float(group[TRANSFER_MAX_NEW_TOKENS].mean()), 4)
+                         for name, group in scores.items()}}
+
+
+def pooled(scores: dict[str, dict[int, np.ndarray]]) -> np.ndarray:
+    return np.concatenate([group[TRANSFER_MAX_NEW_TOKENS] for group in scores.values()])  # (transfer prompts,)
 
 
 def paired_gain(trained: np.ndarray, base: np.ndarray, draws: int = 10_000, seed: int = 0) -> dict:
@@ -103,25 +125,36 @@ def main() -> None:
     for config in configs:  # every question any run could have trained on
         seen |= {json.dumps(row["prompt"]) for row in build_task(config).train_rows}
     rows = [row for row in task.eval_rows if json.dumps(row["prompt"]) not in seen]
+    # the transfer split (tasks/phrasings.py): other wordings, subtraction, one more digit, outside every question
+    # any run trained on and the held-out rows
+    trained_on = set().union(*(questions_of(build_task(config).train_rows) for config in configs))
+    transfer = transfer_rows(args.seed, base.task_args.get("digits", 2), base.task_args.get("operations", "+"),
+                             trained_on | questions_of(rows))
     budget = eval_budget(task, base.max_new_tokens)
     budgets = sorted(set(args.budgets) | {budget, base.max_new_tokens})
     started = time.perf_counter()
-    base_scores = scores_by_budget(base.model, base.dtype, task, rows, budgets)
+    base_scores, base_transfer = scores_by_budget(base.model, base.dtype, task, rows, budgets, transfer)
     result = {"command": "python -m bench.quickstart.measure " + " ".join(sys.argv[1:]), "task": base.task,
               "training_max_new_tokens": base.max_new_tokens, "eval_max_new_tokens": budget,
               "num_prompts": len(rows), "dropped_as_seen_in_training": args.num_eval - len(rows),
               "run_command": commands[0],
               "quickstart": {key: getattr(base, key) for key in RECORDED[commands[0]]},
-              "base": {"accuracy": {k: round(float(v.mean()), 4) for k, v in base_scores.items()}}, "runs": []}
+              "transfer_split": {"groups": {name: len(members) for name, members in transfer.items()},
+                                 "scored_budget": TRANSFER_MAX_NEW_TOKENS, "budgets": TRANSFER_BUDGETS},
+              "base": {"accuracy": {k: round(float(v.mean()), 4) for k, v in base_scores.items()},
+                       "transfer": transfer_summary(base_transfer)}, "runs": []}
     for run, config in zip(args.runs, configs):
-        trained = scores_by_budget(str(Path(run) / "final"), config.dtype, task, rows, budgets)
+        trained, trained_transfer = scores_by_budget(str(Path(run) / "final"), config.dtype, task, rows, budgets,
+                                                     transfer)
         timing = json.loads((Path(run) / "wall_time.json").read_text())
         result["runs"].append({
             "run": run, "seed": config.seed, "wall_time_s": timing["wall_time_s"], "threads": timing["threads"],
             "speed_probe": timing.get("speed_probe"),  # run.sh records it before each run (older runs lack it)
             "accuracy": {k: round(float(v.mean()), 4) for k, v in trained.items()},
             **paired_gain(trained[budget], base_scores[budget], seed=config.seed),
-            "gain_points_by_budget": {k: round(100 * float((trained[k] - base_scores[k]).mean()), 2) for k in budgets}})
+            "gain_points_by_budget": {k: round(100 * float((trained[k] - base_scores[k]).mean()), 2) for k in budgets},
+            "transfer": {**transfer_summary(trained_transfer),
+                         **paired_gain(pooled(trained_transfer), pooled(base_transfer), seed=config.seed)}})
     for run, config in zip(result["runs"], configs):
         run["settings"] = {key: getattr(config, key) for key in RECORDED[commands[0]]}
     groups = by_settings(result["runs"])

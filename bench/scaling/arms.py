@@ -65,7 +65,8 @@ ARMS: dict[str, dict[str, Any]] = {
                  "keys": {"task": "arithmetic", "max_new_tokens": MAX_NEW_TOKENS, "batch_size": SFT_BATCH,
                           "max_steps": ITERATIONS, "num_train": SFT_BATCH * ITERATIONS, "num_eval": PROMPTS,
                           "report_to": [], "checkpoint_every": 0, **LORA}},
-    "peer_torcheggroll": {"command": "peer", "label": "peer: torcheggroll 0.2.0 (EGGROLL's low-rank ES) around generate()",
+    "peer_torcheggroll": {"command": "peer",
+                          "label": "peer: torcheggroll 0.2.0 (EGGROLL's low-rank ES) around generate()",
                           "short": "the peer (torcheggroll)",
                           "keys": {}},
 }

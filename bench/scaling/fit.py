@@ -35,6 +35,10 @@ from .cell import cell_keys
 from .run import DTYPE, RESULTS
 from .shapes import SHAPES, TOKENIZER_VOCAB
 
+# The `evotune estimate --method` names each arm's cells measure (mezo is full-es's space with 2 members: its cells)
+ARM_METHODS = {"full_es": ("full-es", "mezo"), "full_es_batched": ("full-es", "mezo"), "lowrank": ("lowrank-es",),
+               "es_lora": ("lora-es",), "essa": ("essa",), "grpo_lora": ("grpo-lora",), "grpo_full": ("grpo-full",),
+               "grpo_full_accumulation4": ("grpo-full",), "sft_lora": ("sft",), "generation": ()}
 PROMPT_TOKENS = 47  # the arithmetic task's chat-templated prompt under SmolLM2's tokenizer (every shape's here)
 MEMORY_BOUND, TIME_BOUND = 0.15, 0.25  # the issue's: predicted within 15% of peak memory, 25% of time
 FITTED = ("generate", "train", "grpo", "sft")
@@ -100,7 +104,7 @@ def sizes(found: list[dict[str, Any]]) -> list[str]:
     return sorted({row["record"]["shape"] for row in found}, key=lambda name: SHAPES[name].parameters())
 
 
-def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, Any]:
+def fit_all(found: list[dict[str, Any]], drop: str | None = None, held_out: bool = True) -> dict[str, Any]:
     """Every term some cell counts is fitted; a term none counts yet keeps its memory prior (MEMORY_PRIORS) and has
     no rate of time (null: `evotune estimate` then does not predict the time of a run that has it), named in
     `unfitted`. `drop`: a term left out of the fit (the test that each term is needed)."""
@@ -130,7 +134,9 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None) -> dict[str, A
     fitted_rows = errors(found, coefficients) if drop is None else []
     worst_errors = {"memory": round(max(abs(row["memory_error"]) for row in fitted_rows), 3),
                     "time": round(max(abs(row["time_error"]) for row in fitted_rows), 3)} if fitted_rows else {}
+    out_of_sample = held_out_errors(found) if held_out and drop is None else {}
     return {"memory": memory, "time": seconds, "held_at_prior": held, "unfitted": unfitted, "worst_error": worst_errors,
+            "held_out_error": out_of_sample,
             "reference_probe_s": reference, "cells": len(found), "shapes": shapes, "vocabulary": TOKENIZER_VOCAB,
             "machines": machines, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
             "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB, time in "
@@ -152,17 +158,42 @@ def errors(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> list[di
     return table
 
 
-def held_out_shapes(found: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
-    """Each model size predicted by a fit on the other sizes' cells alone: its cells' worst memory and time errors
-    (an out-of-sample check of the in-sample table). Needs three sizes: two leave one per-parameter slope."""
+def held_out_rows(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every cell predicted by a fit on the other shapes' cells alone (leave one shape out): errors()'s rows. Needs
+    three shapes: two leave one per-parameter slope."""
     shapes = sizes(found)
     if len(shapes) < 3:
-        return {}
-    result = {}
+        return []
+    table = []
     for shape in shapes:
-        coefficients = fit_all([row for row in found if row["record"]["shape"] != shape])
-        result[shape] = worst(errors([row for row in found if row["record"]["shape"] == shape], coefficients))
-    return result
+        coefficients = fit_all([row for row in found if row["record"]["shape"] != shape], held_out=False)
+        table += errors([row for row in found if row["record"]["shape"] == shape], coefficients)
+    return table
+
+
+def held_out_shapes(found: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Each shape's cells' worst memory and time errors when a fit on the other shapes predicts them (an
+    out-of-sample check of the in-sample table)."""
+    table = held_out_rows(found)
+    return {shape: worst([row for row in table if row["shape"] == shape]) for shape in sizes(found) if table}
+
+
+def held_out_errors(found: list[dict[str, Any]]) -> dict[str, Any]:
+    """What `evotune estimate` prints beside each method: the worst leave-one-shape-out errors of its arms' cells
+    (ARM_METHODS), and per shape; {} below three shapes."""
+    table = held_out_rows(found)
+    if not table:
+        return {}
+
+    def rounded(rows: list[dict[str, Any]]) -> dict[str, float]:
+        memory, seconds = worst(rows)
+        return {"memory": round(memory, 3), "time": round(seconds, 3), "cells": len(rows)}
+
+    methods = sorted({method for row in table for method in ARM_METHODS[row["arm"]]})
+    return {"by_method": {method: rounded([row for row in table if method in ARM_METHODS[row["arm"]]])
+                          for method in methods},
+            "by_shape": {shape: rounded([row for row in table if row["shape"] == shape]) for shape in sizes(found)},
+            "worst": rounded(table)}
 
 
 def worst(table: list[dict[str, Any]]) -> tuple[float, float]:

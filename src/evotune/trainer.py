@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from .runs import directory as run_directory
 from .seeds import derive_seed
 from .tasks import Task
 from .tasks.base import function_name, prompt_text
+from .tracking.clock import StepClock
 from .tracking.tracker import MetricsLogger, out_of_time, peak_memory_mib
 from .types import append_update
 
@@ -139,7 +139,8 @@ class Trainer:
 
     def step(self) -> dict[str, float]:
         """One iteration: ask, evaluate, tell, move the mean here and on every replica; its metrics record."""
-        started = time.perf_counter()
+        clock = StepClock()
+        clock.start()
         iteration = self.strategy.iteration
         indices = self.batch_indices(iteration)
         rows = [self.task.train_rows[i] for i in indices]
@@ -166,11 +167,12 @@ class Trainer:
                                "Start a new run with a smaller learning_rate (the last checkpoint is intact).")
         # samples_seen: completions sampled for training so far, the budget axis shared with GRPO runs
         samples = (iteration + 1) * len(population) * len(indices)
-        elapsed = time.perf_counter() - started
+        clock.stop()
+        elapsed = clock.seconds(self.config.training_clock)  # what max_training_seconds counts
         self.training_seconds += elapsed
         self.last_step_seconds = elapsed
         return {"iteration": iteration + 1, **metrics, **self.evaluator.iteration_metrics,
-                "samples_seen": samples, "peak_rss_mib": peak_memory_mib(), "time_s": elapsed}
+                "samples_seen": samples, "peak_rss_mib": peak_memory_mib(), "time_s": clock.wall, "cpu_s": clock.cpu}
 
     def _notify(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:

@@ -133,17 +133,20 @@ def test_grpo_adapter_needs_lora(tiny_model_dir, tmp_path):
         GRPORunConfig(model=tiny_model_dir, adapter=str(tmp_path), lora=False).validate()
 
 
-def test_grpo_stops_at_its_time_budget_with_a_final_evaluation(tiny_model_dir, tmp_path):
-    """max_training_seconds, as for `evotune train`: a tiny budget ends GRPO after its first step, evaluated."""
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_grpo_stops_at_its_time_budget_with_a_final_evaluation(tiny_model_dir, tmp_path, clock):
+    """max_training_seconds, as for `evotune train`, on either clock: a tiny budget ends GRPO after its first step,
+    evaluated; the step records its wall and CPU seconds."""
     from evotune.baselines.grpo import GRPORunConfig, run_grpo
 
     run = tmp_path / "grpo"
     run_grpo(GRPORunConfig(model=tiny_model_dir, task="conciseness", iterations=50, batch_size=2, num_generations=2,
                            max_new_tokens=4, num_eval=2, eval_every=0, learning_rate=0.05, report_to=[],
-                           max_training_seconds=1e-6), str(run))
+                           max_training_seconds=1e-6, training_clock=clock), str(run))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward_mean" in r]
     assert [r["iteration"] for r in steps] == [1] and "eval/reward" in steps[0]
+    assert steps[0]["cpu_s"] > 0 and steps[0]["time_s"] > 0
     assert (run / "final" / "adapter_config.json").exists()
 
 

@@ -118,24 +118,28 @@ def test_reward_functions_that_skip_every_sample_are_reported_with_a_prompt(tiny
     assert repr(prompt)[:20] in str(error.value)
 
 
-def test_max_training_seconds_stops_like_a_last_iteration_and_resumes_with_the_time_spent(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_max_training_seconds_stops_like_a_last_iteration_and_resumes_with_the_time_spent(tiny_model_dir, tmp_path,
+                                                                                          clock):
     """A tiny budget ends the run after its first iteration with an evaluation, a checkpoint and final/; the
-    time spent is part of the checkpoint, so a resume with a larger budget continues and adds to it."""
+    time spent (on the budget's clock: wall, or the process tree's CPU seconds) is part of the checkpoint, so a
+    resume with a larger budget continues and adds to it. Every step records both clocks."""
     import json
 
     run = tmp_path / "run"
     first = Trainer(tiny_config(tiny_model_dir, iterations=50, eval_every=0, checkpoint_every=0, report_to=[],
-                                max_training_seconds=1e-6), run)
+                                max_training_seconds=1e-6, training_clock=clock), run)
     first.train()
     assert first.strategy.iteration == 1
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["iteration"] == 1 and "eval/reward" in records[-1]  # evaluated as a last iteration
     assert (run / "final" / "config.json").exists() and (run / "checkpoint").is_dir()
     spent = first.training_seconds
-    assert spent == pytest.approx(records[-1]["time_s"])
+    assert spent == pytest.approx(records[-1]["cpu_s" if clock == "cpu" else "time_s"])
+    assert records[-1]["cpu_s"] > 0 and records[-1]["time_s"] > 0
 
     resumed = Trainer(tiny_config(tiny_model_dir, iterations=50, eval_every=0, checkpoint_every=0, report_to=[],
-                                  max_training_seconds=spent + 1e-6), run, resume=True)
+                                  max_training_seconds=spent + 1e-6, training_clock=clock), run, resume=True)
     assert resumed.training_seconds == spent  # restored from the checkpoint, not restarted at 0
     resumed.train()
     assert resumed.strategy.iteration == 2 and resumed.training_seconds > spent

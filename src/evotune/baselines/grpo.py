@@ -212,7 +212,7 @@ def grpo_run(output_dir: str | Path, config: GRPORunConfig, resume: bool = False
 def _max_steps(config: GRPORunConfig, output: Path, done: int) -> tuple[int, float]:
     """(TRL's max_steps, training seconds already spent). A resumed run whose `max_training_seconds` is used
     up trains no further step (TRL would take one before the budget check) and says so."""
-    spent = _training_seconds(output, done) if done else 0.0
+    spent = _training_seconds(output, done, config.training_clock) if done else 0.0
     if done and out_of_time(spent, config.max_training_seconds):
         warnings.warn(f"{output} already spent {spent:.1f} s of its max_training_seconds "
                       f"{config.max_training_seconds:g}: nothing is trained; final/ is written from step {done}. "
@@ -306,12 +306,14 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _training_seconds(output: Path, last: int) -> float:
-    """Training time already spent by a run being resumed: its steps' `time_s` up to TRL's last checkpoint, read
-    from the records before any damage (the metrics logger then keeps those, with a note, as train's resume does)."""
+def _training_seconds(output: Path, last: int, clock: str = "wall") -> float:
+    """Training time already spent by a run being resumed, on the budget's clock: its steps' `time_s` (wall) or
+    `cpu_s` up to TRL's last checkpoint, read from the records before any damage (the metrics logger then keeps
+    those, with a note, as train's resume does)."""
     path = output / "metrics.jsonl"
     records = good_prefix(path)[0] if path.is_file() else []
-    return sum(record["time_s"] for record in records if isinstance(record.get("time_s"), (int, float))
+    key = "cpu_s" if clock == "cpu" else "time_s"
+    return sum(record[key] for record in records if isinstance(record.get(key), (int, float))
                and isinstance(record.get("iteration"), int) and 0 < record["iteration"] <= last)
 
 

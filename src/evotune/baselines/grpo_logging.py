@@ -11,7 +11,6 @@ same rule as `evotune train` (tracking.tracker.out_of_time), so both methods can
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,6 +19,7 @@ from transformers import TrainerCallback
 from ..backends.base import Backend
 from ..evaluation.generation import eval_budget, eval_record, evaluate_model
 from ..tasks.base import Task
+from ..tracking.clock import StepClock
 from ..tracking.tracker import CurvesRedraw, MetricsLogger, out_of_time, peak_memory_mib
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ class EvalSchedule(Protocol):
     eval_max_new_tokens: int | None  # greedy held-out evaluation (None: the task's own budget)
     eval_every: int  # steps between evaluations (0: before and after training only)
     max_training_seconds: float  # 0: no time budget
+    training_clock: str  # what the budget counts: wall, or cpu (tracking/clock.py)
     model: str  # named in curves.png's title
     task: str
 
@@ -49,8 +50,8 @@ class EvotuneMetricsCallback(TrainerCallback):
         self.config = config
         self.samples_per_step = samples_per_step
         self.last_eval: dict[str, float] = {}
-        self._step_started = time.perf_counter()
-        self._step_time = 0.0
+        self._clock = StepClock()
+        self._step_time = 0.0  # the last step's seconds on the budget's clock
         self.training_seconds = training_seconds  # summed over steps (and resumes), evaluation excluded
         self.out_of_time = False
         self.curves = CurvesRedraw(logger.path, logger.path.parent / "curves.png",
@@ -70,10 +71,11 @@ class EvotuneMetricsCallback(TrainerCallback):
             self.logger.log({"iteration": 0, **self.evaluate()})
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._step_started = time.perf_counter()
+        self._clock.start()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self._step_time = time.perf_counter() - self._step_started
+        self._clock.stop()
+        self._step_time = self._clock.seconds(self.config.training_clock)
         self.training_seconds += self._step_time
         if out_of_time(self.training_seconds, self.config.max_training_seconds, self._step_time):
             # saved too: a resume with a larger budget continues from this step, not from an earlier checkpoint
@@ -87,7 +89,7 @@ class EvotuneMetricsCallback(TrainerCallback):
         record = {"iteration": step, "reward_mean": float(logs["reward"]),
                   "reward_std": float(logs.get("reward_std", float("nan"))),
                   "samples_seen": step * self.samples_per_step, "peak_rss_mib": peak_memory_mib(),
-                  "time_s": self._step_time}
+                  "time_s": self._clock.wall, "cpu_s": self._clock.cpu}
         record.update({f"grpo/{key}": float(value) for key, value in logs.items()
                        if isinstance(value, (int, float)) and key not in ("reward", "reward_std", "epoch")})
         evaluated = (step == state.max_steps or self.out_of_time

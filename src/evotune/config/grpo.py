@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal, get_args
 
 from ..errors import ConfigError
+from ..tracking.clock import TrainingClock
 from .checks import check_rewards
 from .fields import option, same_as
 from .files import absolutize_paths
@@ -35,6 +36,7 @@ class GRPORunConfig(RunConfig):
     iterations: int = option(20, "GRPO optimizer steps (TRL's max_steps), each batch_size prompts x num_generations "
                                  "sampled completions and one gradient step.")
     max_training_seconds: float = same_as(TrainConfig, "max_training_seconds")
+    training_clock: TrainingClock = same_as(TrainConfig, "training_clock")
     batch_size: int = option(4, "Prompts per step; each gets `num_generations` sampled completions.")
     num_generations: int = option(8, "Group size G (completions per prompt); the papers use 8 or 30.")
     gradient_accumulation_steps: int = option(1, "Micro-batches per step: the batch_size x num_generations completions "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
+from ..tracking.clock import TrainingClock
 from .checks import (
     check_device,
     check_int4_keys,
@@ -216,6 +217,10 @@ class TrainConfig(RunConfig):
                                                "iteration over; the stop evaluates, checkpoints and writes final/ as "
                                                "the last iteration does (0: no limit). For comparisons at equal "
                                                "wall-clock time.")
+    training_clock: TrainingClock = option("wall", "What max_training_seconds counts: wall seconds, or cpu, the "
+                                                   "user + system CPU seconds of the run's own process tree (engine "
+                                                   "processes included), which a neighbour's load does not stretch. "
+                                                   "Each step records both (time_s, cpu_s).")
     batch_size: int = option(32, "Prompts per candidate per iteration (reward = mean over them).")
     generation_batch_size: int | None = option(None, "Prompts per generate() call (default: the whole batch).")
     shared_prefix: bool | None = option(None, "hf: run the token prefix that a generate() call's prompts share "

@@ -174,7 +174,20 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
                     "coefficients": coefficients}
 
 
-def format_estimate(result: Estimate, context: dict[str, Any], iterations: int | None) -> str:
+def held_out_error(coefficients: dict[str, Any], method: str | None) -> dict[str, float] | None:
+    """The worst errors of `method`'s scaling cells when a fit on the other model shapes predicted them (leave one
+    shape out; bench/scaling/fit.py): how far its estimate may be off on a shape the fit never saw. None: not
+    measured for it."""
+    return ((coefficients.get("held_out_error") or {}).get("by_method") or {}).get(method or "")
+
+
+def held_out_column(coefficients: dict[str, Any], method: str | None) -> str:
+    error = held_out_error(coefficients, method)
+    return f"±{error['time']:.0%}" if error else "?"
+
+
+def format_estimate(result: Estimate, context: dict[str, Any], iterations: int | None,
+                    method: str | None = None) -> str:
     """The terms of one run's peak and iteration, and whether it fits."""
     free, where = free_mib(context["device"])
     lines = [f"{result.method} on {result.model} ({result.parameters / 1e9:.2f}B parameters, {context['dtype']}, "
@@ -192,6 +205,11 @@ def format_estimate(result: Estimate, context: dict[str, Any], iterations: int |
     total = f" ({iterations} iterations: {per_iteration * iterations / 60:,.0f} min)" \
         if iterations and per_iteration is not None else ""
     lines.append(f"{'seconds per iteration':30} {seconds_text(per_iteration):>9}{total}")
+    error = held_out_error(context["coefficients"], method)
+    if error:
+        lines.append(f"{'out of sample':30} time within ±{error['time']:.0%}, memory within ±{error['memory']:.0%}: "
+                     f"the worst of {method}'s {error['cells']} scaling cells, each shape predicted by a fit on the "
+                     "others")
     lines += ["", speed_line(context["coefficients"], result.speed_ratio), *[f"note: {note}" for note in result.notes]]
     return "\n".join(lines)
 
@@ -269,16 +287,21 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any],
     first = results[0][1]
     lines = [f"{first.model} ({first.parameters / 1e9:.2f}B parameters, {context['dtype']}, {context['device']}; "
              f"{where}: {free:,.0f} MiB); each method as its command's quickstart runs it", "",
-             f"{'method':12} {'peak MiB':>9} {'fits':>5} {'s/iter':>8}  what an iteration is"]
+             f"{'method':12} {'peak MiB':>9} {'fits':>5} {'s/iter':>8} {'time ±':>7}  what an iteration is"]
     for name, result in results:
         fits = "yes" if result.peak_mib <= free else "NO"
-        lines.append(f"{name:12} {result.peak_mib:9,.0f} {fits:>5} {seconds_text(result.seconds_per_iteration):>8}  "
-                     f"{result.method}")
+        lines.append(f"{name:12} {result.peak_mib:9,.0f} {fits:>5} {seconds_text(result.seconds_per_iteration):>8} "
+                     f"{held_out_column(context['coefficients'], name):>7}  {result.method}")
     for name, rows in (nearest or {}).items():
         found = [f"{setting} ({peak:,.0f} MiB)" for setting, peak, fit in rows if fit]
         tried = "; ".join(f"{setting} ({peak:,.0f} MiB)" for setting, peak, _ in rows)
         lines.append(f"{name}: fits with " + "; or ".join(found) if found else
                      f"{name}: fits with none of {tried}: a smaller model or another method")
+    worst = (context["coefficients"].get("held_out_error") or {}).get("worst")
+    if worst:
+        lines += ["", f"time ±: the worst time error of the method's scaling cells when a fit on the other model "
+                      f"shapes predicted them ({len(context['coefficients']['held_out_error']['by_shape'])} shapes, "
+                      "leave one out): how far the seconds may be off on a shape the fit never saw"]
     lines += ["", speed_line(context["coefficients"], results[0][1].speed_ratio),
               *[f"note: {note}" for note in dict.fromkeys(note for _, result in results for note in result.notes)],
               "evotune estimate --method NAME (or a CONFIG) prints one method's terms."]
@@ -319,21 +342,23 @@ def run_estimate(config_path: str | None, command: str | None, method: str | Non
         shape = resolve_shape(config.model)
         result, context = build(method_command, config, shape, speed_ratio=ratio, tokens=tokens)
         tokens = tokens or int(context["prompt_tokens"].split()[0])  # the task's prompts measured once
-        found.append((name or command, result, context, getattr(config, "iterations", None)))
+        label = name or getattr(config, "method", None) or command
+        found.append((label, result, context, getattr(config, "iterations", None)))
         free = free_mib(context["device"])[0]
         if result.peak_mib > free:
-            fits[name or command] = nearest_fits(method_command, config, free, shape, tokens, ratio)
+            fits[label] = nearest_fits(method_command, config, free, shape, tokens, ratio)
     if as_json:
         return json.dumps([{"method": name, "model": result.model, "parameters": result.parameters,
                             "peak_mib": round(result.peak_mib),
                             "memory_mib": {key: round(value, 1) for key, value in result.memory_mib.items()},
                             "seconds_per_iteration": None if result.seconds_per_iteration is None
                             else round(result.seconds_per_iteration, 2),
+                            "held_out_error": held_out_error(context["coefficients"], name),
                             "speed_ratio": round(ratio, 3), "dtype": context["dtype"], "notes": result.notes,
                             "nearest_fits": [{"setting": setting, "peak_mib": round(peak), "fits": fit}
                                              for setting, peak, fit in fits.get(name, [])]}
                            for name, result, context, _ in found], indent=2)
     if len(found) == 1:
-        return "\n".join([format_estimate(found[0][1], found[0][2], found[0][3]),
+        return "\n".join([format_estimate(found[0][1], found[0][2], found[0][3], found[0][0]),
                           *format_fits(fits.get(found[0][0], []), free_mib(found[0][2]["device"])[0])])
     return format_methods([(name, result) for name, result, _, _ in found], found[0][2], fits)

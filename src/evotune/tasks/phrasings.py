@@ -17,6 +17,7 @@ Every transfer question lies outside the task's train, test and validation quest
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 
 TEMPLATE = "What is {a} {op} {b}? Reply with only the number."
@@ -100,3 +101,18 @@ def transfer_rows(seed: int, digits: int, operations: str, exclude: set[tuple[in
         groups[f"{digits + 1}-digit operands"] = [transfer_row(*question) for question in
                                                   _fresh(rng, per_group, digits + 1, operations, set())]
     return groups
+
+
+def questions_of(rows: list[dict]) -> set[tuple[int, str, int]]:
+    """The (a, op, b) questions of arithmetic rows in any phrasing: the first two numbers of the prompt, with every
+    operation that gives the row's answer (2 + 2 and 2 * 2 both), so a set built from it excludes all of them."""
+    from .base import prompt_text
+
+    found = set()
+    for item in rows:
+        written = [int(number) for number in re.findall(r"\d+", prompt_text(item["prompt"]))[:2]]
+        if len(written) < 2:
+            continue
+        a, b = written
+        found |= {(a, op, b) for op in WORDS if str(answer(a, op, b)) == str(item["answer"])}
+    return found
