@@ -103,6 +103,7 @@ def test_the_committed_coefficients_are_the_fit_of_the_committed_cells():
             assert (committed[kind][name] is None if value is None
                     else committed[kind][name] == pytest.approx(value, rel=1e-6, abs=1e-9)), (kind, name)
     assert committed["worst_error"] == refit["worst_error"]  # what `evotune estimate` and the page say of the fit
+    assert committed["held_out_error"] == refit["held_out_error"]  # what it prints beside each method
 
 
 # The issue's bounds, on every cell the fit has: on the 44 cells of five sizes (135M to SmolLM2-1.7B), memory within
@@ -199,6 +200,35 @@ def test_estimate_refuses_bad_input_with_one_line(capsys, argv, message):
     assert main(["estimate", "--no-speed-probe", *argv]) == 2
     error = capsys.readouterr().err
     assert error.startswith("evotune: error:") and message in error
+
+
+def test_estimate_prints_each_methods_out_of_sample_time_error_beside_it(capsys):
+    """The `time ±` column and one method's `out of sample` line: the worst leave-one-shape-out errors of the
+    method's scaling cells, as fitted (coefficients.json's held_out_error)."""
+    held_out = load_coefficients()["held_out_error"]
+    assert main(["estimate", "--model", "smollm2-135m-instruct", "--no-speed-probe"]) == 0
+    table = capsys.readouterr().out
+    assert "time ±" in table.splitlines()[2]
+    for method, error in held_out["by_method"].items():
+        [row] = [line for line in table.splitlines() if line.startswith(f"{method} ")]
+        assert f"±{error['time']:.0%}" in row
+    assert main(["estimate", "--method", "lowrank-es", "--model", "smollm2-135m-instruct", "--no-speed-probe"]) == 0
+    text = capsys.readouterr().out
+    error = held_out["by_method"]["lowrank-es"]
+    assert f"time within ±{error['time']:.0%}, memory within ±{error['memory']:.0%}" in text
+    assert main(["estimate", "--method", "lowrank-es", "--model", "smollm2-135m-instruct", "--no-speed-probe",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["held_out_error"] == error
+
+
+def test_every_shape_is_predicted_within_the_time_bound_by_a_fit_on_the_others():
+    """The issue's out-of-sample bound: each shape's cells, predicted by a fit that never saw that shape (public
+    shapes and the deep-narrow and shallow-wide ones), within TIME_BOUND in time."""
+    from bench.scaling import fit
+
+    by_shape = load_coefficients()["held_out_error"]["by_shape"]
+    assert set(by_shape) >= {"deep-narrow-40L", "shallow-wide-4L"}
+    assert all(error["time"] <= fit.TIME_BOUND for error in by_shape.values()), by_shape
 
 
 def test_each_model_size_is_predicted_by_a_fit_on_the_other_sizes_alone():

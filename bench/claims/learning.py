@@ -193,7 +193,25 @@ def sweep_arithmetic() -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def transfer_budget() -> str:
+    """Where the transfer split's budget stops cutting answers (bench/eval_budget/transfer_budget.py)."""
+    data = load("eval_budget/transfer_budget.json")
+    budget, largest = data["smallest_budget_that_cuts_nothing"], str(max(data["budgets"]))
+    parts = []
+    for model, entry in data["models"].items():
+        cut_at_48 = ", ".join(f"{name} {100 * phrasing['by_budget']['48']['ended']:.0f}%"
+                              for name, phrasing in entry["phrasings"].items())
+        parts.append(f"{model}: ended within 48 tokens: {cut_at_48}")
+    verdict = (f"from {budget} new tokens on, every phrasing has {100 * data['ended_share']:.0f}% of its answers "
+               f"ended and the accuracy it has at {largest}" if budget is not None else
+               f"no budget up to {largest} ends {100 * data['ended_share']:.0f}% of every phrasing's answers")
+    return (f"{verdict} ({data['per_group']} questions per group, one greedy generation re-read at "
+            f"{', '.join(str(b) for b in data['budgets'])} tokens on an {data['machine']['cpu']}; "
+            + "; ".join(parts) + ")")
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
+    "transfer-budget": transfer_budget,
     "quickstart": quickstart,
     "quickstart-candidates": quickstart_candidates,
     "quickstart-full-es": quickstart_full_es,

@@ -61,7 +61,7 @@ def cell_workload(record: dict[str, Any]) -> Workload:
         parameters = shape.parameters()
         return Workload("plain generation", "generate", BYTES[record["dtype"]], parameters, 0, members,
                         members * MAX_NEW_TOKENS, members * MAX_NEW_TOKENS, PROMPTS, PROMPT_TOKENS + MAX_NEW_TOKENS,
-                        members * PROMPTS * (PROMPT_TOKENS + MAX_NEW_TOKENS), 0, 0)
+                        members * PROMPTS * (PROMPT_TOKENS + MAX_NEW_TOKENS), 0, 0, new_tokens=MAX_NEW_TOKENS)
     keys = {**cell_keys(arm, record["fraction_of_unit"]), "dtype": record["dtype"]}
     config = {"train": TrainConfig, "grpo": GRPORunConfig, "sft": SFTConfig}[command].from_dict(keys)
     # SFT trains on the task's solutions, padded per batch: measured as `evotune estimate` measures a user's data

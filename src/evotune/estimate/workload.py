@@ -52,6 +52,7 @@ class Workload:
     distribution_tokens: int = 0
     quantized: int = 0  # weights of the Linear layers a quantized base stores in quantized_bytes each (embeddings stay)
     quantized_bytes: float = 0.0
+    new_tokens: int = 0  # tokens each decode generates (max_new_tokens): its steps attend over prompt + half of them
 
 
 def quantized_weights(config: Any, shape: ModelShape) -> dict[str, Any]:
@@ -87,7 +88,8 @@ def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) 
         kv_sequences=min(chunk, prompts) * together, sequence_tokens=prompt_tokens + new,
         forward_tokens=members * prompts * (prompt_tokens + new), trained_sequences=0, trained_tokens=0,
         fp32_master=space in ("full", "lowrank"), drift_copy=space in ("full", "lowrank") and config.log_drift,
-        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer, **quantized_weights(config, shape))
+        stacked_copies=stacked, optimizer_bytes_per_trained=optimizer, new_tokens=new,
+        **quantized_weights(config, shape))
 
 
 def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -103,7 +105,8 @@ def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str
         forward_tokens=completions * length, trained_sequences=completions // config.gradient_accumulation_steps,
         trained_tokens=completions * length, training_flops_per_token=4 if config.lora else 6,
         optimizer_bytes_per_trained=12 if not config.lora else 16,  # fp32 gradient + AdamW's two moments (+ fp32 LoRA)
-        distribution_tokens=completions * new + completions * length, **quantized_weights(config, shape))
+        distribution_tokens=completions * new + completions * length, new_tokens=new,
+        **quantized_weights(config, shape))
 
 
 def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
@@ -163,4 +166,9 @@ def time_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
             "layer passes (thousands)": load.passes * shape.num_hidden_layers / 1e3,
             "forward (TFLOP)": 2 * load.parameters * load.forward_tokens / 1e12,
             "training (TFLOP)": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
-            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9}
+            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9,
+            # each decode step reads the keys and values every held sequence has cached, at every layer: at 135M
+            # and 128 sequences (lowrank-es's batched population) as many bytes as the weights themselves; without
+            # it a deep, narrow shape's decode was over-predicted by half (bench/scaling/fit.py, leave one shape out)
+            "KV cache reads (GB)": load.passes * load.kv_sequences * max(load.sequence_tokens - load.new_tokens / 2, 0)
+            * shape.num_hidden_layers * 2 * shape.num_key_value_heads * shape.head_dim * load.dtype_bytes / 1e9}

@@ -1,0 +1,89 @@
+"""The learning-curve runs: every arm x seed of arms.py, one after another on THREADS threads, each to its budget of
+CPU seconds (`training_clock: cpu`), resumed where a session stopped it (its run directory holds a checkpoint and no
+final/). Run it from its own worktree at a fixed commit, in the background; nothing else it times bends a curve,
+since every run counts its own process tree's CPU seconds.
+
+    python -m bench.curves.run --runs /work/curves_runs            # the study (about 9 hours on 2 cores)
+    python -m bench.curves.run --runs /work/curves_runs --plan     # the runs, done or missing
+    touch /tmp/evotune_curves.stop                                  # stop after the run in progress
+
+Each finished run writes bench/results/curves/runs/ARM_seedN.json (no weights): its steps' cumulative CPU and wall
+seconds, the speed probe taken before it and the machine; `score.py` then scores the model at every mark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from bench.method_matrix.arms import METHODS
+from bench.method_matrix.job import machine, records, run_command, write_config
+
+from .arms import ARMS, CPU_SECONDS, MARK_EVERY, RESULTS, SEEDS, THREADS, arm_keys, marks
+
+
+def speed_probe() -> dict:
+    """`evotune doctor --speed`'s probe at the runs' threads and dtype, in its own process."""
+    import subprocess
+    import sys
+
+    code = "import json; from evotune.doctor import speed_probe; print(json.dumps(speed_probe(dtype='float32')))"
+    environment = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS)}
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_one(arm: str, seed: int, runs: Path, results: Path) -> Path:
+    folder = runs / arm / f"seed{seed}"
+    keys, source = arm_keys(arm, seed)
+    command = METHODS[arm]["command"]
+    config = write_config(folder.parent / f"seed{seed}_config", keys)
+    resume = (folder / "config.yaml").is_file() and not (folder / "final").exists()
+    probe = speed_probe()  # this machine's speed, before the run (the x axis is CPU seconds, not the machine)
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+    arguments = [command, str(config), "--output-dir", str(folder)] + (["--resume"] if resume else [])
+    timing = run_command(arguments, folder.parent / f"seed{seed}.log")
+    steps = [record for record in records(folder) if "cpu_s" in record]
+    cpu, wall, cumulative = 0.0, 0.0, []
+    for record in steps:
+        cpu, wall = cpu + record["cpu_s"], wall + record["time_s"]
+        cumulative.append({"iteration": record["iteration"], "cpu_s": round(cpu, 2), "wall_s": round(wall, 2)})
+    result = {"arm": arm, "label": METHODS[arm]["label"], "seed": seed, "setting_source": source, "keys": keys,
+              "cpu_budget_s": CPU_SECONDS, "mark_every_s": MARK_EVERY, "marks": marks(), "threads": THREADS,
+              "steps": cumulative, "resumed": resume, "last_process": timing, "speed_probe": probe,
+              "machine": machine(), "run": str(folder)}
+    path = results / "runs" / f"{arm}_seed{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, required=True, help="where the run directories go (never committed)")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--arms", nargs="*", default=ARMS)
+    parser.add_argument("--seeds", nargs="*", type=int, default=SEEDS)
+    parser.add_argument("--plan", action="store_true")
+    parser.add_argument("--stop-file", type=Path, default=Path("/tmp/evotune_curves.stop"))
+    args = parser.parse_args()
+    for seed in args.seeds:  # seed by seed: a short session leaves every arm with the same seeds done
+        for arm in args.arms:
+            done = (args.results / "runs" / f"{arm}_seed{seed}.json").is_file()
+            if args.plan:
+                print(("done    " if done else "missing ") + f"{arm} seed {seed}")
+                continue
+            if done:
+                continue
+            if args.stop_file.exists():
+                print(f"curves: {args.stop_file} exists: stopped before {arm} seed {seed}", flush=True)
+                return
+            print(f"curves: {arm} seed {seed} ({time.strftime('%H:%M')})", flush=True)
+            print(f"curves: wrote {run_one(arm, seed, args.runs, args.results)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
