@@ -16,7 +16,9 @@ from .arms import ARMS, time_fraction
 from .run import DTYPE, RESULTS
 from .shapes import SHAPES
 
-CPU_SHAPES = [name for name, shape in SHAPES.items() if not shape.gpu_only]
+# the public shapes a CPU runs: the table, the largest model each method trains and the slopes; the shapes of other
+# proportions (shapes.PROPORTIONS) are there for the estimate's fit and show in its table alone
+CPU_SHAPES = [name for name, shape in SHAPES.items() if not shape.gpu_only and shape.published]
 METHOD_ARMS = ["full_es", "full_es_batched", "lowrank", "es_lora", "essa", "grpo_lora", "grpo_full",
                "grpo_full_accumulation4", "sft_lora"]
 
@@ -146,7 +148,8 @@ def slope(records_of_arm: list[dict[str, Any]], value) -> float | None:
 
 def ran_by_arm(results: Path = RESULTS / DTYPE) -> dict[str, list[dict[str, Any]]]:
     found = records(results)
-    return {arm: sorted((record for (_, name), record in found.items() if name == arm and record["status"] == "ran"),
+    return {arm: sorted((record for (shape, name), record in found.items()
+                         if name == arm and record["status"] == "ran" and shape in CPU_SHAPES),
                         key=lambda record: record["parameters"]) for arm in ARMS}
 
 
@@ -222,10 +225,17 @@ def estimate_beside_measured(results: Path = RESULTS / DTYPE) -> str:
                     else "."))
     held_out = held_out_shapes(found)
     if held_out:
-        lines.append("")
-        lines.append("Each size predicted by a fit on the other sizes' cells alone (its cells' worst errors): "
-                     + "; ".join(f"{shape} memory {memory:.0%}, time {seconds:.0%}"
-                                 for shape, (memory, seconds) in held_out.items()) + ".")
+        machines = {}
+        for row in found:
+            machines.setdefault(row["record"]["shape"], set()).add(row["record"]["machine"]["cpu"])
+        lines += ["", "Each shape predicted by a fit on the other shapes' cells alone (leave one shape out: its cells' "
+                  "worst errors, what `evotune estimate` prints beside each method as `time ±`):", "",
+                  "| shape | parameters | layers x hidden size | measured on | worst memory error | worst time error |",
+                  "|---|---|---|---|---|---|"]
+        for shape, (memory, seconds) in held_out.items():
+            spec = SHAPES[shape]
+            lines.append(f"| {shape} | {spec.parameters() / 1e6:,.0f}M | {spec.num_hidden_layers} x "
+                         f"{spec.hidden_size} | {', '.join(sorted(machines[shape]))} | {memory:.0%} | {seconds:.0%} |")
     return "\n\n" + "\n".join(lines) + "\n\n"
 
 

@@ -23,10 +23,22 @@ TINY = shapes.Shape("Tiny", "qwen2", 64, 2, 2, 1, 128, False, 1000)
 
 
 def test_every_shape_has_its_published_parameter_count():
-    assert set(PUBLISHED) == set(shapes.SHAPES)
-    for name, shape in shapes.SHAPES.items():
+    public = {name: shape for name, shape in shapes.SHAPES.items() if shape.published}
+    assert set(PUBLISHED) == set(public)
+    for name, shape in public.items():
         assert shape.parameters(shape.published_vocab) == PUBLISHED[name]
         assert shape.parameters() <= PUBLISHED[name]  # SmolLM2's smaller vocabulary only shrinks a model
+
+
+def test_the_shapes_of_other_proportions_pull_layers_and_width_apart():
+    """deep-narrow-40L and shallow-wide-4L lie outside the public shapes' layers-per-width range on either side, so
+    the time fit can tell a per-layer cost from a per-parameter one."""
+    public = [shape for shape in shapes.SHAPES.values() if shape.published]
+    ratio = [shape.num_hidden_layers / shape.hidden_size for shape in public]
+    deep, wide = shapes.SHAPES["deep-narrow-40L"], shapes.SHAPES["shallow-wide-4L"]
+    assert set(shapes.PROPORTIONS) == {"deep-narrow-40L", "shallow-wide-4L"}
+    assert deep.num_hidden_layers / deep.hidden_size > 2 * max(ratio)
+    assert wide.num_hidden_layers / wide.hidden_size < min(ratio) / 2
 
 
 def test_a_built_model_has_the_parameters_its_shape_says_and_always_generates_the_whole_budget(tmp_path):
