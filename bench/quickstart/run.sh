@@ -4,7 +4,8 @@
 # (model load and evaluations included), then the held-out gain of each seed on fresh questions at 48 tokens.
 # Feeds bench/results/quickstart/quickstart_heldout.json, which README.md and docs/getting-started.md quote.
 # COMMAND=grpo measures `evotune grpo`'s quickstart the same way (grpo_quickstart_heldout.json). SETTINGS (key=value
-# words, each passed as --set) measures a candidate quickstart under its own NAME. Before each run the speed probe
+# words, each passed as --set; ";"-separated where a value holds a space) measures a candidate quickstart under its
+# own NAME. Before each run the speed probe
 # (`evotune doctor --speed`'s) is recorded beside it, so that runs made on different days compare at their speeds.
 #   bash bench/quickstart/run.sh                 # seeds 0 1 2; runs only what is missing
 #   COMMAND=grpo SEEDS=0 bash bench/quickstart/run.sh
@@ -24,7 +25,12 @@ for seed in $SEEDS; do
   rm -rf "$dir"
   probe=$(python3 -c "import json; from evotune.doctor import speed_probe; print(json.dumps(speed_probe()))")
   sets=()
-  for pair in $SETTINGS; do sets+=(--set "$pair"); done
+  # key=value words; separated by ";" instead where a value holds a space (task_args={phrasings: 4})
+  if [[ "$SETTINGS" == *";"* ]]; then IFS=';' read -ra pairs <<< "$SETTINGS"; else read -ra pairs <<< "$SETTINGS"; fi
+  for pair in "${pairs[@]+"${pairs[@]}"}"; do
+    pair="${pair#"${pair%%[![:space:]]*}"}"; pair="${pair%"${pair##*[![:space:]]}"}"  # trimmed
+    [ -n "$pair" ] && sets+=(--set "$pair")
+  done
   start=$(date +%s.%N)
   evotune "$COMMAND" --output-dir "$dir" --set seed="$seed" "${sets[@]}"
   end=$(date +%s.%N)

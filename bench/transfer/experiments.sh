@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The transfer experiments (bench/transfer/README.md): each variant at the same CPU-second budget, 3 seeds, then one
+# measurement of every run on the same held-out questions and transfer split.
+#   BUDGET=1300 bash bench/transfer/experiments.sh        # BUDGET: CPU seconds per run (the quickstart's, measured)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUDGET=${BUDGET:?set BUDGET to the quickstart\'s CPU seconds on this machine (its runs\' summed cpu_s)}
+RUNS=${RUNS:-runs/transfer_study}
+SEEDS=${SEEDS:-"0 1 2"}
+CLOCK="training_clock=cpu;max_training_seconds=$BUDGET;iterations=100000"
+declare -A VARIANTS=(  # ";"-separated --set pairs (bench/quickstart/run.sh's SETTINGS)
+  [quickstart]=""
+  [prompts16]="batch_size=16"
+  [phrasings4]="task_args={phrasings: 4}"
+  [full_es]="method=full-es"
+  [es_at_scale_paper]="method=full-es;population_size=30;antithetic=false;sigma=0.001;learning_rate=0.0005;noise=gaussian"
+)
+runs=()
+for name in quickstart prompts16 phrasings4 full_es es_at_scale_paper; do
+  for seed in $SEEDS; do
+    dir="$RUNS/$name/seed$seed"
+    runs+=("$dir")
+    [ -f "$dir/wall_time.json" ] && continue
+    RUNS="$RUNS/$name" SEEDS="$seed" MEASURE=0 NAME="transfer_$name" SETTINGS="$CLOCK;${VARIANTS[$name]}" \
+      bash bench/quickstart/run.sh
+  done
+done
+python3 -m bench.quickstart.measure "${runs[@]}" --name transfer_heldout
