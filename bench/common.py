@@ -35,11 +35,10 @@ def reset_peak_rss() -> None:
 def cpu_facts() -> dict:
     """The CPU's model name and the flags that decide bfloat16's speed here (AMX tiles, AVX-512 BF16): what makes
     two result files' machines one machine type (a model name alone, e.g. "Intel(R) Xeon(R) Processor", does not)."""
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                 platform.processor() or "unknown")
-    flags = next((line for line in lines if line.startswith("flags")), "").split()
-    return {"cpu": model, "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags}
+    from evotune.backends.models import cpu_flags, cpu_model
+
+    flags = cpu_flags()
+    return {"cpu": cpu_model(), "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags}
 
 
 def machine() -> dict:

@@ -328,3 +328,25 @@ def test_command_train_with_a_train_key_estimates_the_train_methods(capsys):
     assert main(["estimate", "--command", "train", "--set", "population_size=8", "--no-speed-probe", "--json"]) == 0
     assert [row["method"] for row in json.loads(capsys.readouterr().out)] == ["full-es", "lowrank-es", "lora-es",
                                                                              "essa", "mezo"]
+
+
+def test_a_machine_type_the_study_measured_runs_at_its_own_factors_another_at_the_probes_ratio():
+    """Seconds scale by machine type: a type with cells in the fit gets its fitted (compute, overhead) factors, times
+    this probe's ratio to the type's median; another type gets the reference type's rates times its probe's ratio."""
+    from evotune.estimate.model import estimate
+    from evotune.estimate.report import machine_scaling
+
+    coefficients = {**load_coefficients(), "reference_probe_s": 6.0, "reference_machine": "EPYC | x | 2 threads",
+                    "machine_types": {"Xeon | amx_bf16 | 2 threads": {"factors": {"compute": 0.6, "overhead": 0.3},
+                                                                      "probe_s": 3.0, "cells": 20}}}
+    ratio, factors, line = machine_scaling(coefficients, 3.3, machine="Xeon | amx_bf16 | 2 threads")
+    assert factors == {"compute": 0.6, "overhead": 0.3} and ratio == pytest.approx(1.1)
+    assert "measured (20 cells)" in line
+    assert machine_scaling(coefficients, None, machine="Xeon | amx_bf16 | 2 threads")[:2] == (1.0, factors)
+    ratio, factors, line = machine_scaling(coefficients, 3.0, machine="Other | none | 4 threads")
+    assert factors is None and ratio == pytest.approx(0.5) and "not one the study measured" in line
+    load = workload("train", train_config(), SHAPE, 50, "float32")
+    plain = estimate(load, SHAPE, coefficients)
+    typed = estimate(load, SHAPE, coefficients, factors={"compute": 0.6, "overhead": 0.3})
+    for name, seconds in typed.seconds.items():  # each term at its group's factor
+        assert seconds == pytest.approx(plain.seconds[name] * (0.3 if name == "layer passes (thousands)" else 0.6))

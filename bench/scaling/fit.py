@@ -2,8 +2,12 @@
 
 Each evotune cell (and plain generation, the pure-inference reference) is counted by evotune.estimate.workload from
 the config it ran and its shape; one non-negative coefficient per term is fitted on every cell at once (relative
-error), memory on peak RSS and time on seconds per iteration with each cell's time brought to the reference speed
-probe (cells measured in different sessions are scaled by their own probes). The peer's cells are shown, not fitted.
+error), memory on peak RSS and time on seconds per iteration. Time is fitted on the reference machine type's rates
+(the type with the most cells) times two factors per other machine type, one for the per-layer overhead and one for
+the rest (evotune.estimate.model.OVERHEAD_TERMS): a type's speed probe told its decode of a deep, narrow shape and of
+a shallow, wide one apart by a factor of two. Coefficients and factors are fitted in turn until the worst error stops
+falling. The cells of a shape also measured on another machine type (CROSS) are read beside the study's own; the
+peer's cells are shown, not fitted.
 
     python -m bench.scaling.fit            # fit, write src/evotune/estimate/coefficients.json, print the table
     python -m bench.scaling.fit --check    # print the table with the committed coefficients
@@ -22,9 +26,12 @@ from evotune.estimate.model import (
     COEFFICIENTS,
     EXACT_MEMORY_TERMS,
     MEMORY_PRIORS,
+    UNIT_FACTORS,
     estimate,
     fit,
     load_coefficients,
+    machine_key,
+    term_group,
 )
 from evotune.estimate.report import sft_sequence_tokens
 from evotune.estimate.shape import ModelShape
@@ -42,6 +49,10 @@ ARM_METHODS = {"full_es": ("full-es", "mezo"), "full_es_batched": ("full-es", "m
 PROMPT_TOKENS = 47  # the arithmetic task's chat-templated prompt under SmolLM2's tokenizer (every shape's here)
 MEMORY_BOUND, TIME_BOUND = 0.15, 0.25  # the issue's: predicted within 15% of peak memory, 25% of time
 FITTED = ("generate", "train", "grpo", "sft")
+# cells of shapes the study also measured on another machine type: they fit that type's factors (and are read with the
+# study's own by rows(); the page's tables of what fits read the study's own alone)
+CROSS = RESULTS / f"{DTYPE}_cross"
+FACTOR_ROUNDS = 12  # coefficients and machine factors fitted in turn: the worst error settles within a few rounds
 
 
 def model_shape(name: str) -> ModelShape:
@@ -69,10 +80,12 @@ def cell_workload(record: dict[str, Any]) -> Workload:
     return workload(command, config, shape, PROMPT_TOKENS, sequence_tokens=sequence)
 
 
-def rows(results: Path = RESULTS / DTYPE) -> list[dict[str, Any]]:
-    """Every cell that ran, with its counts and its time at the reference probe."""
+def rows(results: Path = RESULTS / DTYPE, cross: Path | None = CROSS) -> list[dict[str, Any]]:
+    """Every cell that ran (the study's, then `cross`'s cells of shapes measured on another machine type), with its
+    counts, its machine type and that type's median probe."""
     found = []
-    for path in sorted(results.glob("*/*.json")):
+    paths = sorted(results.glob("*/*.json")) + (sorted(cross.glob("*/*/*.json")) if cross and cross.is_dir() else [])
+    for path in paths:
         record = json.loads(path.read_text())
         if record["status"] != "ran" or ARMS[record["arm"]]["command"] not in FITTED:
             continue
@@ -85,9 +98,9 @@ def rows(results: Path = RESULTS / DTYPE) -> list[dict[str, Any]]:
     return found
 
 
-def machine_type(record: dict[str, Any]) -> tuple:
+def machine_type(record: dict[str, Any]) -> str:
     machine = record["machine"]
-    return machine["cpu"], machine.get("amx_bf16"), machine.get("avx512_bf16"), machine["threads"]
+    return machine_key(machine["cpu"], machine.get("amx_bf16"), machine.get("avx512_bf16"), machine["threads"])
 
 
 def machine_probe(found: list[dict[str, Any]], row: dict[str, Any]) -> float:
@@ -108,7 +121,6 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None, held_out: bool
     """Every term some cell counts is fitted; a term none counts yet keeps its memory prior (MEMORY_PRIORS) and has
     no rate of time (null: `evotune estimate` then does not predict the time of a run that has it), named in
     `unfitted`. `drop`: a term left out of the fit (the test that each term is needed)."""
-    reference = statistics.median(row["probe_s"] for row in found)
     measured = [name for name in [*found[0]["memory"], *found[0]["time"]] if any(row["memory"].get(name)
                                                                                   or row["time"].get(name)
                                                                                   for row in found)]
@@ -123,33 +135,92 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None, held_out: bool
     memory.update({name: MEMORY_PRIORS[name] for name in found[0]["memory"] if name not in measured})
     # time: the fit that minimizes the worst error, the figure the estimate promises (on 44 cells least squares left
     # one cell at 31% while most sat within 10%); memory: least squares
-    seconds: dict[str, float | None] = fit([row["time"] for row in found], [
-        row["record"]["seconds_per_iteration"] * reference / row["probe_s"] for row in found], time_names, worst=True)
+    seconds, machines = fit_time(found, time_names)
     seconds.update({name: None for name in found[0]["time"] if name not in measured})
     if drop is not None:  # the term left out of the model: it counts nothing
         (memory if drop in found[0]["memory"] else seconds)[drop] = 0.0
-    machines = sorted({row["record"]["machine"]["cpu"] for row in found})
+    cpus = sorted({row["record"]["machine"]["cpu"] for row in found})
     unfitted = [name for name in [*found[0]["memory"], *found[0]["time"]] if name not in measured]
-    coefficients = {"memory": memory, "time": seconds, "reference_probe_s": reference}
+    reference = machines[reference_type(found)]["probe_s"]
+    coefficients = {"memory": memory, "time": seconds, "reference_probe_s": reference, "machine_types": machines}
     fitted_rows = errors(found, coefficients) if drop is None else []
     worst_errors = {"memory": round(max(abs(row["memory_error"]) for row in fitted_rows), 3),
                     "time": round(max(abs(row["time_error"]) for row in fitted_rows), 3)} if fitted_rows else {}
     out_of_sample = held_out_errors(found) if held_out and drop is None else {}
-    return {"memory": memory, "time": seconds, "held_at_prior": held, "unfitted": unfitted, "worst_error": worst_errors,
+    return {"memory": memory, "time": seconds, "machine_types": machines, "reference_machine": reference_type(found),
+            "held_at_prior": held, "unfitted": unfitted, "worst_error": worst_errors,
             "held_out_error": out_of_sample,
             "reference_probe_s": reference, "cells": len(found), "shapes": shapes, "vocabulary": TOKENIZER_VOCAB,
-            "machines": machines, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
+            "machines": cpus, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
             "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB, time in "
-                    "seconds per unit at the reference probe (evotune doctor --speed, float32)"}
+                    "seconds per unit on the reference machine type, each other type's at its factors (compute, "
+                    "overhead); probes: evotune doctor --speed, float32"}
+
+
+def reference_type(found: list[dict[str, Any]]) -> str:
+    """The machine type with the most cells: its rates are the coefficients, other types' factors are over it."""
+    counts: dict[str, int] = {}
+    for row in found:
+        counts[machine_type(row["record"])] = counts.get(machine_type(row["record"]), 0) + 1
+    return max(sorted(counts), key=counts.get)
+
+
+def split_seconds(row: dict[str, Any], seconds: dict[str, Any]) -> dict[str, float]:
+    """A cell's predicted seconds at the reference type's rates, by group (compute, overhead)."""
+    parts = {"compute": 0.0, "overhead": 0.0}
+    for name, count in row["time"].items():
+        parts[term_group(name)] += count * (seconds.get(name) or 0.0)
+    return parts
+
+
+def fit_time(found: list[dict[str, Any]], names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Time coefficients (the reference type's rates) and each machine type's factors, fitted in turn for the
+    smallest worst relative error; returns (rates, {type: {factors, probe_s, cells}})."""
+    reference = reference_type(found)
+    kinds = sorted({machine_type(row["record"]) for row in found})
+    measured = [row["record"]["seconds_per_iteration"] for row in found]
+    probes = {kind: statistics.median(row["record"]["speed_probe"]["probe_s"] for row in found
+                                      if machine_type(row["record"]) == kind) for kind in kinds}
+    # a type's factors start at its probe's ratio to the reference type's (one speed), then move apart if its cells
+    # say so: coefficients and factors in turn, each for the smallest worst error, while that error falls
+    factors = {kind: {group: probes[kind] / probes[reference] for group in UNIT_FACTORS} for kind in kinds}
+    best: tuple[float, dict[str, Any], dict[str, Any]] | None = None
+    for _ in range(FACTOR_ROUNDS):
+        scaled = [{name: count * factors[machine_type(row["record"])][term_group(name)]
+                   for name, count in row["time"].items()} for row in found]
+        seconds = fit(scaled, measured, names, worst=True)
+        worst_error = max(abs(sum(part * factors[machine_type(row["record"])][group]
+                                  for group, part in split_seconds(row, seconds).items()) / target - 1)
+                          for row, target in zip(found, measured))
+        if best is not None and worst_error >= best[0] - 1e-6:
+            break
+        best = (worst_error, seconds, {kind: dict(values) for kind, values in factors.items()})
+        for kind in kinds:
+            mine = [row for row in found if machine_type(row["record"]) == kind]
+            if kind != reference:
+                factors[kind] = fit([split_seconds(row, seconds) for row in mine],
+                                    [row["record"]["seconds_per_iteration"] for row in mine],
+                                    ["compute", "overhead"], worst=True)
+    _, seconds, factors = best
+    machines = {kind: {"factors": {group: round(value, 6) for group, value in factors[kind].items()},
+                       "probe_s": statistics.median(row["record"]["speed_probe"]["probe_s"] for row in found
+                                                    if machine_type(row["record"]) == kind),
+                       "cells": sum(machine_type(row["record"]) == kind for row in found)} for kind in kinds}
+    return seconds, machines
 
 
 def errors(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each cell's predicted and measured peak and time, and their relative errors."""
+    """Each cell's predicted and measured peak and time, and their relative errors: a cell of a machine type the
+    coefficients have factors for at that type's factors, another at the reference type's rates times its probe's
+    ratio."""
     table = []
+    types = coefficients.get("machine_types", {})
     for row in found:
         record = row["record"]
-        ratio = row["probe_s"] / coefficients["reference_probe_s"]
-        predicted = estimate(row["load"], row["shape"], coefficients, speed_ratio=ratio)
+        typed = types.get(machine_type(record))
+        ratio = 1.0 if typed else row["probe_s"] / coefficients["reference_probe_s"]
+        predicted = estimate(row["load"], row["shape"], coefficients, speed_ratio=ratio,
+                             factors=typed["factors"] if typed else None)
         table.append({"shape": record["shape"], "arm": record["arm"], "measured_mib": record["peak_rss_mib"],
                       "predicted_mib": round(predicted.peak_mib), "measured_s": record["seconds_per_iteration"],
                       "predicted_s": round(predicted.seconds_per_iteration, 2),

@@ -126,6 +126,21 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's processor string."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def resolve_dtype(name: str, device: str = "cpu") -> str:
     """A concrete dtype name for `name` on `device`: itself, or what `auto` picks there (said once on stderr)."""
     if name not in DTYPES:

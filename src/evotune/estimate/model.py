@@ -56,17 +56,37 @@ EXACT_MEMORY_TERMS = ("weights", "fp32 master copy", "drift copy", "stacked cand
                       "KV cache")
 
 
+# A machine type is not one speed: a 2-core AMX Xeon ran the scaling study's probe 1.8x faster than a 2-core EPYC, its
+# 40-layer, 256-wide shape's decode (per-layer dispatch) faster still, its 4-layer, 1,536-wide shape's (arithmetic and
+# memory traffic) slower than the probe said. So each machine type the study measured has two factors over the
+# reference type's rates: one for the per-layer overhead, one for the rest (bench/scaling/fit.py fits both).
+OVERHEAD_TERMS = ("layer passes (thousands)",)
+UNIT_FACTORS = {"compute": 1.0, "overhead": 1.0}
+
+
+def term_group(name: str) -> str:
+    return "overhead" if name in OVERHEAD_TERMS else "compute"
+
+
+def machine_key(cpu: str, amx_bf16: Any, avx512_bf16: Any, threads: int) -> str:
+    """How coefficients.json names a machine type: the CPU model, its bfloat16 units and the threads."""
+    units = "+".join(name for name, present in (("amx_bf16", amx_bf16), ("avx512_bf16", avx512_bf16)) if present)
+    return f"{cpu} | {units or 'no bf16 units'} | {threads} threads"
+
+
 def estimate(load: Workload, shape: ModelShape, coefficients: dict[str, Any] | None = None,
-             speed_ratio: float = 1.0) -> Estimate:
-    """The fitted prediction for `load` on `shape`: every memory and time term scaled by its coefficient; a term
-    no cell has measured yet takes its memory prior, and leaves the time unpredicted, with a note either way."""
+             speed_ratio: float = 1.0, factors: dict[str, float] | None = None) -> Estimate:
+    """The fitted prediction for `load` on `shape`: every memory and time term scaled by its coefficient (and a time
+    term by its machine type's factor for its group, `factors`; the reference type's: 1); a term no cell has
+    measured yet takes its memory prior, and leaves the time unpredicted, with a note either way."""
     coefficients = coefficients or load_coefficients()
+    factors = factors or UNIT_FACTORS
     unfitted = set(coefficients.get("unfitted", []))
     memory = {name: value * coefficients["memory"].get(name, 0.0) for name, value in memory_terms(load, shape).items()}
     seconds: dict[str, float | None] = {}
     for name, value in time_terms(load, shape).items():
         rate = coefficients["time"].get(name)
-        seconds[name] = None if rate is None and value else value * (rate or 0.0)
+        seconds[name] = None if rate is None and value else value * (rate or 0.0) * factors[term_group(name)]
     counted = {**memory_terms(load, shape), **time_terms(load, shape)}
     missing = sorted(name for name in unfitted if counted.get(name))
     notes = [f"no scaling cell has measured {', '.join(missing)} yet: memory takes its first-principles value, and "

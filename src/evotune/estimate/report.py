@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..sft import encode_example, sft_rows
 from ..tasks import get_task
 from .methods import METHODS
-from .model import Estimate, estimate, load_coefficients
+from .model import Estimate, estimate, load_coefficients, machine_key
 from .shape import ModelShape, resolve_shape
 from .workload import workload
 
@@ -129,7 +129,7 @@ def free_mib(device: str) -> tuple[float, str]:
 
 
 def build(command: str, config: Any, shape: ModelShape | None = None, speed_ratio: float = 1.0,
-          tokens: int | None = None) -> tuple[Estimate, dict[str, Any]]:
+          tokens: int | None = None, factors: dict[str, float] | None = None) -> tuple[Estimate, dict[str, Any]]:
     """The estimate of `config`'s run and what it rests on (prompt length, dtype, device, the study's machine)."""
     shape = shape or resolve_shape(config.model)
     device = resolve_device(getattr(config, "device", "cpu"))
@@ -139,7 +139,8 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
         tokens, where = prompt_tokens(config)
     sequence, measured = sft_sequence_tokens(config) if command == "sft" else (None, None)
     coefficients = load_coefficients()
-    result = estimate(workload(command, config, shape, tokens, dtype, sequence), shape, coefficients, speed_ratio)
+    result = estimate(workload(command, config, shape, tokens, dtype, sequence), shape, coefficients, speed_ratio,
+                      factors)
     context_length, budget = shape.max_position_embeddings, getattr(config, "max_new_tokens", 0)
     if context_length and command != "sft" and tokens + budget > context_length:  # as train's check_prompt_lengths
         result.notes.insert(0, f"does NOT run: prompts of {tokens} tokens + max_new_tokens {budget} = "
@@ -210,7 +211,7 @@ def format_estimate(result: Estimate, context: dict[str, Any], iterations: int |
         lines.append(f"{'out of sample':30} time within ±{error['time']:.0%}, memory within ±{error['memory']:.0%}: "
                      f"the worst of {method}'s {error['cells']} scaling cells, each shape predicted by a fit on the "
                      "others")
-    lines += ["", speed_line(context["coefficients"], result.speed_ratio), *[f"note: {note}" for note in result.notes]]
+    lines += ["", speed_line(context), *[f"note: {note}" for note in result.notes]]
     return "\n".join(lines)
 
 
@@ -302,19 +303,46 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any],
         lines += ["", f"time ±: the worst time error of the method's scaling cells when a fit on the other model "
                       f"shapes predicted them ({len(context['coefficients']['held_out_error']['by_shape'])} shapes, "
                       "leave one out): how far the seconds may be off on a shape the fit never saw"]
-    lines += ["", speed_line(context["coefficients"], results[0][1].speed_ratio),
+    lines += ["", speed_line(context),
               *[f"note: {note}" for note in dict.fromkeys(note for _, result in results for note in result.notes)],
               "evotune estimate --method NAME (or a CONFIG) prints one method's terms."]
     return "\n".join(lines)
 
 
-def speed_line(coefficients: dict[str, Any], ratio: float) -> str:
-    where = ", ".join(coefficients["machines"])
-    if ratio == 1.0:
-        return (f"seconds: on the study's machine ({where}, speed probe {coefficients['reference_probe_s']:.2f} s, "
-                f"{coefficients['threads']} threads); without --no-speed-probe they scale to this one")
-    return (f"seconds: this machine's speed probe is {ratio:.2f}x the study's ({where}, "
-            f"{coefficients['reference_probe_s']:.2f} s); the fit's {coefficients['cells']} cells scale by it")
+def this_machine() -> str:
+    """This machine's type as coefficients.json names the scaling study's (estimate.model.machine_key)."""
+    import torch
+
+    from ..backends.models import cpu_flags, cpu_model
+
+    flags = cpu_flags()
+    return machine_key(cpu_model(), "amx_bf16" in flags, "avx512_bf16" in flags, torch.get_num_threads())
+
+
+def machine_scaling(coefficients: dict[str, Any], probe_s: float | None,
+                    machine: str | None = None) -> tuple[float, dict[str, float] | None, str]:
+    """(speed ratio, the machine type's factors or None, the line that says which) for this machine: a type the
+    scaling study measured runs at its own fitted speeds (times this probe's ratio to the type's median probe, when
+    probed); another at the reference type's, times its probe's ratio to the reference's."""
+    machine = machine or this_machine()
+    typed = (coefficients.get("machine_types") or {}).get(machine)
+    if typed:
+        ratio = probe_s / typed["probe_s"] if probe_s else 1.0
+        probed = (f"; this probe {probe_s:.2f} s against the type's {typed['probe_s']:.2f} s: x{ratio:.2f}"
+                  if probe_s else "; without --no-speed-probe, scaled by this session's probe too")
+        return ratio, typed["factors"], (f"seconds: this machine's type ({machine}) is one the scaling study "
+                                         f"measured ({typed['cells']} cells): at its own fitted speeds{probed}")
+    where, reference = ", ".join(coefficients["machines"]), coefficients["reference_probe_s"]
+    if not probe_s:
+        return 1.0, None, (f"seconds: on the study's reference machine ({coefficients.get('reference_machine', where)}"
+                           f", speed probe {reference:.2f} s); without --no-speed-probe they scale to this one")
+    return probe_s / reference, None, (f"seconds: this machine's type ({machine}) is not one the study measured: its "
+                                       f"speed probe is {probe_s / reference:.2f}x the reference type's "
+                                       f"({reference:.2f} s), and every term scales by it")
+
+
+def speed_line(context: dict[str, Any]) -> str:
+    return context["speed_line"]
 
 
 def run_estimate(config_path: str | None, command: str | None, method: str | None, model: str | None,
@@ -334,13 +362,14 @@ def run_estimate(config_path: str | None, command: str | None, method: str | Non
     # every method, or with --command the methods that command runs (their --set keys are that command's)
     names = [method] if method or config_path else [name for name in METHODS
                                                      if given_command in (None, METHODS[name][0])]
-    ratio = speed_probe()["probe_s"] / load_coefficients()["reference_probe_s"] if speed else 1.0
+    ratio, factors, line = machine_scaling(load_coefficients(), speed_probe()["probe_s"] if speed else None)
     found, tokens, fits = [], prompt_tokens_given, {}
     for name in names:
         method_command, keys = METHODS[name] if name else (command, {})
         config = resolve_config(method_command, config_path, overrides, keys, model)
         shape = resolve_shape(config.model)
-        result, context = build(method_command, config, shape, speed_ratio=ratio, tokens=tokens)
+        result, context = build(method_command, config, shape, speed_ratio=ratio, tokens=tokens, factors=factors)
+        context["speed_line"] = line
         tokens = tokens or int(context["prompt_tokens"].split()[0])  # the task's prompts measured once
         label = name or getattr(config, "method", None) or command
         found.append((label, result, context, getattr(config, "iterations", None)))
