@@ -22,8 +22,6 @@ HELDOUT_SIZE = int(os.environ.get("METHOD_MATRIX_HELDOUT", 512))
 # (accuracy still rose at 64), so every held-out score is read at 128 with the share of answers that had ended
 BUDGETS = [32, 48, 64, 96, 128]
 SCORED_BUDGET = max(BUDGETS)
-# the transfer split's budgets (its answers run longer than the template's: bench/eval_budget/transfer_budget.py)
-TRANSFER_BUDGETS = [48, 64, 96, 128, 192]
 RETENTION_TASKS = ["conciseness", "ifeval"]
 RETENTION_NUM_EVAL = 32
 RETENTION_BUDGET = 48  # training's budget; the retention and KL of every run are read at it
@@ -68,7 +66,7 @@ def transfer_scores(backend: Any, task: Any, groups: dict[str, list[dict]]) -> d
     with the share of answers ended by each budget and the per-question scores (paired intervals)."""
     import numpy as np
 
-    from evotune.tasks.phrasings import TRANSFER_MAX_NEW_TOKENS
+    from evotune.tasks.phrasings import TRANSFER_BUDGETS, TRANSFER_MAX_NEW_TOKENS
 
     pooled: dict[int, list] = {budget: [] for budget in TRANSFER_BUDGETS}
     ended: dict[int, list] = {budget: [] for budget in TRANSFER_BUDGETS}

@@ -34,7 +34,7 @@ from evotune.config.train import TrainConfig
 from evotune.evaluation.generation import eval_budget
 from evotune.runs.directory import read_run_config
 from evotune.tasks import get_task
-from evotune.tasks.phrasings import TRANSFER_MAX_NEW_TOKENS, questions_of, transfer_rows
+from evotune.tasks.phrasings import TRANSFER_BUDGETS, TRANSFER_MAX_NEW_TOKENS, questions_of, transfer_rows
 
 # the settings each command's result records of its quickstart
 RECORDED = {"train": ("space", "perturbation_rank", "population_size", "antithetic", "sigma", "learning_rate", "noise",
@@ -51,8 +51,6 @@ def run_config(run: str) -> tuple[Any, str]:
     return TrainConfig.from_dict(values), "train"
 
 
-# the transfer split's budgets: its answers run longer than the template's (bench/eval_budget/transfer_budget.py)
-TRANSFER_BUDGETS = sorted({48, 64, 96, TRANSFER_MAX_NEW_TOKENS, 192})
 
 
 def scores_by_budget(model: str, dtype: str, task, rows: list[dict], budgets: list[int],

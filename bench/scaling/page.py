@@ -24,7 +24,9 @@ METHOD_ARMS = ["full_es", "full_es_batched", "lowrank", "es_lora", "essa", "grpo
 
 
 def records(results: Path = RESULTS / DTYPE) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(path.parent.name, path.stem): json.loads(path.read_text()) for path in sorted(results.glob("*/*.json"))}
+    """The public shapes' cells (CPU_SHAPES), by (shape, arm): the shapes of other proportions are the fit's alone."""
+    return {(path.parent.name, path.stem): json.loads(path.read_text()) for path in sorted(results.glob("*/*.json"))
+            if path.parent.name in SHAPES and SHAPES[path.parent.name].published}
 
 
 def _cell(record: dict[str, Any] | None, generation: dict[str, Any] | None) -> str:

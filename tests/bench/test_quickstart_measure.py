@@ -37,3 +37,19 @@ def test_runs_of_two_settings_are_summarized_apart_with_their_times_and_probes()
     assert second["settings"] == lowrank and second["seeds"] == [0, 1] and second["gain_points"] == [10.0, 12.0]
     assert second["gain_over_seeds"]["mean"] == 11.0 and second["wall_time_s"] == [590.0, 610.0]
     assert second["probe_s"] == [5.5]  # a run without a recorded probe adds none
+
+
+def test_the_transfer_split_is_pooled_over_its_groups_and_read_per_group_at_its_budget():
+    import numpy as np
+
+    from bench.quickstart.measure import pooled, transfer_summary
+    from evotune.tasks.phrasings import TRANSFER_BUDGETS, TRANSFER_MAX_NEW_TOKENS
+
+    scores = {"other wordings": {budget: np.array([1.0, 0.0, 0.0, 0.0]) for budget in TRANSFER_BUDGETS},
+              "subtraction": {budget: np.array([1.0, 1.0]) for budget in TRANSFER_BUDGETS}}
+    scores["other wordings"][TRANSFER_MAX_NEW_TOKENS] = np.array([1.0, 1.0, 0.0, 0.0])  # a longer answer read whole
+    summary = transfer_summary(scores)
+    assert summary["by_group"] == {"other wordings": 0.5, "subtraction": 1.0}
+    assert summary["accuracy"][TRANSFER_MAX_NEW_TOKENS] == round(4 / 6, 4)
+    assert summary["accuracy"][min(TRANSFER_BUDGETS)] == 0.5
+    assert pooled(scores).tolist() == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0]

@@ -46,6 +46,9 @@ TRANSFER_PER_GROUP = 64  # questions per group: 64 x 3 = 192 on the default task
 # New tokens a transfer answer may take: other wordings do not ask for "only the number", and the base model's
 # answers to them run past the template's 48 (bench/eval_budget: TRANSFER_BUDGET_NOTE)
 TRANSFER_MAX_NEW_TOKENS = 128
+# the budgets a study reads a transfer answer at (one generation at the largest, re-read at each): where its accuracy
+# stops changing is the check that TRANSFER_MAX_NEW_TOKENS cuts nothing
+TRANSFER_BUDGETS = [48, 64, 96, 128, 192]
 
 
 def answer(a: int, op: str, b: int) -> int:
