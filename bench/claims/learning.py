@@ -38,40 +38,6 @@ def quickstart() -> str:
             f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
 
 
-def quickstart_transfer() -> str:
-    """The quickstart's seeds on the template's held-out questions and on the transfer split, side by side
-    (bench/quickstart/measure.py scores both on the same runs)."""
-    data = load("quickstart/quickstart_transfer_heldout.json")
-    runs, budget = data["runs"], str(data["eval_max_new_tokens"])
-    split = data["transfer_split"]
-    scored = str(split["scored_budget"])
-    seeds = ", ".join(str(run["seed"]) for run in runs)
-
-    def mean(values) -> float:
-        values = list(values)
-        return sum(values) / len(values)
-
-    after = ", ".join(f"{100 * run['accuracy'][budget]:.1f}%" for run in runs)
-    template = (f"on the template's {data['num_prompts']} fresh questions base "
-                f"{100 * data['base']['accuracy'][budget]:.1f}% -> {after} (a gain of "
-                f"{mean(run['gain_points'] for run in runs):+.1f} points on average, at {budget} new tokens)")
-    base = data["base"]["transfer"]
-    moved = ", ".join(f"{100 * run['transfer']['accuracy'][scored]:.1f}%" for run in runs)
-    intervals = ", ".join(f"[{run['transfer']['gain_ci95'][0]:+.1f}, {run['transfer']['gain_ci95'][1]:+.1f}]"
-                          for run in runs)
-    transfer = (f"on {sum(split['groups'].values())} questions asked in ways training never saw (the transfer split, "
-                f"at {scored} new tokens) base {100 * base['accuracy'][scored]:.1f}% -> {moved} (a gain of "
-                f"{mean(run['transfer']['gain_points'] for run in runs):+.1f} points on average; per seed 95% "
-                f"intervals {intervals})")
-    groups = "; ".join(f"{name} {100 * base['by_group'][name]:.1f}% -> "
-                       f"{100 * mean(run['transfer']['by_group'][name] for run in runs):.1f}%"
-                       for name in split["groups"])
-    minutes = [run["wall_time_s"] / 60 for run in runs]
-    return (f"seeds {seeds}: {template}; {transfer}; by group, base -> the seeds' mean: {groups}; each run "
-            f"{min(minutes):.1f}-{max(minutes):.1f} minutes on {runs[0]['threads']} cores of an "
-            f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
-
-
 def quickstart_candidates() -> str:
     """Each quickstart measured side by side in quickstart_heldout.json: its method, gains and wall times."""
     data = load("quickstart/quickstart_heldout.json")
@@ -246,7 +212,6 @@ def transfer_budget() -> str:
 
 CLAIMS: dict[str, Callable[[], str]] = {
     "transfer-budget": transfer_budget,
-    "quickstart-transfer": quickstart_transfer,
     "quickstart": quickstart,
     "quickstart-candidates": quickstart_candidates,
     "quickstart-full-es": quickstart_full_es,
