@@ -142,7 +142,8 @@ def test_a_term_no_cell_has_measured_keeps_its_memory_prior_and_leaves_the_time_
 
     coefficients = {"memory": {**MEMORY_PRIORS}, "time": {"weight reads (GB)": 1.0, "layer passes (thousands)": 1.0,
                                                           "forward (TFLOP)": 1.0, "training (TFLOP)": None,
-                                                          "token distributions (G elements)": 1.0},
+                                                          "token distributions (G elements)": 1.0,
+                                                          "KV cache reads (GB)": 1.0},
                     "unfitted": ["activations", "training (TFLOP)"], "reference_probe_s": 1.0}
     grpo = workload("grpo", GRPORunConfig.from_dict({**GRPO_QUICKSTART}), SHAPE, 50, "float32")
     result = estimate(grpo, SHAPE, coefficients)

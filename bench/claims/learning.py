@@ -194,20 +194,21 @@ def sweep_arithmetic() -> str:
 
 
 def transfer_budget() -> str:
-    """Where the transfer split's budget stops cutting answers (bench/eval_budget/transfer_budget.py)."""
+    """Where the transfer split's budget stops changing any phrasing's accuracy (bench/eval_budget/transfer_budget.py),
+    and the answers still unended there."""
     data = load("eval_budget/transfer_budget.json")
-    budget, largest = data["smallest_budget_that_cuts_nothing"], str(max(data["budgets"]))
+    budget, largest = data["smallest_budget_accuracy_stops_changing"], max(data["budgets"])
     parts = []
     for model, entry in data["models"].items():
-        cut_at_48 = ", ".join(f"{name} {100 * phrasing['by_budget']['48']['ended']:.0f}%"
-                              for name, phrasing in entry["phrasings"].items())
-        parts.append(f"{model}: ended within 48 tokens: {cut_at_48}")
-    verdict = (f"from {budget} new tokens on, every phrasing has {100 * data['ended_share']:.0f}% of its answers "
-               f"ended and the accuracy it has at {largest}" if budget is not None else
-               f"no budget up to {largest} ends {100 * data['ended_share']:.0f}% of every phrasing's answers")
-    return (f"{verdict} ({data['per_group']} questions per group, one greedy generation re-read at "
-            f"{', '.join(str(b) for b in data['budgets'])} tokens on an {data['machine']['cpu']}; "
-            + "; ".join(parts) + ")")
+        accuracy = ", ".join(f"{name} {100 * phrasing['by_budget'][str(budget)]['accuracy']:.0f}%"
+                             for name, phrasing in entry["phrasings"].items())
+        unended = "; ".join(f"{name} {100 * share:.0f}%" for name, share in data["not_ended_there"][model].items())
+        ended = (f" (ended within {budget}: {unended}; every other phrasing {100 * data['ended_share']:.0f}% or more)"
+                 if unended else "")
+        parts.append(f"{model} at {budget}: {accuracy}{ended}")
+    return (f"from {budget} new tokens on, every phrasing scores what it scores at {largest} ({data['per_group']} "
+            f"questions per group, one greedy generation re-read at {', '.join(str(b) for b in data['budgets'])} "
+            f"tokens on an {data['machine']['cpu']}; " + "; ".join(parts) + ")")
 
 
 CLAIMS: dict[str, Callable[[], str]] = {

@@ -4,8 +4,10 @@ ended (end of sequence) at growing budgets, for the base model and any trained m
 The transfer split (src/evotune/tasks/phrasings.py) asks 2-digit sums in wordings that do not say "Reply with only
 the number", so answers run longer than the template's. One greedy generation at the largest budget per model,
 re-decoded at each smaller one (greedy decoding's first K tokens do not depend on the budget). The split's budget
-(TRANSFER_MAX_NEW_TOKENS) must sit where, for every phrasing and model, 99% of answers have ended and accuracy has
-stopped changing.
+(TRANSFER_MAX_NEW_TOKENS) must sit where, for every phrasing and model, accuracy has stopped changing: the smallest
+budget at which each phrasing scores what it scores at the largest. The share of answers ended there is reported
+beside it, phrasing by phrasing (a base model's answer to "Calculate a plus b." can run on past 192 tokens without
+its last number changing).
 
     python -m bench.eval_budget.transfer_budget                           # the base model
     python -m bench.eval_budget.transfer_budget --model runs/quickstart   # and a trained one
@@ -52,16 +54,20 @@ def measure(model: str, rows: list[dict], task) -> dict:
     return {"phrasings": result, "generate_s": round(time.perf_counter() - started, 1)}
 
 
-def smallest_budget(models: dict) -> int | None:
-    """The smallest budget at which every phrasing of every model has ENDED_SHARE of its answers ended and the
-    accuracy it has at the largest budget."""
+def smallest_budget(models: dict) -> int:
+    """The smallest budget at which every phrasing of every model has the accuracy it has at the largest budget."""
+    largest = str(max(BUDGETS))
     for budget in BUDGETS:
-        ok = all(entry["by_budget"][str(budget)]["ended"] >= ENDED_SHARE
-                 and entry["by_budget"][str(budget)]["accuracy"] == entry["by_budget"][str(max(BUDGETS))]["accuracy"]
-                 for model in models.values() for entry in model["phrasings"].values())
-        if ok:
+        if all(entry["by_budget"][str(budget)]["accuracy"] == entry["by_budget"][largest]["accuracy"]
+               for model in models.values() for entry in model["phrasings"].values()):
             return budget
-    return None
+    return max(BUDGETS)
+
+
+def cut_at(models: dict, budget: int) -> dict[str, dict[str, float]]:
+    """Per model, the phrasings with fewer than ENDED_SHARE of their answers ended within `budget`: that share."""
+    return {model: {name: entry["by_budget"][str(budget)]["ended"] for name, entry in found["phrasings"].items()
+                    if entry["by_budget"][str(budget)]["ended"] < ENDED_SHARE} for model, found in models.items()}
 
 
 def main() -> None:
@@ -88,7 +94,8 @@ def main() -> None:
     record = {"command": "python -m bench.eval_budget.transfer_budget" + "".join(f" --model {m}" for m in args.model)
               + (f" --per-group {args.per_group}" if args.per_group != 128 else ""),
               "budgets": BUDGETS, "ended_share": ENDED_SHARE, "split_seed": SPLIT_SEED,
-              "per_group": args.per_group, "models": models, "smallest_budget_that_cuts_nothing": budget,
+              "per_group": args.per_group, "models": models, "smallest_budget_accuracy_stops_changing": budget,
+              "not_ended_there": cut_at(models, budget),
               "machine": {**cpu_facts(), "threads": torch.get_num_threads(), "torch": torch.__version__},
               "date": time.strftime("%Y-%m-%d %H:%M")}
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +106,8 @@ def main() -> None:
             at = data["by_budget"]
             cells = "  ".join(f"{b}:{at[str(b)]['accuracy']:.2f}/{at[str(b)]['ended']:.2f}" for b in BUDGETS)
             print(f"  {phrasing:22} n={data['n']:3}  {cells}")
-    print(f"smallest budget that cuts nothing: {budget}; wrote {args.output}")
+    print(f"smallest budget at which no phrasing's accuracy changes up to {max(BUDGETS)}: {budget}; answers not all "
+          f"ended there: {cut_at(models, budget)}; wrote {args.output}")
 
 
 if __name__ == "__main__":

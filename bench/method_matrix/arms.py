@@ -116,6 +116,7 @@ def sft_keys(task: str, seed: int) -> dict[str, Any]:
 # ES runs keep it off; a user's run has it on by default, so `default` turns it on); accumulation4: GRPO's
 # completions in 4 slices for the loss (`gradient_accumulation_steps: 4`).
 MEMORY_PROBES = [("full_es", "default"), ("full_es", "no_drift"), ("es_lora", "default"), ("lowrank", "default"),
+                 ("mezo", "default"),
                  ("essa", "default"), ("grpo_lora", "default"), ("grpo_lora", "accumulation4"),
                  ("grpo_full", "default"), ("grpo_full", "accumulation4")]
 MEMORY_VARIANTS = {"default": {"log_drift": True}, "no_drift": {"log_drift": False},

@@ -72,7 +72,7 @@ def test_the_task_table_quotes_every_arm_from_its_files(study):
     assert "| 0: +8.0 [" in table.split("| full-es |")[1]  # 56 vs 40 of 200 correct: +8.0 points over the base
     assert "| 3 | 3,100 MiB | 0.040 / 0.120 | 50.0% |" in table
     assert "| base model (the start) | | 20.0% | n = 200 |" in table
-    for label in ("lowrank-es", "ESSA (SFT + ES)", "grpo-full"):
+    for label in ("lowrank-es", "essa (SFT + ES)", "grpo-full"):
         assert f"| {label} | 0 of 5 | not run yet |" in table
 
 
@@ -80,9 +80,9 @@ def test_the_answer_names_its_rows_and_seeds(study):
     text = page.answer(study)
     assert ("- **Learns most, 2-digit addition**: grpo-lora 60.0% (std 1.4), 2 of 5 seeds, ahead of full-es 30.0% "
             "(std 2.0), 3 of 5 seeds.") in text
-    assert ("- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): ES on a "
-            f"LoRA (0.0020), {page.NOT_SEPARATED_KL} grpo-lora (0.0200) and full-es (0.0800); moves it most: full "
-            "ES (0.080).") in text  # lora-es has one seed
+    assert ("- **Keeps the base best** (lowest KL to the start on other tasks' prompts, 2-digit addition): lora-es "
+            f"(0.0020), {page.NOT_SEPARATED_KL} grpo-lora (0.0200) and full-es (0.0800); moves it most: full-es "
+            "(0.080).") in text  # lora-es has one seed
     assert ("- **Least memory**: lora-es (2,500 MiB peak RSS of the timed runs; the memory probes have not run "
             "yet); most: grpo-lora (16,000 MiB).") in text
     assert ("- **full-es or lora-es, on a CPU** (2-digit addition): full-es 30.0% (std 2.0), 3 of 5 seeds, not "
@@ -185,7 +185,7 @@ def test_the_lowest_kl_is_called_best_only_when_seeds_separate_it(study):
 
 def test_recommendations_name_their_rows_and_stay_provisional_until_every_seed_is_in(study):
     text = page.recommendations(study)
-    assert "- *Provisional*: 6 of the 30 runs on 2-digit addition are in;" in text
+    assert "- *Provisional*: 6 of the 35 runs on 2-digit addition are in;" in text
     assert "- **Most accuracy for the CPU time**: grpo-lora 60.0% (std 1.4), 2 of 5 seeds, ahead of" in text
     assert ("- **Keep the base model's behaviour elsewhere** (lowest KL to the start): lora-es (0.0020), "
             f"{page.NOT_SEPARATED_KL} grpo-lora (0.0200) and full-es (0.0800) (2-digit addition rows).") in text
@@ -217,7 +217,7 @@ def test_essas_memory_counts_the_sft_it_is_charged_for(study):
     sft = study / "warm_start" / "arithmetic" / "sft_seed0.json"
     sft.parent.mkdir(parents=True)
     sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0, "training_seconds": 110.0}}))
-    assert "| 10 | 2,600 MiB |" in page.task_table("arithmetic", study).split("| ESSA (SFT + ES) |")[1]
+    assert "| 10 | 2,600 MiB |" in page.task_table("arithmetic", study).split("| essa (SFT + ES) |")[1]
     assert "Least memory**: lora-es (2,500 MiB" in page.answer(study)  # not ESSA at 1,300: its SFT took 2,600
 
 
@@ -282,7 +282,8 @@ def write_probe(results, method: str, variant: str, peak: float, cpu: str = "Tes
 
 
 PROBES = {("full_es", "default"): 2400.0, ("full_es", "no_drift"): 1900.0, ("es_lora", "default"): 1400.0,
-          ("lowrank", "default"): 2900.0, ("essa", "default"): 1500.0, ("grpo_lora", "default"): 15000.0,
+          ("lowrank", "default"): 2900.0, ("mezo", "default"): 2300.0, ("essa", "default"): 1500.0,
+          ("grpo_lora", "default"): 15000.0,
           ("grpo_lora", "accumulation4"): 5000.0, ("grpo_full", "default"): 17000.0,
           ("grpo_full", "accumulation4"): 7000.0}
 
@@ -308,7 +309,7 @@ def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_an
             "mean 513 MiB |") in rows
     assert ("| grpo-full | `gradient_accumulation_steps: 4` | 7,000 MiB | model weights 513 MiB, gradients "
             "513 MiB, adamw moments 1,026 MiB |") in rows
-    essa = ("| ESSA (SFT + ES) | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB "
+    essa = ("| essa (SFT + ES) | as a user runs it | 2,600 MiB | model weights 513 MiB (its SFT first: 2,600 MiB "
             "peak RSS; the evolution alone, from an adapter you have: 1,500 MiB) |")
     assert essa in rows
     assert ("- **Least memory**: lora-es (1,400 MiB peak RSS in its memory probe); most: grpo-full "
@@ -316,8 +317,8 @@ def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_an
     assert ("- **Least memory**: lora-es (1,400 MiB peak RSS in its memory probe); most: grpo-full "
             "(17,000 MiB; 7,000 MiB with `gradient_accumulation_steps: 4`) (memory probe rows).") \
         in page.recommendations(study)
-    assert ("| ES needs only inference memory (ES at Scale) | full-es 2,400 MiB (with its drift copy); GRPO "
-            "full-parameter 17,000 MiB (as a user runs it), 7,000 MiB (`gradient_accumulation_steps: 4`) (memory "
+    assert ("| ES needs only inference memory (ES at Scale) | full-es 2,400 MiB (with its drift copy); "
+            "grpo-full 17,000 MiB (as a user runs it), 7,000 MiB (`gradient_accumulation_steps: 4`) (memory "
             "probes) | held |") in page.papers_table(study)
     write_probe(study, "grpo_full", "accumulation4", 2300.0)  # sliced, GRPO's loss fits under full-es
     assert ("grpo-full 17,000 MiB (as a user runs it), 2,300 MiB (`gradient_accumulation_steps: 4`) (memory "
@@ -330,7 +331,7 @@ def test_a_partial_set_of_memory_probes_says_how_many_are_in(study):
     write_probe(study, "full_es", "default", 2400.0)
     write_probe(study, "grpo_full", "default", 17000.0)
     assert ("- **Least memory**: full-es (2,400 MiB peak RSS in its memory probe); most: grpo-full (17,000 "
-            "MiB) (2 of the 6 methods' memory probes have run: least and most so far).") in page.answer(study)
+            "MiB) (2 of the 7 methods' memory probes have run: least and most so far).") in page.answer(study)
     table = page.memory_table(study)
     assert sum("| not run yet |" in line for line in table.splitlines()) == len(PROBES) - 2
     assert "| lora-es | as a user runs it | not run yet | |" in table
@@ -389,7 +390,7 @@ def test_memory_probes_on_another_machine_type_name_it_and_the_job_run_on_both(s
         in table
     assert "(the SFT that ESSA's probe starts from) has not run on both yet." in table
     # no SFT peak from Test CPU
-    assert "| ESSA (SFT + ES) | as a user runs it | 1,500 MiB | model weights 513 MiB |" in table
+    assert "| essa (SFT + ES) | as a user runs it | 1,500 MiB | model weights 513 MiB |" in table
     restored = study / "restored" / "warm_start" / "arithmetic" / f"sft_seed{TUNING_SEED}.json"
     restored.parent.mkdir(parents=True)
     restored.write_text(json.dumps({"restored": {"training": {"peak_rss_mib": 2250.0}},
@@ -397,7 +398,7 @@ def test_memory_probes_on_another_machine_type_name_it_and_the_job_run_on_both(s
     table = page.memory_table(study)
     assert ("The one job run on both, the arithmetic SFT that ESSA's probe starts from, peaked at 2,600 MiB on Test "
             "CPU and 2,250 MiB on Probe CPU.") in table
-    assert ("| ESSA (SFT + ES) | as a user runs it | 2,250 MiB | model weights 513 MiB (its SFT first: 2,250 MiB "
+    assert ("| essa (SFT + ES) | as a user runs it | 2,250 MiB | model weights 513 MiB (its SFT first: 2,250 MiB "
             "peak RSS; the evolution alone, from an adapter you have: 1,500 MiB) |") in table
     assert "(1,400 MiB peak RSS in its memory probe on Probe CPU); most: grpo-full" in page.answer(study)
     assert "(memory probes on Probe CPU) | held |" in page.papers_table(study)
@@ -426,7 +427,7 @@ def test_a_step_matched_run_is_marked_where_its_seed_is_shown_and_named_apart_in
     table = page.task_table("countdown", study)
     assert "0: 15.0%" in table and "2†: 17.0% [" in table and "1†" not in table
     assert ("† step-matched on Other CPU: the run took the median steps of its arm's seeds on the study's Test CPU "
-            "(equal work) instead of their equal time (ESSA (SFT + ES) seed 2: 3 steps, the median of 3, 3). Its "
+            "(equal work) instead of their equal time (essa (SFT + ES) seed 2: 3 steps, the median of 3, 3). Its "
             "accuracy at equal steps does not hang on the CPU; its seconds do, so none is quoted or compared.") in table
     setup = page.setup(study)
     assert "on Test CPU (torch" in setup and "Other CPU" not in setup.split(";")[0]
@@ -457,7 +458,7 @@ def test_the_sft_alone_row_and_what_essas_evolution_adds_to_it(study):
     assert "| 0: +20.0 [" in table.split("| SFT alone")[1]  # 80 against the base's 40 of 200
     assert "| 38 SFT steps | 2,200 MiB | 0.020 / 0.060 | 50.0% |" in table
     papers = page.papers_table(study)
-    assert ("| ESSA's evolution adds to its SFT warm start (ESSA), 2-digit addition | ESSA (SFT + ES) 50.0% (std 0.0), "
+    assert ("| ESSA's evolution adds to its SFT warm start (ESSA), 2-digit addition | essa (SFT + ES) 50.0% (std 0.0), "
             "2 of 5 seeds; its SFT alone 40.0%, 2 of 5 seeds; paired gain +10.0 points [") in papers
     assert papers.split("ESSA's evolution adds")[1].split("\n")[0].endswith("| held |")
     write_run(study, "arithmetic", "essa", 0, 80, kl=0.03)  # seed 0's evolution added nothing, seed 1's 20

@@ -236,6 +236,6 @@ def test_the_largest_model_sentence_groups_methods_by_the_largest_shape_each_ran
           smaller_unit="{'members': 2} instead of {'members': 16}: {'members': 4} did not fit: stopped at 21,000 MiB")
     assert page.largest(tmp_path) == (
         "On 2 cores of AMD EPYC with a memory limit of 20.0 GiB per cell, among the shapes measured so far: "
-        "lowrank-es and LoRA SFT up to Qwen2.5-1.5B (1.39B parameters; peak 2.0-6.0 GiB, LoRA SFT only at 2 members); "
+        "lowrank-es and sft up to Qwen2.5-1.5B (1.39B parameters; peak 2.0-6.0 GiB, sft only at 2 members); "
         "grpo-full up to SmolLM2-135M (0.13B parameters; peak 16.0 GiB; grpo-full at Qwen2.5-1.5B: "
         "predicted to need 40.0 GiB, 22.0 GiB at 1 prompt).")

@@ -7,12 +7,11 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal, get_args
 
 from ..errors import ConfigError
-from ..tracking.clock import TrainingClock
 from .checks import check_rewards
 from .fields import option, same_as
 from .files import absolutize_paths
 from .parts import FRESH_ADAPTER, default_of
-from .train import DtypeName, RunConfig, TrainConfig
+from .train import DtypeName, RunConfig, TrainConfig, TrainingClock
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]  # TRL's loss types
 LOSS_TYPES = get_args(LossType)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
-from ..tracking.clock import TrainingClock
 from .checks import (
     check_device,
     check_int4_keys,
@@ -41,6 +40,7 @@ StrategyName = Literal["openes", "cma"]  # strategies.STRATEGIES
 OptimizerName = Literal["sgd", "adam"]  # optimizers.OPTIMIZERS
 FitnessShaping = Literal["z_score", "centered_rank", "none"]  # strategies.shaping.SHAPINGS
 NoiseKind = Literal["gaussian", "rademacher"]  # spaces.noise.NOISE_KINDS
+TrainingClock = Literal["wall", "cpu"]  # tracking/clock.py: what max_training_seconds counts
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]  # backends.models.DTYPES
 Quantization = Literal["none", "int8", "int4"]  # backends.quantized.QUANTIZATIONS
 Int4Type = Literal["nf4", "fp4"]  # backends.quantized.INT4_TYPES
@@ -54,8 +54,8 @@ __all__ = [
     "ADAPTER_SPACES", "RunConfig", "TrainConfig", "load_config", "searched_count",
     "QUICKSTART",
     "MAX_SIGMA", "TaskName", "SpaceName", "StrategyName", "OptimizerName", "FitnessShaping", "NoiseKind",
-    "DtypeName", "Quantization", "Int4Type", "ComputeDtype", "LoraInit", "BackendName", "DistributedName",
-    "Logger",
+    "TrainingClock", "DtypeName", "Quantization", "Int4Type", "ComputeDtype", "LoraInit", "BackendName",
+    "DistributedName", "Logger",
 ]
 
 # A sigma past this is a typo or a unit mistake (ES uses ~1e-3): full-space noise this large turns

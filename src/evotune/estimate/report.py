@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from transformers import AutoTokenizer
 
-from ..backends.models import DEFAULT_MODEL, resolve_dtype, resolve_model
+from ..backends.models import DEFAULT_MODEL, cpu_flags, cpu_model, resolve_dtype, resolve_model
 from ..config.checks import resolve_device
 from ..config.files import read_config_values
 from ..config.grpo import GRPO_QUICKSTART, GRPORunConfig
@@ -312,8 +312,6 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any],
 def this_machine() -> str:
     """This machine's type as coefficients.json names the scaling study's (estimate.model.machine_key)."""
     import torch
-
-    from ..backends.models import cpu_flags, cpu_model
 
     flags = cpu_flags()
     return machine_key(cpu_model(), "amx_bf16" in flags, "avx512_bf16" in flags, torch.get_num_threads())

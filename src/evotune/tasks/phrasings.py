@@ -20,6 +20,8 @@ import random
 import re
 from collections.abc import Callable
 
+from .base import prompt_text
+
 TEMPLATE = "What is {a} {op} {b}? Reply with only the number."
 WORDS = {"+": ("plus", "add", "sum"), "-": ("minus", "subtract", "difference"), "*": ("times", "multiply", "product")}
 
@@ -43,12 +45,13 @@ TRANSFER_PHRASINGS: dict[str, Callable[[int, str, int], str]] = {
                                     "*": f"Multiply {a} by {b}, and give the result."}[op],
 }
 TRANSFER_PER_GROUP = 64  # questions per group: 64 x 3 = 192 on the default task (2-digit sums)
-# New tokens a transfer answer may take: other wordings do not ask for "only the number", and the base model's
-# answers to them run past the template's 48 (bench/eval_budget: TRANSFER_BUDGET_NOTE)
-TRANSFER_MAX_NEW_TOKENS = 128
-# the budgets a study reads a transfer answer at (one generation at the largest, re-read at each): where its accuracy
-# stops changing is the check that TRANSFER_MAX_NEW_TOKENS cuts nothing
-TRANSFER_BUDGETS = [48, 64, 96, 128, 192]
+# New tokens a transfer answer may take: other wordings do not ask for "only the number", and the base model's answers
+# to them run past the template's 48. At 192 every phrasing scores what it scores at 256 (at 128 "Calculate a plus b."
+# scored 12% against 16%): bench/eval_budget/transfer_budget.py, bench/results/eval_budget/transfer_budget.json
+TRANSFER_MAX_NEW_TOKENS = 192
+# the budgets a study reads a transfer answer at (one generation at the largest, re-read at each): a trained model
+# whose accuracy still changes past TRANSFER_MAX_NEW_TOKENS shows it
+TRANSFER_BUDGETS = [64, 128, 192, 256]
 
 
 def answer(a: int, op: str, b: int) -> int:
@@ -109,8 +112,6 @@ def transfer_rows(seed: int, digits: int, operations: str, exclude: set[tuple[in
 def questions_of(rows: list[dict]) -> set[tuple[int, str, int]]:
     """The (a, op, b) questions of arithmetic rows in any phrasing: the first two numbers of the prompt, with every
     operation that gives the row's answer (2 + 2 and 2 * 2 both), so a set built from it excludes all of them."""
-    from .base import prompt_text
-
     found = set()
     for item in rows:
         written = [int(number) for number in re.findall(r"\d+", prompt_text(item["prompt"]))[:2]]

@@ -10,10 +10,6 @@ Every step records both (`time_s`, wall; `cpu_s`, the tree's CPU seconds), which
 from __future__ import annotations
 
 import time
-from typing import Literal
-
-TrainingClock = Literal["wall", "cpu"]
-CLOCKS = ("wall", "cpu")
 
 
 def process_tree_cpu_seconds() -> float:
@@ -46,5 +42,6 @@ class StepClock:
         self.wall = time.perf_counter() - self._wall_start
         self.cpu = max(process_tree_cpu_seconds() - self._cpu_start, 0.0)  # a child that ended unwaited: never < 0
 
-    def seconds(self, clock: TrainingClock) -> float:
+    def seconds(self, clock: str) -> float:
+        """The step's seconds on `clock` (the config's `training_clock`: wall or cpu)."""
         return self.cpu if clock == "cpu" else self.wall
