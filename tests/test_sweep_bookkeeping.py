@@ -53,7 +53,7 @@ def iterations(run: Path) -> list[int]:
 
 def evaluations(run: Path) -> list[dict]:
     """Every logged metric that does not measure time or memory."""
-    skip = ("time", "rss", "per_s")
+    skip = ("time", "rss", "per_s", "cpu_s")
     return [{key: value for key, value in json.loads(line).items() if not any(word in key for word in skip)}
             for line in (run / "metrics.jsonl").read_text().splitlines()]
 

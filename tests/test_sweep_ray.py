@@ -24,7 +24,7 @@ def base(model_dir: str) -> dict:
 
 def evaluations(path) -> list[dict]:
     """Every logged metric that does not measure time or memory."""
-    skip = ("time", "rss", "per_s")
+    skip = ("time", "rss", "per_s", "cpu_s")
     return [{key: value for key, value in json.loads(line).items() if not any(word in key for word in skip)}
             for line in path.read_text().splitlines()]
 
