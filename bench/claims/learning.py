@@ -38,6 +38,36 @@ def quickstart() -> str:
             f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
 
 
+def quickstart_transfer() -> str:
+    """The quickstart's seeds on the template's fresh questions and on the transfer split, side by side (the same
+    runs, bench/quickstart/measure.py)."""
+    data = load("quickstart/quickstart_transfer_heldout.json")
+    runs, budget, split = data["runs"], str(data["eval_max_new_tokens"]), data["transfer_split"]
+    scored, base = str(split["scored_budget"]), data["base"]["transfer"]
+
+    def mean(values) -> float:
+        values = list(values)
+        return sum(values) / len(values)
+
+    after = ", ".join(f"{100 * run['accuracy'][budget]:.1f}%" for run in runs)
+    moved = ", ".join(f"{100 * run['transfer']['accuracy'][scored]:.1f}%" for run in runs)
+    intervals = ", ".join(f"[{run['transfer']['gain_ci95'][0]:+.1f}, {run['transfer']['gain_ci95'][1]:+.1f}]"
+                          for run in runs)
+    groups = "; ".join(f"{name} {100 * base['by_group'][name]:.1f}% -> "
+                       f"{100 * mean(run['transfer']['by_group'][name] for run in runs):.1f}%"
+                       for name in split["groups"])
+    minutes = [run["wall_time_s"] / 60 for run in runs]
+    return (f"seeds {', '.join(str(run['seed']) for run in runs)}, trained in {runs[0]['settings']['dtype']}: on "
+            f"{data['num_prompts']} fresh questions in the training template base "
+            f"{100 * data['base']['accuracy'][budget]:.1f}% -> {after} (a gain of "
+            f"{mean(run['gain_points'] for run in runs):+.1f} points on average, at {budget} new tokens); on "
+            f"{sum(split['groups'].values())} questions asked in ways training never saw (the transfer split, at "
+            f"{scored} new tokens) base {100 * base['accuracy'][scored]:.1f}% -> {moved} (a gain of "
+            f"{mean(run['transfer']['gain_points'] for run in runs):+.1f} points on average; per seed 95% intervals "
+            f"{intervals}); by group, base -> the seeds' mean: {groups}; each run {min(minutes):.1f}-"
+            f"{max(minutes):.1f} minutes on {runs[0]['threads']} cores of an {data['machine']['cpu']}")
+
+
 def quickstart_candidates() -> str:
     """Each quickstart measured side by side in quickstart_heldout.json: its method, gains and wall times."""
     data = load("quickstart/quickstart_heldout.json")
@@ -213,6 +243,7 @@ def transfer_budget() -> str:
 
 CLAIMS: dict[str, Callable[[], str]] = {
     "transfer-budget": transfer_budget,
+    "quickstart-transfer": quickstart_transfer,
     "quickstart": quickstart,
     "quickstart-candidates": quickstart_candidates,
     "quickstart-full-es": quickstart_full_es,
