@@ -21,19 +21,9 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS
 from bench.method_matrix.job import machine, records, run_command, write_config
+from bench.scaling.run import speed_probe
 
 from .arms import ARMS, CPU_SECONDS, MARK_EVERY, RESULTS, SEEDS, THREADS, arm_keys, marks
-
-
-def speed_probe() -> dict:
-    """`evotune doctor --speed`'s probe at the runs' threads and dtype, in its own process."""
-    import subprocess
-    import sys
-
-    code = "import json; from evotune.doctor import speed_probe; print(json.dumps(speed_probe(dtype='float32')))"
-    environment = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS)}
-    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_one(arm: str, seed: int, runs: Path, results: Path) -> Path:
@@ -42,8 +32,8 @@ def run_one(arm: str, seed: int, runs: Path, results: Path) -> Path:
     command = METHODS[arm]["command"]
     config = write_config(folder.parent / f"seed{seed}_config", keys)
     resume = (folder / "config.yaml").is_file() and not (folder / "final").exists()
-    probe = speed_probe()  # this machine's speed, before the run (the x axis is CPU seconds, not the machine)
-    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)  # the run's and the probe's (its process inherits it)
+    probe = speed_probe("float32")  # this machine's speed, before the run (the x axis is CPU seconds, not the machine)
     arguments = [command, str(config), "--output-dir", str(folder)] + (["--resume"] if resume else [])
     timing = run_command(arguments, folder.parent / f"seed{seed}.log")
     steps = [record for record in records(folder) if "cpu_s" in record]

@@ -179,6 +179,7 @@ def fit_time(found: list[dict[str, Any]], names: list[str]) -> tuple[dict[str, A
     reference = reference_type(found)
     kinds = sorted({machine_type(row["record"]) for row in found})
     measured = [row["record"]["seconds_per_iteration"] for row in found]
+    # each type's median probe over these cells (a leave-one-shape-out fold's own)
     probes = {kind: statistics.median(row["record"]["speed_probe"]["probe_s"] for row in found
                                       if machine_type(row["record"]) == kind) for kind in kinds}
     # a type's factors start at its probe's ratio to the reference type's (one speed), then move apart if its cells
@@ -203,8 +204,7 @@ def fit_time(found: list[dict[str, Any]], names: list[str]) -> tuple[dict[str, A
                                     ["compute", "overhead"], worst=True)
     _, seconds, factors = best
     machines = {kind: {"factors": {group: round(value, 6) for group, value in factors[kind].items()},
-                       "probe_s": statistics.median(row["record"]["speed_probe"]["probe_s"] for row in found
-                                                    if machine_type(row["record"]) == kind),
+                       "probe_s": probes[kind],
                        "cells": sum(machine_type(row["record"]) == kind for row in found)} for kind in kinds}
     return seconds, machines
 
@@ -290,8 +290,9 @@ def main() -> None:
     memory, seconds = worst(table)
     print(f"worst: memory {memory:.1%} (bound {MEMORY_BOUND:.0%}), time {seconds:.1%} (bound {TIME_BOUND:.0%}) "
           f"over {len(table)} cells")
-    for shape, (memory, seconds) in held_out_shapes(found).items():
-        print(f"{shape} predicted by a fit on the other sizes alone: worst memory {memory:.1%}, time {seconds:.1%}")
+    for shape, error in (coefficients.get("held_out_error") or {}).get("by_shape", {}).items():  # fitted with them
+        print(f"{shape} predicted by a fit on the other shapes alone: worst memory {error['memory']:.1%}, time "
+              f"{error['time']:.1%}")
     if args.drop:
         for name in [*found[0]["memory"], *found[0]["time"]]:
             memory, seconds = worst(errors(found, fit_all(found, drop=name)))

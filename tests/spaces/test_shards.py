@@ -27,6 +27,28 @@ def sharded_spaces(whole: torch.Tensor, dim: int, ranks: int, noise: str):
     return spaces
 
 
+def assert_ranks_move_as_the_whole(reference, ranks_spaces, whole: torch.Tensor, base: torch.Tensor,
+                                   seeds: list[int], coefficients: list[float]) -> None:
+    """Two candidates applied, restored, then one update, on the whole tensor's space (`reference`, over `whole`,
+    which starts at `base`) and on every rank's (space, piece, shard): the pieces reassemble to the whole, bit for
+    bit, each time."""
+    for candidate in (Candidate(7, 0.5), Candidate(8, -0.25)):
+        reference.apply(candidate)
+        for space, _, _ in ranks_spaces:
+            space.apply(candidate)
+        assert torch.equal(assemble([(piece, shard) for _, piece, shard in ranks_spaces]), whole)
+        assert not torch.equal(whole, base)
+    reference.restore()
+    for space, piece, shard in ranks_spaces:
+        space.restore()
+        assert torch.equal(piece, local_slice(base, shard, tuple(piece.shape)))
+    for space, _, _ in ranks_spaces:
+        space.step(seeds, coefficients)
+    reference.step(seeds, coefficients)
+    assert not torch.equal(whole, base)
+    assert torch.equal(assemble([(piece, shard) for _, piece, shard in ranks_spaces]), whole)
+
+
 @pytest.mark.parametrize("noise", ["gaussian", "rademacher"])
 @pytest.mark.parametrize("shape,dim", [((36, 53), 0), ((36, 54), 1), ((4, 30, 7), 1), ((6, 5, 4), 2)],
                          ids=["rows", "columns", "middle", "last"])
@@ -40,21 +62,8 @@ def test_ranks_together_equal_the_whole_tensor(monkeypatch, shape, dim, noise):
     reference = FullParameterSpace(None, named_tensors=[("w", whole)], noise_kind=noise,
                                    optimizer=make_optimizer("sgd", 0.1, 0.01))
     for ranks in (2, 3) if shape[dim] % 3 == 0 else (2,):
-        ranks_spaces = sharded_spaces(base, dim, ranks, noise)
-        for candidate in (Candidate(7, 0.5), Candidate(8, -0.25)):
-            reference.apply(candidate)
-            for space, _, _ in ranks_spaces:
-                space.apply(candidate)
-            assert torch.equal(assemble([(piece, shard) for _, piece, shard in ranks_spaces]), whole)
-            assert not torch.equal(whole, base)
-        reference.restore()
-        for space, piece, shard in ranks_spaces:
-            space.restore()
-            assert torch.equal(piece, local_slice(base, shard, tuple(piece.shape)))
-        for space, _, _ in ranks_spaces:
-            space.step([3, 4], [0.7, -0.2])
-        reference.step([3, 4], [0.7, -0.2])
-        assert torch.equal(assemble([(piece, shard) for _, piece, shard in ranks_spaces]), whole)
+        assert_ranks_move_as_the_whole(reference, sharded_spaces(base, dim, ranks, noise), whole, base, [3, 4],
+                                       [0.7, -0.2])
         reference.load_state_tensors({"w": base})
 
 
@@ -87,20 +96,6 @@ def test_lowrank_ranks_together_equal_the_whole_weight(dim, ranks):
                              optimizer=make_optimizer("sgd", 0.1, 0.01))
         assert space.noise.shapes == reference.noise.shapes  # factors drawn at the whole weight's shape
         pieces.append((space, piece, shard))
-    for candidate in (Candidate(7, 0.5), Candidate(8, -0.25)):
-        reference.apply(candidate)
-        for space, _, _ in pieces:
-            space.apply(candidate)
-        assert torch.equal(assemble([(piece, shard) for _, piece, shard in pieces]), whole)
-        assert not torch.equal(whole, base)
-    reference.restore()
-    for space, _, _ in pieces:
-        space.restore()
-    assert torch.equal(assemble([(piece, shard) for _, piece, shard in pieces]), base)
-    for space, _, _ in pieces:
-        space.step([3, 4, 5], [0.7, -0.2, 0.1])
-    reference.step([3, 4, 5], [0.7, -0.2, 0.1])
-    assert not torch.equal(whole, base)
-    assert torch.equal(assemble([(piece, shard) for _, piece, shard in pieces]), whole)
+    assert_ranks_move_as_the_whole(reference, pieces, whole, base, [3, 4, 5], [0.7, -0.2, 0.1])
     with pytest.raises(ConfigError, match="LoRA requests"):  # a sharded space serves no batched members itself
         pieces[0][0].candidate_factors([Candidate(1, 1.0)])

@@ -211,7 +211,7 @@ def format_estimate(result: Estimate, context: dict[str, Any], iterations: int |
         lines.append(f"{'out of sample':30} time within ±{error['time']:.0%}, memory within ±{error['memory']:.0%}: "
                      f"the worst of {method}'s {error['cells']} scaling cells, each shape predicted by a fit on the "
                      "others")
-    lines += ["", speed_line(context), *[f"note: {note}" for note in result.notes]]
+    lines += ["", context["speed_line"], *[f"note: {note}" for note in result.notes]]
     return "\n".join(lines)
 
 
@@ -303,7 +303,7 @@ def format_methods(results: list[tuple[str, Estimate]], context: dict[str, Any],
         lines += ["", f"time ±: the worst time error of the method's scaling cells when a fit on the other model "
                       f"shapes predicted them ({len(context['coefficients']['held_out_error']['by_shape'])} shapes, "
                       "leave one out): how far the seconds may be off on a shape the fit never saw"]
-    lines += ["", speed_line(context),
+    lines += ["", context["speed_line"],
               *[f"note: {note}" for note in dict.fromkeys(note for _, result in results for note in result.notes)],
               "evotune estimate --method NAME (or a CONFIG) prints one method's terms."]
     return "\n".join(lines)
@@ -337,10 +337,6 @@ def machine_scaling(coefficients: dict[str, Any], probe_s: float | None,
     return probe_s / reference, None, (f"seconds: this machine's type ({machine}) is not one the study measured: its "
                                        f"speed probe is {probe_s / reference:.2f}x the reference type's "
                                        f"({reference:.2f} s), and every term scales by it")
-
-
-def speed_line(context: dict[str, Any]) -> str:
-    return context["speed_line"]
 
 
 def run_estimate(config_path: str | None, command: str | None, method: str | None, model: str | None,
