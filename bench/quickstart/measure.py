@@ -111,6 +111,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261126, help="held-out draw's seed (no run trains on it)")
     parser.add_argument("--budgets", type=int, nargs="+", default=[16, 24, 32, 48, 64])
     parser.add_argument("--name", default="quickstart_heldout")
+    parser.add_argument("--study", default="quickstart", help="writes bench/results/STUDY/NAME.json")
     args = parser.parse_args()
     configs, commands = zip(*(run_config(run) for run in args.runs))
     base = configs[0]
@@ -162,7 +163,7 @@ def main() -> None:
         result["gain_over_seeds"] = groups[0]["gain_over_seeds"]
     result["wall_time_s_max"] = max(run["wall_time_s"] for run in result["runs"])
     result["eval_wall_time_s"] = round(time.perf_counter() - started, 1)
-    write_result(args.name, result, study="quickstart")
+    write_result(args.name, result, study=args.study)
 
 
 if __name__ == "__main__":
