@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,3 +60,31 @@ def test_the_evotune_command_imports_first_then_runs_main(tmp_path):
 def test_the_installed_command_is_console_main():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["evotune"] == "evotune.cli.main:console_main"
+
+
+@pytest.mark.parametrize(("argv", "config", "environment", "expected"), [
+    (["train", "--set", "training_clock=cpu"], None, None, "PASSIVE"),
+    (["grpo", "CONFIG"], "training_clock: cpu\n", None, "PASSIVE"),  # from the config file
+    (["train", "--set", "training_clock=wall"], None, None, None),
+    (["train"], None, None, None),  # the wall clock by default: the run's speed is untouched
+    (["train", "--set", "training_clock=cpu"], None, "ACTIVE", "ACTIVE"),  # the user's own policy stays
+    (["eval", "runs/x"], None, None, None),
+    (["train", "missing.yaml"], None, None, None),  # left to the command's own error
+])
+def test_a_cpu_clock_run_starts_with_openmp_threads_that_sleep_when_idle(tmp_path, argv, config, environment,
+                                                                          expected):
+    """Spinning OpenMP threads beside a busy neighbour took 2.1x the CPU seconds for the same steps
+    (bench/results/speed/omp_wait_policy.json), so a CPU-second budget bought half the work. The policy must be in
+    the environment before torch loads OpenMP: checked in a fresh interpreter, which then imports torch."""
+    if config is not None:
+        (tmp_path / "run.yaml").write_text(config)
+        argv = [str(tmp_path / "run.yaml") if word == "CONFIG" else word for word in argv]
+    script = ("import os, sys\nfrom evotune.cli.main import quiet_openmp_for_cpu_clock\n"
+              "quiet_openmp_for_cpu_clock(sys.argv[1:])\nassert 'torch' not in sys.modules\nimport torch\n"
+              "print(os.environ.get('OMP_WAIT_POLICY'))")
+    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    if environment:
+        env["OMP_WAIT_POLICY"] = environment
+    out = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.split()
+    assert out[-1] == str(expected)

@@ -355,6 +355,26 @@ HEAVY_MODULES = {"train": ("evotune.trainer",), "sweep": ("evotune.trainer",), "
                  "export": ("evotune.runs.export",), "doctor": ("evotune.doctor", "evotune.trainer")}
 
 
+def quiet_openmp_for_cpu_clock(argv: list[str]) -> None:
+    """A run whose budget counts CPU seconds (`training_clock: cpu`, in its config or a --set) gets
+    OMP_WAIT_POLICY=PASSIVE unless the environment sets it: OpenMP's idle threads otherwise spin, and beside one busy
+    neighbour the same matmuls took 2.1x the CPU seconds (bench/results/speed/omp_wait_policy.json), so the budget
+    bought half the work. Must run before torch is imported. An unreadable config is left to the command's own error."""
+    import os
+
+    if "OMP_WAIT_POLICY" in os.environ:
+        return
+    try:
+        args = build_parser().parse_args(argv)
+        if args.subcommand not in ("train", "grpo", "sweep"):
+            return
+        values, _ = read_config_values(getattr(args, "config", None), getattr(args, "set", None) or [])
+    except (EvotuneError, SystemExit, OSError, ValueError):
+        return
+    if values.get("training_clock") == "cpu":
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
 def console_main(argv: list[str] | None = None) -> int:
     """The `evotune` command: main() in a process of its own, whose command's heavy imports come first, without the
     garbage collector and then frozen (import_utils.startup_imports: 1.5 s less for a short `evotune train`).
@@ -366,6 +386,7 @@ def console_main(argv: list[str] | None = None) -> int:
     command = next((word for word in argv if not word.startswith("-")), "")
     quiet_third_party(verbose="--verbose" in argv[:argv.index(command)] if command else "--verbose" in argv)
     modules = HEAVY_MODULES.get(command, ())
+    quiet_openmp_for_cpu_clock(argv)  # before torch loads OpenMP, which reads it once
     if modules and not {"-h", "--help", "--print-config"} & set(argv):  # these print before anything runs
         with startup_imports():
             for name in ("torch", "transformers.modeling_utils", "transformers.generation.utils", *modules):

@@ -162,7 +162,12 @@ def saved_per_token_and_layer(shape: ModelShape) -> int:
 
 def time_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
     """Each term of an iteration's time in its own unit (estimate.py scales each by its fitted seconds per unit)."""
-    return {"weight reads (GB)": load.weight_reads * load.parameters * load.dtype_bytes / 1e9,
+    stacked = load.stacked_copies > 0  # full-es's stacked candidates: one batched matmul over their copies
+    reads = load.weight_reads * load.parameters * load.dtype_bytes / 1e9
+    return {"weight reads (GB)": 0.0 if stacked else reads,
+            # a batched matmul streams every stacked copy once per pass, at another rate than one model's weights:
+            # counted as plain reads, full-es with 4 stacked candidates ran a third under the fit at 360M and 0.5B
+            "stacked weight reads (GB)": reads if stacked else 0.0,
             "layer passes (thousands)": load.passes * shape.num_hidden_layers / 1e3,
             "forward (TFLOP)": 2 * load.parameters * load.forward_tokens / 1e12,
             "training (TFLOP)": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
