@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from bench.method_matrix.arms import METHODS
-from bench.method_matrix.job import machine, records, run_command, write_config
+from bench.method_matrix.commands import records, run_command, write_config
+from bench.method_matrix.job import machine
 from bench.scaling.run import speed_probe
 
 from .arms import ARMS, CPU_SECONDS, MARK_EVERY, RESULTS, SEEDS, THREADS, arm_keys, marks

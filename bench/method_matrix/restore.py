@@ -61,7 +61,7 @@ def with_restores(ready: list[dict], results: Path, runs: Path, skip: set[str]) 
 def restore(job: dict, runs: Path) -> dict[str, Any]:
     """The job's body: the SFT again, then the checks against its result file (raises on a mismatch)."""
     from .arms import TASKS
-    from .job import sft_and_merge, sft_folder
+    from .commands import sft_and_merge, sft_folder
     from .measure import HELDOUT_SIZE, measure
 
     recorded = json.loads(Path(job["sft_result"]).read_text())

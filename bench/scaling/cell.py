@@ -22,6 +22,7 @@ from .arms import ARMS, FRACTIONS, ITERATIONS, MAX_NEW_TOKENS, time_fraction, to
 from .guard import run_guarded
 from .predict import BYTES, predicted_peak_mib, predicted_terms
 from .shapes import SHAPES, Shape, build
+from .workloads import cell_keys
 
 
 def random_adapter(model_dir: Path) -> Path:
@@ -42,27 +43,6 @@ def random_adapter(model_dir: Path) -> Path:
                             target_modules=LORA["lora_target_modules"], init_lora_weights=False)
         get_peft_model(model, config).save_pretrained(adapter)
     return adapter
-
-
-def cell_keys(arm: str, fraction: float, iterations: int = ITERATIONS) -> dict[str, Any]:
-    """The config keys an evotune arm's cell runs with at a fraction of the unit (model, dtype and ESSA's adapter
-    aside: command_line adds them)."""
-    command, sizes = ARMS[arm]["command"], unit(arm, fraction)
-    keys = dict(ARMS[arm]["keys"])
-    if command == "sft":
-        keys.update(max_steps=iterations, num_train=keys["batch_size"] * iterations)
-    else:
-        keys["iterations"] = iterations
-    if command == "train":
-        keys["population_size"] = sizes["members"]
-        if keys.get("population_batch_size"):
-            keys["population_batch_size"] = sizes["members"]
-    if command == "grpo":
-        keys["batch_size"] = sizes["prompts"]
-        # micro-batches must divide the step's completions: fewer prompts may take fewer of them
-        keys["gradient_accumulation_steps"] = min(keys.get("gradient_accumulation_steps", 1),
-                                                  sizes["prompts"] * keys["num_generations"])
-    return keys
 
 
 def command_line(arm: str, model_dir: Path, dtype: str, work: Path, fraction: float, iterations: int,

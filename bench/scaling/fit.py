@@ -33,51 +33,22 @@ from evotune.estimate.model import (
     machine_key,
     term_group,
 )
-from evotune.estimate.report import sft_sequence_tokens
-from evotune.estimate.shape import ModelShape
-from evotune.estimate.workload import BYTES, Workload, memory_terms, time_terms, workload
+from evotune.estimate.workload import memory_terms, time_terms
 
-from .arms import ARMS, MAX_NEW_TOKENS, PROMPTS
-from .cell import cell_keys
+from .arms import ARMS
 from .run import DTYPE, RESULTS
 from .shapes import SHAPES, TOKENIZER_VOCAB
+from .workloads import FITTED, cell_workload, model_shape
 
 # The `evotune estimate --method` names each arm's cells measure (mezo is full-es's space with 2 members: its cells)
 ARM_METHODS = {"full_es": ("full-es", "mezo"), "full_es_batched": ("full-es", "mezo"), "lowrank": ("lowrank-es",),
                "es_lora": ("lora-es",), "essa": ("essa",), "grpo_lora": ("grpo-lora",), "grpo_full": ("grpo-full",),
                "grpo_full_accumulation4": ("grpo-full",), "sft_lora": ("sft",), "generation": ()}
-PROMPT_TOKENS = 47  # the arithmetic task's chat-templated prompt under SmolLM2's tokenizer (every shape's here)
 MEMORY_BOUND, TIME_BOUND = 0.15, 0.25  # the issue's: predicted within 15% of peak memory, 25% of time
-FITTED = ("generate", "train", "grpo", "sft")
 # cells of shapes the study also measured on another machine type: they fit that type's factors (and are read with the
 # study's own by rows(); the page's tables of what fits read the study's own alone)
 CROSS = RESULTS / f"{DTYPE}_cross"
 FACTOR_ROUNDS = 12  # coefficients and machine factors fitted in turn: the worst error settles within a few rounds
-
-
-def model_shape(name: str) -> ModelShape:
-    return SHAPES[name].model_shape()
-
-
-def cell_workload(record: dict[str, Any]) -> Workload:
-    """What the cell ran, counted as `evotune estimate` counts a user's run."""
-    from evotune.config.grpo import GRPORunConfig
-    from evotune.config.sft import SFTConfig
-    from evotune.config.train import TrainConfig
-
-    arm, shape = record["arm"], model_shape(record["shape"])
-    command = ARMS[arm]["command"]
-    if command == "generate":  # the ES iteration's generates with no perturbation: no master, no sweeps
-        members = record["unit"]["members"]
-        parameters = shape.parameters()
-        return Workload("plain generation", "generate", BYTES[record["dtype"]], parameters, 0, members,
-                        members * MAX_NEW_TOKENS, members * MAX_NEW_TOKENS, PROMPTS, PROMPT_TOKENS + MAX_NEW_TOKENS,
-                        members * PROMPTS * (PROMPT_TOKENS + MAX_NEW_TOKENS), 0, 0, new_tokens=MAX_NEW_TOKENS)
-    keys = {**cell_keys(arm, record["fraction_of_unit"]), "dtype": record["dtype"]}
-    config = {"train": TrainConfig, "grpo": GRPORunConfig, "sft": SFTConfig}[command].from_dict(keys)
-    # SFT trains on the task's solutions, padded per batch: measured as `evotune estimate` measures a user's data
-    sequence = sft_sequence_tokens(config)[0] if command == "sft" else None
-    return workload(command, config, shape, PROMPT_TOKENS, sequence_tokens=sequence)
 
 
 def rows(results: Path = RESULTS / DTYPE, cross: Path | None = CROSS) -> list[dict[str, Any]]:

@@ -56,12 +56,12 @@ def terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> dict[str
 
 
 def fitted_terms(shape: Shape, arm: str, dtype: str, fraction: float = 1.0) -> dict[str, float] | None:
-    """`evotune estimate`'s memory terms (MiB) for a cell of an arm the fit models (fit.FITTED: evotune's commands and
-    plain generation); None for the peer (not ours) and while the fit covers fewer than three model sizes (its
-    per-parameter terms are not told apart)."""
+    """`evotune estimate`'s memory terms (MiB) for a cell of an arm the fit models (workloads.FITTED: evotune's
+    commands and plain generation); None for the peer (not ours) and while the fit covers fewer than three model
+    sizes (its per-parameter terms are not told apart)."""
     from evotune.estimate.model import estimate, load_coefficients
 
-    from .fit import FITTED, cell_workload
+    from .workloads import FITTED, cell_workload
 
     coefficients = load_coefficients()
     if ARMS[arm]["command"] not in FITTED or len(coefficients.get("shapes", [])) < 3:
