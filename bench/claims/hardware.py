@@ -9,6 +9,18 @@ from bench.gpu_check.check import limits_distance
 from evotune.evaluation.statistics import wilson_interval
 
 
+def grpo_label(row: dict) -> str:
+    """What the check's GRPO row ran: its recorded config; a row from before the check recorded one ran `evotune
+    grpo`'s defaults of its commit, a LoRA of rank 8 (GRPORunConfig's `lora: True`), at the completions it counts."""
+    completions = round(row["completions_per_second"] * row["seconds_per_step"])
+    config = row.get("config") or {"lora": True, "lora_rank": 8}
+    if not config["lora"]:
+        return f"grpo-full (TRL, {completions} completions per step)"
+    shape = (f", {config['batch_size']} prompts x {config['num_generations']} completions, temperature "
+             f"{config['temperature']}" if "batch_size" in config else f", {completions} completions per step")
+    return f"grpo-lora (TRL, LoRA rank {config['lora_rank']}{shape})"
+
+
 def gpu_h200() -> str:
     rows = {row["method"].split(" (")[0]: row for row in load("gpu_check/gpu_h200_hf.json")["rows"]}
     full, low = rows["full-es"], rows["lowrank-es"]
@@ -78,8 +90,7 @@ def gpu_check_table() -> str:
                      f"{_bandwidth_share(row, facts)} | {row['peak_gpu_memory_mib']:,.0f} MiB | `{name}` |")
     if "grpo" in rows:
         name, grpo = rows["grpo"]
-        lines += ["", f"GRPO (TRL, full parameters, {grpo['completions_per_second'] * grpo['seconds_per_step']:.0f} "
-                  f"completions per step): {grpo['seconds_per_step']:.2f} s per step, "
+        lines += ["", f"{grpo_label(grpo)}: {grpo['seconds_per_step']:.2f} s per step, "
                   f"{grpo['token_slots_per_second']:,.0f} token slots/s, peak GPU memory "
                   f"{grpo['peak_gpu_memory_mib']:,.0f} MiB (`{name}`)."]
     resume = rows["resume"][1]
@@ -105,7 +116,7 @@ def gpu_learning_table() -> str:
     """The fixed-wall-time learning rows: held-out accuracy before and after the same seconds of training."""
     rows = sorted(((row["method"], row["seed"], name, row) for arm, (name, row) in _gpu_check_rows().items()
                    if arm.startswith("learn_")), key=lambda item: (item[0], item[1]))
-    labels = {"lowrank": "lowrank-es (rank 1)", "full_batched": "full-es, population-batched", "grpo": "GRPO (TRL)"}
+    labels = {"lowrank": "lowrank-es (rank 1)", "full_batched": "full-es, population-batched", "grpo": "grpo-lora (TRL, LoRA rank 8)"}
     lines = ["", "", "| method | seed | steps in the time | held-out before | held-out after [95% interval] | gain | "
              "file |", "|---|---|---|---|---|---|---|"]
     for method, seed, name, row in rows:

@@ -314,7 +314,27 @@ def own_loop_overhead() -> str:
     return f"{ratio:.2f}x plain generation"
 
 
+def omp_wait_policy() -> str:
+    """The quickstart's step alone and beside a busy neighbour, under OpenMP's spinning default and passive threads
+    (bench/speed/omp_wait_policy.py)."""
+    data = load("speed/omp_wait_policy.json")
+    arms, ratios = data["arms"], data["beside_a_neighbour_over_alone"]
+    default, passive = list(ratios)
+    alone = data["passive_over_default_alone"]
+
+    def step(arm: str) -> str:
+        return f"{arms[arm]['cpu_s_per_step']:.1f} CPU s ({arms[arm]['wall_s_per_step']:.1f} s wall)"
+
+    return (f"beside a busy neighbour a step took {ratios[default]['cpu_s']:.2f}x its CPU seconds alone with spinning "
+            f"threads ({step(default + ', alone')} -> {step(default + ', beside a busy neighbour')}), "
+            f"{ratios[passive]['cpu_s']:.2f}x with passive ones ({step(passive + ', alone')} -> "
+            f"{step(passive + ', beside a busy neighbour')}); alone, passive threads cost {alone['wall_s']:.2f}x the "
+            f"wall time and {alone['cpu_s']:.2f}x the CPU seconds (the quickstart's steps, {data['machine']['cpu']}, "
+            f"{data['threads']} cores)")
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
+    "omp-wait-policy": omp_wait_policy,
     "grpo-memory": grpo_memory,
     "lowrank-throughput-cpu": lowrank_throughput_cpu,
     "lowrank-throughput-table": lowrank_throughput_table,

@@ -286,7 +286,7 @@ def stability_arithmetic_table() -> str:
     """Each final model's accuracy at 48, 24 and 10 new tokens, five seeds per method, and their spread."""
     spread = load("stability/stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
     methods = {"es": "full-es (`bench/configs/arithmetic_10tok.yaml`)",
-               "grpo": "GRPO (`examples/grpo_arithmetic.yaml`)"}
+               "grpo": "grpo-lora (`bench/configs/grpo_arithmetic_10tok.yaml`)"}
     lines = ["", "", "| method | new tokens | accuracy per seed (0-4) | mean | std [bootstrap 95%] | range |",
              "|---|---|---|---|---|---|"]
     for key, label in methods.items():

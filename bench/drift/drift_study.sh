@@ -8,11 +8,11 @@
 # takes ~5 minutes on one thread, so runs evaluate 4-5 times; seeds 2-4 (stability only) skip retention.
 # Methods (settings fixed before any run):
 #   es           bench/configs/arithmetic_10tok.yaml (full-parameter OpenES)        seeds 0-4 (the stability study's five)
-#   grpo         examples/grpo_arithmetic.yaml (TRL, LoRA)               seeds 0-4
+#   grpo         bench/configs/grpo_arithmetic_10tok.yaml (TRL, LoRA)               seeds 0-4
 #   es-anchor1.25  es + anchor_decay 1.25: learning_rate 4e-3 x 1.25 = 0.5% of the distance to the base per update,
 #                the AWD paper's fraction (anchor_decay 10 at its learning rate 5e-4)         seeds 0-1
 #   es-anchor10  es + anchor_decay 10, the paper's value at our learning rate: 4% per update  seeds 0-1
-#   lowrank      examples/lowrank_arithmetic.yaml (EGGROLL-style rank-1 perturbations)     seeds 0-1
+#   lowrank      bench/configs/lowrank_arithmetic_10tok.yaml (EGGROLL-style rank-1 perturbations)     seeds 0-1
 # Each final model is also evaluated at training's 10 new tokens (the truncated number earlier studies reported).
 #   bash bench/drift/drift_study.sh                         # runs only what is missing (re-run to resume)
 #   METHODS="es grpo" SEEDS="2 3 4" bash bench/drift/drift_study.sh   # a subset (e.g. one per core)
@@ -51,11 +51,11 @@ if [ "$TABLE" != only ]; then
         es) train "$dir" bench/configs/arithmetic_10tok.yaml --set seed=$seed "${es_schedule[@]}" ;;
         es-anchor*) [ "$seed" -le 1 ] && train "$dir" bench/configs/arithmetic_10tok.yaml --set seed=$seed "${es_schedule[@]}" \
                       --set anchor_decay=${method#es-anchor} ;;
-        lowrank) [ "$seed" -le 1 ] && train "$dir" examples/lowrank_arithmetic.yaml --set seed=$seed \
+        lowrank) [ "$seed" -le 1 ] && train "$dir" bench/configs/lowrank_arithmetic_10tok.yaml --set seed=$seed \
                    "${es_schedule[@]}" ;;
         grpo) finished "$dir" || if ls "$dir/trl" 2>/dev/null | grep -q '^checkpoint-'; then  # TRL saves in trl/
                 evotune grpo --output-dir "$dir" --resume
-              else rm -rf "$dir"; retained "$dir"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$dir" --set seed=$seed \
+              else rm -rf "$dir"; retained "$dir"; evotune grpo bench/configs/grpo_arithmetic_10tok.yaml --output-dir "$dir" --set seed=$seed \
                 "${common[@]}" "${extra[@]}" --set eval_every=30 --set checkpoint_every=10; fi ;;
         *) echo "unknown method $method" >&2; exit 2 ;;
       esac

@@ -20,7 +20,7 @@ for seed in $SEEDS; do  # arithmetic: 5 ES iterations x 16 x 32 = 2,560
     --set adapter="$RUNS/arithmetic/sft-seed$seed/adapter" --set population_size=16 --set iterations=5 --set eval_every=1
 done
 for seed in $SEEDS; do  # 40 steps x 8 x 8 = 2,560
-  grpo "$RUNS/arithmetic/grpo-seed$seed" examples/grpo_arithmetic.yaml --set seed=$seed --set iterations=40 \
+  grpo "$RUNS/arithmetic/grpo-seed$seed" bench/configs/grpo_arithmetic_10tok.yaml --set seed=$seed --set iterations=40 \
     --set eval_every=10 --set checkpoint_every=20 --set learning_rate=1e-4 --set temperature=0.7 --set dtype=bfloat16
 done
 for seed in $SEEDS; do  # conciseness: 10 ES iterations x 16 x 16 = 2,560
@@ -43,7 +43,7 @@ for seed in $SEEDS; do
       --set iterations=20 --set eval_every=2
 done
 # GRPO's learning-rate sensitivity: the papers' full-parameter 1e-5 on the same LoRA run (seed 0).
-grpo "$RUNS/arithmetic-lr/grpo-lr1e-5-seed0" examples/grpo_arithmetic.yaml --set seed=0 --set iterations=40 \
+grpo "$RUNS/arithmetic-lr/grpo-lr1e-5-seed0" bench/configs/grpo_arithmetic_10tok.yaml --set seed=0 --set iterations=40 \
   --set eval_every=10 --set checkpoint_every=20 --set learning_rate=1e-5 --set temperature=0.7 --set dtype=bfloat16 \
   --set method=grpo-lr1e-5
 

@@ -3,7 +3,7 @@
 # BUDGET seconds of training per run (max_training_seconds; evaluation excluded), one CPU thread each,
 # seeds 0 and 1, held-out exact-match accuracy on 512 prompts; then `evotune compare --budget-time`.
 # ES uses bench/configs/arithmetic_10tok.yaml (its settings come from the sweep in bench/results/sweep_arithmetic/),
-# GRPO examples/grpo_arithmetic.yaml at its best measured learning rate (1e-4 vs 1e-5,
+# GRPO bench/configs/grpo_arithmetic_10tok.yaml at its best measured learning rate (1e-4 vs 1e-5,
 # bench/results/es_vs_grpo/compare_grpo_learning_rate_arithmetic).
 #   bash bench/es_vs_grpo/es_vs_grpo_time.sh                       # runs only what is missing (re-run to resume)
 #   METHODS=grpo SEEDS=0 bash bench/es_vs_grpo/es_vs_grpo_time.sh  # one arm
@@ -23,7 +23,7 @@ for seed in $SEEDS; do
       es) if [ -d "$dir/checkpoint" ]; then evotune train --output-dir "$dir" --resume
           else rm -rf "$dir"; evotune train bench/configs/arithmetic_10tok.yaml --output-dir "$dir" --set seed=$seed "${common[@]}" \
             --set eval_every=4 --set checkpoint_every=2; fi ;;
-      grpo) rm -rf "$dir"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$dir" --set seed=$seed "${common[@]}" \
+      grpo) rm -rf "$dir"; evotune grpo bench/configs/grpo_arithmetic_10tok.yaml --output-dir "$dir" --set seed=$seed "${common[@]}" \
               --set eval_every=10 --set checkpoint_every=1000 ;;
     esac
   done

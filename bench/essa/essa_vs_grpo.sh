@@ -29,7 +29,7 @@ for seed in $SEEDS; do
   essa "$RUNS/essa-seed$seed"
   [ -z "${TUNED:-}" ] || essa "$RUNS/essa_tuned-seed$seed" $TUNED
   grpo="$RUNS/grpo-seed$seed"
-  done_run "$grpo" || { rm -rf "$grpo"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$grpo" \
+  done_run "$grpo" || { rm -rf "$grpo"; evotune grpo bench/configs/grpo_arithmetic_10tok.yaml --output-dir "$grpo" \
     --set seed=$seed --set adapter="$sft/adapter" --set num_eval=512 --set iterations=1000 \
     --set max_training_seconds=$BUDGET --set eval_every=8 --set checkpoint_every=1000 --set method=sft-grpo; }
 done

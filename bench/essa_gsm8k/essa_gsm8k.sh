@@ -32,7 +32,7 @@ for seed in $SEEDS; do
       --set batch_size=4 --set population_batch_size=24 --set iterations=1000 --set max_training_seconds=$BUDGET \
       --set eval_every=0 --set checkpoint_every=2; fi; }
   grpo="$RUNS/grpo-seed$seed"
-  done_run "$grpo" || { rm -rf "$grpo"; evotune grpo examples/grpo_arithmetic.yaml --output-dir "$grpo" --set seed=$seed \
+  done_run "$grpo" || { rm -rf "$grpo"; evotune grpo bench/configs/grpo_arithmetic_10tok.yaml --output-dir "$grpo" --set seed=$seed \
     "${task[@]}" --set adapter="$sft/adapter" --set batch_size=2 --set num_generations=4 --set iterations=1000 \
     --set max_training_seconds=$BUDGET --set eval_every=0 --set checkpoint_every=1000 --set method=sft-grpo; }
 done

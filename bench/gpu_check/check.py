@@ -269,7 +269,9 @@ def grpo_row(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"method": "grpo", "summary": summary, "steps": len(steps), "seconds_per_step": round(per_step, 4),
             "completions_per_second": round(completions / per_step, 1),
             "token_slots_per_second": round(completions * config.max_new_tokens / per_step, 1),
-            "peak_gpu_memory_mib": peak.mib, "wall_s": round(time.perf_counter() - started, 1)}
+            "peak_gpu_memory_mib": peak.mib, "wall_s": round(time.perf_counter() - started, 1),
+            "config": {key: getattr(config, key) for key in ("lora", "lora_rank", "batch_size", "num_generations",
+                                                              "temperature", "learning_rate", "max_new_tokens")}}
 
 
 def learn_row(args: argparse.Namespace, work: Path, name: str, overrides: dict[str, Any], seed: int) -> dict[str, Any]:
