@@ -116,7 +116,8 @@ def gpu_learning_table() -> str:
     """The fixed-wall-time learning rows: held-out accuracy before and after the same seconds of training."""
     rows = sorted(((row["method"], row["seed"], name, row) for arm, (name, row) in _gpu_check_rows().items()
                    if arm.startswith("learn_")), key=lambda item: (item[0], item[1]))
-    labels = {"lowrank": "lowrank-es (rank 1)", "full_batched": "full-es, population-batched", "grpo": "grpo-lora (TRL, LoRA rank 8)"}
+    labels = {"lowrank": "lowrank-es (rank 1)", "full_batched": "full-es, population-batched",
+              "grpo": "grpo-lora (TRL, LoRA rank 8)"}
     lines = ["", "", "| method | seed | steps in the time | held-out before | held-out after [95% interval] | gain | "
              "file |", "|---|---|---|---|---|---|---|"]
     for method, seed, name, row in rows:

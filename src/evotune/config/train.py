@@ -219,8 +219,10 @@ class TrainConfig(RunConfig):
                                                "wall-clock time.")
     training_clock: TrainingClock = option("wall", "What max_training_seconds counts: wall seconds, or cpu, the "
                                                    "user + system CPU seconds of the run's own process tree (engine "
-                                                   "processes included), which a neighbour's load does not stretch. "
-                                                   "Each step records both (time_s, cpu_s).")
+                                                   "processes included), which a neighbour's load does not stretch "
+                                                   "much (the `evotune` command then sets OMP_WAIT_POLICY=PASSIVE "
+                                                   "unless it is set: spinning threads beside a neighbour doubled a "
+                                                   "step's CPU seconds). Each step records both (time_s, cpu_s).")
     batch_size: int = option(32, "Prompts per candidate per iteration (reward = mean over them).")
     generation_batch_size: int | None = option(None, "Prompts per generate() call (default: the whole batch).")
     shared_prefix: bool | None = option(None, "hf: run the token prefix that a generate() call's prompts share "
