@@ -248,9 +248,13 @@ def probes_machine_text(results: Path = STUDY) -> str:
 
 
 def setting_text(method: str, setting: int) -> str:
-    """A tuning setting's keys as text, e.g. `sigma 0.002, learning_rate 0.008`."""
+    """A tuning setting as text, every key its grid varies over (a key the setting leaves out at the method's fixed
+    value), e.g. `sigma 0.002, learning_rate 0.008, batch_size 16`: two settings' texts show the key they differ in."""
+    spec = METHODS[method]
+    keys = list(dict.fromkeys(key for grid_setting in spec["grid"] for key in grid_setting))
+    values = {key: spec["grid"][setting].get(key, spec["keys"].get(key)) for key in keys}
     return ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
-                     for key, value in METHODS[method]["grid"][setting].items())
+                     for key, value in values.items())
 
 
 def _grid_edges(spec: dict, chosen: int) -> str:

@@ -37,10 +37,11 @@ from evotune.tasks import get_task
 from evotune.tasks.phrasings import TRANSFER_BUDGETS, TRANSFER_MAX_NEW_TOKENS, questions_of, transfer_rows
 
 # the settings each command's result records of its quickstart
-RECORDED = {"train": ("space", "perturbation_rank", "population_size", "antithetic", "sigma", "learning_rate", "noise",
-                      "iterations", "batch_size", "max_new_tokens", "dtype"),
+RECORDED = {"train": ("method", "space", "perturbation_rank", "population_size", "antithetic", "sigma", "learning_rate",
+                      "noise", "fitness_shaping", "iterations", "batch_size", "max_new_tokens", "dtype", "task_args",
+                      "max_training_seconds", "training_clock"),
             "grpo": ("lora", "lora_rank", "learning_rate", "temperature", "beta", "num_generations", "iterations",
-                     "batch_size", "max_new_tokens", "dtype")}
+                     "batch_size", "max_new_tokens", "dtype", "max_training_seconds", "training_clock")}
 
 
 def run_config(run: str) -> tuple[Any, str]:
@@ -61,6 +62,17 @@ def scores_by_budget(model: str, dtype: str, task, rows: list[dict], budgets: li
     return (accuracy_by_budget(backend, task, rows, budgets),
             {group: accuracy_by_budget(backend, task, members, TRANSFER_BUDGETS)
              for group, members in transfer.items()})
+
+
+def training_done(run: Path) -> dict:
+    """The steps a run took and their summed wall and CPU seconds (metrics.jsonl; a budgeted run's iterations are
+    what its budget bought)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [row for row in rows if "time_s" in row]
+    cpu = [row["cpu_s"] for row in steps if "cpu_s" in row]
+    return {"iterations_done": max((row.get("iteration", row.get("step", 0)) for row in rows), default=0),
+            "training_wall_s": round(sum(row["time_s"] for row in steps), 1),
+            "training_cpu_s": round(sum(cpu), 1) if cpu else None}
 
 
 def transfer_summary(scores: dict[str, dict[int, np.ndarray]]) -> dict:
@@ -148,6 +160,7 @@ def main() -> None:
         timing = json.loads((Path(run) / "wall_time.json").read_text())
         result["runs"].append({
             "run": run, "seed": config.seed, "wall_time_s": timing["wall_time_s"], "threads": timing["threads"],
+            **training_done(Path(run)),
             "speed_probe": timing.get("speed_probe"),  # run.sh records it before each run (older runs lack it)
             "accuracy": {k: round(float(v.mean()), 4) for k, v in trained.items()},
             **paired_gain(trained[budget], base_scores[budget], seed=config.seed),
