@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 
@@ -104,14 +105,11 @@ def grpo_quickstart() -> str:
     """`evotune grpo` with no config, measured as the train quickstart is (bench/quickstart/run.sh, COMMAND=grpo)."""
     data = load("quickstart/grpo_quickstart_heldout.json")
     budget = str(data["eval_max_new_tokens"])
-    runs = "; ".join(f"seed {run['seed']}: {100 * run['accuracy'][budget]:.1f}%, a gain of {run['gain_points']:+.1f} "
-                     f"points (95% interval [{run['gain_ci95'][0]:+.1f}, {run['gain_ci95'][1]:+.1f}]) in "
-                     f"{run['wall_time_s'] / 60:.1f} minutes" for run in data["runs"])
-    largest = max(data["runs"][0]["gain_points_by_budget"], key=int)
-    at_largest = ", ".join(f"{run['gain_points_by_budget'][largest]:+.1f}" for run in data["runs"])
-    return (f"base {100 * data['base']['accuracy'][budget]:.1f}% -> {runs}; n = {data['num_prompts']:,} fresh "
-            f"questions scored at {budget} new tokens (a gain of {at_largest} points at {largest}), on "
-            f"{data['runs'][0]['threads']} cores of an {data['machine']['cpu']}")
+    runs = "; ".join(f"seed {run['seed']}: {100 * run['accuracy'][budget]:.1f}% ({run['gain_points']:+.1f} points "
+                     f"[{run['gain_ci95'][0]:+.1f}, {run['gain_ci95'][1]:+.1f}], {run['wall_time_s'] / 60:.1f} "
+                     "minutes)" for run in data["runs"])
+    return (f"base {100 * data['base']['accuracy'][budget]:.1f}% -> {runs}; n = {data['num_prompts']:,} at {budget} "
+            f"new tokens, {data['runs'][0]['threads']} cores of an {data['machine']['cpu']}")
 
 
 def speed_reference() -> str:
@@ -241,7 +239,82 @@ def transfer_budget() -> str:
             f"tokens on an {data['machine']['cpu']}; " + "; ".join(parts) + ")")
 
 
+def _score(run: dict, budget: str) -> str:
+    """A run's template accuracy and its paired gain with the interval."""
+    low, high = run["gain_ci95"]
+    return f"{pct(run['accuracy'][budget])} ({run['gain_points']:+.1f} [{low:+.1f}, {high:+.1f}])"
+
+
+def _transfer_score(run: dict, scored: str) -> str:
+    low, high = run["transfer"]["gain_ci95"]
+    return f"{pct(run['transfer']['accuracy'][scored])} ({run['transfer']['gain_points']:+.1f} [{low:+.1f}, {high:+.1f}])"
+
+
+def _transfer_header(data: dict) -> tuple[list[str], str, str, list[str]]:
+    split, budget = data["transfer_split"], str(data["eval_max_new_tokens"])
+    scored, groups = str(split["scored_budget"]), list(split["groups"])
+    head = [f"template, {budget} new tokens (n = {data['num_prompts']})",
+            f"asked in ways never trained on, {scored} new tokens (n = {sum(split['groups'].values())})",
+            *groups]
+    return head, budget, scored, groups
+
+
+def _base_row(data: dict, cells: list[str], budget: str, scored: str, groups: list[str], trailing: int) -> str:
+    """The base model's row: `cells` first, then its template, transfer and per-group accuracy, then empty cells."""
+    base = data["base"]
+    scores = [pct(base["accuracy"][budget]), pct(base["transfer"]["accuracy"][scored]),
+              *(pct(base["transfer"]["by_group"][name]) for name in groups)]
+    return "| " + " | ".join([*cells, *scores, *[""] * trailing]) + " |"
+
+
+def quickstart_table() -> str:
+    """The quickstart's seeds, template and transfer side by side, one row each (README's Quickstart)."""
+    data = load("quickstart/quickstart_transfer_heldout.json")
+    head, budget, scored, groups = _transfer_header(data)
+    lines = ["", "", "| | " + " | ".join(head) + " | minutes |", "|---" * (len(head) + 2) + "|",
+             _base_row(data, ["base"], budget, scored, groups, 1)]
+    for run in data["runs"]:
+        lines.append(f"| seed {run['seed']} | {_score(run, budget)} | {_transfer_score(run, scored)} | "
+                     + " | ".join(pct(run["transfer"]["by_group"][name]) for name in groups)
+                     + f" | {run['wall_time_s'] / 60:.1f} |")
+    runs = data["runs"]
+    lines += ["", f"Accuracy (paired gain over the base in points [95% interval]); {runs[0]['settings']['dtype']}, "
+              f"{runs[0]['threads']} cores of an {data['machine']['cpu']}; by group, the share right."]
+    return "\n".join(lines) + "\n"
+
+
+def transfer_experiments_table() -> str:
+    """Each transfer experiment's runs at one CPU-second budget: template and transfer side by side, per seed, with
+    the iterations the budget bought (bench/transfer/experiments.sh)."""
+    from bench.transfer.variants import LABELS, variant
+
+    try:
+        files = [load("transfer/transfer_heldout.json")]
+    except FileNotFoundError:
+        return "not run yet (`BUDGET=SECONDS bash bench/transfer/experiments.sh` writes the table's file)"
+    with contextlib.suppress(FileNotFoundError):
+        files.append(load("transfer/transfer_grpo_heldout.json"))
+    head, budget, scored, groups = _transfer_header(files[0])
+    lines = ["", "", "| variant | seed | iterations | " + " | ".join(head) + " |", "|---" * (len(head) + 3) + "|"]
+    for data in files:
+        label = "the base model" + (" (on GRPO's draw)" if data is not files[0] else "")
+        lines.append(_base_row(data, [label, "", ""], budget, scored, groups, 0))
+        for run in sorted(data["runs"], key=lambda run: (list(LABELS).index(variant(run["run"])), run["seed"])):
+            lines.append(f"| {LABELS[variant(run['run'])]} | {run['seed']} | {run['iterations_done']} | "
+                         f"{_score(run, budget)} | {_transfer_score(run, scored)} | "
+                         + " | ".join(pct(run["transfer"]["by_group"][name]) for name in groups) + " |")
+    machine = files[0]["machine"]
+    budget_s = files[0]["runs"][0]["settings"].get("max_training_seconds")
+    lines += ["", f"Every run trained for {budget_s:g} CPU seconds (`training_clock: cpu`) on {machine['cpu']}, "
+              f"{files[0]['runs'][0]['threads']} threads; accuracy (paired gain over the base in points [95% "
+              "interval]); by group, the share right. GRPO's runs are scored on their own draw of held-out "
+              "questions (those its training never saw), with the same transfer split."]
+    return "\n".join(lines) + "\n"
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
+    "quickstart-table": quickstart_table,
+    "transfer-experiments-table": transfer_experiments_table,
     "transfer-budget": transfer_budget,
     "quickstart-transfer": quickstart_transfer,
     "quickstart": quickstart,

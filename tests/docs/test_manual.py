@@ -82,3 +82,11 @@ def test_the_check_reads_the_manual_and_catches_planted_settings(capsys):
     assert not wrong_settings(f"`examples/lowrank_arithmetic.yaml` runs at `learning_rate: {held}`.\n")
     assert wrong_settings("`examples/no_such_file.yaml` holds `sigma: 0.1`.\n")
     assert wrong_settings("`examples/lowrank_arithmetic.yaml` runs 64 members at sigma 0.002.\n")
+
+
+def test_the_readme_stays_short_and_splits_long_claims():
+    """Under 150 lines, and no line over 300 characters: a claim that long becomes a table (quickstart-table)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 150, len(lines)
+    long = [(number, len(line)) for number, line in enumerate(lines, 1) if len(line) > 300]
+    assert not long, long
