@@ -246,8 +246,9 @@ def _score(run: dict, budget: str) -> str:
 
 
 def _transfer_score(run: dict, scored: str) -> str:
-    low, high = run["transfer"]["gain_ci95"]
-    return f"{pct(run['transfer']['accuracy'][scored])} ({run['transfer']['gain_points']:+.1f} [{low:+.1f}, {high:+.1f}])"
+    transfer = run["transfer"]
+    low, high = transfer["gain_ci95"]
+    return f"{pct(transfer['accuracy'][scored])} ({transfer['gain_points']:+.1f} [{low:+.1f}, {high:+.1f}])"
 
 
 def _transfer_header(data: dict) -> tuple[list[str], str, str, list[str]]:
