@@ -313,7 +313,14 @@ def transfer_experiments_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def curves_table() -> str:
+    from bench.curves.page import curves_table as table
+
+    return table()
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
+    "curves-table": curves_table,
     "quickstart-table": quickstart_table,
     "transfer-experiments-table": transfer_experiments_table,
     "transfer-budget": transfer_budget,

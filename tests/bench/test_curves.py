@@ -31,3 +31,37 @@ def test_an_es_runs_mean_at_each_mark_is_replayed_exactly_from_its_update_log(ti
         model = dict(backend.model.named_parameters())
         assert all(torch.equal(model[name].detach().float(), tensor) for name, tensor in expected.items())
         assert any(not torch.equal(model[name].detach(), base[name]) for name in expected)  # it moved
+
+
+def _scores(folder, arm, label, seed, template, transfer):
+    """A score file as bench/curves/score.py writes it: one mark per 600 CPU seconds from 0."""
+    import json
+
+    marks = [{"mark_cpu_s": 600.0 * index, "iteration": index, "cpu_s": 600.0 * index, "wall_s": 300.0 * index,
+              "template": {"accuracy": value}, "transfer": {"accuracy": other}}
+             for index, (value, other) in enumerate(zip(template, transfer))]
+    (folder / "scores").mkdir(parents=True, exist_ok=True)
+    (folder / "scores" / f"{arm}_seed{seed}.json").write_text(json.dumps({"arm": arm, "label": label, "seed": seed,
+                                                                          "marks": marks}))
+
+
+def test_the_curves_page_reads_thresholds_and_the_last_slope_from_the_scores(tmp_path):
+    from bench.curves.page import curves_table, last_slope, load_scores, mean_curve, time_to_reach
+
+    rising = [0.20, 0.28, 0.33, 0.41, 0.46, 0.52, 0.58]  # +5 to +6 points every 600 CPU s to the end
+    for seed, shift in enumerate((-0.01, 0.0, 0.01)):
+        _scores(tmp_path, "lowrank", "lowrank-es", seed, [value + shift for value in rising], [0.05] * 7)
+        _scores(tmp_path, "mezo", "mezo", seed, [0.20 + shift, 0.22, 0.23, 0.23, 0.24, 0.23, 0.24], [0.05] * 7)
+    arms = load_scores(tmp_path)
+    curve = mean_curve(arms["lowrank"], "template")
+    assert [round(value, 4) for _, value, _, _ in curve[:2]] == [0.20, 0.28]  # the seeds' mean per mark
+    assert time_to_reach(curve, 0.30) == 1200.0 and time_to_reach(curve, 0.50) == 3000.0
+    assert time_to_reach(mean_curve(arms["mezo"], "template"), 0.30) is None
+    slope, low, high = last_slope(arms["lowrank"])  # marks 2400-3600: +5 and +6 points per 600 s
+    assert 4.5 < slope < 6.5 and low > 0
+    flat = last_slope(arms["mezo"])
+    assert flat[1] < 0 < flat[2]
+    page = curves_table(tmp_path)
+    assert "| lowrank-es | 3 | 20.0% -> 58.0%" in page and "not reached" in page
+    assert "still rising" in page and "flat within the noise" in page
+    assert curves_table(tmp_path / "nothing").startswith("not run yet")

@@ -1,0 +1,137 @@
+"""The learning curves' page: template and transfer accuracy against the run's own CPU seconds per arm (seed bands),
+the CPU seconds each arm took to reach 30/40/50% on the template, the slope over its last 20 minutes with an
+interval, and one sentence per arm that its numbers support. Read from bench/results/curves/scores/ (score.py).
+
+    python -m bench.curves.page          # the plot (bench/results/curves/curves.png); the table is a claim
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .arms import RESULTS
+
+THRESHOLDS = (0.30, 0.40, 0.50)
+LAST_SECONDS = 1200.0  # the last 20 minutes of a 2-thread run: 1,200 CPU seconds at the quickstart's shape
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def load_scores(results: Path = RESULTS) -> dict[str, list[dict[str, Any]]]:
+    """{arm: [each seed's score file]}, arms in the order their files sort."""
+    arms: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((results / "scores").glob("*.json")):
+        record = json.loads(path.read_text())
+        arms.setdefault(record["arm"], []).append(record)
+    return arms
+
+
+def mean_curve(seeds: list[dict[str, Any]], which: str) -> list[tuple[float, float, float, float]]:
+    """(mark in CPU seconds, mean, lowest, highest) over the seeds at every mark all of them reached."""
+    marks = sorted(set.intersection(*({mark["mark_cpu_s"] for mark in seed["marks"]} for seed in seeds)))
+    curve = []
+    for mark in marks:
+        values = [next(item[which]["accuracy"] for item in seed["marks"] if item["mark_cpu_s"] == mark)
+                  for seed in seeds]
+        curve.append((mark, sum(values) / len(values), min(values), max(values)))
+    return curve
+
+
+def time_to_reach(curve: list[tuple[float, float, float, float]], threshold: float) -> float | None:
+    """The first mark at which the seeds' mean reached `threshold` (None: not within the run)."""
+    return next((mark for mark, mean, _, _ in curve if mean >= threshold), None)
+
+
+def last_slope(seeds: list[dict[str, Any]], which: str = "template",
+               last: float = LAST_SECONDS) -> tuple[float, float, float] | None:
+    """The least-squares slope of accuracy on CPU seconds over every seed's marks in the last `last` seconds of the
+    runs (seed offsets removed), in points per 10 minutes of CPU, with its 95% t interval; None below 3 points."""
+    end = min(max(item["mark_cpu_s"] for item in seed["marks"]) for seed in seeds)
+    points = []  # (seed, seconds, accuracy)
+    for index, seed in enumerate(seeds):
+        points += [(index, item["mark_cpu_s"], item[which]["accuracy"]) for item in seed["marks"]
+                   if end - last <= item["mark_cpu_s"] <= end]
+    centred = []
+    for index in {seed for seed, _, _ in points}:
+        mine = [(x, y) for seed, x, y in points if seed == index]
+        mean_x, mean_y = sum(x for x, _ in mine) / len(mine), sum(y for _, y in mine) / len(mine)
+        centred += [(x - mean_x, y - mean_y) for x, y in mine]
+    sxx = sum(x * x for x, _ in centred)
+    freedom = len(centred) - 1 - len({seed for seed, _, _ in points})  # one mean per seed and the slope
+    if sxx == 0 or freedom < 1:
+        return None
+    slope = sum(x * y for x, y in centred) / sxx
+    residual = sum((y - slope * x) ** 2 for x, y in centred) / freedom
+    half = T_95.get(freedom, 1.96) * math.sqrt(residual / sxx)
+    scale = 100 * 600  # accuracy per CPU second -> points per 600 CPU seconds
+    return slope * scale, (slope - half) * scale, (slope + half) * scale
+
+
+def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float, float] | None) -> str:
+    """What the arm's numbers support, in one sentence."""
+    reached = [(threshold, time_to_reach(curve, threshold)) for threshold in THRESHOLDS]
+    best = [f"{100 * threshold:.0f}% by {seconds:,.0f} CPU s" for threshold, seconds in reached if seconds is not None]
+    start, end = curve[0][1], curve[-1][1]
+    text = (f"{label} went from {100 * start:.1f}% to {100 * end:.1f}% on the template"
+            + (f" (reaching {', '.join(best)})" if best else f" (not reaching {100 * THRESHOLDS[0]:.0f}%)")
+            + f" and from {100 * transfer[0][1]:.1f}% to {100 * transfer[-1][1]:.1f}% past it")
+    if slope is None:
+        return text + "; too few marks to read its last slope."
+    value, low, high = slope
+    trend = "still rising" if low > 0 else "falling" if high < 0 else "flat within the noise"
+    return text + f"; over its last 20 minutes {value:+.1f} points per 10 CPU-minutes [{low:+.1f}, {high:+.1f}]: {trend}."
+
+
+def curves_table(results: Path = RESULTS) -> str:
+    """The curves page's table and sentences (a claim): per arm, its seeds, where it started and ended, the CPU
+    seconds to reach each threshold, its last slope; then one sentence per arm."""
+    arms = load_scores(results)
+    if not arms:
+        return "not run yet (`python -m bench.curves.run`, then `python -m bench.curves.score`)"
+    heads = " | ".join(f"CPU s to {100 * threshold:.0f}%" for threshold in THRESHOLDS)
+    lines = ["", "", f"| arm | seeds | template: start -> end | transfer: start -> end | {heads} | last 20 minutes, "
+             "points per 10 CPU-minutes [95%] |", "|---" * (5 + len(THRESHOLDS)) + "|"]
+    sentences = []
+    for arm, seeds in arms.items():
+        label = seeds[0]["label"]
+        curve, transfer = mean_curve(seeds, "template"), mean_curve(seeds, "transfer")
+        slope = last_slope(seeds)
+        reached = " | ".join(f"{seconds:,.0f}" if seconds is not None else "not reached"
+                             for seconds in (time_to_reach(curve, threshold) for threshold in THRESHOLDS))
+        slope_text = f"{slope[0]:+.1f} [{slope[1]:+.1f}, {slope[2]:+.1f}]" if slope else "too few marks"
+        lines.append(f"| {label} | {len(seeds)} | {100 * curve[0][1]:.1f}% -> {100 * curve[-1][1]:.1f}% | "
+                     f"{100 * transfer[0][1]:.1f}% -> {100 * transfer[-1][1]:.1f}% | {reached} | {slope_text} |")
+        sentences.append(sentence(label, curve, transfer, slope))
+    return "\n".join(lines + [""] + [f"- {text}" for text in sentences]) + "\n"
+
+
+def plot(results: Path = RESULTS) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for index, (arm, seeds) in enumerate(load_scores(results).items()):
+        for axis, which in zip(axes, ("template", "transfer")):
+            curve = mean_curve(seeds, which)
+            marks = [mark for mark, *_ in curve]
+            axis.plot(marks, [100 * mean for _, mean, _, _ in curve], color=f"C{index}",
+                      label=f"{seeds[0]['label']} ({len(seeds)} seeds)")
+            axis.fill_between(marks, [100 * low for *_, low, _ in curve], [100 * high for *_, high in curve],
+                              color=f"C{index}", alpha=0.2)
+    for axis, title in zip(axes, ("held-out, training template", "transfer split (never trained on)")):
+        axis.set_title(title)
+        axis.set_xlabel("the run's own CPU seconds")
+    axes[0].set_ylabel("accuracy (%): seeds' mean, band = lowest to highest seed")
+    axes[0].legend(fontsize=8)
+    figure.tight_layout()
+    out = results / "curves.png"
+    figure.savefig(out, dpi=120)
+    return out
+
+
+if __name__ == "__main__":
+    print(f"wrote {plot()}")
