@@ -81,7 +81,8 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
         return text + "; too few marks to read its last slope."
     value, low, high = slope
     trend = "still rising" if low > 0 else "falling" if high < 0 else "flat within the noise"
-    return text + f"; over its last 20 minutes {value:+.1f} points per 10 CPU-minutes [{low:+.1f}, {high:+.1f}]: {trend}."
+    return text + (f"; over its last 20 minutes {value:+.1f} points per 10 CPU-minutes [{low:+.1f}, {high:+.1f}]: "
+                   f"{trend}.")
 
 
 def curves_table(results: Path = RESULTS) -> str:
@@ -94,7 +95,7 @@ def curves_table(results: Path = RESULTS) -> str:
     lines = ["", "", f"| arm | seeds | template: start -> end | transfer: start -> end | {heads} | last 20 minutes, "
              "points per 10 CPU-minutes [95%] |", "|---" * (5 + len(THRESHOLDS)) + "|"]
     sentences = []
-    for arm, seeds in arms.items():
+    for seeds in arms.values():
         label = seeds[0]["label"]
         curve, transfer = mean_curve(seeds, "template"), mean_curve(seeds, "transfer")
         slope = last_slope(seeds)
@@ -114,7 +115,7 @@ def plot(results: Path = RESULTS) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for index, (arm, seeds) in enumerate(load_scores(results).items()):
+    for index, seeds in enumerate(load_scores(results).values()):
         for axis, which in zip(axes, ("template", "transfer")):
             curve = mean_curve(seeds, which)
             marks = [mark for mark, *_ in curve]
