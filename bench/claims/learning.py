@@ -89,8 +89,8 @@ def quickstart_candidates() -> str:
 
 
 def quickstart_full_es() -> str:
-    """The earlier full-ES quickstart's three seeds (bench/quickstart/run.sh on 2026-11-26, before the quickstart
-    became lowrank-es), on the held-out questions the side-by-side measurement drew again."""
+    """The earlier full-ES quickstart's three seeds (bench/quickstart/run.sh before the quickstart became
+    lowrank-es), on the held-out questions the side-by-side measurement drew again."""
     data = load("quickstart/quickstart_full_es_heldout.json")
     budget, summary = str(data["eval_max_new_tokens"]), data["gain_over_seeds"]
     gains = ", ".join(f"{run['gain_points']:+.1f}" for run in data["runs"])
@@ -98,7 +98,7 @@ def quickstart_full_es() -> str:
     return (f"base {100 * data['base']['accuracy'][budget]:.1f}%, gains {gains} points (seeds "
             f"{', '.join(str(run['seed']) for run in data['runs'])}; mean {summary['mean']:.1f}, std "
             f"{summary['std']:.1f}), n = {data['num_prompts']}, each run {min(minutes):.1f}-{max(minutes):.1f} "
-            f"minutes on an {data['machine']['cpu']} on {data['machine']['date'][:10]}")
+            f"minutes on an {data['machine']['cpu']}")
 
 
 def grpo_quickstart() -> str:

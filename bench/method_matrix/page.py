@@ -343,12 +343,13 @@ def _over_the_start(results: Path, found: list[Arm]) -> str:
 
 
 def setup(results: Path = STUDY) -> str:
-    """What the runs ran on: CPU model, threads, dtype, torch, the commits, the training time; and the runs that
+    """What the runs ran on: CPU model, threads, dtype, torch, the training time (each file keeps its commit: the page
+    names none); and the runs that
     took their arm's steps on another machine type instead (tables' step-matched mark)."""
     seen = machine(results)
     text = (f"{TRAINING_SECONDS / 60:.0f} minutes of training per run at {', '.join(map(str, seen['threads']))} CPU "
-            f"thread, two runs at a time, float32, on {' / '.join(seen['cpu'])} (torch {', '.join(seen['torch'])}; "
-            f"study commits {', '.join(seen['commits'])})")
+            f"thread, two runs at a time, float32, on {' / '.join(seen['cpu'])} (torch {', '.join(seen['torch'])}; each "
+            "result file records its commit)")
     matched = [(found.label, run) for task in TASKS for found in arms(results, task) for run in found.runs
                if run.step_matched]
     if matched:

@@ -234,7 +234,7 @@ def probes_machine_text(results: Path = STUDY) -> str:
     that ran on both (the SFT that ESSA's probe starts from, made again there by its restore)."""
     probes, study = machine(results, probes=True), machine(results)
     text = (f"The probes ran on {' / '.join(probes['cpu'])} at {', '.join(map(str, probes['threads']))} thread "
-            f"(torch {', '.join(probes['torch'])}; commit {', '.join(probes['commits'])})")
+            f"(torch {', '.join(probes['torch'])})")
     if probes["cpu"] == study["cpu"]:
         return text + ", the timed runs' machine type."
     text += (f", not the timed runs' {' / '.join(study['cpu'])}: peak memory in one dtype at one thread does not hang "
