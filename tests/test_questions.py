@@ -39,10 +39,12 @@ QUESTIONS = (
              superseded=("not as a default", "it did not learn faster\nthan `space: full`",
                          "did not learn faster here: with 4 prompts per member")),
     Question("How does ES learn on a GPU against GRPO?", "gpu-learning-table",
-             ("docs/guides/gpu.md", "docs/es-at-scale.md"), superseded_claims=("gpu-h200-grpo",),
+             ("docs/guides/gpu.md", "docs/benchmarks/gpu.md"), superseded_claims=("gpu-h200-grpo",),
              superseded=("held-out 26.6% -> 60.2%",)),
     Question("What fits, and how does cost grow with the model?", "scaling-largest",
-             ("README.md", "docs/benchmarks/scaling.md"), superseded=("the study is in progress",)),
+             ("docs/benchmarks/scaling.md",), superseded=("the study is in progress",)),
+    Question("What does the quickstart learn, in its template and past it?", "quickstart-table",
+             ("README.md", "docs/getting-started.md")),
 )
 
 

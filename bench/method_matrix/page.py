@@ -348,8 +348,8 @@ def setup(results: Path = STUDY) -> str:
     took their arm's steps on another machine type instead (tables' step-matched mark)."""
     seen = machine(results)
     text = (f"{TRAINING_SECONDS / 60:.0f} minutes of training per run at {', '.join(map(str, seen['threads']))} CPU "
-            f"thread, two runs at a time, float32, on {' / '.join(seen['cpu'])} (torch {', '.join(seen['torch'])}; each "
-            "result file records its commit)")
+            f"thread, two runs at a time, float32, on {' / '.join(seen['cpu'])} (torch {', '.join(seen['torch'])}; "
+            "each result file records its commit)")
     matched = [(found.label, run) for task in TASKS for found in arms(results, task) for run in found.runs
                if run.step_matched]
     if matched:

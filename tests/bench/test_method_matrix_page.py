@@ -299,7 +299,7 @@ def test_every_memory_probe_is_a_row_naming_the_copies_of_the_weights_and_the_an
                                "machine": {"cpu": "Test CPU", "threads": 1, "torch": "2.13.0",
                                            "evotune_commit": "abcdef0123"}}))
     table = page.memory_table(study)
-    assert "The probes ran on Test CPU at 1 thread (torch 2.13.0; commit abcdef0), the timed runs' machine type." \
+    assert "The probes ran on Test CPU at 1 thread (torch 2.13.0), the timed runs' machine type." \
         in table
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == len(PROBES) and "not run yet" not in table
@@ -386,7 +386,7 @@ def test_memory_probes_on_another_machine_type_name_it_and_the_job_run_on_both(s
     sft.parent.mkdir(parents=True)
     sft.write_text(json.dumps({"training": {"peak_rss_mib": 2600.0}, "machine": {"cpu": "Test CPU", **machine}}))
     table = page.memory_table(study)
-    assert "The probes ran on Probe CPU at 1 thread (torch 2.13.0; commit abcdef0), not the timed runs' Test CPU" \
+    assert "The probes ran on Probe CPU at 1 thread (torch 2.13.0), not the timed runs' Test CPU" \
         in table
     assert "(the SFT that ESSA's probe starts from) has not run on both yet." in table
     # no SFT peak from Test CPU
