@@ -313,6 +313,67 @@ def transfer_experiments_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _variants(files: list[dict]) -> dict[str, dict]:
+    """Each transfer variant's seeds pooled: mean template and transfer gains, and its pooled transfer accuracy."""
+    from bench.transfer.variants import variant
+
+    found: dict[str, dict] = {}
+    for data in files:
+        scored = str(data["transfer_split"]["scored_budget"])
+        for run in data["runs"]:
+            entry = found.setdefault(variant(run["run"]), {"template": [], "transfer": [], "accuracy": [], "n": 0})
+            entry["template"].append(run["gain_points"])
+            entry["transfer"].append(run["transfer"]["gain_points"])
+            entry["accuracy"].append(run["transfer"]["accuracy"][scored])
+            entry["n"] += sum(data["transfer_split"]["groups"].values())
+    return found
+
+
+def transfer_answer() -> str:
+    """The transfer study's answer in one paragraph: which variant gained most past the template, and whether any
+    ES variant is separated from the quickstart there (a difference of pooled transfer accuracies whose 95% interval,
+    normal approximation over the questions, holds no 0)."""
+    import math
+
+    from bench.transfer.variants import LABELS
+
+    try:
+        files = [load("transfer/transfer_heldout.json")]
+    except FileNotFoundError:
+        return "not run yet (`BUDGET=SECONDS bash bench/transfer/experiments.sh`)"
+    with contextlib.suppress(FileNotFoundError):
+        files.append(load("transfer/transfer_grpo_heldout.json"))
+    found = _variants(files)
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    def accuracy(name: str) -> float:
+        return mean(found[name]["accuracy"])
+
+    def separated(name: str, other: str = "quickstart") -> bool:
+        first, second = accuracy(name), accuracy(other)
+        spread = math.sqrt(first * (1 - first) / found[name]["n"] + second * (1 - second) / found[other]["n"])
+        return abs(first - second) > 1.96 * spread
+
+    es = [name for name in found if name != "grpo_lora"]
+    best = max(es, key=lambda name: mean(found[name]["transfer"]))
+    seeds = sorted({len(entry["transfer"]) for entry in found.values()})
+    better = [name for name in es if name != "quickstart" and accuracy(name) > accuracy("quickstart")
+              and separated(name)]
+    text = (f"at the quickstart's CPU seconds ({'/'.join(map(str, seeds))} seed(s) per variant), the ES variant that "
+            f"gained most past the template was {LABELS[best]}: {mean(found[best]['transfer']):+.1f} points there, "
+            f"{mean(found[best]['template']):+.1f} in the template (the quickstart: "
+            f"{mean(found['quickstart']['transfer']):+.1f} and {mean(found['quickstart']['template']):+.1f})")
+    if "grpo_lora" in found:
+        text += (f"; grpo-lora gained {mean(found['grpo_lora']['transfer']):+.1f} past the template and "
+                 f"{mean(found['grpo_lora']['template']):+.1f} in it")
+    if better:
+        return text + "; transferring better than the quickstart, separated from it: " + \
+            ", ".join(LABELS[name] for name in better)
+    return text + "; no ES variant's transfer accuracy is separated from the quickstart's"
+
+
 def curves_table() -> str:
     from bench.curves.page import curves_table as table
 
@@ -321,6 +382,7 @@ def curves_table() -> str:
 
 CLAIMS: dict[str, Callable[[], str]] = {
     "curves-table": curves_table,
+    "transfer-answer": transfer_answer,
     "quickstart-table": quickstart_table,
     "transfer-experiments-table": transfer_experiments_table,
     "transfer-budget": transfer_budget,
