@@ -18,7 +18,7 @@ LAB_BOOK = sorted(path for path in (ROOT / "docs" / "benchmarks").glob("*.md") i
 SECTIONS = ("**What was asked.**", "**Setup.**", "**How to rerun.**")
 NOT_YET_IN_SHAPE = {"conciseness.md", "drift.md", "eggroll.md", "es-vs-grpo.md", "essa.md",
                     "evaluation-budget.md", "quantization.md", "quickstart.md", "scaling.md", "speed.md",
-                    "stability.md", "sweep.md"}
+                    "stability.md"}
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 COMMIT = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")  # hex with a digit and a letter
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|tmp|root|home)/")
