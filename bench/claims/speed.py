@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import median
 
-from bench.claims._common import compare_runs, load, pct, seeds_text, speedups_text
+from bench.claims._common import load, pct, speedups_text
 
 
 def lowrank_throughput_cpu() -> str:
@@ -35,15 +35,6 @@ def grpo_memory() -> str:
                   key=lambda run: run["gradient_accumulation_steps"])
     return " and ".join(f"{run['peak_rss_mib']:,.0f} MiB in {run['gradient_accumulation_steps']} micro-batch"
                         f"{'es' if run['gradient_accumulation_steps'] > 1 else ''}" for run in runs)
-
-
-def lowrank_learning() -> str:
-    data = load("eggroll/compare_lowrank_vs_full_arithmetic/compare.json")
-    full, low = compare_runs(data, "full"), compare_runs(data, "lowrank")
-    return (f"`space: full` {seeds_text(run['curve'][0]['value'] for run in full)} -> "
-            f"{seeds_text(run['final'] for run in full)}, `space: lowrank` -> "
-            f"{seeds_text(run['final'] for run in low)} (seeds 0 / 1, "
-            f"n = {full[0]['num_eval']} at 10 tokens, 1,200 s of training each)")
 
 
 def _shared_prefix_rows(dtype: str) -> dict:
@@ -344,7 +335,6 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "population-batch-cpu": population_batch_cpu,
     "population-batch-cpu-decoding": population_batch_cpu_decoding,
     "own-loop-cpu": own_loop_cpu,
-    "lowrank-learning": lowrank_learning,
     "shared-prefix": shared_prefix,
     "shared-prefix-medians": shared_prefix_medians,
     "shared-prefix-bfloat16": shared_prefix_bfloat16,
