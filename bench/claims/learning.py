@@ -39,36 +39,6 @@ def quickstart() -> str:
             f"{data['machine']['cpu']} (torch {data['machine']['torch']})")
 
 
-def quickstart_transfer() -> str:
-    """The quickstart's seeds on the template's fresh questions and on the transfer split, side by side (the same
-    runs, bench/quickstart/measure.py)."""
-    data = load("quickstart/quickstart_transfer_heldout.json")
-    runs, budget, split = data["runs"], str(data["eval_max_new_tokens"]), data["transfer_split"]
-    scored, base = str(split["scored_budget"]), data["base"]["transfer"]
-
-    def mean(values) -> float:
-        values = list(values)
-        return sum(values) / len(values)
-
-    after = ", ".join(f"{100 * run['accuracy'][budget]:.1f}%" for run in runs)
-    moved = ", ".join(f"{100 * run['transfer']['accuracy'][scored]:.1f}%" for run in runs)
-    intervals = ", ".join(f"[{run['transfer']['gain_ci95'][0]:+.1f}, {run['transfer']['gain_ci95'][1]:+.1f}]"
-                          for run in runs)
-    groups = "; ".join(f"{name} {100 * base['by_group'][name]:.1f}% -> "
-                       f"{100 * mean(run['transfer']['by_group'][name] for run in runs):.1f}%"
-                       for name in split["groups"])
-    minutes = [run["wall_time_s"] / 60 for run in runs]
-    return (f"seeds {', '.join(str(run['seed']) for run in runs)}, trained in {runs[0]['settings']['dtype']}: on "
-            f"{data['num_prompts']} fresh questions in the training template base "
-            f"{100 * data['base']['accuracy'][budget]:.1f}% -> {after} (a gain of "
-            f"{mean(run['gain_points'] for run in runs):+.1f} points on average, at {budget} new tokens); on "
-            f"{sum(split['groups'].values())} questions asked in ways training never saw (the transfer split, at "
-            f"{scored} new tokens) base {100 * base['accuracy'][scored]:.1f}% -> {moved} (a gain of "
-            f"{mean(run['transfer']['gain_points'] for run in runs):+.1f} points on average; per seed 95% intervals "
-            f"{intervals}); by group, base -> the seeds' mean: {groups}; each run {min(minutes):.1f}-"
-            f"{max(minutes):.1f} minutes on {runs[0]['threads']} cores of an {data['machine']['cpu']}")
-
-
 def quickstart_candidates() -> str:
     """Each quickstart measured side by side in quickstart_heldout.json: its method, gains and wall times."""
     data = load("quickstart/quickstart_heldout.json")
@@ -86,19 +56,6 @@ def quickstart_candidates() -> str:
     threads = ", ".join(sorted({str(run["threads"]) for run in data["runs"]}))
     return "; ".join(parts) + f", n = {data['num_prompts']} fresh questions, one after the other on {threads} " \
         f"cores of an {data['machine']['cpu']}" if parts else "no quickstarts were measured side by side"
-
-
-def quickstart_full_es() -> str:
-    """The earlier full-ES quickstart's three seeds (bench/quickstart/run.sh before the quickstart became
-    lowrank-es), on the held-out questions the side-by-side measurement drew again."""
-    data = load("quickstart/quickstart_full_es_heldout.json")
-    budget, summary = str(data["eval_max_new_tokens"]), data["gain_over_seeds"]
-    gains = ", ".join(f"{run['gain_points']:+.1f}" for run in data["runs"])
-    minutes = [run["wall_time_s"] / 60 for run in data["runs"]]
-    return (f"base {100 * data['base']['accuracy'][budget]:.1f}%, gains {gains} points (seeds "
-            f"{', '.join(str(run['seed']) for run in data['runs'])}; mean {summary['mean']:.1f}, std "
-            f"{summary['std']:.1f}), n = {data['num_prompts']}, each run {min(minutes):.1f}-{max(minutes):.1f} "
-            f"minutes on an {data['machine']['cpu']}")
 
 
 def grpo_quickstart() -> str:
@@ -179,26 +136,6 @@ def countdown_changes() -> str:
               for row in sorted(rows, key=lambda row: row["seed"]) for key, label in names.items()
               if abs(row[key]["final"]["value"] - row["sft"]["value"]) > 0.05]
     return f"every change stays within 5 points of its start{' except ' + ', '.join(beyond) if beyond else ''}"
-
-
-def quickstart_earlier() -> str:
-    data = load("learning/heldout_arithmetic.json")
-    seeds = " / ".join(f"{run['accuracy']:.1%}" for run in data["runs"])
-    return f"{data['base']['accuracy']:.1%} to {seeds}"
-
-
-def quickstart_sweep() -> str:
-    """The short sweep the 10-token settings came from: one file per point, seed 0, 8 iterations."""
-    def run(name: str) -> dict:
-        return load(f"learning/learning_sweep_arith_{name}.json")["runs"][0]
-
-    paper, gaussian, rademacher, larger = (run(name) for name in ("s1e-3_lr5e-4", "s2e-3_lr4e-3",
-                                                                   "rademacher_s2e-3_lr4e-3", "s3e-3_lr8e-3"))
-    fast, slow = rademacher["iteration_time_s_mean"], gaussian["iteration_time_s_mean"]
-    return (f"from {pct(paper['before'])}, the paper defaults (sigma 1e-3, learning rate 5e-4) reached "
-            f"{pct(paper['after'])}, sigma 2e-3 / learning rate 4e-3 {pct(gaussian['after'])} with Gaussian and "
-            f"{pct(rademacher['after'])} with Rademacher noise, 3e-3 / 8e-3 {pct(larger['after'])}; Rademacher noise "
-            f"took {fast:.1f} s per iteration against {slow:.1f} s ({1 - fast / slow:.0%} less)")
 
 
 SWEEP_GRIDS = ("shape", "population", "sigma_lr", "antithetic", "shaping", "reward", "weights", "parameters",
@@ -386,10 +323,8 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "quickstart-table": quickstart_table,
     "transfer-experiments-table": transfer_experiments_table,
     "transfer-budget": transfer_budget,
-    "quickstart-transfer": quickstart_transfer,
     "quickstart": quickstart,
     "quickstart-candidates": quickstart_candidates,
-    "quickstart-full-es": quickstart_full_es,
     "grpo-quickstart": grpo_quickstart,
     "speed-reference": speed_reference,
     "eval-budget-arithmetic": eval_budget_arithmetic,
@@ -399,6 +334,4 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "countdown-base-format": countdown_base_format,
     "countdown-format": countdown_format,
     "countdown-changes": countdown_changes,
-    "quickstart-earlier": quickstart_earlier,
-    "quickstart-sweep": quickstart_sweep,
 }
