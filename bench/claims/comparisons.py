@@ -4,30 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.claims._common import compare_runs, load, pct, seeds_text
-
-
-def es_vs_grpo_time_10tok() -> str:
-    data = load("es_vs_grpo/compare_es_vs_grpo_time/compare.json")
-    methods = {method["method"].split()[0]: method for method in data["methods"]}
-    es, grpo = methods["es"], methods["grpo"]
-    start = [run["curve"][0]["value"] for run in compare_runs(data, "es")]
-    rss = {name: max(run["peak_rss_mib"] for run in compare_runs(data, name)) for name in ("es", "grpo")}
-    return (f"full-es {seeds_text(start)} -> {seeds_text(es['at_1800s_per_seed'])} at 1,800 s (mean "
-            f"{pct(es['at_1800s'])}), GRPO {seeds_text(grpo['at_1800s_per_seed'])} (mean {pct(grpo['at_1800s'])}), "
-            f"seeds 0 / 1, n = {data['runs'][0]['num_eval']} scored at 10 tokens; ES sampled {es['samples_seen']:,} "
-            f"completions, GRPO {grpo['samples_seen']:,}; peak RSS {rss['es']:,.0f} MiB against {rss['grpo']:,.0f} MiB")
-
-
-def grpo_equal_samples() -> str:
-    data = load("es_vs_grpo/compare_arithmetic/compare.json")
-    runs = compare_runs(data, "grpo")
-    method = next(method for method in data["methods"] if method["method"] == "grpo")
-    return (", ".join(f"{pct(run['curve'][0]['value'])} -> {pct(run['final'])} (seed {run['seed']})" for run in runs)
-            + f" after {method['samples_seen']:,} sampled completions in {method['train_time_s']:.0f} s of training "
-              f"(mean of the seeds), n = {runs[0]['num_eval']} at 10 tokens, "
-              f"{method['peak_rss_mib']:,.0f} MiB peak RSS")
-
+from bench.claims._common import load, pct
 
 CONCISENESS_SETTINGS = (("base", "base", ""), ("ES alpha 4e-3 x sigma 1e-3", "es", "learning_rate=0.004,sigma=0.001"),
                         ("ES 4e-3 x 2e-3", "es", "learning_rate=0.004,sigma=0.002"),
@@ -90,8 +67,6 @@ def conciseness_pareto_summary() -> str:
 
 
 CLAIMS: dict[str, Callable[[], str]] = {
-    "es-vs-grpo-time-10tok": es_vs_grpo_time_10tok,
-    "grpo-equal-samples": grpo_equal_samples,
     "conciseness-pareto": conciseness_pareto,
     "conciseness-pareto-summary": conciseness_pareto_summary,
     "conciseness-correct": conciseness_correct,

@@ -36,8 +36,6 @@ NOT_RESULTS = {
     "56 GB for a 7B": "a model's size", "28 GB for 7B": "a model's size", "2 GiB stay free": "a setting",
     "(16 x 48)": "a shape",
     "4-60x larger": "the ratio of the paper's model sizes to ours",
-    "a 24 GiB machine": "the machine's size", "~10x the papers'": "a ratio of two settings",
-   
     "900 s each": "the study's budget", "~300 s of training": "the study's budget",
     "240 s of training": "the sweep's budget", "about ±4.5 points": "the interval of n",
     "at 16 x 8": "a shape", "population 24 x 32 prompts": "a shape", "medians of 3, seconds": "a repeat count",
