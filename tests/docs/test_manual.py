@@ -18,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 MANUAL = [DOCS / name for name in ("index.md", "getting-started.md", "es-at-scale.md", "essa.md", "eggroll.md",
                                    "tasks.md", "configs.md", "cli.md", "troubleshooting.md", "security.md",
-                                   "architecture.md")] + sorted((DOCS / "guides").glob("*.md")) \
-    + sorted((DOCS / "api").glob("*.md"))
+                                   "architecture.md", "glossary.md", "coming-from-trl.md", "grpo-and-compare.md",
+                                   "sweeps.md", "vllm-and-ray.md", "ray-cluster.md")] \
+    + sorted((DOCS / "guides").glob("*.md")) + sorted((DOCS / "api").glob("*.md"))
+PAGE_LINES = 150
+# Manual pages still over PAGE_LINES, each at most its length today: a ceiling that only comes down (split a page, or
+# move a study's results to its lab-book page, then lower or drop its entry)
+STILL_LONG = {"getting-started.md": 198, "es-at-scale.md": 211, "vllm-and-ray.md": 221, "ray-cluster.md": 157}
 
 CLAIM = re.compile(r"<!-- claim:[^>]*-->.*?<!-- /claim -->", re.S)
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
@@ -90,3 +95,12 @@ def test_the_readme_stays_short_and_splits_long_claims():
     assert len(lines) < 150, len(lines)
     long = [(number, len(line)) for number, line in enumerate(lines, 1) if len(line) > 300]
     assert not long, long
+
+
+@pytest.mark.parametrize("page", MANUAL, ids=[str(page.relative_to(ROOT)) for page in MANUAL])
+def test_a_manual_page_stays_short(page):
+    lines = len(page.read_text().splitlines())
+    ceiling = STILL_LONG.get(page.name, PAGE_LINES)
+    assert lines <= ceiling, f"{page.name}: {lines} lines, over {ceiling}"
+    if page.name in STILL_LONG:
+        assert lines > PAGE_LINES, f"{page.name} is {lines} lines now: take it off STILL_LONG"
