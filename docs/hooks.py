@@ -4,8 +4,6 @@
   from the output of `evotune keys [COMMAND]` itself.
 - `<!-- evotune-keys-grouped train -->` becomes the same keys in one table per section of the config class (the
   `# comment` above each group of fields), each key with an anchor `#train-KEY`.
-- `<!-- resumable-keys train -->` (or `grpo`) becomes the keys a `--resume` may change, from
-  `run_directory.RESUMABLE_KEYS` itself.
 - `<!-- import-graph -->` becomes the package-level import graph of `src/evotune` (a mermaid diagram and
   the same edges as a table), read from the source with `ast`.
 - `<!-- evotune-cli -->` becomes the `--help` of `evotune` and of each of its commands, from the parsers
@@ -118,20 +116,6 @@ def grouped_keys(which: str) -> str:
                        f"| {_cell(row['help'])} |")
         out.append("")
     return "\n".join(out)
-
-
-RESUMABLE_MARKER = re.compile(r"<!-- resumable-keys (train|grpo) -->")
-
-
-def resumable_keys(which: str) -> str:
-    """The keys a resume may change (run_directory.RESUMABLE_KEYS; for grpo those its config has), as code spans."""
-    from evotune.baselines.grpo import GRPORunConfig
-    from evotune.config import TrainConfig
-    from evotune.runs.directory import RESUMABLE_KEYS
-
-    config_class = TrainConfig if which == "train" else GRPORunConfig
-    keys = [key for key in RESUMABLE_KEYS if key in config_class.__dataclass_fields__]
-    return ", ".join(f"[`{key}`](configs.md#{which}-{key})" for key in keys)
 
 
 def _unit(module: str) -> str:
@@ -255,7 +239,6 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         markdown = quoted_claims(markdown)
     markdown = KEYS_MARKER.sub(lambda match: keys_table(match.group(1)), markdown)
     markdown = GROUPED_KEYS_MARKER.sub(lambda match: grouped_keys(match.group(1)), markdown)
-    markdown = RESUMABLE_MARKER.sub(lambda match: resumable_keys(match.group(1)), markdown)
     if "<!-- import-graph -->" in markdown:
         markdown = markdown.replace("<!-- import-graph -->", import_graph())
     if "<!-- evotune-cli -->" in markdown:

@@ -16,7 +16,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.claims import comparisons, essa, hardware, learning, speed, stability
+from bench.claims import comparisons, essa, hardware, learning, reference, speed, stability
 from bench.claims._common import QUOTING_FILES, RESULTS, ROOT, SPAN
 from bench.claims.hardware import HARDWARE_ROWS
 from bench.claims.numbers import NOT_RESULTS, PAPER_SENTENCES, UNCLAIMED, number_pages, unclaimed_numbers
@@ -28,6 +28,7 @@ __all__ = ["CLAIMS", "HARDWARE_ROWS", "NOT_RESULTS", "PAPER_SENTENCES", "RESULTS
 
 CLAIMS: dict[str, Callable[[], str]] = {
     **learning.CLAIMS, **stability.CLAIMS, **comparisons.CLAIMS, **essa.CLAIMS, **speed.CLAIMS, **hardware.CLAIMS,
+    **reference.CLAIMS,  # spans rendered from the code (the keys a resume may change)
     **matrix_page.CLAIMS,  # the method matrix: "Which method?" and the README's results table
     **scaling_page.CLAIMS,  # the scaling study: docs/benchmarks/scaling.md
 }
