@@ -243,10 +243,11 @@ def transfer_experiments_table() -> str:
                          + " | ".join(pct(run["transfer"]["by_group"][name]) for name in groups) + " |")
     machine = files[0]["machine"]
     budget_s = files[0]["runs"][0]["settings"].get("max_training_seconds")
+    grpo = (" GRPO's runs are scored on their own draw of held-out questions (those its training never saw), with "
+            "the same transfer split." if len(files) > 1 else "")
     lines += ["", f"Every run trained for {budget_s:g} CPU seconds (`training_clock: cpu`) on {machine['cpu']}, "
               f"{files[0]['runs'][0]['threads']} threads; accuracy (paired gain over the base in points [95% "
-              "interval]); by group, the share right. GRPO's runs are scored on their own draw of held-out "
-              "questions (those its training never saw), with the same transfer split."]
+              f"interval]); by group, the share right.{grpo}"]
     return "\n".join(lines) + "\n"
 
 
@@ -298,17 +299,22 @@ def transfer_answer() -> str:
     seeds = sorted({len(entry["transfer"]) for entry in found.values()})
     better = [name for name in es if name != "quickstart" and accuracy(name) > accuracy("quickstart")
               and separated(name)]
-    text = (f"at the quickstart's CPU seconds ({'/'.join(map(str, seeds))} seed(s) per variant), the ES variant that "
-            f"gained most past the template was {LABELS[best]}: {mean(found[best]['transfer']):+.1f} points there, "
-            f"{mean(found[best]['template']):+.1f} in the template (the quickstart: "
-            f"{mean(found['quickstart']['transfer']):+.1f} and {mean(found['quickstart']['template']):+.1f})")
+    head = f"at the quickstart's CPU seconds ({'/'.join(map(str, seeds))} seed(s) per variant), "
+    gains = f"{mean(found[best]['transfer']):+.1f} points there, {mean(found[best]['template']):+.1f} in the template"
+    if best == "quickstart":
+        text = head + f"the quickstart itself gained most past the template of the {len(es)} ES variants: {gains}"
+    else:
+        text = head + (f"the ES variant that gained most past the template was {LABELS[best]}: {gains} (the "
+                       f"quickstart: {mean(found['quickstart']['transfer']):+.1f} and "
+                       f"{mean(found['quickstart']['template']):+.1f})")
     if "grpo_lora" in found:
         text += (f"; grpo-lora gained {mean(found['grpo_lora']['transfer']):+.1f} past the template and "
                  f"{mean(found['grpo_lora']['template']):+.1f} in it")
     if better:
         return text + "; transferring better than the quickstart, separated from it: " + \
             ", ".join(LABELS[name] for name in better)
-    return text + "; no ES variant's transfer accuracy is separated from the quickstart's"
+    return text + ("; no variant transferred better than the quickstart (none above it and separated from it), so "
+                   "the quickstart stays as it is")
 
 
 def curves_table() -> str:
