@@ -88,3 +88,14 @@ def test_a_cpu_clock_run_starts_with_openmp_threads_that_sleep_when_idle(tmp_pat
     out = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, check=True,
                          cwd=tmp_path).stdout.split()
     assert out[-1] == str(expected)
+
+
+@pytest.mark.parametrize(("argv", "stream", "line"), [(["--help"], "stdout", "usage:"),
+                                                      (["train", "--help"], "stdout", "usage:"),
+                                                      (["train", "--no-such-flag"], "stderr", "error:")])
+def test_the_command_prints_its_help_and_a_bad_flags_error_once(argv, stream, line):
+    """The OpenMP check parses the command line before main() does: silently, so nothing prints twice."""
+    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-m", "evotune.cli.main", *argv], env=env, capture_output=True, text=True)
+    text = done.stdout if stream == "stdout" else done.stderr
+    assert sum(row.startswith(line) or f" {line}" in row for row in text.splitlines()) == 1, text[-2000:]

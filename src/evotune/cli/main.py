@@ -360,12 +360,15 @@ def quiet_openmp_for_cpu_clock(argv: list[str]) -> None:
     OMP_WAIT_POLICY=PASSIVE unless the environment sets it: OpenMP's idle threads otherwise spin, and beside one busy
     neighbour the same matmuls took 2.1x the CPU seconds (bench/results/speed/omp_wait_policy.json), so the budget
     bought half the work. Must run before torch is imported. An unreadable config is left to the command's own error."""
+    import contextlib
+    import io
     import os
 
     if "OMP_WAIT_POLICY" in os.environ:
         return
-    try:
-        args = build_parser().parse_args(argv)
+    try:  # silently: --help, --version and a bad flag print once, from main()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = build_parser().parse_args(argv)
         if args.subcommand not in ("train", "grpo", "sweep"):
             return
         values, _ = read_config_values(getattr(args, "config", None), getattr(args, "set", None) or [])
