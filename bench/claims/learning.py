@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 
@@ -224,14 +223,11 @@ def quickstart_table() -> str:
 def transfer_experiments_table() -> str:
     """Each transfer experiment's runs at one CPU-second budget: template and transfer side by side, per seed, with
     the iterations the budget bought (bench/transfer/experiments.sh)."""
-    from bench.transfer.variants import LABELS, variant
+    from bench.transfer.variants import LABELS, result_files, variant
 
-    try:
-        files = [load("transfer/transfer_heldout.json")]
-    except FileNotFoundError:
+    files = result_files()
+    if not files:
         return "not run yet (`BUDGET=SECONDS bash bench/transfer/experiments.sh` writes the table's file)"
-    with contextlib.suppress(FileNotFoundError):
-        files.append(load("transfer/transfer_grpo_heldout.json"))
     head, budget, scored, groups = _transfer_header(files[0])
     lines = ["", "", "| variant | seed | iterations | " + " | ".join(head) + " |", "|---" * (len(head) + 3) + "|"]
     for data in files:
@@ -272,19 +268,14 @@ def transfer_answer() -> str:
     ES variant is separated from the quickstart there (a difference of pooled transfer accuracies whose 95% interval,
     normal approximation over the questions, holds no 0)."""
     import math
+    from statistics import mean
 
-    from bench.transfer.variants import LABELS
+    from bench.transfer.variants import LABELS, result_files
 
-    try:
-        files = [load("transfer/transfer_heldout.json")]
-    except FileNotFoundError:
+    files = result_files()
+    if not files:
         return "not run yet (`BUDGET=SECONDS bash bench/transfer/experiments.sh`)"
-    with contextlib.suppress(FileNotFoundError):
-        files.append(load("transfer/transfer_grpo_heldout.json"))
     found = _variants(files)
-
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
 
     def accuracy(name: str) -> float:
         return mean(found[name]["accuracy"])

@@ -6,11 +6,9 @@ transfer split, one point per seed (bench/results/transfer/*.json -> transfer_ga
 
 from __future__ import annotations
 
-import json
-
 from bench.common import study_results
 
-from .variants import LABELS, variant
+from .variants import LABELS, result_files, variant
 
 
 def main() -> None:
@@ -20,8 +18,7 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     folder = study_results("transfer")
-    runs = [run for name in ("transfer_heldout.json", "transfer_grpo_heldout.json") if (folder / name).exists()
-            for run in json.loads((folder / name).read_text())["runs"]]
+    runs = [run for data in result_files(folder) for run in data["runs"]]
     figure, axes = plt.subplots(figsize=(7.5, 5))
     for index, name in enumerate(LABELS):
         mine = [run for run in runs if variant(run["run"]) == name]

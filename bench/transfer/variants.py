@@ -3,7 +3,12 @@ the rows of the table on docs/benchmarks/transfer.md."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "transfer"
+# the ES variants' file first (its base row and held-out draw head the table), then grpo-lora's, measured apart
+FILES = ("transfer_heldout.json", "transfer_grpo_heldout.json")
 
 LABELS = {
     "quickstart": "the quickstart: lowrank-es, 64 members x 4 prompts",
@@ -19,3 +24,10 @@ LABELS = {
 def variant(run: str) -> str:
     """A run's variant: the name of the folder its seed folders sit in (RUNS/VARIANT/seedN)."""
     return Path(run).parent.name
+
+
+def result_files(results: Path = RESULTS) -> list[dict]:
+    """The measured files in FILES order; [] until the ES variants' file exists (the study has not run)."""
+    if not (results / FILES[0]).is_file():
+        return []
+    return [json.loads((results / name).read_text()) for name in FILES if (results / name).is_file()]
