@@ -100,10 +100,10 @@ def speed_probe() -> dict[str, Any]:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "evotune_commit": commit}
 
 
-def train(job: dict, runs: Path) -> dict[str, Any]:
+def train_keys(job: dict, start: dict[str, Any], charged: float) -> dict[str, Any]:
+    """One training job's config keys: its arm's setting, its warm start, and its budget (the study's seconds less
+    what the SFT spent; or, on another machine type, the study's steps; in CPU seconds where the job says so)."""
     method = METHODS[job["method"]]
-    run = runs / job["task"] / job["phase"] / f"{job['method']}_s{job['setting']}_seed{job['seed']}"
-    start, charged = start_of(job, runs)
     keys = {**run_keys(job["method"], job["task"], method["grid"][job["setting"]], job["seed"], job["phase"]), **start}
     if method["command"] == "grpo" and "adapter" in start:
         keys["lora"] = True
@@ -114,6 +114,19 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
         # what the SFT left of the budget; where it took all of it (a dry run's seconds) the run still takes its
         # first step, and the result records the seconds actually spent
         keys["max_training_seconds"] = max(round(TRAINING_SECONDS - charged, 1), 0.001)
+    if job.get("training_clock", "wall") != "wall":
+        # a one-thread run alone spends its wall seconds as CPU seconds; counted in CPU seconds, a run that a
+        # neighbour slows (or that is paused) still gets its whole budget of work (run.py --training-clock)
+        keys["training_clock"] = job["training_clock"]
+    return keys
+
+
+def train(job: dict, runs: Path) -> dict[str, Any]:
+    method = METHODS[job["method"]]
+    run = runs / job["task"] / job["phase"] / f"{job['method']}_s{job['setting']}_seed{job['seed']}"
+    start, charged = start_of(job, runs)
+    keys = train_keys(job, start, charged)
+    matched = job.get("step_matched")
     probe = speed_probe() if job["phase"] == "main" else None
     command = "grpo" if method["command"] == "grpo" else "train"
     config = write_config(run, keys)

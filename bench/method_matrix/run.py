@@ -50,9 +50,10 @@ def selection(results: Path, method: str) -> int | None:
     return max(range(TUNING_SETTINGS), key=lambda index: (scores[index], -index))
 
 
-def plan(results: Path, step_matched: bool = False) -> list[dict]:
+def plan(results: Path, step_matched: bool = False, training_clock: str = "wall") -> list[dict]:
     """Every job in the order it should run; `needs` lists result files that must exist first. With `step_matched`
-    (a run on another machine type than the study's), each main run carries the steps it is to take."""
+    (a run on another machine type than the study's), each main run carries the steps it is to take; with
+    `training_clock: cpu`, every training job counts its budget in its own CPU seconds."""
     jobs: list[dict] = []
     sft_tune = f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"
     jobs.append({"kind": "sft", "task": "arithmetic", "seed": TUNING_SEED, "path": sft_tune, "needs": []})
@@ -91,6 +92,8 @@ def plan(results: Path, step_matched: bool = False) -> list[dict]:
                      "setting": selection(results, method), "seed": TUNING_SEED, "needs": tuned + sft,
                      "path": f"memory/{method}_{variant}.json"})
     for job in jobs:
+        if job["kind"] == "train" and training_clock != "wall":
+            job["training_clock"] = training_clock
         if job.get("method") == "essa" and job["task"] == "arithmetic":
             job["sft_result"] = str(results / f"warm_start/arithmetic/sft_seed{job['seed']}.json")
     return rescores(results, jobs) + jobs
@@ -224,6 +227,10 @@ def main() -> None:
     parser.add_argument("--step-matched", action="store_true",
                         help="on another machine type than the study's: run each main run for the median steps of "
                              "its arm's finished seeds on the study's type (equal work, not equal time)")
+    parser.add_argument("--training-clock", choices=["wall", "cpu"], default="wall",
+                        help="what a run's budget counts: wall seconds (the study's first arms), or the run's own "
+                             "CPU seconds, which a neighbour's load or a pause (SIGSTOP) does not eat; a one-thread "
+                             "run alone spends the two alike. Each result file records the clock among its keys")
     args = parser.parse_args()
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
@@ -254,7 +261,8 @@ def main() -> None:
             else:
                 failed.add(path)
                 print(f"method_matrix: FAILED {path} (exit {process.returncode}); see its log", flush=True)
-        missing = [job for job in plan(results, step_matched=other_type) if not (results / job["path"]).exists()
+        every = plan(results, step_matched=other_type, training_clock=args.training_clock)
+        missing = [job for job in every if not (results / job["path"]).exists()
                    and job["path"] not in failed
                    and (args.only is None or any(job["path"].startswith(prefix) for prefix in args.only))]
         jobs = [job for job in missing if runs_here(job, other_type)]

@@ -377,3 +377,17 @@ def test_a_score_read_at_an_older_budget_is_measured_again_before_any_page_uses_
     assert found.accuracy == 75.0 and found.heldout["correct"] == "0111" and found.mean_kl == 0.2
     (tmp_path / path).write_text(json.dumps({"training": {"steps": 7}, "heldout": {**again, "retention": {}}}))
     assert not any(job["kind"] == "rescore" for job in run.plan(tmp_path))
+
+
+def test_a_cpu_clock_study_budgets_every_training_job_in_its_own_cpu_seconds(tmp_path):
+    from bench.method_matrix.job import train_keys
+
+    wall = {job["path"]: job for job in run.plan(tmp_path)}
+    cpu = {job["path"]: job for job in run.plan(tmp_path, training_clock="cpu")}
+    trained = [path for path, job in cpu.items() if job["kind"] == "train"]
+    assert trained and all(cpu[path]["training_clock"] == "cpu" for path in trained)
+    assert not any("training_clock" in job for job in cpu.values() if job["kind"] != "train")
+    job = cpu["tune/arithmetic/mezo/s0_seed10.json"]
+    keys = train_keys(job, start={}, charged=0.0)
+    assert keys["training_clock"] == "cpu" and keys["max_training_seconds"] == arms.TRAINING_SECONDS
+    assert "training_clock" not in train_keys(wall["tune/arithmetic/mezo/s0_seed10.json"], start={}, charged=0.0)
