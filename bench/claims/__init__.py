@@ -20,6 +20,7 @@ from bench.claims import comparisons, essa, hardware, learning, reference, speed
 from bench.claims._common import QUOTING_FILES, RESULTS, ROOT, SPAN
 from bench.claims.hardware import HARDWARE_ROWS
 from bench.claims.numbers import NOT_RESULTS, PAPER_SENTENCES, UNCLAIMED, number_pages, unclaimed_numbers
+from bench.labbook import pages as lab_book_pages
 from bench.method_matrix import page as matrix_page
 from bench.scaling import page as scaling_page
 
@@ -31,6 +32,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     **reference.CLAIMS,  # spans rendered from the code (the keys a resume may change)
     **matrix_page.CLAIMS,  # the method matrix: "Which method?" and the README's results table
     **scaling_page.CLAIMS,  # the scaling study: docs/benchmarks/scaling.md
+    **lab_book_pages.claims(),  # each lab-book page's own sentences (bench/labbook/pages/)
 }
 
 
