@@ -22,6 +22,7 @@ from bench.claims.hardware import HARDWARE_ROWS
 from bench.claims.numbers import NOT_RESULTS, PAPER_SENTENCES, UNCLAIMED, number_pages, unclaimed_numbers
 from bench.labbook import pages as lab_book_pages
 from bench.method_matrix import page as matrix_page
+from bench.method_matrix import transfer as matrix_transfer
 from bench.scaling import page as scaling_page
 
 __all__ = ["CLAIMS", "HARDWARE_ROWS", "NOT_RESULTS", "PAPER_SENTENCES", "RESULTS", "ROOT", "SPAN", "UNCLAIMED",
@@ -31,6 +32,7 @@ CLAIMS: dict[str, Callable[[], str]] = {
     **learning.CLAIMS, **stability.CLAIMS, **comparisons.CLAIMS, **essa.CLAIMS, **speed.CLAIMS, **hardware.CLAIMS,
     **reference.CLAIMS,  # spans rendered from the code (the keys a resume may change)
     **matrix_page.CLAIMS,  # the method matrix: "Which method?" and the README's results table
+    **matrix_transfer.CLAIMS,  # its template and transfer scores side by side, MeZO against full-es
     **scaling_page.CLAIMS,  # the scaling study: docs/benchmarks/scaling.md
     **lab_book_pages.claims(),  # each lab-book page's own sentences (bench/labbook/pages/)
 }

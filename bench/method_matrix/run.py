@@ -64,6 +64,9 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
                          "setting": setting, "seed": TUNING_SEED, "needs": needs,
                          "path": f"tune/arithmetic/{method}/s{setting}_seed{TUNING_SEED}.json"})
     jobs.append({"kind": "base", "task": "arithmetic", "path": "base/arithmetic.json", "needs": []})
+    # the base model's scores measured again with the transfer split, which its first file predates
+    jobs.append({"kind": "rescore", "task": "arithmetic", "of": {"kind": "base", "task": "arithmetic"},
+                 "needs": ["base/arithmetic.json"], "path": "transfer/base/arithmetic.json"})
     for task, spec in TASKS.items():
         for seed in spec["seeds"]:
             sft = f"warm_start/{task}/sft_seed{seed}.json"

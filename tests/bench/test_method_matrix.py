@@ -391,3 +391,35 @@ def test_a_cpu_clock_study_budgets_every_training_job_in_its_own_cpu_seconds(tmp
     keys = train_keys(job, start={}, charged=0.0)
     assert keys["training_clock"] == "cpu" and keys["max_training_seconds"] == arms.TRAINING_SECONDS
     assert "training_clock" not in train_keys(wall["tune/arithmetic/mezo/s0_seed10.json"], start={}, charged=0.0)
+
+
+def test_the_transfer_table_and_mezos_pairing_read_the_runs_that_have_a_transfer_score(tmp_path):
+    import json
+
+    from bench.method_matrix import transfer
+
+    def write(path: str, correct: str, transfer_correct: str | None, **training) -> None:
+        record = {"n": len(correct), "scored_budget": measure.SCORED_BUDGET, "correct": correct,
+                  "accuracy": correct.count("1") / len(correct)}
+        if transfer_correct is not None:
+            record["transfer"] = {"n": len(transfer_correct), "correct": transfer_correct,
+                                  "accuracy": transfer_correct.count("1") / len(transfer_correct)}
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps({"heldout": record, "training": training}))
+
+    write("base/arithmetic.json", "0" * 40, None)
+    write(transfer.BASE_TRANSFER, "0" * 40, "0" * 20)
+    for seed in (0, 1):  # mezo right on 30 of 40 template questions and 10 of 20 transfer ones; full-es on 10
+        # (the transfer gain over the base: 20 of 40 paired questions differ by 1; 0.5 +- 1.96 x 0.5 / sqrt(40))
+        write(f"main/arithmetic/mezo/seed{seed}.json", "1" * 30 + "0" * 10, "1" * 10 + "0" * 10, steps=40,
+              keys={"population_size": 2, "training_clock": "cpu"})
+        write(f"main/arithmetic/full_es/seed{seed}.json", "1" * 10 + "0" * 30, None, steps=20,
+              keys={"population_size": 32})
+    table = transfer.transfer_table(tmp_path)
+    assert "| base model | 0.0% | 0.0% (n = 20) |" in table
+    assert "| mezo | 75.0% (2 seeds) | 50.0% (2 seeds), +50.0 [+34.5, +65.5] over the base |" in table
+    assert "| full-es | 25.0% (2 seeds) | not measured: its runs predate the transfer split |" in table
+    answer = transfer.mezo_answer(tmp_path)
+    assert "mezo (2 candidates per step, 40 steps per run) scored 75.0% over 2 seeds" in answer
+    assert "full-es (32 candidates per step, 20 steps) 25.0% over 2" in answer and ": mezo ahead" in answer
+    assert "counted in cpu seconds" in answer

@@ -1,0 +1,91 @@
+"""What the method study's arms learned past the training template: each arm's held-out score in the template beside
+its score on the transfer split (the same sums asked in other wordings, subtraction, one more digit:
+evotune.tasks.phrasings), and MeZO (Malladi et al. 2023, arXiv 2305.17333) paired with full-es, the same
+full-parameter space with 2 candidates per step against full-es's population.
+
+A run scored before the transfer split existed has no transfer score: its row says so, and nothing estimates it.
+The base model's transfer score is measured again (run.py's `transfer/base/` job), as its first file predates it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.method_matrix.arms import METHODS
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, heldout, load, paired_gain
+
+TRANSFER_TASK = "arithmetic"  # the one task of the study with a transfer split (measure.transfer_split)
+BASE_TRANSFER = "transfer/base/arithmetic.json"
+
+
+def base_transfer(results: Path = STUDY) -> dict[str, Any] | None:
+    data = load(results, BASE_TRANSFER)
+    return data["heldout"].get("transfer") if data else None
+
+
+def transfers(found: Arm) -> list[dict[str, Any]]:
+    """The transfer records of an arm's runs that have one (runs scored before the split have none)."""
+    return [run.heldout["transfer"] for run in found.runs if "transfer" in run.heldout]
+
+
+def _transfer_cell(found: Arm, base: dict[str, Any] | None) -> str:
+    records = transfers(found)
+    if not found.runs:
+        return "not run yet"
+    if not records:
+        return "not measured: its runs predate the transfer split"
+    text = f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}% ({len(records)} seeds)"
+    if base is not None and all(record["n"] == base["n"] for record in records):
+        mean, low, high = paired_gain("".join(record["correct"] for record in records),
+                                      base["correct"] * len(records))
+        text += f", {mean:+.1f} [{low:+.1f}, {high:+.1f}] over the base"
+    return text
+
+
+def transfer_table(results: Path = STUDY) -> str:
+    """Every arm's template score beside its transfer score on 2-digit addition, with the paired gain over the base
+    model on the same transfer questions where both were measured."""
+    base = base_transfer(results)
+    base_record = heldout(results, "base/arithmetic.json")  # its accuracy measured again at the scored budget
+    lines = ["", "", "| method | in the training template: held-out, mean | past it: transfer split, mean, gain over "
+             "the base [95% interval] |", "|---|---|---|"]
+    if base_record:
+        base_text = (f"{100 * base['accuracy']:.1f}% (n = {base['n']})" if base else "not measured yet "
+                     f"(`python -m bench.method_matrix.run --only {BASE_TRANSFER}`)")
+        lines.append(f"| base model | {100 * base_record['accuracy']:.1f}% | {base_text} |")
+    for found in arms(results, TRANSFER_TASK):
+        template = f"{found.mean:.1f}% ({len(found.runs)} seeds)" if found.runs else "not run yet"
+        lines.append(f"| {found.label} | {template} | {_transfer_cell(found, base)} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _population(found: Arm) -> str:
+    sizes = sorted({run.data["training"]["keys"].get("population_size") for run in found.runs})
+    return "/".join(str(size) for size in sizes)
+
+
+def mezo_answer(results: Path = STUDY) -> str:
+    """MeZO against full-es on 2-digit addition: the same space, 2 candidates per step against full-es's population;
+    each arm's mean and steps, and the paired per-question difference over the seeds both ran (95% interval)."""
+    mezo, full = arm(results, TRANSFER_TASK, "mezo"), arm(results, TRANSFER_TASK, "full_es")
+    if not mezo.runs or not full.runs:
+        return f"mezo has {len(mezo.runs)} of {mezo.planned} runs on 2-digit addition: not compared yet"
+    theirs = {run.seed: run for run in full.runs}
+    shared = [(run, theirs[run.seed]) for run in mezo.runs if run.seed in theirs]
+    mean, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
+                                  "".join(other.heldout["correct"] for _, other in shared))
+    verdict = ("mezo ahead" if low > 0 else "full-es ahead" if high < 0 else
+               "not separated: the interval holds 0")
+    clock = {run.data["training"]["keys"].get("training_clock", "wall") for run in mezo.runs}
+    return (f"on 2-digit addition, mezo ({_population(mezo)} candidates per step, {mezo.mean_of('steps'):.0f} steps "
+            f"per run) scored {mezo.mean:.1f}% over {len(mezo.runs)} seeds, full-es ({_population(full)} candidates "
+            f"per step, {full.mean_of('steps'):.0f} steps) {full.mean:.1f}% over {len(full.runs)}; paired over the "
+            f"{len(shared)} seeds both ran, mezo minus full-es {mean:+.1f} points [{low:+.1f}, {high:+.1f}]: "
+            f"{verdict} (mezo's budget counted in {' and '.join(sorted(clock))} seconds, full-es's in wall seconds, "
+            "one thread each)")
+
+
+CLAIMS = {"matrix-transfer-table": transfer_table, "matrix-mezo-answer": mezo_answer}
+assert "mezo" in METHODS and "full_es" in METHODS
