@@ -90,7 +90,7 @@ def claim(name: str) -> str:
 
 def render_page(page: StudyPage) -> str:
     """The whole page, from its module and its result files."""
-    blocks = [GENERATED.format(slug=page.slug), f"# {page.title}", f"**What was asked.** {page.asked.strip()}",
+    blocks = [GENERATED.format(slug=page.slug.replace("-", "_")), f"# {page.title}", f"**What was asked.** {page.asked.strip()}",
               f"**Setup.** {page.setup.strip()}", machines_text(page.files)]
     blocks += [note.strip() for note in page.notes]
     blocks += ["**Results.**", page.results.strip(), "**What it means.**",

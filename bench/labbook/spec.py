@@ -21,7 +21,7 @@ class StudyPage:
     files: tuple[str, ...]  # its result files (globs under bench/results/): their machines are listed under Setup
     results: str  # its tables and plots: claim spans, images and their captions
     meaning: tuple[str, ...]  # what it means: one claim per bullet, each a sentence its data supports
-    rerun: str  # the commands that make its result files again, then `python -m bench.labbook`
+    rerun: str  # the commands that make its result files again, then `python -m bench.labbook.render`
     order: int = 100  # its place in the index
     notes: tuple[str, ...] = field(default=())  # footnotes on the protocol (no results)
     related: str = ""  # where a newer or wider study answers more (a pointer, no result)

@@ -222,7 +222,7 @@ def main() -> None:
         payload = warm_start(job, args.runs)
     elif job["kind"] == "base":
         payload = base(job)
-    elif job["kind"] == "rescore":
+    elif job["kind"] in ("rescore", "transfer"):  # transfer: the base model measured again with the transfer split
         payload = rescore(job, args.runs)
     elif job["kind"] == "restore":
         from .restore import restore

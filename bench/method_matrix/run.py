@@ -65,7 +65,7 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
                          "path": f"tune/arithmetic/{method}/s{setting}_seed{TUNING_SEED}.json"})
     jobs.append({"kind": "base", "task": "arithmetic", "path": "base/arithmetic.json", "needs": []})
     # the base model's scores measured again with the transfer split, which its first file predates
-    jobs.append({"kind": "rescore", "task": "arithmetic", "of": {"kind": "base", "task": "arithmetic"},
+    jobs.append({"kind": "transfer", "task": "arithmetic", "of": {"kind": "base", "task": "arithmetic"},
                  "needs": ["base/arithmetic.json"], "path": "transfer/base/arithmetic.json"})
     for task, spec in TASKS.items():
         for seed in spec["seeds"]:

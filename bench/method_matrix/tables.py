@@ -25,6 +25,7 @@ from bench.method_matrix.rows import (
     wilson,
 )
 from bench.method_matrix.run import selection
+from bench.method_matrix.transfer import TRANSFER_TASK, transfers
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
 IFEVAL_STRICT = "retain/ifeval/prompt_strict"
@@ -301,14 +302,20 @@ def tuning_table(results: Path = STUDY) -> str:
 
 
 def readme_table(results: Path = STUDY) -> str:
-    """The README's compact table: every arm's mean held-out accuracy per task and its KL to the start."""
-    lines = ["", "", "| method | " + " | ".join(TASK_NAMES[task].split(" (")[0] for task in TASKS)
-             + " | KL to the start |", "|---|" + "---|" * (len(TASKS) + 1)]
+    """The README's compact table: every arm's mean held-out accuracy per task (2-digit addition in the training
+    template and past it, on the transfer split) and its KL to the start."""
+    names = [TASK_NAMES[task].split(" (")[0] for task in TASKS]
+    names.insert(list(TASKS).index(TRANSFER_TASK) + 1, "past the template (transfer split)")
+    lines = ["", "", "| method | " + " | ".join(names) + " | KL to the start |", "|---|" + "---|" * (len(names) + 1)]
     for method in METHODS:
         cells, kl = [], ""
         for task in TASKS:
             found = arm(results, task, method)
             cells.append(f"{mean_text(found)}, {seeds_text(found)}{cut_text(found)}" if found.runs else "not run yet")
+            if task == TRANSFER_TASK:
+                records = transfers(found)
+                cells.append(f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%, "
+                             f"{len(records)} seeds" if records else "not measured" if found.runs else "not run yet")
             if task == "arithmetic" and found.runs:
                 kl = f"{found.mean_kl:.3f}"
         lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")
