@@ -418,6 +418,17 @@ def lowrank_answer(results: Path = STUDY) -> str:
             f"({verdict})")
 
 
+def es_arms_answer(results: Path = STUDY) -> str:
+    """Which ES arm that starts from the base model (no SFT warm start) learned most on 2-digit addition at equal
+    training time, and whether the seeds separate it from the next (_ranking)."""
+    found = [item for item in arms(results, "arithmetic") if item.runs and item.method != "essa"
+             and METHODS[item.method]["command"] == "train"]
+    if len(found) < 2:
+        return "fewer than two ES arms have run on 2-digit addition: not ranked yet"
+    return (f"among the ES arms that start from the base model ({', '.join(item.label for item in found)}), on "
+            f"2-digit addition at equal training time: {_ranking(found)}")
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
     "matrix-status": status, "matrix-setup": setup, "matrix-tuning-table": tuning_table,
     "matrix-arithmetic-table": partial(task_table, "arithmetic"),
@@ -427,5 +438,5 @@ CLAIMS: dict[str, Callable[[], str]] = {
     "matrix-validation-countdown": partial(validation_text, "countdown"),
     "matrix-answer": answer, "matrix-papers-table": papers_table, "matrix-recommendations": recommendations,
     "matrix-readme-table": readme_table, "matrix-spread-answer": spread_answer,
-    "matrix-lowrank-answer": lowrank_answer,
+    "matrix-lowrank-answer": lowrank_answer, "matrix-es-arms-answer": es_arms_answer,
 }

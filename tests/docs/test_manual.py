@@ -147,3 +147,54 @@ def _targets(entry) -> list[str]:
     if isinstance(entry, dict):
         return [target for value in entry.values() for target in _targets(value)]
     return [target for item in entry for target in _targets(item)]
+
+
+# A study's conclusion in words: a comparison of what methods or settings did, outside a claim. The manual links to
+# the page whose claim holds it instead. Each phrase in NOT_CONCLUSIONS says why its sentence is none.
+CONCLUSION = re.compile(
+    r"\b(learn(?:s|ed)? (?:more|most|less|least|faster)|(?:faster|slower|better|worse|cheaper|more accurate) than|"
+    r"outperform\w*|beats?\b|wins?\b|won\b|loses?\b|lost to|ahead of|brings? no speed|no speed-?up|"
+    r"(?:is|was|ran|runs) (?:\w+ )?(?:faster|slower)|the (?:best|worst|fastest|slowest)|keeps? (?:more|most|less))", re.I)
+NOT_CONCLUSIONS = {
+    "The paper reports that it beats": "a paper's claim, named as one",
+    "where it is faster than float32": "the rule `dtype: auto` follows",
+    "where it runs faster than float32": "the rule `dtype: auto` follows",
+    "(bfloat16 is slower than float32 without it)": "the rule `dtype: auto` follows",
+    "stay behind one module each": "the layout",
+    "each behind an availability check": "the layout",
+    "so which copy wins cannot change": "how stragglers are handled",
+    "each \"ahead of\" only where the seeds separate": "how the claim after it words a ranking",
+    "The model behind it": "a pointer",
+    "so lowrank-es loses the batched generate": "how a Ray actor scores members (the design)",
+    "leaves nothing behind": "what a failed start writes",
+}
+
+
+def conclusions(text: str) -> list[str]:
+    """Sentences of a page's prose (claims, code and comments out) that state a comparison, less NOT_CONCLUSIONS."""
+    found = []
+    for sentence in sentences(text):
+        prose = CODE.sub(" ", sentence)
+        if CONCLUSION.search(prose) and not any(phrase in sentence for phrase in NOT_CONCLUSIONS):
+            found.append(sentence)
+    return found
+
+
+@pytest.mark.parametrize("page", MANUAL, ids=[str(page.relative_to(ROOT)) for page in MANUAL])
+def test_a_manual_page_states_no_study_conclusion_outside_a_claim(page):
+    found = conclusions(page.read_text())
+    assert not found, f"{page.relative_to(ROOT)}: a conclusion in words (make it a claim, or link the page):\n" + \
+        "\n".join(found)
+
+
+def test_the_conclusion_check_catches_planted_sentences_and_every_exception_is_used():
+    planted = ["GRPO learned most in the same 60 s there, as on the CPU.",
+               "So lowrank-es is the ES arm that learned most per minute here.",
+               "On a CPU this brings no speed, as expected.",
+               "These matmuls are slower than the packed kernel's."]
+    for sentence in planted:
+        assert conclusions(sentence), sentence
+    assert not conclusions("Among them: <!-- claim:x -->lowrank-es learned most<!-- /claim -->.")
+    text = " ".join(sentence for page in MANUAL for sentence in sentences(page.read_text()))
+    unused = [phrase for phrase in NOT_CONCLUSIONS if phrase not in text]
+    assert not unused, f"exceptions that no page needs any more: {unused}"
