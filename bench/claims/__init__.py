@@ -28,20 +28,37 @@ from bench.scaling import page as scaling_page
 __all__ = ["CLAIMS", "HARDWARE_ROWS", "NOT_RESULTS", "PAPER_SENTENCES", "RESULTS", "ROOT", "SPAN", "UNCLAIMED",
            "number_pages", "quoting_files", "render", "substitute", "unclaimed_numbers"]
 
-CLAIMS: dict[str, Callable[[], str]] = {
+# The study families' claims; the lab book's pages add their own (every_claim), read when first asked for, so that
+# a page module may import bench.claims' helpers while bench.claims is still loading.
+STUDY_CLAIMS: dict[str, Callable[[], str]] = {
     **learning.CLAIMS, **stability.CLAIMS, **comparisons.CLAIMS, **essa.CLAIMS, **speed.CLAIMS, **hardware.CLAIMS,
     **reference.CLAIMS,  # spans rendered from the code (the keys a resume may change)
     **matrix_page.CLAIMS,  # the method matrix: "Which method?" and the README's results table
     **matrix_transfer.CLAIMS,  # its template and transfer scores side by side, MeZO against full-es
     **scaling_page.CLAIMS,  # the scaling study: docs/benchmarks/scaling.md
-    **lab_book_pages.claims(),  # each lab-book page's own sentences (bench/labbook/pages/)
 }
 
 
+def every_claim() -> dict[str, Callable[[], str]]:
+    """Every claim: the study families' and each lab-book page's own sentences (bench/labbook/pages/)."""
+    pages = lab_book_pages.claims()
+    twice = sorted(STUDY_CLAIMS.keys() & pages.keys())
+    if twice:
+        raise ValueError(f"claims defined both in bench/claims/ and by a lab-book page: {twice}")
+    return {**STUDY_CLAIMS, **pages}
+
+
+def __getattr__(name: str):
+    if name == "CLAIMS":  # `from bench.claims import CLAIMS`: every claim, the lab book's included
+        return every_claim()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def render(name: str) -> str:
-    if name not in CLAIMS:
-        raise KeyError(f"no claim named {name!r} in bench/claims/ (known: {', '.join(CLAIMS)})")
-    return CLAIMS[name]()
+    claims = every_claim()
+    if name not in claims:
+        raise KeyError(f"no claim named {name!r} in bench/claims/ (known: {', '.join(claims)})")
+    return claims[name]()
 
 
 def substitute(text: str) -> str:

@@ -35,7 +35,6 @@ NOT_RESULTS = {
     "1 GiB KV cache": "a setting", "92% of the node": "vLLM's default", "1.1 GB for SmolLM2-135M": "the model's size",
     "56 GB for a 7B": "a model's size", "28 GB for 7B": "a model's size", "2 GiB stay free": "a setting",
     "(16 x 48)": "a shape",
-    "4-60x larger": "the ratio of the paper's model sizes to ours",
     "900 s each": "the study's budget", "~300 s of training": "the study's budget",
     "240 s of training": "the sweep's budget", "about ±4.5 points": "the interval of n",
     "at 16 x 8": "a shape", "population 24 x 32 prompts": "a shape", "medians of 3, seconds": "a repeat count",
@@ -46,7 +45,7 @@ NOT_RESULTS = {
     "variances at 5%": "a test's level", "trains on a 24 GiB": "the machine's size",
     "machine with 24 GiB": "the machine's size", "fit in 24 GiB": "the machine's size",
     "memory minus 2 GiB": "the memory guard's setting", "more than 5% of its own": "the scaling runner's setting",
-    "135M model, 60 s of training": "the GPU check's budget", "in the same 60 s": "the GPU check's budget",
+    "135M model, 60 s of training": "the GPU check's budget",
 }
 
 

@@ -86,15 +86,14 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
 
 
 def curves_table(results: Path = RESULTS) -> str:
-    """The curves page's table and sentences (a claim): per arm, its seeds, where it started and ended, the CPU
-    seconds to reach each threshold, its last slope; then one sentence per arm."""
+    """The curves page's table (a claim): per arm, its seeds, where it started and ended, the CPU seconds to reach
+    each threshold, its last slope. Its sentence per arm (`sentence`) is the page's meaning, a claim of its own."""
     arms = load_scores(results)
     if not arms:
         return "not run yet (`python -m bench.curves.run`, then `python -m bench.curves.score`)"
     heads = " | ".join(f"CPU s to {100 * threshold:.0f}%" for threshold in THRESHOLDS)
     lines = ["", "", f"| arm | seeds | template: start -> end | transfer: start -> end | {heads} | last 20 minutes, "
              "points per 10 CPU-minutes [95%] |", "|---" * (5 + len(THRESHOLDS)) + "|"]
-    sentences = []
     for seeds in arms.values():
         label = seeds[0]["label"]
         curve, transfer = mean_curve(seeds, "template"), mean_curve(seeds, "transfer")
@@ -104,8 +103,7 @@ def curves_table(results: Path = RESULTS) -> str:
         slope_text = f"{slope[0]:+.1f} [{slope[1]:+.1f}, {slope[2]:+.1f}]" if slope else "too few marks"
         lines.append(f"| {label} | {len(seeds)} | {100 * curve[0][1]:.1f}% -> {100 * curve[-1][1]:.1f}% | "
                      f"{100 * transfer[0][1]:.1f}% -> {100 * transfer[-1][1]:.1f}% | {reached} | {slope_text} |")
-        sentences.append(sentence(label, curve, transfer, slope))
-    return "\n".join(lines + [""] + [f"- {text}" for text in sentences]) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def plot(results: Path = RESULTS) -> Path:

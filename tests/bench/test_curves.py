@@ -46,7 +46,7 @@ def _scores(folder, arm, label, seed, template, transfer):
 
 
 def test_the_curves_page_reads_thresholds_and_the_last_slope_from_the_scores(tmp_path):
-    from bench.curves.page import curves_table, last_slope, load_scores, mean_curve, time_to_reach
+    from bench.curves.page import curves_table, last_slope, load_scores, mean_curve, sentence, time_to_reach
 
     rising = [0.20, 0.28, 0.33, 0.41, 0.46, 0.52, 0.58]  # +5 to +6 points every 600 CPU s to the end
     for seed, shift in enumerate((-0.01, 0.0, 0.01)):
@@ -63,5 +63,7 @@ def test_the_curves_page_reads_thresholds_and_the_last_slope_from_the_scores(tmp
     assert flat[1] < 0 < flat[2]
     page = curves_table(tmp_path)
     assert "| lowrank-es | 3 | 20.0% -> 58.0%" in page and "not reached" in page
-    assert "still rising" in page and "flat within the noise" in page
+    said = [sentence(seeds[0]["label"], mean_curve(seeds, "template"), mean_curve(seeds, "transfer"), last_slope(seeds))
+            for seeds in arms.values()]
+    assert "still rising" in said[0] and "flat within the noise" in said[1]
     assert curves_table(tmp_path / "nothing").startswith("not run yet")

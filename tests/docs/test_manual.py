@@ -154,7 +154,8 @@ def _targets(entry) -> list[str]:
 CONCLUSION = re.compile(
     r"\b(learn(?:s|ed)? (?:more|most|less|least|faster)|(?:faster|slower|better|worse|cheaper|more accurate) than|"
     r"outperform\w*|beats?\b|wins?\b|won\b|loses?\b|lost to|ahead of|brings? no speed|no speed-?up|"
-    r"(?:is|was|ran|runs) (?:\w+ )?(?:faster|slower)|the (?:best|worst|fastest|slowest)|keeps? (?:more|most|less))", re.I)
+    r"(?:is|was|ran|runs) (?:\w+ )?(?:faster|slower)|the (?:best|worst|fastest|slowest)|keeps? (?:more|most|less))",
+    re.I)
 NOT_CONCLUSIONS = {
     "The paper reports that it beats": "a paper's claim, named as one",
     "where it is faster than float32": "the rule `dtype: auto` follows",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 
+from bench.labbook.machines import machines_text
 from bench.labbook.spec import StudyPage
 
 
@@ -21,8 +23,10 @@ def pages() -> list[StudyPage]:
 
 
 def claims() -> dict[str, Callable[[], str]]:
-    """The claims the pages define for themselves (their meaning sentences); bench.claims merges them."""
-    found: dict[str, Callable[[], str]] = {}
+    """The claims the pages define for themselves (their meaning sentences), and each page's machines line
+    (SLUG-machines); bench.claims merges them."""
+    found: dict[str, Callable[[], str]] = {f"{page.slug}-machines": partial(machines_text, page.files)
+                                           for page in pages()}
     for module in modules():
         for name, function in getattr(module, "CLAIMS", {}).items():
             if name in found:

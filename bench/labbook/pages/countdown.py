@@ -51,10 +51,11 @@ eval_countdown`), so neither ES nor GRPO would have a reward signal: each method
 own solver's solutions (`examples/sft_countdown.yaml`, 3 numbers from 1-20, targets up to 50), then ~300 s of
 training each (full-es on the merged model, ESSA and grpo-lora from the adapter), seeds 0 and 1.""",
     files=("countdown_small/*.json", "countdown_small/*/*.json", "learning/eval_countdown.json"),
-    results="""<!-- claim:countdown-small --><!-- /claim -->. The format went <!-- claim:countdown-format --><!-- /claim -->.
-After SFT, <!-- claim:countdown-changes --><!-- /claim -->.
-
-![Held-out Countdown accuracy over training time: full-es, ESSA and GRPO from the SFT warm start](plots/countdown_small/compare_countdown_small/accuracy_vs_time.png)""",
+    results=("<!-- claim:countdown-small --><!-- /claim -->. The format went "
+             "<!-- claim:countdown-format --><!-- /claim -->.\n"
+             "After SFT, <!-- claim:countdown-changes --><!-- /claim -->."
+             "\n\n![Held-out Countdown accuracy over training time: full-es, ESSA and GRPO from the SFT warm start]"
+             "(plots/countdown_small/compare_countdown_small/accuracy_vs_time.png)"),
     meaning=("countdown-meaning",),
     rerun="""`bash bench/countdown_small/countdown_small.sh` writes
 `bench/results/countdown_small/compare_countdown_small/` and `stages_countdown_small*.json`;
