@@ -1,9 +1,5 @@
 """MkDocs hooks: pages whose content comes from the code, so the site cannot drift from it.
 
-- `<!-- evotune-keys train -->` (or `sft`, `grpo`) becomes a table of that command's config keys, made
-  from the output of `evotune keys [COMMAND]` itself.
-- `<!-- evotune-keys-grouped train -->` becomes the same keys in one table per section of the config class (the
-  `# comment` above each group of fields), each key with an anchor `#train-KEY`.
 - `<!-- import-graph -->` becomes the package-level import graph of `src/evotune` (a mermaid diagram and
   the same edges as a table), read from the source with `ast`.
 - `<!-- evotune-cli -->` becomes the `--help` of `evotune` and of each of its commands, from the parsers
@@ -19,9 +15,6 @@
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
-import re
 import sys
 from pathlib import Path
 
@@ -29,94 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / "evotune"
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
-
-KEYS_MARKER = re.compile(r"<!-- evotune-keys (train|sft|grpo) -->")
-GROUPED_KEYS_MARKER = re.compile(r"<!-- evotune-keys-grouped (train|sft|grpo) -->")
-# one line of `evotune keys`: "key (default REPR[; [each ]one of: a, b]): help"
-KEY_LINE = re.compile(r"^(?P<key>\w+) \(default (?P<default>.*?)(?:; (?P<each>each )?one of: (?P<choices>[^)]*))?\): "
-                      r"(?P<help>.*)$")
-
-
-def evotune_keys(which: str) -> list[dict[str, str]]:
-    """The rows `evotune keys WHICH` prints, parsed: key, default, choices, each (list of choices), help."""
-    from evotune.cli.main import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["keys", which])
-    if status:
-        raise RuntimeError(f"`evotune keys {which}` exited with {status}")
-    rows = []
-    for line in out.getvalue().splitlines():
-        match = KEY_LINE.match(line)
-        if not match:
-            raise RuntimeError(f"docs/hooks.py cannot parse this line of `evotune keys {which}`: {line!r}")
-        rows.append({k: v or "" for k, v in match.groupdict().items()})
-    return rows
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def _code(text: str) -> str:
-    return f"`` {text} ``" if "`" in text else f"`{text}`"
-
-
-def keys_table(which: str) -> str:
-    lines = ["| key | default | choices | meaning |", "|---|---|---|---|"]
-    for row in evotune_keys(which):
-        choices = ", ".join(_code(c.strip()) for c in row["choices"].split(",")) if row["choices"] else ""
-        if choices and row["each"]:
-            choices = "each of " + choices
-        lines.append(f"| `{row['key']}` | {_cell(_code(row['default']))} | {_cell(choices)} | {_cell(row['help'])} |")
-    return "\n".join(lines)
-
-
-def field_sections(which: str) -> dict[str, str]:
-    """{field: its section}: the `# comment` line above the field in its class's source (the classes group their
-    fields so), else "the run" for the keys every command shares (RunConfig)."""
-    import inspect
-
-    from evotune.baselines.grpo import GRPORunConfig
-    from evotune.config import TrainConfig
-    from evotune.sft import SFTConfig
-
-    config_class = {"train": TrainConfig, "sft": SFTConfig, "grpo": GRPORunConfig}[which]
-    sections: dict[str, str] = {}
-    for klass in reversed(config_class.__mro__):
-        if "__dataclass_fields__" not in vars(klass):
-            continue
-        section = "the model, its data and the run"
-        for line in inspect.getsource(klass).splitlines():
-            stripped = line.strip()
-            if line.startswith("    # ") and not line.startswith("     "):
-                section = stripped[2:]
-            elif match := re.match(r"^    (\w+): ", line):
-                sections.setdefault(match.group(1), section)
-    return sections
-
-
-def grouped_keys(which: str) -> str:
-    """The keys of `evotune keys WHICH` in one table per section, each key with its own anchor (#key-NAME)."""
-    sections = field_sections(which)
-    groups: dict[str, list[dict[str, str]]] = {}
-    for row in evotune_keys(which):
-        groups.setdefault(sections.get(row["key"], "other"), []).append(row)
-    out = []
-    for section, rows in groups.items():
-        out += [f"### {section[0].upper() + section[1:]}", "", "| key | default | choices | meaning |",
-                "|---|---|---|---|"]
-        for row in rows:
-            choices = ", ".join(_code(c.strip()) for c in row["choices"].split(",")) if row["choices"] else ""
-            if choices and row["each"]:
-                choices = "each of " + choices
-            anchor = f'<a id="{which}-{row["key"]}"></a>'
-            out.append(f"| {anchor}`{row['key']}` | {_cell(_code(row['default']))} | {_cell(choices)} "
-                       f"| {_cell(row['help'])} |")
-        out.append("")
-    return "\n".join(out)
-
 
 def _unit(module: str) -> str:
     """The package-level unit of a module: evotune.spaces.full -> spaces, evotune.trainer -> trainer."""
@@ -237,8 +142,6 @@ def on_files(files, config):
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if "<!-- claim:" in markdown:
         markdown = quoted_claims(markdown)
-    markdown = KEYS_MARKER.sub(lambda match: keys_table(match.group(1)), markdown)
-    markdown = GROUPED_KEYS_MARKER.sub(lambda match: grouped_keys(match.group(1)), markdown)
     if "<!-- import-graph -->" in markdown:
         markdown = markdown.replace("<!-- import-graph -->", import_graph())
     if "<!-- evotune-cli -->" in markdown:

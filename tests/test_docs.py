@@ -158,24 +158,24 @@ def config_classes() -> dict[str, type]:
     return {"train": TrainConfig, "sft": SFTConfig, "grpo": GRPORunConfig}
 
 
-def test_configs_page_is_generated_from_evotune_keys_with_every_key():
-    page = (DOCS / "configs.md").read_text()
-    hooks = load_hooks()
+def test_the_key_pages_quote_every_config_key_of_each_command():
+    """Each command's keys page quotes its grouped table (a claim: tests/test_claims.py keeps it equal to the code):
+    every field of the config class once, each with its anchor, in sections named after the source's comments."""
+    from bench.claims.reference import grouped_keys
+
+    pages = {"train": "keys-train.md", "sft": "keys-sft-grpo.md", "grpo": "keys-sft-grpo.md"}
     for which, config_class in config_classes().items():
-        assert f"<!-- evotune-keys-grouped {which} -->" in page, f"docs/configs.md lost the marker of `{which}`'s keys"
+        page = (DOCS / pages[which]).read_text()
+        assert f"<!-- claim:keys-{which} -->" in page, f"{pages[which]} lost {which}'s keys"
         fields = [field.name for field in dataclasses.fields(config_class)]
-        table = hooks.keys_table(which)
-        keys = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
-        assert keys == fields, f"`evotune keys {which}` table: {keys} != {config_class.__name__} fields {fields}"
-        # the grouped tables: every key once, each with its anchor, in sections named after the source's comments
-        grouped = hooks.grouped_keys(which)
+        grouped = grouped_keys(which)
         anchored = re.findall(rf'^\| <a id="{which}-(\w+)"></a>`(\w+)` \|', grouped, flags=re.M)
         assert sorted(key for key, _ in anchored) == sorted(fields) and all(a == b for a, b in anchored)
         assert grouped.count("### ") >= 2, f"{which}'s keys are not grouped"
 
 
 def test_built_configs_page_lists_every_config_key(site):
-    page = html.unescape((site / "configs" / "index.html").read_text())
+    page = "".join(html.unescape((site / name / "index.html").read_text()) for name in ("keys-train", "keys-sft-grpo"))
     rows = set(re.findall(r"<tr>\s*<td>(?:<a id=\"\w+-\w+\"></a>)?<code>(\w+)</code></td>", page))
     for which, config_class in config_classes().items():
         missing = [field.name for field in dataclasses.fields(config_class) if field.name not in rows]

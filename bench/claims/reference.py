@@ -1,9 +1,88 @@
 """Spans rendered from the code rather than from a result file, kept in the pages so they read on GitHub too (the
-docs hooks render the site's copies): the keys a `--resume` may change."""
+docs hooks render the site's copies): every config key of each command, grouped as its config class groups them, and
+the keys a `--resume` may change."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 from collections.abc import Callable
+
+# one line of `evotune keys`: "key (default REPR[; [each ]one of: a, b]): help"
+KEY_LINE = re.compile(r"^(?P<key>\w+) \(default (?P<default>.*?)(?:; (?P<each>each )?one of: (?P<choices>[^)]*))?\): "
+                      r"(?P<help>.*)$")
+
+
+def evotune_keys(which: str) -> list[dict[str, str]]:
+    """The rows `evotune keys WHICH` prints, parsed: key, default, choices, each (list of choices), help."""
+    from evotune.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["keys", which])
+    if status:
+        raise RuntimeError(f"`evotune keys {which}` exited with {status}")
+    rows = []
+    for line in out.getvalue().splitlines():
+        match = KEY_LINE.match(line)
+        if not match:
+            raise RuntimeError(f"docs/hooks.py cannot parse this line of `evotune keys {which}`: {line!r}")
+        rows.append({k: v or "" for k, v in match.groupdict().items()})
+    return rows
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def field_sections(which: str) -> dict[str, str]:
+    """{field: its section}: the `# comment` line above the field in its class's source (the classes group their
+    fields so), else "the run" for the keys every command shares (RunConfig)."""
+    import inspect
+
+    from evotune.baselines.grpo import GRPORunConfig
+    from evotune.config import TrainConfig
+    from evotune.sft import SFTConfig
+
+    config_class = {"train": TrainConfig, "sft": SFTConfig, "grpo": GRPORunConfig}[which]
+    sections: dict[str, str] = {}
+    for klass in reversed(config_class.__mro__):
+        if "__dataclass_fields__" not in vars(klass):
+            continue
+        section = "the model, its data and the run"
+        for line in inspect.getsource(klass).splitlines():
+            stripped = line.strip()
+            if line.startswith("    # ") and not line.startswith("     "):
+                section = stripped[2:]
+            elif match := re.match(r"^    (\w+): ", line):
+                sections.setdefault(match.group(1), section)
+    return sections
+
+
+def grouped_keys(which: str) -> str:
+    """The keys of `evotune keys WHICH` in one table per section, each key with its own anchor (#key-NAME)."""
+    sections = field_sections(which)
+    groups: dict[str, list[dict[str, str]]] = {}
+    for row in evotune_keys(which):
+        groups.setdefault(sections.get(row["key"], "other"), []).append(row)
+    out = []
+    for section, rows in groups.items():
+        out += [f"### {section[0].upper() + section[1:]}", "", "| key | default | choices | meaning |",
+                "|---|---|---|---|"]
+        for row in rows:
+            choices = ", ".join(_code(c.strip()) for c in row["choices"].split(",")) if row["choices"] else ""
+            if choices and row["each"]:
+                choices = "each of " + choices
+            anchor = f'<a id="{which}-{row["key"]}"></a>'
+            out.append(f"| {anchor}`{row['key']}` | {_cell(_code(row['default']))} | {_cell(choices)} "
+                       f"| {_cell(row['help'])} |")
+        out.append("")
+    return "\n".join(out)
 
 
 def resumable_keys(command: str) -> str:
@@ -18,6 +97,7 @@ def resumable_keys(command: str) -> str:
 
 
 CLAIMS: dict[str, Callable[[], str]] = {
+    **{f"keys-{which}": (lambda which=which: "\n\n" + grouped_keys(which)) for which in ("train", "sft", "grpo")},
     "resumable-keys-train": lambda: resumable_keys("train"),
     "resumable-keys-grpo": lambda: resumable_keys("grpo"),
 }

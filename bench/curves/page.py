@@ -12,11 +12,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scipy.stats import t as t_distribution
+
 from .arms import RESULTS
 
 THRESHOLDS = (0.30, 0.40, 0.50)
 LAST_SECONDS = 1200.0  # the last 20 minutes of a 2-thread run: 1,200 CPU seconds at the quickstart's shape
-T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def load_scores(results: Path = RESULTS) -> dict[str, list[dict[str, Any]]]:
@@ -64,7 +65,7 @@ def last_slope(seeds: list[dict[str, Any]], which: str = "template",
         return None
     slope = sum(x * y for x, y in centred) / sxx
     residual = sum((y - slope * x) ** 2 for x, y in centred) / freedom
-    half = T_95.get(freedom, 1.96) * math.sqrt(residual / sxx)
+    half = t_distribution.ppf(0.975, freedom) * math.sqrt(residual / sxx)  # the slope's 95% t interval
     scale = 100 * 600  # accuracy per CPU second -> points per 600 CPU seconds
     return slope * scale, (slope - half) * scale, (slope + half) * scale
 

@@ -19,7 +19,8 @@ DOCS = ROOT / "docs"
 MANUAL = [DOCS / name for name in ("index.md", "getting-started.md", "es-at-scale.md", "essa.md", "eggroll.md",
                                    "tasks.md", "configs.md", "cli.md", "troubleshooting.md", "security.md",
                                    "architecture.md", "glossary.md", "coming-from-trl.md", "grpo-and-compare.md",
-                                   "sweeps.md", "vllm-and-ray.md", "ray-cluster.md", "generation-speed.md")] \
+                                   "sweeps.md", "vllm-and-ray.md", "ray-cluster.md", "generation-speed.md",
+                                   "keys-train.md", "keys-sft-grpo.md")] \
     + sorted((DOCS / "guides").glob("*.md")) + sorted((DOCS / "api").glob("*.md"))
 PAGE_LINES = 150
 # The site's navigation fits on one screen: its top level, with its longest section open, in at most this many lines

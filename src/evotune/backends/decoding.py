@@ -64,7 +64,7 @@ def supported() -> bool:
 def transformers_loop() -> Iterator[None]:
     """Within the block the hf backend decodes with transformers' own greedy loop, which reads the device after
     every token (its stop check, and the attention mask's padding check): the path before greedy_decode, for
-    timing the two side by side (bench/overhead.py, bench/gpu_check/check.py)."""
+    timing the two side by side (bench/speed/overhead.py, bench/gpu_check/check.py)."""
     original = globals()["supported"]
     globals()["supported"] = lambda: False
     try:

@@ -242,7 +242,8 @@ class TrainConfig(RunConfig):
     prefetch_candidates: bool = option(False, "space full, hf: write the next candidate's weights into a second copy "
                                               "of the weights on a worker thread while the current one generates, "
                                               "then swap them in (the same bits; one more copy of the weights in "
-                                              "memory). Gains only with a free CPU core (bench/overhead.py).")
+                                              "memory). Gains only with a free CPU core (`python -m "
+                                              "bench.speed.overhead --prefetch-arm`).")
     # Any: a whole number or "auto" (fields.py checks unions of one type with None); checks.py checks the value
     population_batch_size: Any = option(None, "Candidates generated together in one batched generate: lora/"
                                               "svd_lora/lowrank, one adapter or low-rank delta per group of "

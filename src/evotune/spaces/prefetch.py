@@ -8,7 +8,7 @@ happens. With a second set of weight tensors (one more copy of the live weights 
 thread writes member k+1 into the spare set while member k generates, and apply(k+1) only swaps the
 tensors behind each Parameter (`param.data`), which costs nothing. Torch releases the GIL inside its
 ops, so the worker runs on another core while the main thread generates; with one core it only
-time-shares (measured in bench/overhead.py, `--prefetch`).
+time-shares (measured by `python -m bench.speed.overhead --prefetch-arm`).
 
 The weights written are the ones the plain apply writes (the same function fills the spare tensors),
 so the bits are identical; restore() is prefetched the same way (the mean copied from the master).
