@@ -63,6 +63,9 @@ SHAPES = {shape.name: shape for shape in [
     # so a fit on them alone cannot tell a per-layer cost from a per-parameter one. These two pull them apart
     # (Llama layout, SmolLM2's head size of 64), so `evotune estimate`'s time holds on a shape of other proportions.
     Shape("deep-narrow-40L", "llama", 256, 40, 4, 2, 768, True, 49_152, published=False),
+    # deep-narrow's width at a public shape's depth: left out of the fit, deep-narrow's cost per layer of small
+    # matmuls is otherwise seen only through wider shapes, where the matmuls' own work hides it
+    Shape("narrow-12L", "llama", 256, 12, 4, 2, 768, True, 49_152, published=False),
     Shape("shallow-wide-4L", "llama", 1536, 4, 24, 8, 6144, True, 49_152, published=False),
 ]}
 PROPORTIONS = [name for name, shape in SHAPES.items() if not shape.published]
