@@ -56,9 +56,10 @@ def stability_intro() -> str:
     es, grpo = spread["es"]["48"], spread["grpo"]["48"]
     narrower = es["std"] / (100 * method["final_std"])
     return (f"std {es['std']:.1f} against {grpo['std']:.1f} points). Trained at the evaluation's 48 tokens instead of "
-            f"10, shorter than the answers it is scored on, the same five ES seeds spread {narrower:.1f} times narrower "
-            f"(std {100 * method['final_std']:.1f} points) and end {100 * method['final_mean'] - es['mean']:+.0f} "
-            "points from where they ended (both tested under What it means)")
+            f"10, shorter than the answers it is scored on, the same five ES seeds spread {narrower:.1f} times "
+            f"narrower (std {100 * method['final_std']:.1f} points) and end "
+            f"{100 * method['final_mean'] - es['mean']:+.0f} points from where they ended (both tested under What it "
+            "means)")
 
 
 def stability_formats() -> str:

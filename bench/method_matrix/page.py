@@ -44,7 +44,7 @@ def _gap_beyond_spread(first: list[float], second: list[float]) -> bool:
     return abs(statistics.mean(first) - statistics.mean(second)) > spread
 
 
-def _separated(first: Arm, second: Arm) -> bool:
+def separated(first: Arm, second: Arm) -> bool:
     """Whether two arms' means differ beyond both kinds of noise: each has two seeds or more, the gap exceeds
     both arms' seed spread, and the paired per-question difference pooled over the seeds both ran (the same
     held-out questions per seed) has a 95% interval that leaves out 0. Two seeds can agree by luck, so the
@@ -68,14 +68,14 @@ NOT_SEPARATED = ("not yet separated (one seed, a gap within the seed spread, or 
 CUT_NOT_RANKED = "not ranked, as the scored budget cut answers (the budget table), against"
 
 
-def _ranking(found: list[Arm]) -> str:
-    """Best arm first; 'ahead of' only when the two are separated (_separated) and neither arm's answers were cut."""
+def ranking(found: list[Arm]) -> str:
+    """Best arm first; 'ahead of' only when the two are separated (separated) and neither arm's answers were cut."""
     ordered = sorted(found, key=lambda item: -item.mean)
     best, second = ordered[0], ordered[1]
     if cut_text(best) or cut_text(second):
         relation = CUT_NOT_RANKED
     else:
-        relation = "ahead of" if _separated(best, second) else NOT_SEPARATED
+        relation = "ahead of" if separated(best, second) else NOT_SEPARATED
     return f"{named(best)}, {relation} {named(second)}"
 
 
@@ -149,8 +149,8 @@ def answer(results: Path = STUDY) -> str:
     lines = ["", ""]
     for task in TASKS:
         found = finished_arms(task, results)
-        ranking = _ranking(found) if len(found) >= 2 else "fewer than two methods have finished runs yet"
-        lines.append(f"- **Learns most, {TASK_NAMES[task]}**: {ranking}.")
+        ranked = ranking(found) if len(found) >= 2 else "fewer than two methods have finished runs yet"
+        lines.append(f"- **Learns most, {TASK_NAMES[task]}**: {ranked}.")
     found = finished_arms("arithmetic", results)
     if len(found) >= 2:
         moved = max(found, key=lambda item: item.mean_kl)
@@ -160,7 +160,7 @@ def answer(results: Path = STUDY) -> str:
     lines.append(f"- **Least memory**: {_memory_sentence(results)}.")
     full, lora = arm(results, "arithmetic", "full_es"), arm(results, "arithmetic", "es_lora")
     if full.runs and lora.runs:
-        lines.append(f"- **full-es or lora-es, on a CPU** (2-digit addition): {_ranking([full, lora])}; KL to the "
+        lines.append(f"- **full-es or lora-es, on a CPU** (2-digit addition): {ranking([full, lora])}; KL to the "
                      f"start {full.mean_kl:.3f} (full-es) and {lora.mean_kl:.3f} (lora-es).")
     else:
         lines.append("- **full-es or lora-es, on a CPU**: both need finished runs on 2-digit addition first.")
@@ -168,11 +168,11 @@ def answer(results: Path = STUDY) -> str:
 
 
 def _verdict(ours: Arm, theirs: Arm) -> str:
-    """held / did not hold / not separated (_separated), for 'ours beats theirs' by mean over seeds; open while the
+    """held / did not hold / not separated (separated), for 'ours beats theirs' by mean over seeds; open while the
     scored budget cuts either arm's answers."""
     if cut_text(ours) or cut_text(theirs):
         return "open: the scored budget cut answers"
-    if not _separated(ours, theirs):
+    if not separated(ours, theirs):
         return "not separated yet"
     return "held" if ours.mean > theirs.mean else "did not hold"
 
@@ -300,7 +300,7 @@ def recommendations(results: Path = STUDY) -> str:
     if runs < planned:
         lines.append(f"- *Provisional*: {runs} of the {planned} runs on 2-digit addition are in; each line below "
                      "follows the rows as they stand.")
-    lines.append(f"- **Most accuracy for the CPU time**: {_ranking(found)} (2-digit addition rows).")
+    lines.append(f"- **Most accuracy for the CPU time**: {ranking(found)} (2-digit addition rows).")
     lines.append(f"- **Keep the base model's behaviour elsewhere** (lowest KL to the start): {_kept_best(found)} "
                  "(2-digit addition rows).")
     # ESSA evolves an SFT adapter, and that SFT is a backward pass: it is named beside, not ranked, here
@@ -312,7 +312,7 @@ def recommendations(results: Path = STUDY) -> str:
     beside = (f"; ESSA, which starts from an SFT adapter (a backward pass, or an adapter you already have), "
               f"reached {mean_text(essa)}, {seeds_text(essa)}{sft_text}" if essa else "")
     if len(free) >= 2:
-        lines.append(f"- **No room for a backward pass (no gradients at all)**: {_ranking(free)}{beside} (2-digit "
+        lines.append(f"- **No room for a backward pass (no gradients at all)**: {ranking(free)}{beside} (2-digit "
                      "addition rows).")
     elif free:
         lines.append(f"- **No room for a backward pass (no gradients at all)**: {named(free[0])}, the only such ES "
@@ -332,12 +332,12 @@ def _over_the_start(results: Path, found: list[Arm]) -> str:
     over its seeds, each against its own seed's start, has a 95% interval above 0); else that no arm did."""
     best = max((item for item in found if not cut_text(item)), key=lambda item: item.mean, default=None)
     if best is None:
-        return _ranking(found)
+        return ranking(found)
     pairs = [(run.heldout["correct"], before["correct"]) for run in best.runs
              if (before := start(results, best.task, run.seed)) is not None]
     mean, low, high = paired_gain("".join(after for after, _ in pairs), "".join(before for _, before in pairs))
     if low > 0:
-        return _ranking(found)
+        return ranking(found)
     return (f"no arm is separated from its start: the best uncut arm, {named(best)}, gained {mean:+.1f} points over "
             f"it [{low:+.1f}, {high:+.1f}] pooled over its seeds; nothing is recommended over the warm start alone")
 
@@ -412,7 +412,7 @@ def spread_answer(results: Path = STUDY) -> str:
 def lowrank_answer(results: Path = STUDY) -> str:
     """The current answer to "does lowrank-es learn faster than full-es on a CPU?" (matched, equal time)."""
     lowrank, full = arm(results, "arithmetic", "lowrank"), arm(results, "arithmetic", "full_es")
-    verdict = "separated" if _separated(lowrank, full) else "not separated"
+    verdict = "separated" if separated(lowrank, full) else "not separated"
     return (f"on 2-digit addition, matched (each at its own tuned setting, equal training time, 48 tokens): "
             f"{lowrank.label} {mean_text(lowrank)} against {full.label} {mean_text(full)}, {seeds_text(lowrank)} "
             f"({verdict})")
@@ -420,13 +420,13 @@ def lowrank_answer(results: Path = STUDY) -> str:
 
 def es_arms_answer(results: Path = STUDY) -> str:
     """Which ES arm that starts from the base model (no SFT warm start) learned most on 2-digit addition at equal
-    training time, and whether the seeds separate it from the next (_ranking)."""
+    training time, and whether the seeds separate it from the next (ranking)."""
     found = [item for item in arms(results, "arithmetic") if item.runs and item.method != "essa"
              and METHODS[item.method]["command"] == "train"]
     if len(found) < 2:
         return "fewer than two ES arms have run on 2-digit addition: not ranked yet"
     return (f"among the ES arms that start from the base model ({', '.join(item.label for item in found)}), on "
-            f"2-digit addition at equal training time: {_ranking(found)}")
+            f"2-digit addition at equal training time: {ranking(found)}")
 
 
 CLAIMS: dict[str, Callable[[], str]] = {

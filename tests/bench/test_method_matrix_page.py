@@ -112,12 +112,12 @@ def test_two_seeds_that_agree_by_luck_do_not_rank_arms_within_the_held_out_sets_
     write("lowrank", 1, "1" * 6 + "0" * 24 + "1" * 17 + "0" * (N - 47))
     found = {item.method: item for item in page.finished_arms("countdown", study)}
     assert found["essa"].mean - found["lowrank"].mean > max(found["essa"].std, found["lowrank"].std)
-    assert not page._separated(found["essa"], found["lowrank"])
+    assert not page.separated(found["essa"], found["lowrank"])
     assert page.NOT_SEPARATED in page.answer(study)
     write("lowrank", 0, "1" * 24 + "0" * (N - 24))  # the same 6-7 questions fewer, every other answer agreeing
     write("lowrank", 1, "1" * 23 + "0" * (N - 23))
     found = {item.method: item for item in page.finished_arms("countdown", study)}
-    assert page._separated(found["essa"], found["lowrank"])
+    assert page.separated(found["essa"], found["lowrank"])
 
 
 def test_the_papers_table_says_where_each_claim_held(study):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bench.claims._common import load
 from bench.labbook.spec import StudyPage
-from bench.method_matrix.page import _separated
+from bench.method_matrix.page import separated
 from bench.method_matrix.rows import STUDY, arm, paired_gain
 
 THROUGHPUT = {"bfloat16": "eggroll/lowrank_throughput.json", "float32": "eggroll/lowrank_throughput_float32.json"}
@@ -53,7 +53,7 @@ def learning_meaning() -> str:
     shared = [(run, theirs[run.seed]) for run in lowrank.runs if run.seed in theirs]
     gain, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
                                   "".join(other.heldout["correct"] for _, other in shared))
-    if _separated(lowrank, full):
+    if separated(lowrank, full):
         verdict = f"{'learned more than' if gain > 0 else 'learned less than'} {full.label}"
     else:
         verdict = f"was not separated from {full.label}"

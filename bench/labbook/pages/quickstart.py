@@ -126,7 +126,7 @@ def candidates() -> str:
 def method_study() -> str:
     """The ES arms without a warm start in the matched method study on 2-digit addition, best first, with whether
     the best is separated from the next (the method study's own rule): why the quickstart runs lowrank-es."""
-    from bench.method_matrix.page import _ranking
+    from bench.method_matrix.page import ranking
     from bench.method_matrix.tables import ES_ALONE, finished_arms
 
     found = [arm for arm in finished_arms("arithmetic") if arm.method in ES_ALONE]
@@ -136,7 +136,7 @@ def method_study() -> str:
     lead = ("the quickstart's lowrank-es learned most" if best.method == "lowrank"
             else f"{best.label} learned most, not the quickstart's lowrank-es")
     return (f"Of the ES methods without a warm start in the matched method study (2-digit addition, each tuned on a "
-            f"validation split, equal CPU time), {lead}: {_ranking(found)}.")
+            f"validation split, equal CPU time), {lead}: {ranking(found)}.")
 
 
 CLAIMS = {
