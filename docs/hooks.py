@@ -2,8 +2,8 @@
 
 - `<!-- import-graph -->` becomes the package-level import graph of `src/evotune` (a mermaid diagram and
   the same edges as a table), read from the source with `ast`.
-- `<!-- evotune-cli -->` becomes the `--help` of `evotune` and of each of its commands, from the parsers
-  themselves (a section per command).
+- `<!-- evotune-cli -->` becomes the `--help` of each `evotune` command, from the parsers themselves (a section
+  per command).
 - `<!-- claim:NAME -->...<!-- /claim -->` spans are rendered anew from `bench/results/` (`bench/claims/`).
 - `<!-- bench-results -->` becomes `bench/results/README.md`, the tables `python -m bench.report` writes
   from the result JSON files (headings moved one level down).
@@ -101,7 +101,7 @@ def cli_reference() -> str:
     os.environ["COLUMNS"] = "110"  # argparse wraps at the terminal's width: fix it so the page does not vary
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    sections = ["## evotune", "", "```text", parser.format_help().rstrip(), "```"]
+    sections = []  # `evotune --help` itself is a claim on the page (bench/claims/reference.py), read on GitHub too
     for name, command in commands.choices.items():
         sections += ["", f"## evotune {name}", "", "```text", command.format_help().rstrip(), "```"]
     return "\n".join(sections)

@@ -85,6 +85,24 @@ def grouped_keys(which: str) -> str:
     return "\n".join(out)
 
 
+def cli_overview() -> str:
+    """`evotune --help` as the parser prints it at a fixed width: the commands, in a text block."""
+    import os
+
+    from evotune.cli.main import build_parser
+
+    width = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "110"  # argparse wraps at the terminal's width: fix it so the page does not vary
+    try:
+        text = build_parser().format_help().rstrip()
+    finally:
+        if width is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = width
+    return "\n\n```text\n" + text + "\n```\n\n"
+
+
 def resumable_keys(command: str) -> str:
     """The keys `evotune COMMAND --resume` may change with --set (runs.directory.RESUMABLE_KEYS, those its config
     has), as code spans."""
@@ -97,6 +115,7 @@ def resumable_keys(command: str) -> str:
 
 
 CLAIMS: dict[str, Callable[[], str]] = {
+    "cli-overview": cli_overview,
     **{f"keys-{which}": (lambda which=which: "\n\n" + grouped_keys(which)) for which in ("train", "sft", "grpo")},
     "resumable-keys-train": lambda: resumable_keys("train"),
     "resumable-keys-grpo": lambda: resumable_keys("grpo"),
