@@ -198,8 +198,28 @@ def equal_samples() -> str:
             f"against the base's {100 * base:.1f}% (n = {count}): {verdict}.")
 
 
+PER_SAMPLE_NAMES = {"es full/openes": "full-es", "es svd_lora/cma": "ESSA", "grpo": "GRPO"}
+
+
+def conciseness_at_equal_samples() -> str:
+    """Each method's held-out conciseness reward at the shared sample budget (mean of each seed's last evaluation
+    within it), from each method's first evaluation, and full-es's at the end of its longer run."""
+    compare = load("es_vs_grpo/compare_conciseness/compare.json")
+    budget = next(int(key.split("_")[1]) for key in compare["methods"][0] if key.startswith("at_"))
+    parts = []
+    for method in sorted(compare["methods"], key=lambda method: -method[f"at_{budget}_samples"]):
+        runs = [run for run in compare["runs"] if run["method"] == method["method"]]
+        start = statistics.mean(run["curve"][0]["value"] for run in runs)
+        name = PER_SAMPLE_NAMES.get(method["method"], method["method"])
+        longer = (f" ({method['final_mean']:.1f} at {method['samples_seen']:,})" if method["samples_seen"] > budget
+                  else "")
+        parts.append(f"{name} {method[f'at_{budget}_samples']:.1f} from {start:.1f}{longer}")
+    return (f"held-out reward at {budget:,} sampled completions (means over {len(compare['runs']) // len(parts)} "
+            f"seeds, each from its first evaluation): {', '.join(parts)}")
+
 CLAIMS = {"conciseness-verdict": verdict, "conciseness-gap": gap, "conciseness-paired": paired,
-          "conciseness-kept-answers": kept_answers, "conciseness-equal-samples": equal_samples}
+          "conciseness-kept-answers": kept_answers, "conciseness-equal-samples": equal_samples,
+          "conciseness-per-sample": conciseness_at_equal_samples}
 
 PAGE = StudyPage(
     slug="conciseness",
@@ -217,7 +237,8 @@ answer still in the reply?). ES 4e-3 x 2e-3 and GRPO beta 0 also ran seeds 2-4 (
 study's runs). The same protocol at an equal sample budget per method, over training:
 `bash bench/es_vs_grpo/compare_methods.sh` (full-es, ESSA from a LoRA SFT on the reference answers, and GRPO,
 seeds 0 and 1).""",
-    files=("conciseness_pareto/*.json", "es_vs_grpo/compare_conciseness_correctness/compare.json"),
+    files=("conciseness_pareto/*.json", "es_vs_grpo/compare_conciseness_correctness/compare.json",
+           "es_vs_grpo/compare_conciseness/compare.json"),
     results="""Means over seeds 0 and 1:<!-- claim:conciseness-pareto --><!-- /claim -->
 
 In short: <!-- claim:conciseness-pareto-summary --><!-- /claim -->.
@@ -228,6 +249,11 @@ correctness in the second panel (`bench/results/conciseness_pareto/conciseness_p
 
 ![Reward against per-token KL to the base on conciseness, ES grid and GRPO, with correctness]"""
             "(plots/conciseness_pareto/conciseness_pareto.png)" """
+
+At an equal sample budget per method, <!-- claim:conciseness-per-sample --><!-- /claim -->:
+
+![Reward against sampled completions on conciseness: ES, ESSA, GRPO]"""
+            "(plots/es_vs_grpo/compare_conciseness/reward_vs_samples.png)" """
 
 `contains_solution` against sampled completions at an equal sample budget per method:
 

@@ -193,7 +193,20 @@ def ray_hf() -> str:
     return f"{times} (median of {len(arms[0]['iteration_s'])})"
 
 
+def memory_meaning() -> str:
+    """GRPO's peak memory with the step in the most micro-batches measured, as a share of the one-batch step's."""
+    runs = sorted(load("speed/grpo_memory_grpo_conciseness.json")["runs"],
+                  key=lambda run: run["gradient_accumulation_steps"])
+    whole, split = runs[0], runs[-1]
+    share = split["peak_rss_mib"] / whole["peak_rss_mib"]
+    change = "cut" if share < 1 else "raised"
+    steps = whole["gradient_accumulation_steps"]
+    baseline = "one batch" if steps == 1 else f"{steps} micro-batches"
+    return (f"Splitting a GRPO step into {split['gradient_accumulation_steps']} micro-batches {change} its peak "
+            f"memory to {100 * share:.0f}% of its peak in {baseline}.")
+
 CLAIMS = {
+    "speed-grpo-memory-meaning": memory_meaning,
     "speed-population-batch": population_batch, "speed-population-batch-meaning": population_batch_meaning,
     "speed-shared-prefix-prompts": shared_prefix_prompts, "speed-shared-prefix-meaning": shared_prefix_meaning,
     "speed-loop-meaning": loop_meaning, "speed-prefetch-meaning": prefetch_meaning,
@@ -301,7 +314,12 @@ Against evotune's iteration: <!-- claim:peer-loop --><!-- /claim -->.
 
 ### dtype
 
-bfloat16 time over float32 time (medians of 3): <!-- claim:dtype-avx512-bf16 --><!-- /claim -->."""
+bfloat16 time over float32 time (medians of 3): <!-- claim:dtype-avx512-bf16 --><!-- /claim -->.
+
+### GRPO's memory in micro-batches
+
+One conciseness step of 64 completions in one and in four micro-batches (`gradient_accumulation_steps`; the same
+update, `tests/baselines/test_grpo.py` checks it), peak RSS: <!-- claim:grpo-memory --><!-- /claim -->."""
 
 PAGE = StudyPage(
     slug="speed",
@@ -319,13 +337,15 @@ PAGE = StudyPage(
     files=(*POPULATION_BATCH, "speed/shared_prefix_*.json", "speed/overhead_rademacher_arithmetic_10tok_float32*.json",
            "speed/peer_es_at_scale.json", "speed/vllm_cpu_vs_hf_arithmetic.json",
            "speed/generation_throughput_cpu_arithmetic_10tok.json", "speed/ray_scaling*.json",
-           "speed/engine_close.json", "speed/doctor_cpu.json", "speed/dtype_speed_*.json"),
+           "speed/engine_close.json", "speed/doctor_cpu.json", "speed/dtype_speed_*.json",
+           "speed/grpo_memory_grpo_conciseness.json"),
     results=RESULTS_TEXT,
     meaning=("speed-population-batch-meaning", "speed-shared-prefix-meaning", "speed-loop-meaning",
              "speed-prefetch-meaning", "speed-peer-loop-meaning", "speed-vllm-meaning", "speed-engine-close-meaning",
-             "speed-dtype-meaning"),
+             "speed-dtype-meaning", "speed-grpo-memory-meaning"),
     rerun="""Each command under Setup writes its file under `bench/results/speed/` (the population-batch runs with
-`--name population_batch_16prompts` and `--name population_batch_2prompts`); `python -m bench.labbook.render`
+`--name population_batch_16prompts` and `--name population_batch_2prompts`), GRPO's memory with
+`OMP_NUM_THREADS=1 python -m bench.speed.grpo_memory --steps 3 --accumulation 1 4`; `python -m bench.labbook.render`
 renders this page from them, and `python -m bench.report` the tables.""",
     related="vLLM's own prefix caching is measured on [vLLM and Ray](../vllm-and-ray.md), with the status of each "
             "engine path by hardware ([its table](index.md#status-by-hardware)).",

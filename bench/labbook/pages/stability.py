@@ -3,6 +3,8 @@ repeated-runs check of ES at Scale (Qiu et al., arXiv 2509.24372), which reports
 
 from __future__ import annotations
 
+import statistics
+
 from scipy.stats import f as f_distribution
 from scipy.stats import ttest_1samp, ttest_ind_from_stats, ttest_rel
 
@@ -280,7 +282,39 @@ def conciseness_budget_meaning() -> str:
             f"others still ramble past it, which {budgets[0]} tokens hid.")
 
 
+ES_VS_GRPO = {"es": "full-es", "grpo": "GRPO"}
+
+
+def final_accuracy() -> dict[str, dict]:
+    """Each method's held-out accuracy per seed at 48 new tokens after its 30 minutes (the stability study's file)."""
+    spread = load("stability/stability_eval_budget_arithmetic.json")["spread"]["accuracy"]
+    return {ES_VS_GRPO[key]: spread[key]["48"] for key in ES_VS_GRPO}
+
+
+def welch_p(first: list[float], second: list[float]) -> float:
+    """Two-sided p of Welch's t-test that two sets of seeds share one mean."""
+    from scipy.stats import ttest_ind
+
+    return float(ttest_ind(first, second, equal_var=False).pvalue)
+
+
+def accuracy_meaning() -> str:
+    """Which method ended higher at equal time, whether Welch's t-test over the seeds separates the means, and
+    whether the lower method's best seed stayed below the higher one's worst."""
+    found = final_accuracy()
+    higher, lower = sorted(found, key=lambda name: -found[name]["mean"])
+    high, low = found[higher]["per_seed"], found[lower]["per_seed"]
+    p_value = welch_p(high, low)
+    verdict = "beyond seed noise" if p_value < LEVEL else "within seed noise"
+    extremes = (f"; its lowest seed ({min(high):.1f}%) was above {lower}'s highest ({max(low):.1f}%)"
+                if min(high) > max(low) else "")
+    return (f"At equal time {higher} ended higher than {lower} ({statistics.mean(high):.1f}% against "
+            f"{statistics.mean(low):.1f}%), {verdict} (Welch's t-test over {len(high)} and {len(low)} seeds, "
+            f"p = {p_value:.3f}){extremes}.")
+
+
 CLAIMS = {
+    "stability-es-vs-grpo-accuracy": accuracy_meaning,
     "stability-arithmetic-direction": arithmetic_direction,
     "stability-spread-meaning": spread_meaning,
     "stability-arithmetic-check": arithmetic_check,
@@ -359,6 +393,7 @@ Tests: one-sided F tests of two variances over five seeds, t tests of means, at 
     results="""The matched study ([Which method?](../which-method.md)), every method tuned alike at equal time, on
 the spread: <!-- claim:matrix-spread-answer --><!-- /claim -->. In this page's earlier setup, on
 arithmetic, <!-- claim:stability-arithmetic-direction --><!-- /claim --> (<!-- claim:stability-intro --><!-- /claim -->.
+At equal training time: <!-- claim:stability-arithmetic --><!-- /claim -->.
 
 *Arithmetic*: accuracy of each final model at growing budgets.<!-- claim:stability-arithmetic-table --><!-- /claim -->
 
@@ -395,9 +430,9 @@ The price: <!-- claim:stability-budget-iterations --><!-- /claim -->. The five E
 evaluated at 48 tokens:
 
 """ + BUDGET_PLOT,
-    meaning=("stability-spread-meaning", "stability-sources-meaning", "stability-formats-meaning",
-             "stability-averaging-meaning", "stability-budget-meaning", "stability-conciseness-gain-meaning",
-             "stability-conciseness-budget-meaning"),
+    meaning=("stability-es-vs-grpo-accuracy", "stability-spread-meaning", "stability-sources-meaning",
+             "stability-formats-meaning", "stability-averaging-meaning", "stability-budget-meaning",
+             "stability-conciseness-gain-meaning", "stability-conciseness-budget-meaning"),
     rerun="""The arithmetic runs: `bash bench/drift/drift_study.sh` (seeds 0-4), then `python -m
 bench.stability.stability_eval_budget RUNS --methods es grpo --seeds 0 1 2 3 4`; the sources, forms, averaging and
 budget studies: `bash bench/stability/stability_sources.sh`, `stability_formats.sh`, `stability_averaging.sh`,
