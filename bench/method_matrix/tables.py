@@ -292,11 +292,16 @@ def tuning_table(results: Path = STUDY) -> str:
         low, high = wilson(round(run["validation_after"] * n), n)
         runner_up = max((index for index in range(TUNING_SETTINGS) if index != chosen),
                         key=lambda index: runs[index]["validation_after"])
-        per_step = [(item["training_seconds"] - item["sft_seconds_charged"]) / item["steps"] for item in runs]
+        # a run budgeted in CPU seconds (run.py --training-clock cpu) counts its steps' CPU seconds: its budget over its
+        # steps (it stops at the first step past the budget); its wall seconds also hold the time others took the CPU
+        cpu_clock = runs[chosen]["keys"].get("training_clock") == "cpu"
+        per_step = [(item["keys"]["max_training_seconds"] if cpu_clock else
+                     item["training_seconds"] - item["sft_seconds_charged"]) / item["steps"] for item in runs]
         lines.append(f"| {spec['label']} | {TUNING_SETTINGS} | {setting_text(method, chosen)} | "
                      f"{100 * run['validation_before']:.1f}% -> {100 * run['validation_after']:.1f}% "
                      f"[{low:.1f}, {high:.1f}], n = {n} | {100 * runs[runner_up]['validation_after']:.1f}% "
-                     f"({setting_text(method, runner_up)}) | {min(per_step):.0f}-{max(per_step):.0f} s | "
+                     f"({setting_text(method, runner_up)}) | {min(per_step):.0f}-{max(per_step):.0f} "
+                     f"{'CPU s' if cpu_clock else 's'} | "
                      f"{_grid_edges(spec, chosen)} |")
     return "\n".join(lines) + "\n\n"
 
