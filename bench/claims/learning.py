@@ -290,7 +290,8 @@ def transfer_answer() -> str:
     seeds = sorted({len(entry["transfer"]) for entry in found.values()})
     better = [name for name in es if name != "quickstart" and accuracy(name) > accuracy("quickstart")
               and separated(name)]
-    head = f"at the quickstart's CPU seconds ({'/'.join(map(str, seeds))} seed(s) per variant), "
+    plural = "" if max(seeds, default=0) == 1 else "s"
+    head = f"at the quickstart's CPU seconds ({'/'.join(map(str, seeds))} seed{plural} per variant), "
     gains = f"{mean(found[best]['transfer']):+.1f} points there, {mean(found[best]['template']):+.1f} in the template"
     if best == "quickstart":
         text = head + f"the quickstart itself gained most past the template of the {len(es)} ES variants: {gains}"
