@@ -491,6 +491,17 @@ def test_the_tuning_table_gives_the_validation_noise_and_every_edge_of_the_grid(
     row = next(line for line in tuning_table(study).splitlines() if line.startswith("| full-es |"))
     assert "| 20.0% -> 30.0% [24.8, 36.0], n = 256 | 25.0% (" in row and "| 100-150 s |" in row
     assert row.endswith(f"| {_grid_edges(METHODS['full_es'], 1)} |")
+    # an arm budgeted in CPU seconds: its budget over its steps, in CPU s, whatever its wall seconds were
+    for index, steps in enumerate([40, 44, 41, 45]):
+        path = study / "tune" / "arithmetic" / "mezo" / f"s{index}_seed{TUNING_SEED}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"training": {"validation_before": 0.2, "validation_after": 0.3 if index == 1
+                                                 else 0.25, "steps": steps, "training_seconds": 3000.0,
+                                                 "sft_seconds_charged": 0.0,
+                                                 "keys": {"num_eval": 256, "training_clock": "cpu",
+                                                          "max_training_seconds": 600.0}}}))
+    row = next(line for line in tuning_table(study).splitlines() if line.startswith("| mezo |"))
+    assert "| 13-15 CPU s |" in row, row
 
 
 def test_the_spread_claims_f_test_is_shown_once_every_seed_is_in_even_where_answers_were_cut(study):
