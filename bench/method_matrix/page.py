@@ -14,7 +14,19 @@ from pathlib import Path
 
 from bench.method_matrix.arms import METHODS, TASKS, TRAINING_SECONDS
 from bench.method_matrix.measure import SCORED_BUDGET
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, machine, memory, paired_gain, sft_alone, start
+from bench.method_matrix.rows import (
+    STUDY,
+    Arm,
+    arm,
+    arms,
+    gap_beyond_spread,
+    machine,
+    memory,
+    paired_gain,
+    separated,
+    sft_alone,
+    start,
+)
 from bench.method_matrix.run import plan
 from bench.method_matrix.tables import (
     ES_ALONE,
@@ -34,31 +46,6 @@ from bench.method_matrix.tables import (
     task_table,
     tuning_table,
 )
-
-
-def _gap_beyond_spread(first: list[float], second: list[float]) -> bool:
-    """Two seeds or more on each side, and the gap between the means larger than either side's std over seeds."""
-    if min(len(first), len(second)) < 2:
-        return False
-    spread = max(statistics.stdev(first), statistics.stdev(second))
-    return abs(statistics.mean(first) - statistics.mean(second)) > spread
-
-
-def separated(first: Arm, second: Arm) -> bool:
-    """Whether two arms' means differ beyond both kinds of noise: each has two seeds or more, the gap exceeds
-    both arms' seed spread, and the paired per-question difference pooled over the seeds both ran (the same
-    held-out questions per seed) has a 95% interval that leaves out 0. Two seeds can agree by luck, so the
-    spread alone would call a gap within one held-out set's sampling noise a ranking."""
-    if not _gap_beyond_spread(first.accuracies, second.accuracies):
-        return False
-    theirs = {run.seed: run for run in second.runs}
-    shared = [(run, theirs[run.seed]) for run in first.runs if run.seed in theirs]
-    if not shared:
-        return False
-    _, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
-                               "".join(other.heldout["correct"] for _, other in shared))
-    return low > 0 or high < 0
-
 
 NOT_SEPARATED = ("not yet separated (one seed, a gap within the seed spread, or a paired difference whose 95% "
                  "interval holds 0) from")
@@ -86,7 +73,7 @@ def _kl_separated(first: Arm, second: Arm) -> bool:
 
     first_kl, second_kl = ({run.seed: run.mean_kl for run in item.runs} for item in (first, second))
     shared = sorted(first_kl.keys() & second_kl.keys())
-    if len(shared) < 2 or not _gap_beyond_spread(list(first_kl.values()), list(second_kl.values())):
+    if len(shared) < 2 or not gap_beyond_spread(list(first_kl.values()), list(second_kl.values())):
         return False
     differences = [first_kl[seed] - second_kl[seed] for seed in shared]
     half = t_distribution.ppf(0.975, len(shared) - 1) * statistics.stdev(differences) / len(shared) ** 0.5

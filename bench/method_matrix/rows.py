@@ -242,3 +242,27 @@ def machine(results: Path, probes: bool = False) -> dict[str, Any]:
     return {"cpu": sorted({record["cpu"] for record in records}), "threads": sorted({r["threads"] for r in records}),
             "torch": sorted({record["torch"] for record in records}),
             "commits": sorted({record["evotune_commit"][:7] for record in records})}
+
+
+def gap_beyond_spread(first: list[float], second: list[float]) -> bool:
+    """Two seeds or more on each side, and the gap between the means larger than either side's std over seeds."""
+    if min(len(first), len(second)) < 2:
+        return False
+    spread = max(statistics.stdev(first), statistics.stdev(second))
+    return abs(statistics.mean(first) - statistics.mean(second)) > spread
+
+
+def separated(first: Arm, second: Arm) -> bool:
+    """Whether two arms' means differ beyond both kinds of noise: each has two seeds or more, the gap exceeds
+    both arms' seed spread, and the paired per-question difference pooled over the seeds both ran (the same
+    held-out questions per seed) has a 95% interval that leaves out 0. Two seeds can agree by luck, so the
+    spread alone would call a gap within one held-out set's sampling noise a ranking."""
+    if not gap_beyond_spread(first.accuracies, second.accuracies):
+        return False
+    theirs = {run.seed: run for run in second.runs}
+    shared = [(run, theirs[run.seed]) for run in first.runs if run.seed in theirs]
+    if not shared:
+        return False
+    _, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
+                               "".join(other.heldout["correct"] for _, other in shared))
+    return low > 0 or high < 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.method_matrix.arms import METHODS
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, heldout, load, paired_gain
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, heldout, load, paired_gain, separated
 
 TRANSFER_TASK = "arithmetic"  # the one task of the study with a transfer split (measure.transfer_split)
 BASE_TRANSFER = "transfer/base/arithmetic.json"
@@ -68,7 +68,8 @@ def _population(found: Arm) -> str:
 
 def mezo_answer(results: Path = STUDY) -> str:
     """MeZO against full-es on 2-digit addition: the same space, 2 candidates per step against full-es's population;
-    each arm's mean and steps, and the paired per-question difference over the seeds both ran (95% interval)."""
+    each arm's mean and steps, the paired per-question difference over the seeds both ran (95% interval), and
+    whether the study's rule separates them (rows.separated: the paired interval and the seeds' spread both)."""
     mezo, full = arm(results, TRANSFER_TASK, "mezo"), arm(results, TRANSFER_TASK, "full_es")
     if not mezo.runs or not full.runs:
         return f"mezo has {len(mezo.runs)} of {mezo.planned} runs on 2-digit addition: not compared yet"
@@ -76,8 +77,9 @@ def mezo_answer(results: Path = STUDY) -> str:
     shared = [(run, theirs[run.seed]) for run in mezo.runs if run.seed in theirs]
     mean, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
                                   "".join(other.heldout["correct"] for _, other in shared))
-    verdict = ("mezo ahead" if low > 0 else "full-es ahead" if high < 0 else
-               "not separated: the interval holds 0")
+    # the study's rule for a ranking (rows.separated): the gap beyond both arms' seed spread as well
+    verdict = (("mezo ahead" if mean > 0 else "full-es ahead") if separated(mezo, full) else
+               "not separated (a gap within the seed spread, or a paired interval that holds 0)")
     clock = {run.data["training"]["keys"].get("training_clock", "wall") for run in mezo.runs}
     return (f"on 2-digit addition, mezo ({_population(mezo)} candidates per step, {mezo.mean_of('steps'):.0f} steps "
             f"per run) scored {mezo.mean:.1f}% over {len(mezo.runs)} seeds, full-es ({_population(full)} candidates "
