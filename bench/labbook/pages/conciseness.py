@@ -8,6 +8,7 @@ import statistics
 
 from bench.claims._common import RESULTS, load
 from bench.claims.comparisons import CONCISENESS_SETTINGS, _conciseness_means
+from bench.labbook.chance import beyond_chance, needed_gap
 from bench.labbook.spec import StudyPage
 
 LEVEL = 0.05  # the level every test on this page judges at
@@ -146,11 +147,6 @@ def paired() -> str:
             f"{names(parts)}: {trade}.")
 
 
-def beyond_chance(first: float, second: float, count: int) -> tuple[bool, float]:
-    """(whether two shares of `count` answers differ beyond chance, the gap a two-proportion test needs at 95%)."""
-    pooled = (first + second) / 2
-    needed = 1.96 * math.sqrt(2 * pooled * (1 - pooled) / count) if 0 < pooled < 1 else 0.0
-    return abs(first - second) > needed, needed
 
 
 def kept_answers() -> str:
@@ -161,11 +157,11 @@ def kept_answers() -> str:
     count = sum(per_seed()[seed]["base"]["num_eval"] for seed in GRID_SEEDS)
     changes = {label: mean["contains_solution"] - base for label, mean in means.items()}
     tests = {label: beyond_chance(base + change, base, count) for label, change in changes.items()}
-    fell = [label for label in changes if changes[label] < 0 and tests[label][0]]
-    rose = [label for label in changes if changes[label] > 0 and tests[label][0]]
+    fell = [label for label in changes if changes[label] < 0 and tests[label]]
+    rose = [label for label in changes if changes[label] > 0 and tests[label]]
     worst = min(changes, key=changes.get)
     drop = (f"the largest change down, {worst}, {100 * changes[worst]:+.1f} points against "
-            f"{100 * tests[worst][1]:.1f} needed" if changes[worst] < 0 else "none fell")
+            f"{100 * needed_gap(base + changes[worst], base, count):.1f} needed" if changes[worst] < 0 else "none fell")
     lost = (f"{names(fell)} lost answers beyond chance" if fell else
             "no setting lost answers beyond chance: no sign of replies shortened by dropping the answer")
     gained = f"; {names(rose)} held the answer more often than the base, beyond chance" if rose else ""
@@ -187,9 +183,9 @@ def equal_samples() -> str:
         name, value = COMPARE_NAMES.get(method["method"], method["method"]), method[f"at_{budget}_samples"]
         start = statistics.mean(run["curve"][0]["value"] for run in runs[method["method"]])
         parts.append(f"{name} {100 * value:.1f}%")
-        if value < base and beyond_chance(value, base, count)[0]:
-            started_low = start < base and beyond_chance(start, base, count)[0]
-            moved = beyond_chance(value, start, count)[0]
+        if value < base and beyond_chance(value, base, count):
+            started_low = start < base and beyond_chance(start, base, count)
+            moved = beyond_chance(value, start, count)
             below.append(f"{name} is below it beyond chance" + (
                 f", and already was at its start ({100 * start:.1f}%, after its SFT), from which its search "
                 + ("moved it beyond chance" if moved else "did not move it beyond chance") if started_low else ""))

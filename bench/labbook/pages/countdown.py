@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 from bench.claims._common import load
+from bench.labbook.chance import needed_gap
 from bench.labbook.spec import StudyPage
 
 NAMES = {"essa": "ESSA", "es": "full-es", "grpo": "GRPO"}
@@ -20,8 +19,7 @@ def changes_beyond_chance() -> str:
         start = row["sft"]["value"]
         for key, label in NAMES.items():
             final = row[key]["final"]["value"]
-            pooled = (start + final) / 2
-            needed = 1.96 * math.sqrt(2 * pooled * (1 - pooled) / n) if 0 < pooled < 1 else 0.0
+            needed = needed_gap(start, final, n)
             moves.append((abs(final - start) > needed, final - start, needed, label, row["seed"]))
     largest = max(moves, key=lambda move: abs(move[1]))
     beyond = [f"{label} on seed {seed} ({100 * change:+.1f} points)" for significant, change, _, label, seed in moves

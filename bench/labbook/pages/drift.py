@@ -10,6 +10,7 @@ from scipy.stats import norm
 
 from bench.claims._common import load, pct
 from bench.claims.stability import DRIFT_METHODS
+from bench.labbook.chance import p_text
 from bench.labbook.spec import StudyPage
 from evotune.evaluation.statistics import wilson_interval
 
@@ -24,8 +25,6 @@ RETENTION = {"retain/conciseness/contains_solution": "conciseness correctness",
 LEVEL = 0.05  # the significance level of every test on this page
 
 
-def p_text(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.01 else f"p = {p:.2f}"
 
 
 def questions(entry: dict) -> int:

@@ -7,11 +7,11 @@ Every "beyond chance" here is a two-proportion test at the 95% level on the accu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bench.claims._common import compare_runs, load, seeds_text
+from bench.labbook.chance import needed_gap
 from bench.labbook.spec import StudyPage
 
 EXAMPLE_N = 128  # the example's held-out n (examples/sft_arithmetic.yaml); essa_arithmetic*.json do not record it
@@ -19,10 +19,6 @@ VALIDATION_N = 256  # the levers' and the grid's validation n (essa_levers.sh, e
 LEVERS = ("sigma", "diagonal", "openes", "reward", "prompts", "population")
 
 
-def needed(first: float, second: float, n: int) -> float:
-    """The smallest gap between two accuracies on n questions each that a two-proportion test calls beyond chance."""
-    pooled = (first + second) / 2
-    return 1.96 * math.sqrt(2 * pooled * (1 - pooled) / n) if 0 < pooled < 1 else 0.0
 
 
 def points(change: float) -> str:
@@ -44,7 +40,7 @@ class Move:
 
     @property
     def needed(self) -> float:
-        return needed(self.start, self.end, self.n)
+        return needed_gap(self.start, self.end, self.n)
 
     @property
     def beyond(self) -> bool:

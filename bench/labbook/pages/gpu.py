@@ -5,11 +5,10 @@ arXiv 2511.16652)."""
 
 from __future__ import annotations
 
-import math
-
 from bench.claims._common import load
 from bench.claims.hardware import GPU_CHECK_ARMS, GPU_CHECK_FILES, GPU_GOALS, PROFILE_COLUMNS, _gpu_check_rows
 from bench.gpu_check.check import limits_distance
+from bench.labbook.chance import beyond_chance
 from bench.labbook.spec import StudyPage
 
 NEAR_LIMIT = 0.5  # an arm using half of the card's bandwidth or bfloat16 peak, or more, is near that limit
@@ -28,11 +27,6 @@ def names(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def beyond_chance(first: float, second: float, count: int) -> tuple[bool, float]:
-    """(whether two shares of `count` answers differ beyond chance, the gap a two-proportion test needs at 95%)."""
-    pooled = (first + second) / 2
-    needed = 1.96 * math.sqrt(2 * pooled * (1 - pooled) / count) if 0 < pooled < 1 else 0.0
-    return abs(first - second) > needed, needed
 
 
 def limits_meaning() -> str:
@@ -166,7 +160,7 @@ def learning_meaning() -> str:
         shared = sorted(rows[better].keys() & rows[worse].keys())
         for seed in shared:
             first, second = rows[better][seed], rows[worse][seed]
-            if not beyond_chance(first["accuracy_after"], second["accuracy_after"], first["num_eval"])[0]:
+            if not beyond_chance(first["accuracy_after"], second["accuracy_after"], first["num_eval"]):
                 unseparated.append(f"{label[better]} and {label[worse]} on seed {seed}")
         steps.append(f"{label[better]} {' and '.join(str(rows[better][seed]['steps']) for seed in shared)} against "
                      f"{label[worse]}'s {' and '.join(str(rows[worse][seed]['steps']) for seed in shared)} (seed"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 
 from bench.claims._common import RESULTS, load, pct
 from bench.claims.learning import shipped_quickstart
+from bench.labbook.chance import beyond_chance
 from bench.labbook.spec import StudyPage
 
 TEMPLATE_FILE = "quickstart/quickstart_heldout.json"  # template only, at growing budgets, with the candidates
@@ -15,12 +15,6 @@ LOGGED_RUN = "quickstart/example_run/metrics.jsonl"  # one run's own training lo
 METHOD_NAMES = {"full": "full-es", "lowrank": "lowrank-es"}
 
 
-def beyond_chance(first: float, second: float, n: int) -> bool:
-    """Whether two accuracies on n questions each differ beyond what chance moves (two-proportion test, 95%)."""
-    pooled = (first + second) / 2
-    if not 0 < pooled < 1:
-        return False
-    return abs(first - second) > 1.96 * math.sqrt(2 * pooled * (1 - pooled) / n)
 
 
 def template_gain() -> str:

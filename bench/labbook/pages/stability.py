@@ -9,6 +9,7 @@ from scipy.stats import f as f_distribution
 from scipy.stats import ttest_1samp, ttest_ind_from_stats, ttest_rel
 
 from bench.claims._common import load, pct
+from bench.labbook.chance import p_text
 from bench.labbook.spec import StudyPage
 
 ARITHMETIC = "stability/stability_eval_budget_arithmetic.json"
@@ -23,8 +24,6 @@ EVALUATION_BUDGET = "128"  # the conciseness task's evaluation budget, in tokens
 EQUATION, ANSWER_IS = "equation", "answer is"  # the forms "a + b = c" and "The answer is N" (stability_formats)
 
 
-def p_text(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.01 else f"p = {p:.2f}"
 
 
 def f_test(first: dict, second: dict) -> float:
@@ -291,11 +290,6 @@ def final_accuracy() -> dict[str, dict]:
     return {ES_VS_GRPO[key]: spread[key]["48"] for key in ES_VS_GRPO}
 
 
-def welch_p(first: list[float], second: list[float]) -> float:
-    """Two-sided p of Welch's t-test that two sets of seeds share one mean."""
-    from scipy.stats import ttest_ind
-
-    return float(ttest_ind(first, second, equal_var=False).pvalue)
 
 
 def accuracy_meaning() -> str:
@@ -304,7 +298,7 @@ def accuracy_meaning() -> str:
     found = final_accuracy()
     higher, lower = sorted(found, key=lambda name: -found[name]["mean"])
     high, low = found[higher]["per_seed"], found[lower]["per_seed"]
-    p_value = welch_p(high, low)
+    p_value = welch(found[higher], found[lower])
     verdict = "beyond seed noise" if p_value < LEVEL else "within seed noise"
     extremes = (f"; its lowest seed ({min(high):.1f}%) was above {lower}'s highest ({max(low):.1f}%)"
                 if min(high) > max(low) else "")

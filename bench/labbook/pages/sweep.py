@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 
 from bench.claims._common import ROOT, load, pct
 from bench.claims.learning import SWEEP_GRIDS
+from bench.labbook.chance import beyond_chance
 from bench.labbook.spec import StudyPage
 
 SCRIPT = ROOT / "bench" / "sweep_arithmetic" / "sweep_arithmetic.sh"
@@ -20,12 +20,6 @@ def validation_questions() -> int:
     return int(re.search(r"num_eval=(\d+)", SCRIPT.read_text()).group(1))
 
 
-def beyond_chance(first: float, second: float, n: int) -> bool:
-    """Whether two accuracies on n questions each differ beyond what chance moves (two-proportion test, 95%)."""
-    pooled = (first + second) / 2
-    if not 0 < pooled < 1:
-        return False
-    return abs(first - second) > 1.96 * math.sqrt(2 * pooled * (1 - pooled) / n)
 
 
 def points(example: bool = True) -> list[tuple[str, float, float]]:
