@@ -13,6 +13,7 @@ CLAIMS below names every claim.
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,8 +40,10 @@ STUDY_CLAIMS: dict[str, Callable[[], str]] = {
 }
 
 
+@functools.cache
 def every_claim() -> dict[str, Callable[[], str]]:
-    """Every claim: the study families' and each lab-book page's own sentences (bench/labbook/pages/)."""
+    """Every claim: the study families' and each lab-book page's own sentences (bench/labbook/pages/); gathered once,
+    since rendering a page asks for it at every span."""
     pages = lab_book_pages.claims()
     twice = sorted(STUDY_CLAIMS.keys() & pages.keys())
     if twice:
