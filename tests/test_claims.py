@@ -118,3 +118,44 @@ def test_the_lists_of_exceptions_only_shrink():
     stale += [f"{page}: {entry}" for page, entries in claims.UNCLAIMED.items() for entry in entries
               if entry not in " ".join(texts[page].split())]
     assert not stale, stale
+
+
+def _reloaded(module, monkeypatch, name: str, edit):
+    """`module`'s claims reading result file `name` after `edit` (the result of a rerun that changed), others as is."""
+    original = module.load
+
+    def load(path: str):
+        data = original(path)
+        return edit(data) or data if path == name else data
+
+    monkeypatch.setattr(module, "load", load)
+
+
+def test_a_comparison_word_follows_its_numbers(monkeypatch):
+    from bench.claims import essa
+
+    assert "slower than float32's" in essa.quantization_profile()
+
+    def faster_int4(data):
+        data["time"]["int4"]["wall_s"] = data["time"]["float32"]["wall_s"] / 2
+
+    _reloaded(essa, monkeypatch, "essa_quantization/quantization_speed.json", faster_int4)
+    assert "faster than float32's" in essa.quantization_profile()
+
+
+@pytest.mark.parametrize("module, claim, name, edit", [
+    ("stability", "stability_formats", "stability/stability_formats_arithmetic.json",
+     lambda data: data["runs"]["es-seed0"]["forms"].update({"equation": 0.0, "answer is": 1.0})),
+    ("stability", "drift_anchor_detail", "drift/drift_arithmetic.json",
+     lambda data: data["methods"]["es-anchor10"]["target_accuracy"].update({"mean": 1.0})),
+    ("essa", "quantization_memory", "essa_quantization/quantization_speed.json",
+     lambda data: data["memory"]["int4"].update({"rss_after_malloc_trim_mib": 1.0})),
+])
+def test_a_claim_whose_words_its_data_no_longer_supports_stops_the_render(monkeypatch, module, claim, name, edit):
+    import importlib
+
+    loaded = importlib.import_module(f"bench.claims.{module}")
+    getattr(loaded, claim)()  # the committed results support the words
+    _reloaded(loaded, monkeypatch, name, edit)
+    with pytest.raises(ValueError, match="no longer"):
+        getattr(loaded, claim)()

@@ -20,6 +20,21 @@ def pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
+def relation(value: float, other: float, larger: str, smaller: str, alike: str, tolerance: float = 0.05) -> str:
+    """The word a sentence uses to compare `value` with `other`, computed, so a rerun that reverses an order cannot
+    leave the old word behind: `alike` within `tolerance` (relative), else `larger` or `smaller`."""
+    if abs(value - other) <= tolerance * max(abs(value), abs(other)):
+        return alike
+    return larger if value > other else smaller
+
+
+def premise(holds: bool, claim: str, sentence: str) -> None:
+    """Stop the render when a claim's words no longer fit its data: `sentence` (what the words say) is named, so a
+    rerun that changes the result has its sentence rewritten, never printed beside a result it no longer describes."""
+    if not holds:
+        raise ValueError(f"claim {claim!r}: its words say {sentence}, and its result files no longer do; rewrite it")
+
+
 def seeds_text(values) -> str:
     return " / ".join(pct(value) for value in values)
 

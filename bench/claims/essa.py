@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.claims._common import load, pct, seeds_text
+from bench.claims._common import load, pct, premise, relation, seeds_text
 from bench.claims.speed import PRECISIONS
 
 
@@ -97,8 +97,9 @@ def essa_in_sum() -> str:
     changes = [100 * (row["final_mean"] - row["start_mean"]) for row in rows]
     stages = sorted(load("essa/stages_essa_vs_grpo_arithmetic.json")["rows"], key=lambda row: row["seed"])
     grpo = " / ".join(f"{100 * (_stage(row, 'grpo') - row['sft']['value']):+.1f}" for row in stages)
+    budget = load("essa/stages_essa_vs_grpo_arithmetic.json")["budget_time_s"]
     return (f"moved accuracy by {min(changes):+.1f} to {max(changes):+.1f} points; GRPO continuing the same adapter "
-            f"for 600 s moved it {grpo} points")
+            f"for {budget:.0f} s moved it {grpo} points")
 
 
 def essa_gsm8k() -> str:
@@ -143,13 +144,19 @@ def quantization_profile() -> str:
     """Where one generate's CPU time goes (torch.profiler's top ops), at 16 and at 128 prompts."""
     small, large = "essa_quantization/quantization_speed.json", "essa_quantization/quantization_speed_128prompts.json"
     activation = _profile_share(large, "int8", "aten::mul", "aten::copy_", "aten::max", "aten::cat")
+    int8_matmul = _profile_share(large, "int8", "aten::_int_mm")
+    seconds = load(small)["time"]
+    int4_speed = relation(seconds["int4"]["wall_s"], seconds["float32"]["wall_s"], "slower than", "faster than",
+                          "as fast as")
     return (f"float32 spends {_profile_share(small, 'float32', 'aten::mm'):.0%} in `aten::mm`; INT4 "
-            f"{_profile_share(small, 'int4', 'bitsandbytes::gemv_4bit'):.0%} in `bitsandbytes::gemv_4bit`, slower "
-            f"here than float32's MKL matmul on this AMX CPU; INT8 spreads it over `_int_mm` "
+            f"{_profile_share(small, 'int4', 'bitsandbytes::gemv_4bit'):.0%} in `bitsandbytes::gemv_4bit`, "
+            f"{int4_speed} float32's MKL matmul here ({seconds['int4']['wall_s']:.2f} s against "
+            f"{seconds['float32']['wall_s']:.2f} s a generate); INT8 spreads it over `_int_mm` "
             f"({_profile_share(small, 'int8', 'aten::_int_mm'):.0%}), quantizing the activations (mul, copy, "
             f"`MatMul8bitLt`) and the float32 LM head and adapter (`aten::mm`); at 128 prompts the activation "
-            f"quantization (`mul`, `copy_`, `max`, `cat`: {activation:.0%}) outweighs the INT8 matmul itself "
-            f"({_profile_share(large, 'int8', 'aten::_int_mm'):.0%}), and INT4's kernel takes "
+            f"quantization (`mul`, `copy_`, `max`, `cat`: {activation:.0%}) "
+            f"{relation(activation, int8_matmul, 'outweighs', 'takes less than', 'matches', 0.1)} the INT8 matmul "
+            f"itself ({int8_matmul:.0%}), and INT4's kernel takes "
             f"{_profile_share(large, 'int4', 'bitsandbytes::gemv_4bit'):.0%}")
 
 
@@ -158,9 +165,13 @@ def quantization_memory() -> str:
     weights = {precision: memory[precision]["base_memory_footprint_mib"] for precision in memory}
     returned = {precision: values["rss_after_load_and_warm_up_mib"] - values["rss_after_malloc_trim_mib"]
                 for precision, values in memory.items()}
+    resident = {precision: values["rss_after_malloc_trim_mib"] for precision, values in memory.items()}
+    premise(min(resident["int8"], resident["int4"]) >= resident["float32"], "quantization-memory",
+            "a quantized process holds no less memory than float32's")
     return (f"The weights shrink {weights['float32'] / weights['int8']:.1f}x / "
             f"{weights['float32'] / weights['int4']:.1f}x (embeddings and tied head stay float32), yet for this small "
-            f"model the process's RSS does not: the quantized processes read float32 weights and quantize them, and "
+            f"model the process's RSS does not ({resident['float32']:,.0f} MiB float32, {resident['int8']:,.0f} INT8, "
+            f"{resident['int4']:,.0f} INT4): the quantized processes read float32 weights and quantize them, and "
             f"glibc keeps much of what was freed (`malloc_trim` after loading returned {returned['int8']:.0f} MiB for "
             f"INT8, {returned['int4']:.0f} MiB for INT4, {returned['float32']:.0f} MiB for float32)")
 

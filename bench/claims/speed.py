@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import median
 
-from bench.claims._common import load, pct, speedups_text
+from bench.claims._common import load, pct, relation, speedups_text
 
 
 def lowrank_throughput_cpu() -> str:
@@ -67,7 +67,9 @@ def shared_prefix_bfloat16() -> str:
 
 def shared_prefix_dtypes() -> str:
     bfloat16, float32 = _shared_prefix_rows("bfloat16")["arithmetic"], _shared_prefix_rows("float32")["arithmetic"]
-    return (f"bfloat16 without the prefill took as long as float32 with it ({median(bfloat16['plain_s']):.2f} s and "
+    plain, prefixed = median(bfloat16["plain_s"]), median(float32["shared_prefix_s"])
+    took = relation(plain, prefixed, "longer than", "less time than", "as long as", tolerance=0.1)
+    return (f"bfloat16 without the prefill took {took} float32 with it ({median(bfloat16['plain_s']):.2f} s and "
             f"{median(float32['shared_prefix_s']):.2f} s median, from the two result files: separate runs, not "
             f"interleaved), and bfloat16 with it (`shared_prefix: true`, {max(bfloat16['differing_completions'])} of "
             f"{bfloat16['prompts']} completions changed) {median(bfloat16['shared_prefix_s']):.2f} s")

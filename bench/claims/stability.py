@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.claims._common import interval_text, load, pct, spread_row
+from bench.claims._common import interval_text, load, pct, premise, spread_row
 
 
 def stability_arithmetic() -> str:
@@ -43,6 +43,8 @@ def stability_budget_change() -> str:
     gains = [new - old for new, old in zip(at_48, at_10)]
     order = sorted(range(len(gains)), key=lambda seed: -gains[seed])
     big, middle, small = order[:2], order[2], order[3:]
+    premise(sorted(big) == sorted(sorted(range(len(at_10)), key=lambda seed: at_10[seed])[:2]),
+            "stability-budget-change", "the two seeds that gain most are the two that were lowest")
     rise = 100 * method["final_mean"] - spread["es"]["48"]["mean"]
     return (f"the mean rises by {rise:.0f} points: the two low seeds "
             f"gain {gains[big[0]]:.1f} and {gains[big[1]]:.1f} points, seed {middle} {gains[middle]:.1f}, seeds "
@@ -73,6 +75,12 @@ def stability_formats() -> str:
     lost = [es[seed]["48"] - es[seed]["24"] for seed in (3, 4)]
     grpo = [runs[f"grpo-seed{seed}"]["forms"]["equation"] for seed in range(5)]
     seed1_flat = max(es[1].values()) - min(es[1].values()) < 0.5
+    dominant = {name: max(run["forms"], key=run["forms"].get) for name, run in runs.items()}
+    premise([dominant[f"es-seed{seed}"] for seed in range(5)] == ["equation", "answer is", "equation", "answer is",
+                                                                  "answer is"],
+            "stability-formats", "ES seeds 0 and 2 answer mostly in equations and seeds 1, 3 and 4 in 'The answer is'")
+    premise(all(dominant[f"grpo-seed{seed}"] == "equation" for seed in range(5)), "stability-formats",
+            "every GRPO seed kept the equation form")
     return (f"At training's own 10 tokens the five ES runs score alike ({min(run['10'] for run in es):.0f}-"
             f"{max(run['10'] for run in es):.0f}%): that is the reward they climbed. They differ in the form they "
             "drifted to (`bash bench/stability/stability_formats.sh`, "
@@ -185,13 +193,19 @@ def drift_anchor_detail() -> str:
     free, strong, weak = methods["es"], methods["es-anchor10"], methods["es-anchor1.25"]
     kl, distance = "retain/conciseness/kl", "distance/relative_l2"
     shrink = 1 - weak[distance]["mean"] / free[distance]["mean"]
+    premise(strong[distance]["mean"] < free[distance]["mean"] and strong[kl]["mean"] < free[kl]["mean"]
+            and strong["target_accuracy"]["mean"] < free["target_accuracy"]["mean"] and 0 < shrink,
+            "drift-anchor-detail", "the anchor at 10 cut the distance and the KL and lowered accuracy, and at 1.25 "
+            "shrank the distance")
+    minutes = load("drift/drift_arithmetic.json")["budget_s"] / 60
     return (f"At 10 it cut the distance to {pct(strong[distance]['mean'] / free[distance]['mean'])} and the KL "
             f"{free[kl]['mean'] / strong[kl]['mean']:.1f}x, and IFEval stayed at "
             f"{pct(strong['retain/ifeval/prompt_strict']['mean'])}, but target accuracy fell from "
             f"{pct(free['target_accuracy']['mean'])} to {pct(strong['target_accuracy']['mean'])} (its two seeds: "
             f"{', '.join(pct(v) for v in strong['target_accuracy']['per_seed'])}; full-es: "
             f"{', '.join(pct(v) for v in free['target_accuracy']['per_seed'])}). At 1.25 the distance shrank only "
-            f"{pct(shrink)} in 30 minutes, the KL {pct(1 - weak[kl]['mean'] / free[kl]['mean'])}, and accuracy was "
+            f"{pct(shrink)} in {minutes:.0f} minutes, the KL {pct(1 - weak[kl]['mean'] / free[kl]['mean'])}, and "
+            "accuracy was "
             f"{pct(weak['target_accuracy']['mean'])}")
 
 
