@@ -114,8 +114,27 @@ def resumable_keys(command: str) -> str:
     return ", ".join(f"`{key}`" for key in RESUMABLE_KEYS if key in fields)
 
 
+def cli_commands() -> str:
+    """Every command's arguments and options, one row a command, from the parsers: the whole command line reads on
+    GitHub too, where the site's full `--help` of each (docs/hooks.py) is not rendered."""
+    import argparse
+
+    from evotune.cli.main import build_parser
+
+    (commands,) = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    lines = ["| command | arguments | options |", "|---|---|---|"]
+    for name, command in commands.choices.items():
+        positional = [action.metavar or action.dest for action in command._actions if not action.option_strings]
+        options = [max(action.option_strings, key=len) for action in command._actions
+                   if action.option_strings and action.dest != "help"]
+        lines.append(f"| `evotune {name}` | {', '.join(f'`{argument}`' for argument in positional) or '-'} | "
+                     f"{', '.join(f'`{option}`' for option in options)} |")
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
 CLAIMS: dict[str, Callable[[], str]] = {
     "cli-overview": cli_overview,
+    "cli-commands": cli_commands,
     **{f"keys-{which}": (lambda which=which: "\n\n" + grouped_keys(which)) for which in ("train", "sft", "grpo")},
     "resumable-keys-train": lambda: resumable_keys("train"),
     "resumable-keys-grpo": lambda: resumable_keys("grpo"),
