@@ -20,8 +20,8 @@ MANUAL = [DOCS / name for name in ("index.md", "getting-started.md", "es-at-scal
                                    "tasks.md", "configs.md", "cli.md", "troubleshooting.md", "security.md",
                                    "architecture.md", "glossary.md", "coming-from-trl.md", "grpo-and-compare.md",
                                    "sweeps.md", "vllm-and-ray.md", "ray-cluster.md", "generation-speed.md",
-                                   "keys-train.md", "keys-sft-grpo.md")] \
-    + sorted((DOCS / "guides").glob("*.md")) + sorted((DOCS / "api").glob("*.md"))
+                                   "keys-train.md", "keys-sft-grpo.md", "api.md")] \
+    + sorted((DOCS / "guides").glob("*.md"))
 PAGE_LINES = 150
 # The site's navigation fits on one screen: its top level, with its longest section open, in at most this many lines
 NAV_SCREEN_LINES = 32
