@@ -292,6 +292,34 @@ def test_kill_9_with_retention_anchor_and_prefetch_on_resumes_to_the_uninterrupt
     assert evaluations(run) == reference
 
 
+@pytest.mark.engine  # a process killed and resumed: the engine tier
+def test_a_cpu_clock_budget_survives_kill_9_and_the_resume_spends_only_what_is_left(tiny_model_dir, tmp_path):
+    """`training_clock: cpu` counts the run's own CPU seconds, and a new process starts its CPU clock at 0: killed
+    with SIGKILL mid-save, the resumed run starts from the intact checkpoint's count of CPU seconds (the sum of the
+    iterations it holds, as metrics.jsonl logged them), not from 0, so it spends only the budget that is left."""
+    config = run_config(tmp_path, tiny_model_dir)
+    run = tmp_path / "killed"
+    keys = ["--set", "training_clock=cpu", "--set", "iterations=50"]
+    # the third save is cut between its renames: checkpoint/ is gone, checkpoint.old/ holds iteration 2
+    killed = subprocess.run([sys.executable, "-c", CHECKPOINT_KILLER, "rename checkpoint.tmp -> checkpoint", "3",
+                             "train", config, "--output-dir", str(run), *keys], capture_output=True, text=True,
+                            timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    state = ckpt.load_state(tmp_path / "killed" / "checkpoint.old")
+    records = [strict_loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    logged = sum(record["cpu_s"] for record in records if 0 < record["iteration"] <= state["iteration"])
+    assert state["iteration"] == 2 and state["training_seconds"] == pytest.approx(logged) and logged > 0
+
+    # a budget of what was spent plus a sliver: the resumed process runs one iteration and stops on the budget
+    budget = state["training_seconds"] + 1e-6
+    assert main(["train", "--output-dir", str(run), "--resume", "--set", f"max_training_seconds={budget}"]) == 0
+    records = [strict_loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [record["iteration"] for record in records] == [0, 1, 2, 3]  # iteration 3 once: its killed try unlogged
+    final = ckpt.load_state(run / "checkpoint")
+    assert final["iteration"] == 3
+    assert final["training_seconds"] == pytest.approx(logged + records[-1]["cpu_s"])
+
+
 def test_resume_from_a_damaged_checkpoint_falls_back_says_so_and_ends_on_the_same_weights(reference_run, tmp_path):
     config, reference = reference_run
     run = tmp_path / "run"
