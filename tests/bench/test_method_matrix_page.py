@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from bench.method_matrix import page, rows
+from bench.method_matrix import page, rows, spread
 from bench.method_matrix.measure import SCORED_BUDGET
 
 N = 200
@@ -142,8 +142,8 @@ def test_the_papers_table_says_where_each_claim_held(study):
         write_run(study, "arithmetic", "grpo_lora", seed, hits, kl=0.01)
     found = {item.method: item for item in page.finished_arms("arithmetic", study)}
     assert found["es_lora"].std < found["grpo_lora"].std
-    ratio, p_less, p_more = page.spread_test(found["es_lora"], found["grpo_lora"])
-    assert ratio > 1 and p_less > page.SPREAD_LEVEL and p_more > 0.5
+    ratio, p_less, p_more = spread.spread_test(found["es_lora"], found["grpo_lora"])
+    assert ratio > 1 and p_less > spread.SPREAD_LEVEL and p_more > 0.5
     row = [line for line in page.papers_table(study).splitlines() if "the same adapter" in line][0]
     assert row.endswith("| not separated |")  # a lower std over 5 seeds, but not by more than chance gives
     for seed, hits in zip(range(5), [20, 70, 30, 60, 45]):  # lora-es: std 10.0 points
