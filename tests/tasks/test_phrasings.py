@@ -9,7 +9,7 @@ import pytest
 
 from evotune.errors import ConfigError
 from evotune.tasks import get_task
-from evotune.tasks.phrasings import TRAINING_PHRASINGS, TRANSFER_PHRASINGS
+from evotune.tasks.phrasings import TRAINING_PHRASINGS, TRANSFER_PER_GROUP, TRANSFER_PHRASINGS, transfer_rows
 
 QUESTION = re.compile(r"(\d+)\D+?(\d+)")
 
@@ -73,3 +73,21 @@ def test_training_draws_across_the_first_k_phrasings_and_scores_in_the_template(
 def test_a_bad_phrasings_value_names_the_range(value):
     with pytest.raises(ConfigError, match="`phrasings` must be an integer from 1"):
         get_task("arithmetic", phrasings=value)
+
+
+def test_a_one_digit_task_gets_every_subtraction_question_there_is_and_the_draw_ends():
+    """One-digit operands give 45 ordered differences (a >= b), fewer than a group's 64: the group holds all 45
+    (the draw counted what exists; it used to loop forever looking for a 46th)."""
+    groups = transfer_rows(0, 1, "+", set())
+    subtraction = {operands(row) for row in groups["subtraction"]}
+    assert len(groups["subtraction"]) == len(subtraction) == 45 and all(a >= b for a, b in subtraction)
+    assert len(groups["other wordings"]) == TRANSFER_PER_GROUP
+
+
+def test_available_questions_counts_only_the_space_it_draws_from():
+    from evotune.tasks.phrasings import available_questions
+
+    # 9 x 9 one-digit sums; excluded: one of them, one product and one two-digit sum (neither in the space)
+    assert available_questions(1, 9, "+", {(2, "+", 3), (2, "*", 3), (12, "+", 3)}) == 80
+    assert available_questions(1, 9, "-", set(), ordered=True) == 45
+    assert available_questions(1, 9, "-", {(3, "-", 5)}, ordered=True) == 45  # a < b: not an ordered question

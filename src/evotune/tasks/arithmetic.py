@@ -14,7 +14,15 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import Task, completion_text
-from .phrasings import TRAINING_PHRASINGS, TRANSFER_MAX_NEW_TOKENS, operand_range, row, transfer_rows
+from .phrasings import (
+    TRAINING_PHRASINGS,
+    TRANSFER_MAX_NEW_TOKENS,
+    available_questions,
+    draw_questions,
+    operand_range,
+    row,
+    transfer_rows,
+)
 
 OPERATIONS = "+-*"
 
@@ -66,20 +74,13 @@ REWARDS = {"exact": arithmetic_reward, "digits": arithmetic_digit_reward}
 def _draw(rng: random.Random, count: int, low: int, high: int, operations: str,
           exclude: set[tuple[int, str, int]]) -> list[tuple[int, str, int]]:
     """``count`` distinct (a, op, b) triples not in ``exclude``."""
-    space = (high - low + 1) ** 2 * len(operations)
-    if count > space - len(exclude):
+    if count > available_questions(low, high, operations, exclude):
+        space = (high - low + 1) ** 2 * len(operations)
         raise ConfigError(
             f"arithmetic: only {space} distinct questions exist for these `digits` and `operations` but "
             f"{count + len(exclude)} were requested (train + eval); lower `num_train`/`num_eval` or raise `digits`."
         )
-    seen: set[tuple[int, str, int]] = set()
-    out = []
-    while len(out) < count:
-        triple = (rng.randint(low, high), rng.choice(operations), rng.randint(low, high))
-        if triple not in seen and triple not in exclude:
-            seen.add(triple)
-            out.append(triple)
-    return out
+    return draw_questions(rng, count, low, high, operations, exclude)
 
 
 # Held-out answers need more tokens than the 10 a short training budget gives: SmolLM2 writes "93 + 71 = 164".

@@ -72,12 +72,20 @@ def operand_range(digits: int) -> tuple[int, int]:
     return (1 if digits == 1 else 10 ** (digits - 1)), 10 ** digits - 1
 
 
-def _fresh(rng: random.Random, count: int, digits: int, operations: str, exclude: set,
-           ordered: bool = False) -> list[tuple[int, str, int]]:
-    """`count` distinct (a, op, b) outside `exclude` (a >= b when `ordered`), or as many as exist."""
-    low, high = operand_range(digits)
-    space = (high - low + 1) ** 2 * len(operations)
-    count = min(count, space - len(exclude))
+def available_questions(low: int, high: int, operations: str, exclude: set, ordered: bool = False) -> int:
+    """How many distinct (a, op, b) with operands in [low, high] (a >= b when `ordered`) lie outside `exclude`,
+    counted exactly: `exclude` may hold questions of other operations or sizes, which take nothing from this space."""
+    size = high - low + 1
+    per_operation = size * (size + 1) // 2 if ordered else size * size
+    taken = sum(1 for a, op, b in exclude
+                if op in operations and low <= a <= high and low <= b <= high and (a >= b or not ordered))
+    return per_operation * len(operations) - taken
+
+
+def draw_questions(rng: random.Random, count: int, low: int, high: int, operations: str, exclude: set,
+                   ordered: bool = False) -> list[tuple[int, str, int]]:
+    """`count` distinct (a, op, b) outside `exclude`, operands drawn in [low, high] (swapped to a >= b when
+    `ordered`); the caller checks that `count` exist (available_questions), or the draw would never end."""
     found: list[tuple[int, str, int]] = []
     seen = set(exclude)
     while len(found) < count:
@@ -88,6 +96,15 @@ def _fresh(rng: random.Random, count: int, digits: int, operations: str, exclude
             seen.add((a, op, b))
             found.append((a, op, b))
     return found
+
+
+def _fresh(rng: random.Random, count: int, digits: int, operations: str, exclude: set,
+           ordered: bool = False) -> list[tuple[int, str, int]]:
+    """`count` distinct (a, op, b) of `digits`-digit operands outside `exclude` (a >= b when `ordered`), or as many
+    as exist."""
+    low, high = operand_range(digits)
+    count = min(count, available_questions(low, high, operations, exclude, ordered))
+    return draw_questions(rng, count, low, high, operations, exclude, ordered)
 
 
 def transfer_rows(seed: int, digits: int, operations: str, exclude: set[tuple[int, str, int]],
