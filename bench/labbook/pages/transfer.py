@@ -63,7 +63,42 @@ def gains_beyond_zero() -> str:
     return text + (f"; {', '.join(lost)} (interval below 0)." if lost else ".")
 
 
-CLAIMS = {"transfer-meaning-intervals": gains_beyond_zero}
+# The base model's transfer score as each study measured it: its own draw of the split (a data seed per study) and
+# its own dtype, so a reader who meets three base figures on three pages reads here whether they disagree
+BASE_SCORES = (("this page", "transfer/transfer_heldout.json"),
+               ("Getting started's quickstart table", "quickstart/quickstart_transfer_heldout.json"),
+               ("the method study", "method_matrix/transfer/base/arithmetic.json"))
+
+
+def base_across_studies() -> str:
+    """The base model's transfer accuracy in each study's result file, and whether the widest gap between them is
+    beyond what chance moves at their n (the lab book's two-proportion test)."""
+    from bench.claims._common import load, pct
+    from bench.labbook.chance import beyond_chance, needed_gap
+
+    scores = []
+    for where, name in BASE_SCORES:
+        data = load(name)
+        if "heldout" in data:  # the method study's job file: its own dtype in its machine record
+            split, dtype = data["heldout"]["transfer"], data["machine"]["dtype"]
+            accuracy, n = split["accuracy"], split["n"]
+        else:
+            budget = str(data["transfer_split"]["scored_budget"])
+            accuracy, dtype = data["base"]["transfer"]["accuracy"][budget], data["quickstart"]["dtype"]
+            n = sum(data["transfer_split"]["groups"].values())
+        scores.append((where, accuracy, n, dtype))
+    low, high = min(scores, key=lambda item: item[1]), max(scores, key=lambda item: item[1])
+    n = min(low[2], high[2])
+    verdict = ("beyond" if beyond_chance(low[1], high[1], n) else "within")
+    listed = "; ".join(f"{where} {pct(accuracy)} (n = {count}, {dtype})" for where, accuracy, count, dtype in scores)
+    return (f"The base model's score past the template differs from page to page: each study's transfer split leaves "
+            f"out the questions its own runs trained on, so each is its own draw (and each ran in its own dtype): "
+            f"{listed}. The widest gap, {100 * (high[1] - low[1]):.1f} "
+            f"points, is {verdict} what chance moves at n = {n} ({100 * needed_gap(low[1], high[1], n):.1f} points "
+            f"needed): each run's gain is read against the base on its own split, never across pages")
+
+
+CLAIMS = {"transfer-meaning-intervals": gains_beyond_zero, "transfer-base-across-studies": base_across_studies}
 
 PAGE = StudyPage(
     slug="transfer",
@@ -84,12 +119,12 @@ transfer split (192 new tokens, the budget at which no phrasing's answers are cu
 Nothing was tuned on the transfer split. A variant is called separated from the quickstart past the template where
 the difference of their pooled transfer accuracies has a 95% interval (normal approximation over the questions) that
 leaves out 0.""",
-    files=("transfer/transfer_heldout.json", "transfer/transfer_grpo_heldout.json"),
+    files=("transfer/transfer_heldout.json", "transfer/transfer_grpo_heldout.json"),  # BASE_SCORES: read, not run
     results="<!-- claim:transfer-experiments-table --><!-- /claim -->\n\nEach run's gain in the template against its "
             "gain past it (`bench/results/transfer/transfer_gains.png`):\n\n![Each variant's gain on the template's "
             "held-out questions against its gain on the transfer split, one point per seed]"
             "(plots/transfer/transfer_gains.png)",
-    meaning=("transfer-answer", "transfer-meaning-intervals"),
+    meaning=("transfer-answer", "transfer-meaning-intervals", "transfer-base-across-studies"),
     rerun="""`BUDGET=620 bash bench/transfer/experiments.sh` (BUDGET: the quickstart's CPU seconds on the
 machine at hand) trains what is missing under `runs/transfer_study/` and writes
 `bench/results/transfer/transfer_heldout.json` and `transfer_grpo_heldout.json`; `python -m bench.transfer.plot`
