@@ -151,3 +151,16 @@ def test_gpus_per_replica_and_no_reservation_without_ray(tiny_model_dir):
     if not torch.cuda.is_available():
         assert replica_num_gpus(config(tiny_model_dir, backend="vllm", optimizer="sgd", tensor_parallel_size=2)) == 0.0
     assert reserve_driver_gpus(config(tiny_model_dir)) == (None, None)  # distributed: local
+
+
+def test_a_grpo_runs_config_builds_its_task_with_the_rows_train_would_have(tiny_model_dir):
+    """bench/quickstart/measure.py reads every run's training questions through build_task, GRPO runs included: a
+    GRPO config (no reward timeout of its own: TRL calls the rewards) gives the rows a train config of the same
+    task and seed gives."""
+    from evotune.builders import build_task
+    from evotune.config.grpo import GRPORunConfig
+
+    keys = {"model": tiny_model_dir, "task": "arithmetic", "seed": 5, "num_eval": 4}
+    grpo, train = build_task(GRPORunConfig.from_dict(keys)), build_task(TrainConfig.from_dict(keys))
+    assert grpo.train_rows == train.train_rows and grpo.eval_rows == train.eval_rows
+    assert grpo.reward_timeout is None and train.reward_timeout == TrainConfig().reward_timeout

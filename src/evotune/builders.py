@@ -19,7 +19,7 @@ from typing import Any
 from .backends.base import Backend
 from .config.checks import resolve_device
 from .config.parts import without_unread_keys
-from .config.train import TrainConfig
+from .config.train import RunConfig, TrainConfig
 from .distributed.base import Evaluator, Replica
 from .files.reward_paths import shipped
 from .optimizers import make_optimizer
@@ -28,7 +28,7 @@ from .strategies import STRATEGIES, Strategy
 from .tasks import Task, get_task
 
 
-def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None,
+def build_task(config: RunConfig, reward_fns: list[Callable] | None = None,
                rows: tuple[list[dict], list[dict] | None] | None = None) -> Task:
     """The run's task, its split seeded by the data seed (`data_seed`, else `seed`). reward_fns: callables that
     stand for the config's import paths (ESTrainer's reward_funcs, which may not be importable by path).
@@ -44,7 +44,9 @@ def build_task(config: TrainConfig, reward_fns: list[Callable] | None = None,
         task = get_task(config.task, seed=config.data_seed_or_seed, num_eval=config.num_eval, dataset=config.dataset,
                         eval_dataset=config.eval_dataset, reward_fns=reward_fns,
                         reward_weights=config.reward_weights or None, **config.task_args)
-    task.reward_timeout = config.reward_timeout or None
+    # a grpo or sft run's config, read for its task's rows (bench/quickstart/measure.py), has no reward timeout:
+    # TRL calls its reward functions
+    task.reward_timeout = getattr(config, "reward_timeout", 0.0) or None
     return task
 
 
