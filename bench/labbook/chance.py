@@ -9,6 +9,8 @@ import math
 from scipy.stats import f as f_distribution
 from scipy.stats import ttest_ind_from_stats
 
+LEVEL = 0.05  # the significance level every test of the lab book judges at (the 1.96 of beyond_chance is its own)
+
 
 def needed_gap(first: float, second: float, n: int) -> float:
     """The smallest gap between two accuracies on n questions each that a two-proportion test calls beyond chance."""
@@ -19,6 +21,10 @@ def needed_gap(first: float, second: float, n: int) -> float:
 def beyond_chance(first: float, second: float, n: int) -> bool:
     """Whether two accuracies on n questions each differ beyond what chance moves (two-proportion test, 95%)."""
     return abs(first - second) > needed_gap(first, second, n)
+
+
+def separated(p: float) -> str:
+    return "separated" if p < LEVEL else "not separated"
 
 
 def p_text(p: float) -> str:

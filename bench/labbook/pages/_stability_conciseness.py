@@ -6,16 +6,10 @@ from __future__ import annotations
 from scipy.stats import ttest_1samp
 
 from bench.claims._common import load
-from bench.labbook.chance import p_text, welch
+from bench.labbook.chance import LEVEL, p_text, separated, welch
 
 CONCISENESS = "stability/stability_eval_budget_conciseness.json"
 EVALUATION_BUDGET = "128"  # the conciseness task's evaluation budget, in tokens
-LEVEL = 0.05  # the significance level of every test on the page
-
-
-def separated(p: float) -> str:
-    return "separated" if p < LEVEL else "not separated"
-
 
 def conciseness_base_spread() -> str:
     """How much the seeds' base models differ in reward on their own held-out splits: why the gain is the measure."""

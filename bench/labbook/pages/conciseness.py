@@ -8,10 +8,9 @@ import statistics
 
 from bench.claims._common import RESULTS, load
 from bench.claims.comparisons import CONCISENESS_SETTINGS, _conciseness_means
-from bench.labbook.chance import beyond_chance, needed_gap
+from bench.labbook.chance import LEVEL, beyond_chance, needed_gap
 from bench.labbook.spec import StudyPage
 
-LEVEL = 0.05  # the level every test on this page judges at
 GRID_SEEDS = (0, 1)  # the seeds every setting of the grid ran
 COMPARE_NAMES = {"es full/openes": "full-es", "es svd_lora/cma": "ESSA", "grpo": "GRPO"}
 

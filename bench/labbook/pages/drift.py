@@ -10,7 +10,7 @@ from scipy.stats import norm
 
 from bench.claims._common import load, pct
 from bench.claims.stability import DRIFT_METHODS
-from bench.labbook.chance import p_text
+from bench.labbook.chance import LEVEL, p_text
 from bench.labbook.spec import StudyPage
 from evotune.evaluation.statistics import wilson_interval
 
@@ -22,7 +22,6 @@ TARGET = "target_accuracy"
 SHORT = "target_accuracy_truncated"
 RETENTION = {"retain/conciseness/contains_solution": "conciseness correctness",
              "retain/ifeval/prompt_strict": "IFEval strict"}
-LEVEL = 0.05  # the significance level of every test on this page
 
 
 

@@ -8,15 +8,13 @@ import statistics
 from scipy.stats import ttest_rel
 
 from bench.claims._common import load, pct
-from bench.labbook.chance import f_test, p_text, welch
+from bench.labbook.chance import LEVEL, f_test, p_text, separated, welch
 from bench.labbook.pages._stability_conciseness import (
     CONCISENESS,
-    LEVEL,
     conciseness_base_spread,
     conciseness_budget_meaning,
     conciseness_check,
     conciseness_gain_meaning,
-    separated,
 )
 from bench.labbook.spec import StudyPage
 
