@@ -259,10 +259,17 @@ def separated(first: Arm, second: Arm) -> bool:
     spread alone would call a gap within one held-out set's sampling noise a ranking."""
     if not gap_beyond_spread(first.accuracies, second.accuracies):
         return False
+    paired = paired_over_seeds(first, second)
+    return paired is not None and (paired[1] > 0 or paired[2] < 0)
+
+
+def paired_over_seeds(first: Arm, second: Arm) -> tuple[float, float, float, int] | None:
+    """`first`'s gain in points over `second` on the same held-out questions, pooled over the seeds both ran, its
+    95% interval (paired_gain) and how many seeds that is; None where they share no seed."""
     theirs = {run.seed: run for run in second.runs}
     shared = [(run, theirs[run.seed]) for run in first.runs if run.seed in theirs]
     if not shared:
-        return False
-    _, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
-                               "".join(other.heldout["correct"] for _, other in shared))
-    return low > 0 or high < 0
+        return None
+    gain, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
+                                  "".join(other.heldout["correct"] for _, other in shared))
+    return gain, low, high, len(shared)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.method_matrix.arms import METHODS
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, heldout, load, paired_gain, separated
+from bench.method_matrix.rows import STUDY, Arm, arm, arms, heldout, load, paired_gain, paired_over_seeds, separated
 
 TRANSFER_TASK = "arithmetic"  # the one task of the study with a transfer split (measure.transfer_split)
 BASE_TRANSFER = "transfer/base/arithmetic.json"
@@ -73,10 +73,10 @@ def mezo_answer(results: Path = STUDY) -> str:
     mezo, full = arm(results, TRANSFER_TASK, "mezo"), arm(results, TRANSFER_TASK, "full_es")
     if not mezo.runs or not full.runs:
         return f"mezo has {len(mezo.runs)} of {mezo.planned} runs on 2-digit addition: not compared yet"
-    theirs = {run.seed: run for run in full.runs}
-    shared = [(run, theirs[run.seed]) for run in mezo.runs if run.seed in theirs]
-    mean, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
-                                  "".join(other.heldout["correct"] for _, other in shared))
+    paired = paired_over_seeds(mezo, full)
+    if paired is None:
+        return "mezo and full-es share no seed on 2-digit addition yet: not compared"
+    mean, low, high, shared = paired
     # the study's rule for a ranking (rows.separated): the gap beyond both arms' seed spread as well
     verdict = (("mezo ahead" if mean > 0 else "full-es ahead") if separated(mezo, full) else
                "not separated (a gap within the seed spread, or a paired interval that holds 0)")
@@ -84,7 +84,7 @@ def mezo_answer(results: Path = STUDY) -> str:
     return (f"on 2-digit addition, mezo ({_population(mezo)} candidates per step, {mezo.mean_of('steps'):.0f} steps "
             f"per run) scored {mezo.mean:.1f}% over {len(mezo.runs)} seeds, full-es ({_population(full)} candidates "
             f"per step, {full.mean_of('steps'):.0f} steps) {full.mean:.1f}% over {len(full.runs)}; paired over the "
-            f"{len(shared)} seeds both ran, mezo minus full-es {mean:+.1f} points [{low:+.1f}, {high:+.1f}]: "
+            f"{shared} seeds both ran, mezo minus full-es {mean:+.1f} points [{low:+.1f}, {high:+.1f}]: "
             f"{verdict} (mezo's budget counted in {' and '.join(sorted(clock))} seconds, full-es's in wall seconds, "
             "one thread each)")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from bench.claims._common import load
 from bench.labbook.spec import StudyPage
 from bench.method_matrix.page import separated
-from bench.method_matrix.rows import STUDY, arm, paired_gain
+from bench.method_matrix.rows import STUDY, arm, paired_over_seeds
 
 THROUGHPUT = {"bfloat16": "eggroll/lowrank_throughput.json", "float32": "eggroll/lowrank_throughput_float32.json"}
 ABOUT_AS_FAST = 0.05  # a ratio within 5% of 1 reads "about as fast"
@@ -49,16 +49,16 @@ def learning_meaning() -> str:
     setting, equal training time): 'learned more' only where the study's own test separates them (the gap beyond
     both arms' seed spread and a paired per-question 95% interval without 0)."""
     lowrank, full = arm(STUDY, "arithmetic", "lowrank"), arm(STUDY, "arithmetic", "full_es")
-    theirs = {run.seed: run for run in full.runs}
-    shared = [(run, theirs[run.seed]) for run in lowrank.runs if run.seed in theirs]
-    gain, low, high = paired_gain("".join(ours.heldout["correct"] for ours, _ in shared),
-                                  "".join(other.heldout["correct"] for _, other in shared))
+    paired = paired_over_seeds(lowrank, full)
+    if paired is None:
+        return f"{lowrank.label} and {full.label} share no seed on 2-digit addition yet: not compared."
+    gain, low, high, shared = paired
     if separated(lowrank, full):
         verdict = f"{'learned more than' if gain > 0 else 'learned less than'} {full.label}"
     else:
         verdict = f"was not separated from {full.label}"
     return (f"Matched on 2-digit addition (each tuned for itself, equal training time), {lowrank.label} {verdict}: "
-            f"{gain:+.1f} points, paired over the same held-out questions of the {len(shared)} seeds both ran "
+            f"{gain:+.1f} points, paired over the same held-out questions of the {shared} seeds both ran "
             f"(95% interval [{low:+.1f}, {high:+.1f}]).")
 
 
