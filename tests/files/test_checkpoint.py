@@ -222,12 +222,24 @@ def cli(*args: str) -> list[str]:
 
 
 def kill_after_random_delay(command: list[str], run: Path, rng: random.Random) -> int | None:
-    """Start training, wait for its first checkpoint, SIGKILL it at a random moment; its exit code."""
+    """Start training, SIGKILL it at a random moment while iterations are left to run; its exit code.
+
+    The moment is drawn in iterations, not seconds (a fast CPU ran all six before a delay of 0.8 s ended): a random
+    iteration before the last, then a few random milliseconds into the next one."""
+    def logged() -> int:
+        metrics = run / "metrics.jsonl"
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        return max((json.loads(line)["iteration"] for line in lines if line.strip().endswith("}")), default=-1)
+
+    # the run has 6 iterations: at most iteration 4 is logged when the kill is sent, so 2 are left to cut into
+    # (a resume that already logged 4 is killed while it starts, another place a kill may land)
+    target = min(max(logged(), 0) + rng.randint(1, 2), 4)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     deadline = time.monotonic() + 120
-    while process.poll() is None and not (run / "checkpoint").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(rng.uniform(0.0, 0.8))
+    while process.poll() is None and logged() < target and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(rng.uniform(0.0, 0.01))
     if process.poll() is None:
         process.send_signal(signal.SIGKILL)
     process.wait()
@@ -256,7 +268,7 @@ def test_kill_9_during_training_then_resume_gives_the_uninterrupted_weights(refe
                                *resume], capture_output=True, text=True, timeout=300)
     codes.append(targeted.returncode)
     codes.append(kill_after_random_delay(cli(*resume), run, rng))
-    assert codes.count(-signal.SIGKILL) >= 2, codes  # the targeted kill always lands; random ones usually do
+    assert codes == [-signal.SIGKILL] * 3, codes  # every kill lands while iterations are left
     assert main(resume) == 0  # in process: one interpreter start less
     expected, got = final_weights(reference), final_weights(run)
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
