@@ -1,7 +1,7 @@
 """Does a CPU-second budget buy the same work beside a neighbour? The quickstart's own steps with `training_clock: cpu`,
 alone and beside a busy neighbour (one core spinning in a Python loop), under OpenMP's default wait policy (idle
 threads spin) and under OMP_WAIT_POLICY=PASSIVE, the policy `evotune` sets for a run whose budget counts CPU seconds
-(cli/main.py: quiet_openmp_for_cpu_clock).
+(cli/openmp.py: quiet_openmp_for_cpu_clock).
 
 Each arm is `evotune train` with the shipped quickstart (only its iterations cut, no evaluation between them) in a
 fresh process on all the machine's cores; its steps' CPU and wall seconds are read from metrics.jsonl (the first step

@@ -79,7 +79,7 @@ def test_a_cpu_clock_run_starts_with_openmp_threads_that_sleep_when_idle(tmp_pat
     if config is not None:
         (tmp_path / "run.yaml").write_text(config)
         argv = [str(tmp_path / "run.yaml") if word == "CONFIG" else word for word in argv]
-    script = ("import os, sys\nfrom evotune.cli.main import quiet_openmp_for_cpu_clock\n"
+    script = ("import os, sys\nfrom evotune.cli.openmp import quiet_openmp_for_cpu_clock\n"
               "quiet_openmp_for_cpu_clock(sys.argv[1:])\nassert 'torch' not in sys.modules\nimport torch\n"
               "print(os.environ.get('OMP_WAIT_POLICY'))")
     env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}

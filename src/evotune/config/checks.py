@@ -150,3 +150,40 @@ def check_ray_address(address: str | None) -> None:
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not separator or not host or " " in host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"`ray_address` is {address!r}, which is not a cluster address: {form}.")
+
+
+MAX_RAY_TIMEOUT = 86400.0
+
+
+def check_placement(config: Any) -> None:
+    """The keys that place the candidates' work: the device, the GPU share, and Ray's replicas, cluster and work
+    units."""
+    check_device(config.device)
+    if not 0 < config.gpu_memory_utilization <= 1:
+        raise ConfigError(f"`gpu_memory_utilization` is {config.gpu_memory_utilization}; set a fraction in (0, 1], "
+                          "e.g. 0.4 for two engines on one GPU.")
+    if config.workers < 1:
+        raise ConfigError(f"`workers` is {config.workers}; give the number of model replicas that evaluate the "
+                          "population, at least 1.")
+    if config.workers > 1 and config.distributed != "ray":
+        raise ConfigError(f"`workers` is {config.workers}; more than one replica runs on Ray: set `distributed: "
+                          "ray` (pip install 'evotune[ray]'), or `workers: 1`.")
+    check_ray_address(config.ray_address)
+    if not 0 < config.ray_timeout <= MAX_RAY_TIMEOUT:  # ten times it must still be a date Python can hold
+        raise ConfigError(f"`ray_timeout` is {config.ray_timeout}; give the seconds to wait for a cluster, from "
+                          f"above 0 to {MAX_RAY_TIMEOUT:g} (a day), e.g. 30.")
+    if config.distributed == "ray" and config.population_batch_size:
+        raise ConfigError("`population_batch_size` batches candidates inside one process; with `distributed: "
+                          "ray` each replica evaluates one candidate at a time. Remove one of the two.")
+    if config.checksum_every < 0:
+        raise ConfigError(f"`checksum_every` is {config.checksum_every}; use 0 to turn it off, or a positive "
+                          "number.")
+    if not config.worker_num_cpus > 0 or (config.worker_num_gpus is not None and config.worker_num_gpus < 0):
+        raise ConfigError(f"`worker_num_cpus` is {config.worker_num_cpus} and `worker_num_gpus` "
+                          f"{config.worker_num_gpus}; give a positive number of CPUs and a number of GPUs >= 0.")
+    if config.prompt_shards is not None and config.prompt_shards < 1:
+        raise ConfigError(f"`prompt_shards` is {config.prompt_shards}; give at least 1 work unit per candidate, or "
+                          "null (automatic).")
+    if not (config.straggler_factor == 0 or config.straggler_factor > 1):
+        raise ConfigError(f"`straggler_factor` is {config.straggler_factor}; give a factor above 1 (a unit is sent "
+                          "again after that many median unit times), or 0 for no re-sends.")

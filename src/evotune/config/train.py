@@ -19,10 +19,9 @@ from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
 from .checks import (
-    check_device,
     check_int4_keys,
+    check_placement,
     check_population_batch_size,
-    check_ray_address,
     check_regexes,
     check_retention,
     check_rewards,
@@ -314,7 +313,7 @@ class TrainConfig(RunConfig):
         check_rewards(self)
         self._validate_search()
         check_parts(self)  # what the chosen strategy, space and backend read and refuse (config/parts.py)
-        self._validate_placement()
+        check_placement(self)  # where the candidates run: devices, Ray
 
     def _validate_search(self) -> None:
         if self.population_size < 2:
@@ -360,40 +359,6 @@ class TrainConfig(RunConfig):
                                   "default).")
         if self.tensor_parallel_size < 1:  # the same text that refuses more than 1 off vLLM
             raise ConfigError(TENSOR_PARALLEL_SIZE.refusal.format(**vars(self)))
-
-    def _validate_placement(self) -> None:
-        check_device(self.device)
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError(f"`gpu_memory_utilization` is {self.gpu_memory_utilization}; set a fraction in (0, 1], "
-                              "e.g. 0.4 for two engines on one GPU.")
-        if self.workers < 1:
-            raise ConfigError(f"`workers` is {self.workers}; give the number of model replicas that evaluate the "
-                              "population, at least 1.")
-        if self.workers > 1 and self.distributed != "ray":
-            raise ConfigError(f"`workers` is {self.workers}; more than one replica runs on Ray: set `distributed: "
-                              "ray` (pip install 'evotune[ray]'), or `workers: 1`.")
-        check_ray_address(self.ray_address)
-        if not 0 < self.ray_timeout <= MAX_RAY_TIMEOUT:  # ten times it must still be a date Python can hold
-            raise ConfigError(f"`ray_timeout` is {self.ray_timeout}; give the seconds to wait for a cluster, from "
-                              f"above 0 to {MAX_RAY_TIMEOUT:g} (a day), e.g. 30.")
-        if self.distributed == "ray" and self.population_batch_size:
-            raise ConfigError("`population_batch_size` batches candidates inside one process; with `distributed: "
-                              "ray` each replica evaluates one candidate at a time. Remove one of the two.")
-        if self.checksum_every < 0:
-            raise ConfigError(f"`checksum_every` is {self.checksum_every}; use 0 to turn it off, or a positive "
-                              "number.")
-        if not self.worker_num_cpus > 0 or (self.worker_num_gpus is not None and self.worker_num_gpus < 0):
-            raise ConfigError(f"`worker_num_cpus` is {self.worker_num_cpus} and `worker_num_gpus` "
-                              f"{self.worker_num_gpus}; give a positive number of CPUs and a number of GPUs >= 0.")
-        if self.prompt_shards is not None and self.prompt_shards < 1:
-            raise ConfigError(f"`prompt_shards` is {self.prompt_shards}; give at least 1 work unit per candidate, or "
-                              "null (automatic).")
-        if not (self.straggler_factor == 0 or self.straggler_factor > 1):
-            raise ConfigError(f"`straggler_factor` is {self.straggler_factor}; give a factor above 1 (a unit is sent "
-                              "again after that many median unit times), or 0 for no re-sends.")
-
-
-MAX_RAY_TIMEOUT = 86400.0
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None,

@@ -4,7 +4,7 @@
 run beside another gets about half the steps. `training_clock: cpu` counts the user + system CPU seconds of the run's
 process and every process under it (a vLLM engine's core and workers, a tokenizer's pool), so a budget buys about
 the same work whatever runs beside it, provided OpenMP's idle threads sleep rather than spin (the `evotune` command
-sets OMP_WAIT_POLICY=PASSIVE for such a run: cli/main.py); what the machine's own speed buys still differs (record
+sets OMP_WAIT_POLICY=PASSIVE for such a run: cli/openmp.py); what the machine's own speed buys still differs (record
 `evotune doctor --speed`).
 Every step records both (`time_s`, wall; `cpu_s`, the tree's CPU seconds), whichever the budget counts.
 """
