@@ -29,6 +29,7 @@ TASKS: dict[str, dict[str, Any]] = {
                   "keys": {"task": "countdown",
                            "task_args": {"min_numbers": 3, "max_numbers": 3, "max_number": 20, "max_target": 50}}},
 }
+TRANSFER_TASK = "arithmetic"  # the one task of the study with a transfer split (measure.transfer_split)
 
 # METHOD_MATRIX_MODEL: another model for a dry run of the machinery (the slow test of test_method_matrix.py)
 MODEL = os.environ.get("METHOD_MATRIX_MODEL", "smollm2-135m-instruct")
@@ -98,7 +99,7 @@ ADAPTER_METHODS = ("es_lora", "essa", "grpo_lora")
 def run_keys(method: str, task: str, setting: dict[str, Any], seed: int, phase: str = "tune") -> dict[str, Any]:
     """The config keys of one run (without the warm start's model or adapter, which the job adds)."""
     keys = {**COMMON, **TASKS[task]["keys"], **METHODS[method]["keys"], **setting, "seed": seed}
-    if phase == "main":
+    if phase in ("main", "rerun"):  # rerun: a main run trained again (run.py's reruns)
         keys["num_eval"] = MAIN_NUM_EVAL
     if task == "countdown" and method in ("grpo_lora", "grpo_full"):
         # 8 prompts x 8 completions at 48 tokens ran out of 24 GiB (examples/grpo_countdown.yaml)

@@ -127,7 +127,7 @@ def train(job: dict, runs: Path) -> dict[str, Any]:
     start, charged = start_of(job, runs)
     keys = train_keys(job, start, charged)
     matched = job.get("step_matched")
-    probe = speed_probe() if job["phase"] == "main" else None
+    probe = speed_probe() if job["phase"] != "tune" else None
     command = "grpo" if method["command"] == "grpo" else "train"
     config = write_config(run, keys)
     cost = run_command([command, str(config), "--output-dir", str(run)], run.parent / f"{run.name}.log")

@@ -13,7 +13,9 @@ session are made again and checked before the runs that start from them (restore
 Order: the held-out scores measured before measure.py's budgets grew, measured again (rescore/), then the
 tuning runs (arithmetic, TUNING_SEED), the base model's held-out scores, then per method, once its
 tuning is complete, its main runs with the best validation setting (arithmetic seeds, then countdown's, each
-from the same SFT warm start on countdown), then short memory probes (peak memory of each method's process
+from the same SFT warm start on countdown), each 2-digit addition main run scored before the transfer split
+existed trained again with its own setting and seed (transfer/main/: its weights are gone, and the transfer column
+reads the rerun's two scores together), then short memory probes (peak memory of each method's process
 in the study's dtype, GRPO with and without gradient accumulation, ES with and without its drift-base copy).
 Run it from a fixed commit (a git worktree), with that worktree's src/ first on PYTHONPATH: each result file
 records the commit it ran.
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from bench.common import commit_file, cpu_facts
 
-from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TUNING_SEED, TUNING_SETTINGS
+from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TRANSFER_TASK, TUNING_SEED, TUNING_SETTINGS
 from .job import PROBE_SOURCE
 from .restore import with_restores
 
@@ -82,6 +84,7 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
                              "path": f"main/{task}/{method}/seed{seed}.json"})
                 if step_matched:
                     jobs[-1]["step_matched"] = matched_steps(results, task, method)
+    jobs += reruns(results, jobs)
     for task, spec in TASKS.items():  # ESSA's SFT alone, where ESSA is the only arm that starts from it
         if "essa" in METHODS and not spec["warm_start"]:
             for seed in spec["seeds"]:
@@ -100,6 +103,26 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
         if job.get("method") == "essa" and job["task"] == "arithmetic":
             job["sft_result"] = str(results / f"warm_start/arithmetic/sft_seed{job['seed']}.json")
     return rescores(results, jobs) + jobs
+
+
+def reruns(results: Path, jobs: list[dict]) -> list[dict]:
+    """A main run on the task with a transfer split that was scored before the split existed, trained again (its
+    setting, seed and budget; its weights are gone) and scored in the template and past it, into transfer/main/: its
+    first file stays as it is, and the transfer column reads the rerun's two scores together, never one run's
+    template score beside another's transfer score."""
+    again = []
+    for job in jobs:
+        file = results / job["path"]
+        if job.get("phase") != "main" or job["task"] != TRANSFER_TASK or not file.is_file():
+            continue
+        recorded = json.loads(file.read_text())
+        if "transfer" in recorded.get("heldout", {}):
+            continue
+        starts = [need for need in job["needs"] if need.startswith("warm_start/")]  # ESSA's SFT: restored if gone
+        setting = recorded.get("job", {}).get("setting", job["setting"])  # the setting the first run trained with
+        again.append({**job, "phase": "rerun", "setting": setting, "needs": [job["path"], *starts],
+                      "path": f"transfer/{job['path']}"})
+    return again
 
 
 def matched_steps(results: Path, task: str, method: str) -> dict | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from bench.method_matrix.arms import MEMORY_PROBES, METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
+from bench.method_matrix.arms import MEMORY_PROBES, METHODS, TASKS, TRANSFER_TASK, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
 from bench.method_matrix.rows import (
     STUDY,
@@ -25,7 +25,7 @@ from bench.method_matrix.rows import (
     wilson,
 )
 from bench.method_matrix.run import selection
-from bench.method_matrix.transfer import TRANSFER_TASK, transfers
+from bench.method_matrix.transfer import reruns, transfers
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
 IFEVAL_STRICT = "retain/ifeval/prompt_strict"
@@ -319,8 +319,11 @@ def readme_table(results: Path = STUDY) -> str:
             cells.append(f"{mean_text(found)}, {seeds_text(found)}{cut_text(found)}" if found.runs else "not run yet")
             if task == TRANSFER_TASK:
                 records = transfers(found)
+                again = [record["transfer"] for record in reruns(results, found)] if not records else []
                 cells.append(f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%, "
-                             f"{len(records)} seeds" if records else "not measured" if found.runs else "not run yet")
+                             f"{len(records)} seeds" if records else
+                             f"{100 * statistics.mean(record['accuracy'] for record in again):.1f}%, {len(again)} "
+                             "seeds trained again" if again else "not measured" if found.runs else "not run yet")
             if task == "arithmetic" and found.runs:
                 kl = f"{found.mean_kl:.3f}"
         lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")

@@ -169,6 +169,22 @@ def test_every_job_kind_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path
     assert again["scored_budget"] == max(measure.BUDGETS) and again["n"] == 16 and "retention" not in again
     assert again["correct"] == first["heldout"]["correct"]  # the same model, questions and greedy decoding
 
+    # a main run scored before the transfer split (as the first arms were) is trained again with its own keys into
+    # its own run folder, its SFT charged as before, and measured like a main run, past the template included
+    first_essa = results / "main/arithmetic/essa/seed0.json"
+    first_essa.write_text(json.dumps({**essa, "heldout": {key: value for key, value in essa["heldout"].items()
+                                                          if key != "transfer"}}))
+    plan_again = {job["path"]: job for job in run.plan(results)}
+    rerun = {key: value for key, value in plan_again["transfer/main/arithmetic/essa/seed0.json"].items()
+             if key != "needs"}
+    done = run_job(rerun)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    again = json.loads((results / "transfer/main/arithmetic/essa/seed0.json").read_text())
+    assert again["training"]["keys"] == essa["training"]["keys"] and again["speed_probe"]["probe_s"] > 0
+    assert again["training"]["sft_seconds_charged"] == essa["training"]["sft_seconds_charged"]
+    assert again["heldout"]["n"] == 16 and (runs / "arithmetic" / "rerun" / "essa_s0_seed0").is_dir()
+    assert again["heldout"]["transfer"]["n"] == essa["heldout"]["transfer"]["n"] > 0
+
     # a later session has no weights under --runs: the SFT is made again, checked against its result file
     # (steps, adapter digest, the first held-out answers), and a result it does not reproduce stops it
     recorded = json.loads((results / "warm_start/countdown/sft_seed0.json").read_text())
@@ -418,8 +434,51 @@ def test_the_transfer_table_and_mezos_pairing_read_the_runs_that_have_a_transfer
     table = transfer.transfer_table(tmp_path)
     assert "| base model | 0.0% | 0.0% (n = 20) |" in table
     assert "| mezo | 75.0% (2 seeds) | 50.0% (2 seeds), +50.0 [+34.5, +65.5] over the base |" in table
-    assert "| full-es | 25.0% (2 seeds) | not measured: its runs predate the transfer split |" in table
+    assert ("| full-es | 25.0% (2 seeds) | not measured yet: its runs predate the transfer split and wait to be "
+            "trained again |") in table
+    # full-es seed 0 trained again (run.py's rerun): its own template score beside its transfer score
+    write("transfer/main/arithmetic/full_es/seed0.json", "1" * 20 + "0" * 20, "1" * 5 + "0" * 15)
+    table = transfer.transfer_table(tmp_path)
+    assert ("| full-es | 25.0% (2 seeds) | 25.0% (1 of 5 seeds trained again, which scored 50.0% in the template), "
+            "+25.0 [") in table
+    from bench.method_matrix import tables
+
+    for seed in (0, 1):  # the README's table reads each run's KL to the start too
+        for method in ("mezo", "full_es"):
+            path = tmp_path / f"main/arithmetic/{method}/seed{seed}.json"
+            data = json.loads(path.read_text())
+            data["heldout"]["retention"] = {f"retain/{task}/kl": 0.01 for task in measure.RETENTION_TASKS}
+            path.write_text(json.dumps(data))
+    readme = tables.readme_table(tmp_path)
+    assert "| full-es | 25.0%" in readme and "| 25.0%, 1 seeds trained again |" in readme
+    assert "| mezo | 75.0%" in readme and "| 50.0%, 2 seeds |" in readme
     answer = transfer.mezo_answer(tmp_path)
     assert "mezo (2 candidates per step, 40 steps per run) scored 75.0% over 2 seeds" in answer
     assert "full-es (32 candidates per step, 20 steps) 25.0% over 2" in answer and ": mezo ahead" in answer
     assert "counted in cpu seconds" in answer
+
+
+def test_a_main_run_scored_before_the_transfer_split_is_planned_again_with_its_own_setting(tmp_path):
+    """Its weights are gone, so the transfer score needs the run trained again: the same method, seed and recorded
+    setting, after the first file (and ESSA's SFT, restored if its weights are gone), into transfer/main/; a run
+    whose file has a transfer score, and a countdown run (no transfer split), are not planned again."""
+    def finish(path: str, setting: int, heldout: dict) -> None:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps({"job": {"setting": setting}, "heldout": heldout}))
+
+    scored = measure.SCORED_BUDGET
+    finish("main/arithmetic/full_es/seed3.json", 2, {"accuracy": 0.3, "scored_budget": scored})
+    finish("main/arithmetic/mezo/seed3.json", 1, {"accuracy": 0.3, "scored_budget": scored,
+                                                  "transfer": {"accuracy": 0.1}})
+    finish("main/arithmetic/essa/seed1.json", 0, {"accuracy": 0.5, "scored_budget": scored})
+    finish("main/countdown/full_es/seed0.json", 2, {"accuracy": 0.1, "scored_budget": scored})
+    again = {job["path"]: job for job in run.plan(tmp_path, training_clock="cpu") if job.get("phase") == "rerun"}
+    assert sorted(again) == ["transfer/main/arithmetic/essa/seed1.json", "transfer/main/arithmetic/full_es/seed3.json"]
+    full = again["transfer/main/arithmetic/full_es/seed3.json"]
+    assert (full["method"], full["seed"], full["setting"], full["training_clock"]) == ("full_es", 3, 2, "cpu")
+    assert full["needs"] == ["main/arithmetic/full_es/seed3.json"]
+    essa = again["transfer/main/arithmetic/essa/seed1.json"]
+    assert essa["needs"] == ["main/arithmetic/essa/seed1.json", "warm_start/arithmetic/sft_seed1.json"]
+    assert essa["sft_result"].endswith("warm_start/arithmetic/sft_seed1.json")  # charged its SFT as the first run
+    assert arms.run_keys("full_es", "arithmetic", {}, 3, "rerun")["num_eval"] == arms.MAIN_NUM_EVAL
+
