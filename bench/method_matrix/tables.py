@@ -306,6 +306,19 @@ def tuning_table(results: Path = STUDY) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _transfer_mean(results: Path, found: Arm) -> str:
+    """The README's transfer cell: the mean over an arm's runs that scored the transfer split, else over its runs
+    trained again for it (run.py's reruns), else why there is none."""
+    records = transfers(found)
+    if records:
+        return f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%, {len(records)} seeds"
+    again = [record["transfer"] for record in reruns(results, found)]
+    if again:
+        seeds = f"{len(again)} seed{'s' if len(again) > 1 else ''}"
+        return f"{100 * statistics.mean(record['accuracy'] for record in again):.1f}%, {seeds} trained again"
+    return "not measured" if found.runs else "not run yet"
+
+
 def readme_table(results: Path = STUDY) -> str:
     """The README's compact table: every arm's mean held-out accuracy per task (2-digit addition in the training
     template and past it, on the transfer split) and its KL to the start."""
@@ -318,12 +331,7 @@ def readme_table(results: Path = STUDY) -> str:
             found = arm(results, task, method)
             cells.append(f"{mean_text(found)}, {seeds_text(found)}{cut_text(found)}" if found.runs else "not run yet")
             if task == TRANSFER_TASK:
-                records = transfers(found)
-                again = [record["transfer"] for record in reruns(results, found)] if not records else []
-                cells.append(f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%, "
-                             f"{len(records)} seeds" if records else
-                             f"{100 * statistics.mean(record['accuracy'] for record in again):.1f}%, {len(again)} "
-                             "seeds trained again" if again else "not measured" if found.runs else "not run yet")
+                cells.append(_transfer_mean(results, found))
             if task == "arithmetic" and found.runs:
                 kl = f"{found.mean_kl:.3f}"
         lines.append(f"| {METHODS[method]['label']} | " + " | ".join(cells) + f" | {kl} |")

@@ -450,7 +450,7 @@ def test_the_transfer_table_and_mezos_pairing_read_the_runs_that_have_a_transfer
             data["heldout"]["retention"] = {f"retain/{task}/kl": 0.01 for task in measure.RETENTION_TASKS}
             path.write_text(json.dumps(data))
     readme = tables.readme_table(tmp_path)
-    assert "| full-es | 25.0%" in readme and "| 25.0%, 1 seeds trained again |" in readme
+    assert "| full-es | 25.0%" in readme and "| 25.0%, 1 seed trained again |" in readme
     assert "| mezo | 75.0%" in readme and "| 50.0%, 2 seeds |" in readme
     answer = transfer.mezo_answer(tmp_path)
     assert "mezo (2 candidates per step, 40 steps per run) scored 75.0% over 2 seeds" in answer
