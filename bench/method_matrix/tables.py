@@ -25,7 +25,7 @@ from bench.method_matrix.rows import (
     wilson,
 )
 from bench.method_matrix.run import selection
-from bench.method_matrix.transfer import reruns, transfers
+from bench.method_matrix.transfer import transfer_records
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
 IFEVAL_STRICT = "retain/ifeval/prompt_strict"
@@ -309,14 +309,13 @@ def tuning_table(results: Path = STUDY) -> str:
 def _transfer_mean(results: Path, found: Arm) -> str:
     """The README's transfer cell: the mean over an arm's runs that scored the transfer split, else over its runs
     trained again for it (run.py's reruns), else why there is none."""
-    records = transfers(found)
-    if records:
-        return f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%, {len(records)} seeds"
-    again = [record["transfer"] for record in reruns(results, found)]
-    if again:
-        seeds = f"{len(again)} seed{'s' if len(again) > 1 else ''}"
-        return f"{100 * statistics.mean(record['accuracy'] for record in again):.1f}%, {seeds} trained again"
-    return "not measured" if found.runs else "not run yet"
+    records, again = transfer_records(results, found)
+    if not records:
+        return "not measured" if found.runs else "not run yet"
+    mean = f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%"
+    if not again:
+        return f"{mean}, {len(records)} seeds"
+    return f"{mean}, {len(again)} seed{'s' if len(again) > 1 else ''} trained again"
 
 
 def readme_table(results: Path = STUDY) -> str:

@@ -39,6 +39,16 @@ def reruns(results: Path, found: Arm) -> list[dict[str, Any]]:
     return [record["heldout"] for record in records if record is not None]
 
 
+def transfer_records(results: Path, found: Arm) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the arm's transfer records, the held-out records of the reruns they come from): its main runs' own where
+    they have them (no reruns then), else its reruns' (reruns)."""
+    records = transfers(found)
+    if records:
+        return records, []
+    again = reruns(results, found)
+    return [record["transfer"] for record in again], again
+
+
 def _gain_text(records: list[dict[str, Any]], base: dict[str, Any] | None) -> str:
     """The paired gain of the transfer records over the base model on the same questions (pooled over seeds)."""
     if base is None or any(record["n"] != base["n"] for record in records):
@@ -48,21 +58,18 @@ def _gain_text(records: list[dict[str, Any]], base: dict[str, Any] | None) -> st
 
 
 def _transfer_cell(found: Arm, base: dict[str, Any] | None, results: Path) -> str:
-    records = transfers(found)
     if not found.runs:
         return "not run yet"
-    if records:
-        mean = statistics.mean(record["accuracy"] for record in records)
-        return f"{100 * mean:.1f}% ({len(records)} seeds){_gain_text(records, base)}"
-    again = reruns(results, found)
-    if not again:
+    records, again = transfer_records(results, found)
+    if not records:
         return "not measured yet: its runs predate the transfer split and wait to be trained again"
+    mean = statistics.mean(record["accuracy"] for record in records)
+    if not again:
+        return f"{100 * mean:.1f}% ({len(records)} seeds){_gain_text(records, base)}"
     template = statistics.mean(record["accuracy"] for record in again)
-    transfer = [record["transfer"] for record in again]
-    mean = statistics.mean(record["accuracy"] for record in transfer)
     # the rerun's own template score beside its transfer score: one run's two scores, never two runs' scores mixed
     return (f"{100 * mean:.1f}% ({len(again)} of {found.planned} seeds trained again, which scored "
-            f"{100 * template:.1f}% in the template){_gain_text(transfer, base)}")
+            f"{100 * template:.1f}% in the template){_gain_text(records, base)}")
 
 
 def transfer_table(results: Path = STUDY) -> str:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from bench.claims._common import load
 from bench.labbook.spec import StudyPage
-from bench.method_matrix.page import separated
-from bench.method_matrix.rows import STUDY, arm, paired_over_seeds
+from bench.method_matrix.rows import STUDY, arm, paired_over_seeds, separated
 
 THROUGHPUT = {"bfloat16": "eggroll/lowrank_throughput.json", "float32": "eggroll/lowrank_throughput_float32.json"}
 ABOUT_AS_FAST = 0.05  # a ratio within 5% of 1 reads "about as fast"
