@@ -120,6 +120,30 @@ def test_the_estimate_predicts_every_measured_cell_within_the_bounds():
     assert memory <= fit.MEMORY_BOUND and seconds <= fit.TIME_BOUND, (memory, seconds)
 
 
+def test_a_cell_measured_in_two_sessions_on_one_machine_type_is_one_row_at_their_mean():
+    from bench.scaling import fit
+
+    def cell(cpu, seconds, peak, date):
+        machine = {"cpu": cpu, "amx_bf16": False, "avx512_bf16": True, "threads": 2}
+        record = {"shape": "SmolLM2-360M", "arm": "generation", "machine": machine, "seconds_per_iteration": seconds,
+                  "peak_rss_mib": peak, "date": date}
+        return {"record": record, "probe_s": 5.0}
+
+    first, again = cell("AMD EPYC", 100.0, 1900.0, "a"), cell("AMD EPYC", 80.0, 1910.0, "b")
+    other = cell("Xeon", 50.0, 1905.0, "c")
+    merged = fit.repeated_cells([first, again, other])
+    assert len(merged) == 2 and merged[1] is other  # another machine type's cell is its own row
+    record = merged[0]["record"]
+    assert record["seconds_per_iteration"] == 90.0 and record["peak_rss_mib"] == 1905.0
+    assert [session["date"] for session in record["sessions"]] == ["a", "b"]
+    assert first["record"]["seconds_per_iteration"] == 100.0  # the measured records are left as they were
+    # the committed repeats: every fitted row is one cell of one machine type
+    found = fit.rows()
+    keys = [(row["record"]["shape"], row["record"]["arm"], fit.machine_type(row["record"])) for row in found]
+    assert len(keys) == len(set(keys))
+    assert any("sessions" in row["record"] for row in found) == fit.REPEATS.is_dir()
+
+
 def test_every_term_is_needed_a_fit_without_any_one_is_worse():
     """Dropped, every term makes the fit's worst error worse and breaks a bound. (A time term for the cached
     positions each decode step attends over was needed on 31 cells and is gone: on 44 cells of five sizes it moved

@@ -48,14 +48,19 @@ MEMORY_BOUND, TIME_BOUND = 0.15, 0.25  # the issue's: predicted within 15% of pe
 # cells of shapes the study also measured on another machine type: they fit that type's factors (and are read with the
 # study's own by rows(); the page's tables of what fits read the study's own alone)
 CROSS = RESULTS / f"{DTYPE}_cross"
+# cells measured again in another session on a machine type that already has them: how far one session's time moves
+REPEATS = RESULTS / f"{DTYPE}_repeat"
 FACTOR_ROUNDS = 12  # coefficients and machine factors fitted in turn: the worst error settles within a few rounds
 
 
-def rows(results: Path = RESULTS / DTYPE, cross: Path | None = CROSS) -> list[dict[str, Any]]:
+def rows(results: Path = RESULTS / DTYPE, cross: Path | None = CROSS,
+         repeats: Path | None = REPEATS) -> list[dict[str, Any]]:
     """Every cell that ran (the study's, then `cross`'s cells of shapes measured on another machine type), with its
-    counts, its machine type and that type's median probe."""
+    counts, its machine type and that type's median probe. A cell measured again in another session on the same
+    machine type (`repeats`) is one row at the mean of its sessions' times and peaks (repeated_cells)."""
     found = []
-    paths = sorted(results.glob("*/*.json")) + (sorted(cross.glob("*/*/*.json")) if cross and cross.is_dir() else [])
+    paths = sorted(results.glob("*/*.json")) + [path for folder in (cross, repeats) if folder and folder.is_dir()
+                                                for path in sorted(folder.glob("*/*/*.json"))]
     for path in paths:
         record = json.loads(path.read_text())
         if record["status"] != "ran" or ARMS[record["arm"]]["command"] not in FITTED:
@@ -63,10 +68,34 @@ def rows(results: Path = RESULTS / DTYPE, cross: Path | None = CROSS) -> list[di
         load, shape = cell_workload(record), model_shape(record["shape"])
         found.append({"record": record, "memory": memory_terms(load, shape), "time": time_terms(load, shape),
                       "load": load, "shape": shape, "probe_s": record["speed_probe"]["probe_s"]})
+    found = repeated_cells(found)
     probes = [machine_probe(found, row) for row in found]  # within one machine type: its median probe
     for row, probe in zip(found, probes):
         row["probe_s"] = probe
     return found
+
+
+def repeated_cells(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per shape, arm and machine type: a cell measured in several sessions is read at the mean of their
+    seconds per iteration and peaks, its record listing each session's (`sessions`). On a 2-core EPYC, SmolLM2-360M's
+    cells measured again a week later moved by -13% to +20% with no change in the work: one session's time is that
+    uncertain, and the fit should not follow it."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in found:
+        record = row["record"]
+        groups.setdefault((record["shape"], record["arm"], machine_type(record)), []).append(row)
+    merged = []
+    for cells in groups.values():
+        if len(cells) == 1:
+            merged.append(cells[0])
+            continue
+        records = [cell["record"] for cell in cells]
+        record = {**records[0], "sessions": [{key: other[key] for key in ("date", "seconds_per_iteration",
+                                                                          "peak_rss_mib")} for other in records],
+                  "seconds_per_iteration": statistics.mean(other["seconds_per_iteration"] for other in records),
+                  "peak_rss_mib": statistics.mean(other["peak_rss_mib"] for other in records)}
+        merged.append({**cells[0], "record": record})
+    return merged
 
 
 def machine_type(record: dict[str, Any]) -> str:

@@ -188,6 +188,13 @@ def estimate_within_bounds() -> str:
     text = (f"In sample, `evotune estimate`'s worst errors over the {len(table)} cells are {memory:.0%} of peak memory "
             f"and {seconds:.0%} of time, against the study's bounds of {MEMORY_BOUND:.0%} and {TIME_BOUND:.0%}: "
             f"{' and '.join(verdicts)}.")
+    sessions = [row["record"]["sessions"] for row in rows() if "sessions" in row["record"]]
+    if sessions:  # the same cell timed in two sessions: how far a time moves with no change in the work
+        moves = [session["seconds_per_iteration"] / cell[0]["seconds_per_iteration"] - 1
+                 for cell in sessions for session in cell[1:]]
+        text += (f" {len(sessions)} cells timed again in another session on the same machine type moved by "
+                 f"{min(moves):+.0%} to {max(moves):+.0%} with no change in the work; the fit reads such a cell at "
+                 "the mean of its sessions.")
     held_out = (coefficients.get("held_out_error") or {}).get("by_shape", {})
     if held_out:
         within = {name: [shape for shape, error in held_out.items() if error[name] <= bound]
@@ -232,7 +239,8 @@ in its own process: <!-- claim:scaling-progress --><!-- /claim -->
   never a swap); a cell whose predicted peak is over the limit is recorded "predicted not to fit" (its file names
   the predictor); one stopped though predicted to fit runs again at a smaller unit, and the table names the attempt.
 - **Timing alone**: each cell records the CPU seconds other work took meanwhile; one beside more than 5% of its own
-  is run again.
+  is run again. A cell timed again in a later session on the same machine type (`float32_repeat/`) is read at the
+  mean of its sessions.
 - **The peer**: the loop a user would write instead with `torcheggroll` 0.2.0 (its `prepare_population` /
   `apply_fitness_scores` API around transformers' `generate`, `bench/scaling/inference.py`), which materializes every
   member's weights.
@@ -243,7 +251,8 @@ in its own process: <!-- claim:scaling-progress --><!-- /claim -->
            "its own unit's.",
            "The study's GPU part (bfloat16, every shape up to Llama-3-8B) runs with `bash bench/gpu_check/gpu_check.sh "
            "scaling` on a lent GPU (`bench/scaling/README.md`)."),
-    files=(f"scaling/{DTYPE}/*/*.json", f"scaling/{DTYPE}_cross/*/*/*.json", "scaling/bfloat16/*/*.json"),
+    files=(f"scaling/{DTYPE}/*/*.json", f"scaling/{DTYPE}_cross/*/*/*.json", f"scaling/{DTYPE}_repeat/*/*/*.json",
+           "scaling/bfloat16/*/*.json"),
     results="""Every arm on every public shape:
 <!-- claim:scaling-table --><!-- /claim -->
 
