@@ -31,6 +31,16 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 TRANSFER_TASK = "arithmetic"  # the one task of the study with a transfer split (measure.transfer_split)
 
+
+def main_path(task: str, method: str, seed: int) -> str:
+    """A main run's result file, relative to the study's results."""
+    return f"main/{task}/{method}/seed{seed}.json"
+
+
+def rerun_path(task: str, method: str, seed: int) -> str:
+    """The result file of a main run trained again for the transfer split (run.py's reruns, transfer.py's rows)."""
+    return f"transfer/{main_path(task, method, seed)}"
+
 # METHOD_MATRIX_MODEL: another model for a dry run of the machinery (the slow test of test_method_matrix.py)
 MODEL = os.environ.get("METHOD_MATRIX_MODEL", "smollm2-135m-instruct")
 COMMON = {"model": MODEL, "dtype": DTYPE, "max_new_tokens": MAX_NEW_TOKENS,

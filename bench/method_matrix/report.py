@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS
+from bench.method_matrix.arms import METHODS, TASKS, TUNING_SEED, TUNING_SETTINGS, main_path
 from bench.method_matrix.measure import SCORED_BUDGET
 from bench.method_matrix.plots import write_plots
 from bench.method_matrix.rows import STUDY, heldout, load
@@ -84,7 +84,7 @@ def budget_check(results: Path, task: str) -> list[str]:
     if TASKS[task]["warm_start"]:  # each seed's start
         rows += [(f"SFT warm start, seed {seed}", heldout(results, f"warm_start/{task}/sft_seed{seed}.json"))
                  for seed in TASKS[task]["seeds"]]
-    rows += [(f"{spec['label']}, seed {seed}", heldout(results, f"main/{task}/{method}/seed{seed}.json"))
+    rows += [(f"{spec['label']}, seed {seed}", heldout(results, main_path(task, method, seed)))
              for method, spec in METHODS.items() for seed in TASKS[task]["seeds"]]
     rows = [(name, record) for name, record in rows if record is not None]
     if not rows:

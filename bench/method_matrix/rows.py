@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS
-from bench.method_matrix.arms import METHODS, TASKS
+from bench.method_matrix.arms import METHODS, TASKS, main_path
 from bench.method_matrix.measure import SCORED_BUDGET
 from bench.method_matrix.run import ANY_MACHINE_PREFIX, SFT_ALONE, UNTIMED
 
@@ -148,7 +148,7 @@ def arm(results: Path, task: str, method: str) -> Arm:
     again, is left out (scores at two budgets never share a mean)."""
     found = Arm(method, task)
     for seed in TASKS[task]["seeds"]:
-        path = f"main/{task}/{method}/seed{seed}.json"
+        path = main_path(task, method, seed)
         record = heldout(results, path)
         if record is not None and record["scored_budget"] == SCORED_BUDGET:
             data = load(results, path)

@@ -34,7 +34,17 @@ from pathlib import Path
 
 from bench.common import commit_file, cpu_facts
 
-from .arms import MEMORY_PROBES, METHODS, TASKS, THREADS, TRANSFER_TASK, TUNING_SEED, TUNING_SETTINGS
+from .arms import (
+    MEMORY_PROBES,
+    METHODS,
+    TASKS,
+    THREADS,
+    TRANSFER_TASK,
+    TUNING_SEED,
+    TUNING_SETTINGS,
+    main_path,
+    rerun_path,
+)
 from .job import PROBE_SOURCE
 from .restore import with_restores
 
@@ -57,6 +67,7 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
     (a run on another machine type than the study's), each main run carries the steps it is to take; with
     `training_clock: cpu`, every training job counts its budget in its own CPU seconds."""
     jobs: list[dict] = []
+    finished = FinishedFiles(results)
     sft_tune = f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"
     jobs.append({"kind": "sft", "task": "arithmetic", "seed": TUNING_SEED, "path": sft_tune, "needs": []})
     for setting in range(TUNING_SETTINGS):
@@ -81,10 +92,10 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
                 needs = tuned + ([sft] if spec["warm_start"] or method == "essa" else [])
                 jobs.append({"kind": "train", "phase": "main", "task": task, "method": method,
                              "setting": chosen, "seed": seed, "needs": needs,
-                             "path": f"main/{task}/{method}/seed{seed}.json"})
+                             "path": main_path(task, method, seed)})
                 if step_matched:
                     jobs[-1]["step_matched"] = matched_steps(results, task, method)
-    jobs += reruns(results, jobs)
+    jobs += reruns(finished, jobs)
     for task, spec in TASKS.items():  # ESSA's SFT alone, where ESSA is the only arm that starts from it
         if "essa" in METHODS and not spec["warm_start"]:
             for seed in spec["seeds"]:
@@ -102,26 +113,38 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
             job["training_clock"] = training_clock
         if job.get("method") == "essa" and job["task"] == "arithmetic":
             job["sft_result"] = str(results / f"warm_start/arithmetic/sft_seed{job['seed']}.json")
-    return rescores(results, jobs) + jobs
+    return rescores(finished, jobs) + jobs
 
 
-def reruns(results: Path, jobs: list[dict]) -> list[dict]:
+class FinishedFiles:
+    """The finished result files plan() reads, each read once (its rescore and rerun jobs both look at them)."""
+
+    def __init__(self, results: Path):
+        self.results, self.read = results, {}
+
+    def get(self, path: str) -> dict | None:
+        if path not in self.read:
+            file = self.results / path
+            self.read[path] = json.loads(file.read_text()) if file.is_file() else None
+        return self.read[path]
+
+
+def reruns(finished: FinishedFiles, jobs: list[dict]) -> list[dict]:
     """A main run on the task with a transfer split that was scored before the split existed, trained again (its
     setting, seed and budget; its weights are gone) and scored in the template and past it, into transfer/main/: its
     first file stays as it is, and the transfer column reads the rerun's two scores together, never one run's
     template score beside another's transfer score."""
     again = []
     for job in jobs:
-        file = results / job["path"]
-        if job.get("phase") != "main" or job["task"] != TRANSFER_TASK or not file.is_file():
+        if job.get("phase") != "main" or job["task"] != TRANSFER_TASK:
             continue
-        recorded = json.loads(file.read_text())
-        if "transfer" in recorded.get("heldout", {}):
+        recorded = finished.get(job["path"])
+        if recorded is None or "transfer" in recorded.get("heldout", {}):
             continue
         starts = [need for need in job["needs"] if need.startswith("warm_start/")]  # ESSA's SFT: restored if gone
         setting = recorded.get("job", {}).get("setting", job["setting"])  # the setting the first run trained with
         again.append({**job, "phase": "rerun", "setting": setting, "needs": [job["path"], *starts],
-                      "path": f"transfer/{job['path']}"})
+                      "path": rerun_path(job["task"], job["method"], job["seed"])})
     return again
 
 
@@ -141,16 +164,16 @@ def matched_steps(results: Path, task: str, method: str) -> dict | None:
     return {"steps": round(statistics.median(steps)), "median_of": steps, "files": files}
 
 
-def rescores(results: Path, jobs: list[dict]) -> list[dict]:
+def rescores(finished: FinishedFiles, jobs: list[dict]) -> list[dict]:
     """A job measuring again each finished held-out score that was read at another budget than measure.py's."""
     from .measure import SCORED_BUDGET
 
     again = []
     for job in jobs:
-        file = results / job["path"]
-        if job["kind"] not in ("base", "train") or not file.is_file():
+        recorded = finished.get(job["path"]) if job["kind"] in ("base", "train") else None
+        if recorded is None:
             continue
-        heldout = json.loads(file.read_text()).get("heldout")
+        heldout = recorded.get("heldout")
         if heldout and heldout["scored_budget"] != SCORED_BUDGET:
             measured = {key: value for key, value in job.items() if key not in ("path", "needs")}
             again.append({"kind": "rescore", "task": job["task"], "of": measured, "needs": [job["path"]],

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.method_matrix.arms import METHODS, TASKS, TRANSFER_TASK
+from bench.method_matrix.arms import METHODS, TASKS, TRANSFER_TASK, rerun_path
 from bench.method_matrix.rows import STUDY, Arm, arm, arms, heldout, load, paired_gain, paired_over_seeds, separated
 
 BASE_TRANSFER = "transfer/base/arithmetic.json"
@@ -34,7 +34,7 @@ def transfers(found: Arm) -> list[dict[str, Any]]:
 def reruns(results: Path, found: Arm) -> list[dict[str, Any]]:
     """The held-out records of an arm's main runs trained again to be scored past the template (run.py's reruns:
     their first runs predate the transfer split), in seed order; each holds its own template score too."""
-    records = [load(results, f"transfer/main/{found.task}/{found.method}/seed{seed}.json")
+    records = [load(results, rerun_path(found.task, found.method, seed))
                for seed in TASKS[found.task]["seeds"]]
     return [record["heldout"] for record in records if record is not None]
 
