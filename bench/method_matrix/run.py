@@ -24,12 +24,14 @@ records the commit it ran.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import commit_file, cpu_facts
@@ -67,7 +69,7 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
     (a run on another machine type than the study's), each main run carries the steps it is to take; with
     `training_clock: cpu`, every training job counts its budget in its own CPU seconds."""
     jobs: list[dict] = []
-    finished = FinishedFiles(results)
+    finished = functools.cache(functools.partial(read_finished, results))  # rescores and reruns read the same files
     sft_tune = f"warm_start/arithmetic/sft_seed{TUNING_SEED}.json"
     jobs.append({"kind": "sft", "task": "arithmetic", "seed": TUNING_SEED, "path": sft_tune, "needs": []})
     for setting in range(TUNING_SETTINGS):
@@ -116,20 +118,13 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
     return rescores(finished, jobs) + jobs
 
 
-class FinishedFiles:
-    """The finished result files plan() reads, each read once (its rescore and rerun jobs both look at them)."""
-
-    def __init__(self, results: Path):
-        self.results, self.read = results, {}
-
-    def get(self, path: str) -> dict | None:
-        if path not in self.read:
-            file = self.results / path
-            self.read[path] = json.loads(file.read_text()) if file.is_file() else None
-        return self.read[path]
+def read_finished(results: Path, path: str) -> dict | None:
+    """A job's result file, or None while it has not finished."""
+    file = results / path
+    return json.loads(file.read_text()) if file.is_file() else None
 
 
-def reruns(finished: FinishedFiles, jobs: list[dict]) -> list[dict]:
+def reruns(finished: Callable[[str], dict | None], jobs: list[dict]) -> list[dict]:
     """A main run on the task with a transfer split that was scored before the split existed, trained again (its
     setting, seed and budget; its weights are gone) and scored in the template and past it, into transfer/main/: its
     first file stays as it is, and the transfer column reads the rerun's two scores together, never one run's
@@ -138,7 +133,7 @@ def reruns(finished: FinishedFiles, jobs: list[dict]) -> list[dict]:
     for job in jobs:
         if job.get("phase") != "main" or job["task"] != TRANSFER_TASK:
             continue
-        recorded = finished.get(job["path"])
+        recorded = finished(job["path"])
         if recorded is None or "transfer" in recorded.get("heldout", {}):
             continue
         starts = [need for need in job["needs"] if need.startswith("warm_start/")]  # ESSA's SFT: restored if gone
@@ -164,13 +159,13 @@ def matched_steps(results: Path, task: str, method: str) -> dict | None:
     return {"steps": round(statistics.median(steps)), "median_of": steps, "files": files}
 
 
-def rescores(finished: FinishedFiles, jobs: list[dict]) -> list[dict]:
+def rescores(finished: Callable[[str], dict | None], jobs: list[dict]) -> list[dict]:
     """A job measuring again each finished held-out score that was read at another budget than measure.py's."""
     from .measure import SCORED_BUDGET
 
     again = []
     for job in jobs:
-        recorded = finished.get(job["path"]) if job["kind"] in ("base", "train") else None
+        recorded = finished(job["path"]) if job["kind"] in ("base", "train") else None
         if recorded is None:
             continue
         heldout = recorded.get("heldout")

@@ -178,8 +178,8 @@ def estimate_within_bounds() -> str:
     from bench.scaling.fit import MEMORY_BOUND, TIME_BOUND, errors, rows, worst
     from evotune.estimate.model import load_coefficients
 
-    coefficients = load_coefficients()
-    table = errors(rows(), coefficients)
+    coefficients, found = load_coefficients(), rows()
+    table = errors(found, coefficients)
     memory, seconds = worst(table)
     over = {name: sum(abs(row[f"{name}_error"]) > bound for row in table)
             for name, bound in (("memory", MEMORY_BOUND), ("time", TIME_BOUND))}
@@ -188,7 +188,7 @@ def estimate_within_bounds() -> str:
     text = (f"In sample, `evotune estimate`'s worst errors over the {len(table)} cells are {memory:.0%} of peak memory "
             f"and {seconds:.0%} of time, against the study's bounds of {MEMORY_BOUND:.0%} and {TIME_BOUND:.0%}: "
             f"{' and '.join(verdicts)}.")
-    sessions = [row["record"]["sessions"] for row in rows() if "sessions" in row["record"]]
+    sessions = [row["record"]["sessions"] for row in found if "sessions" in row["record"]]
     if sessions:  # the same cell timed in two sessions: how far a time moves with no change in the work
         moves = [session["seconds_per_iteration"] / cell[0]["seconds_per_iteration"] - 1
                  for cell in sessions for session in cell[1:]]
