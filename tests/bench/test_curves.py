@@ -67,3 +67,22 @@ def test_the_curves_page_reads_thresholds_and_the_last_slope_from_the_scores(tmp
             for seeds in arms.values()]
     assert "still rising" in said[0] and "flat within the noise" in said[1]
     assert curves_table(tmp_path / "nothing").startswith("not run yet")
+
+
+def test_es_against_grpo_is_called_ahead_or_behind_only_from_two_seeds_each(tmp_path, monkeypatch):
+    from bench.curves.page import load_scores
+    from bench.labbook.pages import curves
+
+    grpo = [0.20 + 0.03 * index for index in range(13)]  # 13 marks, 0 to 7,200 CPU s (the hour); ends at 56%
+    es = [0.20 + 0.01 * index for index in range(13)]  # ends at 32%, still rising
+    _scores(tmp_path, "grpo_lora", "grpo-lora", 0, grpo, [0.1] * 13)
+    _scores(tmp_path, "lowrank", "lowrank-es", 0, es, [0.1] * 13)
+    monkeypatch.setattr(curves, "_scores", lambda: load_scores(tmp_path))
+    one = curves.against_grpo()
+    assert "lowrank-es (1 seed) 32.0%" in one and "not yet separated (one seed) from grpo-lora (1 seed, 56.0%)" in one
+    for seed, shift in ((1, 0.01), (2, -0.01)):
+        _scores(tmp_path, "grpo_lora", "grpo-lora", seed, [value + shift for value in grpo], [0.1] * 13)
+        _scores(tmp_path, "lowrank", "lowrank-es", seed, [value + shift for value in es], [0.1] * 13)
+    three = curves.against_grpo()
+    assert "lowrank-es (3 seeds) 32.0%" in three and "behind (not caught up within an hour) grpo-lora" in three
+    assert "32.0%, still rising, behind" in three and "at 7,200 CPU s" in three

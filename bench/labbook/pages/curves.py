@@ -29,15 +29,18 @@ def per_arm() -> str:
 
 
 def against_grpo() -> str:
-    """At the last mark every seed of both arms reached, each ES arm's template accuracy against GRPO's: ahead or
-    behind where every seed of one lies above every seed of the other, else within each other's seed range; with the
-    ES arm's last slope: the answer to "does ES catch up with GRPO, pass it or flatten?"."""
+    """At the last mark every seed of both arms reached, each ES arm's template accuracy against GRPO's, with the
+    ES arm's last slope: the answer to "does ES catch up with GRPO, pass it or flatten?". Ahead or behind only where
+    both arms have two seeds or more and every seed of one lies above every seed of the other (the which-method
+    page's rule); "not within an hour" where it is behind at the hour's mark."""
+    from bench.curves.arms import CPU_SECONDS
     from bench.curves.page import last_slope, mean_curve
 
     arms = _scores()
     if GRPO_ARM not in arms or len(arms) < 2:
         return "No ES arm and GRPO arm both scored yet: no comparison."
-    grpo = {mark: (mean, low, high) for mark, mean, low, high in mean_curve(arms[GRPO_ARM], "template")}
+    grpo_seeds = arms[GRPO_ARM]
+    grpo = {mark: (mean, low, high) for mark, mean, low, high in mean_curve(grpo_seeds, "template")}
     parts = []
     for name, seeds in arms.items():
         if name == GRPO_ARM:
@@ -48,15 +51,24 @@ def against_grpo() -> str:
             continue
         mark = shared[-1]
         (mean, low, high), (other, other_low, other_high) = mine[mark], grpo[mark]
-        place = ("ahead of" if low > other_high else "behind" if high < other_low else "within the seed range of")
+        if min(len(seeds), len(grpo_seeds)) < 2:
+            place = "not yet separated (one seed) from"
+        else:
+            place = "ahead of" if low > other_high else "behind" if high < other_low else "within the seed range of"
+        if place == "behind" and mark >= CPU_SECONDS:
+            place = "behind (not caught up within an hour)"
         slope = last_slope(seeds)
         trend = ("" if slope is None else ", still rising" if slope[1] > 0 else ", falling" if slope[2] < 0
                  else ", flat within the noise")
-        parts.append(f"{seeds[0]['label']} {100 * mean:.1f}%{trend}, {place} {arms[GRPO_ARM][0]['label']} "
-                     f"({100 * other:.1f}%) at {mark:,.0f} CPU s")
+        parts.append(f"{seeds[0]['label']} ({_count(seeds)}) {100 * mean:.1f}%{trend}, {place} "
+                     f"{grpo_seeds[0]['label']} ({_count(grpo_seeds)}, {100 * other:.1f}%) at {mark:,.0f} CPU s")
     if not parts:
         return "No ES arm shares a scored mark with GRPO: no comparison."
     return "On the template at the last mark both reached: " + "; ".join(parts) + "."
+
+
+def _count(seeds: list[dict]) -> str:
+    return "1 seed" if len(seeds) == 1 else f"{len(seeds)} seeds"
 
 
 def plot_line() -> str:
