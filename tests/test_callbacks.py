@@ -96,3 +96,12 @@ def test_early_stopping_counts_evaluations_without_improvement():
         assert trainer.should_stop == (iteration == 3)
     stopper.on_evaluate(trainer, {"iteration": 4})  # a record without the metric changes nothing
     assert stopper.stale == 2
+
+
+def test_the_progress_bar_shows_the_seconds_trained_of_a_time_budget(tiny_model_dir, tmp_path, capsys):
+    # a time-budgeted run sets `iterations` far past where it stops, so the bar's own ETA says nothing
+    config = tiny_config(tiny_model_dir, iterations=1, eval_every=0, report_to=[], max_training_seconds=3600,
+                         training_clock="cpu")
+    Trainer(config, tmp_path / "budget").train()
+    bar = capsys.readouterr().err
+    assert "/3,600 cpu s" in bar and "trained=" in bar

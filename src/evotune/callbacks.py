@@ -189,8 +189,13 @@ class ProgressCallback(ESCallback):
 
     def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         self.bar.update(1)
+        budget = trainer.config.max_training_seconds
+        # a run stopped by its time budget ends long before `iterations`: the bar's own ETA is then meaningless,
+        # so the seconds trained of the budget stand beside it (in the clock the budget counts)
+        spent = {"trained": f"{trainer.training_seconds:,.0f}/{budget:,.0f} {trainer.config.training_clock} s"}
         self.bar.set_postfix({"reward": f"{record['reward_mean']:.3f}", "max": f"{record['reward_max']:.3f}",
-                              **{key: f"{value:.3f}" for key, value in self.last_eval.items()}})
+                              **{key: f"{value:.3f}" for key, value in self.last_eval.items()},
+                              **(spent if budget else {})})
 
     def on_train_end(self, trainer: ESLoop) -> None:
         if self.bar is not None:
