@@ -8,7 +8,8 @@ since every run counts its own process tree's CPU seconds.
     touch /tmp/evotune_curves.stop                                  # stop after the run in progress
 
 Each finished run writes bench/results/curves/runs/ARM_seedN.json (no weights): its steps' cumulative CPU and wall
-seconds, the speed probe taken before it and the machine; `score.py` then scores the model at every mark.
+seconds, the speed probe taken before it and the machine; an ES run also keeps its config and update log under
+replay/ARM_seedN/, from which `score.py` replays its model at every mark (in this session or a later one).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -46,10 +48,22 @@ def run_one(arm: str, seed: int, runs: Path, results: Path) -> Path:
               "cpu_budget_s": CPU_SECONDS, "mark_every_s": MARK_EVERY, "marks": marks(), "threads": THREADS,
               "steps": cumulative, "resumed": resume, "last_process": timing, "speed_probe": probe,
               "machine": machine(), "run": str(folder)}
+    if command == "train":
+        result["replay"] = keep_replay(folder, results / "replay" / f"{arm}_seed{seed}")
     path = results / "runs" / f"{arm}_seed{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
+
+
+def keep_replay(folder: Path, kept: Path) -> str:
+    """An ES run's model at every mark, kept in the results: its config and its update log (seeds and coefficients,
+    about 100 KB, against the 400 MB of its checkpoint's weights), from which score.py replays the mean exactly; a
+    run scored in a later session, or by a reader, needs nothing of its run directory."""
+    kept.mkdir(parents=True, exist_ok=True)
+    for source in (folder / "config.yaml", folder / "checkpoint" / "updates.json"):
+        shutil.copyfile(source, kept / source.name)
+    return str(kept.relative_to(kept.parents[1]))  # replay/ARM_seedN, under the curves' results
 
 
 def main() -> None:

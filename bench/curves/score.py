@@ -38,17 +38,18 @@ def score(backend: Any, task: Any, rows: list[dict], transfer: dict[str, list[di
             "transfer": transfer_scores(backend, task, transfer)}
 
 
-def es_models(run: Path, steps_at_marks: list[int]):
-    """The hf backend holding the run's mean after each of `steps_at_marks` iterations, in turn (replayed)."""
+def es_models(kept: Path, steps_at_marks: list[int]):
+    """The hf backend holding the run's mean after each of `steps_at_marks` iterations, in turn, replayed from the
+    config and update log the run kept (`kept`: replay/ARM_seedN under the results, or a run directory)."""
     from evotune.builders import build_space, load_backend, on_hf_backend
     from evotune.config.train import TrainConfig
-    from evotune.files.checkpoint import load_checkpoint
     from evotune.runs.directory import read_run_config
 
-    config = on_hf_backend(TrainConfig.from_dict(read_run_config(run)))
+    updates = kept / "updates.json" if (kept / "updates.json").is_file() else kept / "checkpoint" / "updates.json"
+    config = on_hf_backend(TrainConfig.from_dict(read_run_config(kept, "bench.curves.score")))
     backend = load_backend(config, "cpu")
     space = build_space(config, backend)
-    log = load_checkpoint(run / "checkpoint")["update_log"]
+    log = json.loads(updates.read_text())
     done = 0
     for steps in steps_at_marks:
         space.replay(log[done:steps])
@@ -75,8 +76,10 @@ def score_run(path: Path) -> Path:
     rows, transfer = heldout_rows("arithmetic")[:HELDOUT_QUESTIONS], transfer_split("arithmetic")
     at_marks = [step_at(steps, mark) for mark in [0.0, *record["marks"]]]
     scored = []
-    models = (es_models(run, at_marks) if METHODS[record["arm"]]["command"] == "train"
-              else (grpo_model(run, step) for step in at_marks))
+    if METHODS[record["arm"]]["command"] == "train":  # the run's kept replay; a run from before it, its directory
+        models = es_models(path.parent.parent / record["replay"] if "replay" in record else run, at_marks)
+    else:
+        models = (grpo_model(run, step) for step in at_marks)
     started = time.perf_counter()
     for mark, step, backend in zip([0.0, *record["marks"]], at_marks, models):
         scored.append({"mark_cpu_s": mark, "iteration": step,

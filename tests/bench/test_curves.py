@@ -3,9 +3,12 @@ ES arm's is replayed exactly from the run's update log (no weights are kept betw
 
 from __future__ import annotations
 
+import shutil
+
 import torch
 from helpers import tiny_config
 
+from bench.curves.run import keep_replay
 from bench.curves.score import es_models, step_at
 from evotune.trainer import Trainer
 
@@ -21,7 +24,11 @@ def test_an_es_runs_mean_at_each_mark_is_replayed_exactly_from_its_update_log(ti
     values = dict(space="lowrank", perturbation_rank=1, report_to=[], eval_every=0, checkpoint_every=100,
                   training_clock="cpu")
     Trainer(tiny_config(tiny_model_dir, iterations=3, **values), tmp_path / "whole").train()
-    replayed = es_models(tmp_path / "whole", [0, 1, 3])
+    kept = tmp_path / "results" / "replay" / "lowrank_seed0"
+    assert keep_replay(tmp_path / "whole", kept) == "replay/lowrank_seed0"
+    shutil.rmtree(tmp_path / "whole")  # the kept config and update log are all a replay reads (no weights)
+    assert sorted(path.name for path in kept.iterdir()) == ["config.yaml", "updates.json"]
+    replayed = es_models(kept, [0, 1, 3])
     base = {name: tensor.clone() for name, tensor in next(replayed).model.state_dict().items()}
     for steps in (1, 3):
         stopped = Trainer(tiny_config(tiny_model_dir, iterations=steps, **values), tmp_path / f"stopped{steps}")
