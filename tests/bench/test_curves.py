@@ -86,6 +86,8 @@ def test_es_against_grpo_is_called_ahead_or_behind_only_from_two_seeds_each(tmp_
     _scores(tmp_path, "lowrank", "lowrank-es", 0, es, [0.1] * 13)
     monkeypatch.setattr(curves, "_scores", lambda: load_scores(tmp_path))
     one = curves.against_grpo()
+    assert curves.readme_line() == ("grpo-lora 56.0% (1 seed), lowrank-es 32.0% (1 seed) at 7,200 CPU seconds of 2 "
+                                    "threads.")
     assert "lowrank-es (1 seed) 32.0%" in one and "not yet separated (one seed) from grpo-lora (1 seed, 56.0%)" in one
     for seed, shift in ((1, 0.01), (2, -0.01)):
         _scores(tmp_path, "grpo_lora", "grpo-lora", seed, [value + shift for value in grpo], [0.1] * 13)

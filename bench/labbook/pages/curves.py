@@ -71,6 +71,23 @@ def _count(seeds: list[dict]) -> str:
     return "1 seed" if len(seeds) == 1 else f"{len(seeds)} seeds"
 
 
+def readme_line() -> str:
+    """README's one line: each scored arm's template accuracy at the last mark every arm reached, with its seeds."""
+    from bench.curves.page import mean_curve
+
+    from bench.curves.arms import RESULTS
+
+    arms = _scores()
+    if not arms:
+        trained = len(list((RESULTS / "runs").glob("*.json")))
+        return f"{trained} of the runs trained, none scored yet." if trained else "not run yet."
+    curves = {name: {mark: mean for mark, mean, _, _ in mean_curve(seeds, "template")} for name, seeds in arms.items()}
+    mark = max(set.intersection(*(set(curve) for curve in curves.values())))
+    parts = [f"{seeds[0]['label']} {100 * curves[name][mark]:.1f}% ({_count(seeds)})" for name, seeds in arms.items()]
+    missing = "" if GRPO_ARM in arms else "; GRPO's curve has not run yet"
+    return f"{', '.join(parts)} at {mark:,.0f} CPU seconds of 2 threads{missing}."
+
+
 def plot_line() -> str:
     """The plot's image line once `python -m bench.curves.page` has drawn it; nothing before (no broken image)."""
     from bench.curves.arms import RESULTS
@@ -81,7 +98,8 @@ def plot_line() -> str:
             "from the lowest to the highest seed](plots/curves/curves.png)")
 
 
-CLAIMS = {"curves-plot": plot_line, "curves-meaning": per_arm, "curves-meaning-grpo": against_grpo}
+CLAIMS = {"curves-plot": plot_line, "curves-meaning": per_arm, "curves-meaning-grpo": against_grpo,
+          "curves-readme": readme_line}
 
 PAGE = StudyPage(
     slug="curves",
