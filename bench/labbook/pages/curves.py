@@ -73,9 +73,8 @@ def _count(seeds: list[dict]) -> str:
 
 def readme_line() -> str:
     """README's one line: each scored arm's template accuracy at the last mark every arm reached, with its seeds."""
-    from bench.curves.page import mean_curve
-
     from bench.curves.arms import RESULTS
+    from bench.curves.page import mean_curve
 
     arms = _scores()
     if not arms:
