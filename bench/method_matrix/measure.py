@@ -61,9 +61,10 @@ def transfer_split(task_name: str) -> dict[str, list[dict]]:
     return transfer_rows(HELDOUT_SEED, args.get("digits", 2), args.get("operations", "+"), seen)
 
 
-def transfer_scores(backend: Any, task: Any, groups: dict[str, list[dict]]) -> dict[str, Any]:
+def transfer_scores(backend: Any, task: Any, groups: dict[str, list[dict]], first: int | None = None) -> dict[str, Any]:
     """Accuracy on the transfer split at TRANSFER_BUDGETS (scored at TRANSFER_MAX_NEW_TOKENS), pooled and per group,
-    with the share of answers ended by each budget and the per-question scores (paired intervals)."""
+    with the share of answers ended by each budget and the per-question scores (paired intervals); `first`: as
+    scores_by_budget's."""
     import numpy as np
 
     from evotune.tasks.phrasings import TRANSFER_BUDGETS, TRANSFER_MAX_NEW_TOKENS
@@ -72,7 +73,7 @@ def transfer_scores(backend: Any, task: Any, groups: dict[str, list[dict]]) -> d
     ended: dict[int, list] = {budget: [] for budget in TRANSFER_BUDGETS}
     by_group = {}
     for name, rows in groups.items():
-        scores, shares = scores_by_budget(backend, task, rows, TRANSFER_BUDGETS)
+        scores, shares = scores_by_budget(backend, task, rows, TRANSFER_BUDGETS, first)
         by_group[name] = round(float(scores[TRANSFER_MAX_NEW_TOKENS].mean()), 4)
         for budget in TRANSFER_BUDGETS:
             pooled[budget].append(scores[budget])
@@ -97,17 +98,39 @@ def retention(backend: Any, start_model: str, seed: int) -> dict[str, float]:
     return scorer.evaluate(backend)
 
 
-def scores_by_budget(backend: Any, task: Any, rows: list[dict],
-                     budgets: list[int] = BUDGETS) -> tuple[dict[int, Any], dict[int, float]]:
-    """Accuracy per question with the answer cut at each budget, {budget: (questions,)}, and the share of answers
-    that had ended (end of sequence) within each budget: one greedy generation at the largest budget, re-decoded
-    at each smaller one (greedy decoding's first K tokens do not depend on the budget). A completion ended
-    within a budget when its re-tokenized length is below it (one exactly at the budget counts as cut)."""
-    import numpy as np
+# a completion re-tokenized may come out a few tokens shorter than generated: one this close to a first pass's budget
+# is taken as cut there and generated again at the whole budget
+RETOKENIZED_MARGIN = 16
 
+
+def generate_long_last(backend: Any, rows: list[dict], max_new_tokens: int, first: int | None = None) -> list[str]:
+    """Greedy completions at `max_new_tokens`. With `first`, every row is generated at `first` new tokens, and only
+    the rows whose answer had not ended well within it (RETOKENIZED_MARGIN) are generated again, from their prompts,
+    at the whole budget, in chunks of their own: a chunk of 64 no longer decodes to the whole budget for the one
+    answer in it that never ends. Greedy decoding's first tokens do not depend on the budget, so an answer that
+    ended is the same either way (up to the rounding of its chunk's padding, which chunking already varies)."""
     from evotune.evaluation.generation import generate_in_chunks
 
-    completions = generate_in_chunks(backend, rows, max(budgets))
+    if first is None or first >= max_new_tokens:
+        return generate_in_chunks(backend, rows, max_new_tokens)
+    completions = generate_in_chunks(backend, rows, first)
+    lengths = [len(backend.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in completions]
+    again = [index for index, length in enumerate(lengths) if length >= first - RETOKENIZED_MARGIN]
+    for index, text in zip(again, generate_in_chunks(backend, [rows[index] for index in again], max_new_tokens)):
+        completions[index] = text
+    return completions
+
+
+def scores_by_budget(backend: Any, task: Any, rows: list[dict], budgets: list[int] = BUDGETS,
+                     first: int | None = None) -> tuple[dict[int, Any], dict[int, float]]:
+    """Accuracy per question with the answer cut at each budget, {budget: (questions,)}, and the share of answers
+    that had ended (end of sequence) within each budget: one greedy generation at the largest budget, re-decoded
+    at each smaller one (greedy decoding's first K tokens do not depend on the budget); with `first`, the long
+    answers alone go to the largest budget (generate_long_last). A completion ended within a budget when its
+    re-tokenized length is below it (one exactly at the budget counts as cut)."""
+    import numpy as np
+
+    completions = generate_long_last(backend, rows, max(budgets), first)
     ids = [backend.tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions]
     scores, ended = {}, {}
     for budget in budgets:

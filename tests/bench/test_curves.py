@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import torch
 from helpers import tiny_config
 
@@ -95,3 +96,24 @@ def test_es_against_grpo_is_called_ahead_or_behind_only_from_two_seeds_each(tmp_
     three = curves.against_grpo()
     assert "lowrank-es (3 seeds) 32.0%" in three and "behind (not caught up within an hour) grpo-lora" in three
     assert "32.0%, still rising, behind" in three and "at 7,200 CPU s" in three
+
+
+@pytest.mark.slow
+def test_only_the_long_answers_go_to_the_whole_budget_and_every_answer_is_the_same():
+    """The curves' scorer (FIRST_PASS): every answer generated to a first budget, the ones not ended by then again
+    at the whole budget, gives the same completions as one generation at the whole budget, on the built-in model."""
+    from bench.method_matrix.measure import RETOKENIZED_MARGIN, generate_long_last
+    from evotune.backends import HFBackend
+    from evotune.evaluation.generation import generate_in_chunks
+    from evotune.tasks import get_task
+    from evotune.tasks.phrasings import transfer_rows
+
+    backend = HFBackend.load("smollm2-135m-instruct", dtype="float32")
+    groups = transfer_rows(7, 2, "+", set(), per_group=4)  # other wordings: some base answers run long
+    rows = get_task("arithmetic", seed=7, num_eval=8).eval_rows + [row for group in groups.values() for row in group]
+    whole = generate_in_chunks(backend, rows, 96)
+    first = 40
+    lengths = [len(backend.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in whole]
+    assert any(length < first - RETOKENIZED_MARGIN for length in lengths)  # kept from the first pass
+    assert any(length >= first for length in lengths)  # generated again, past the first budget
+    assert generate_long_last(backend, rows, 96, first) == whole
