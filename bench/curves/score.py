@@ -25,7 +25,8 @@ from .arms import RESULTS
 HELDOUT_QUESTIONS = 256  # of the study's 512: twelve marks a run make scoring cost as much as training otherwise
 # every answer is generated to 64 new tokens first, and only those not ended by then to the scored budget: generated
 # in chunks of 64 at the whole budget, each chunk ran to 128 (template) or 256 (transfer) tokens for its one or two
-# answers that never end, and a mark took about 7 minutes on a 2-core EPYC, a run's 13 marks longer than its training
+# answers that never end (the first 3 of lowrank seed 0's 13 marks took 36 minutes so, on a 2-core EPYC shared with
+# other work part of that time; its training took 71)
 FIRST_PASS = 64
 
 

@@ -113,7 +113,10 @@ has not tuned takes its own method's defaults, and its run file says so): lowran
 3 seeds each, 7,200 CPU seconds of the run's own processes at 2 threads (`training_clock: cpu`: an hour of the
 quickstart's machine shape; the wall time is recorded too). The model as it stood at every 600 CPU seconds is scored
 after training, on the method study's held-out questions in the template and on the transfer split, so scoring
-never takes training time. Each run records its speed probe. An arm's last slope is the least-squares slope of its
+never takes training time (every answer is generated to 64 new tokens, and the few not ended by then again at the
+whole budget: the same completions as one generation at it, without a chunk of 64 decoding to the whole budget for
+its one answer that never ends). An ES run's model at every mark is replayed from the update log it keeps in
+`bench/results/curves/replay/`. Each run records its speed probe. An arm's last slope is the least-squares slope of its
 template accuracy over its seeds' marks in the last 1,200 CPU seconds, with a 95% t interval: rising where the
 interval lies above 0, falling where below, flat otherwise.""",
     files=("curves/runs/*.json",),
