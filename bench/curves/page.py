@@ -86,6 +86,17 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
                    f"{trend}.")
 
 
+def transfer_cut(seeds: list[dict[str, Any]]) -> str:
+    """' (answers cut: ...)' where, at a seed's last mark, the transfer split's scored budget ended fewer than
+    ENDED_SHARE_FLAG of its answers (the method study's flag): its transfer score there is a floor, not a score."""
+    from bench.method_matrix.tables import ENDED_SHARE_FLAG
+
+    ended = min(seed["marks"][-1]["transfer"].get("ended_by_budget", {}).get(
+        str(seed["marks"][-1]["transfer"].get("scored_budget")), 1.0) for seed in seeds)
+    budget = seeds[0]["marks"][-1]["transfer"].get("scored_budget")
+    return f" (answers cut: {100 * ended:.0f}% ended within {budget} tokens)" if ended < ENDED_SHARE_FLAG else ""
+
+
 def curves_table(results: Path = RESULTS) -> str:
     """The curves page's table (a claim): per arm, its seeds, where it started and ended, the CPU seconds to reach
     each threshold, its last slope. Its sentence per arm (`sentence`) is the page's meaning, a claim of its own."""
@@ -103,7 +114,8 @@ def curves_table(results: Path = RESULTS) -> str:
                              for seconds in (time_to_reach(curve, threshold) for threshold in THRESHOLDS))
         slope_text = f"{slope[0]:+.1f} [{slope[1]:+.1f}, {slope[2]:+.1f}]" if slope else "too few marks"
         lines.append(f"| {label} | {len(seeds)} | {100 * curve[0][1]:.1f}% -> {100 * curve[-1][1]:.1f}% | "
-                     f"{100 * transfer[0][1]:.1f}% -> {100 * transfer[-1][1]:.1f}% | {reached} | {slope_text} |")
+                     f"{100 * transfer[0][1]:.1f}% -> {100 * transfer[-1][1]:.1f}%{transfer_cut(seeds)} | {reached} | "
+                     f"{slope_text} |")
     return "\n".join(lines) + "\n"
 
 
