@@ -48,13 +48,14 @@ def es_models(kept: Path, steps_at_marks: list[int]):
     config and update log the run kept (`kept`: replay/ARM_seedN under the results, or a run directory)."""
     from evotune.builders import build_space, load_backend, on_hf_backend
     from evotune.config.train import TrainConfig
+    from evotune.files.checkpoint import _load_update_log  # the checkpoint's own reader: a malformed log is named
     from evotune.runs.directory import read_run_config
 
     updates = kept / "updates.json" if (kept / "updates.json").is_file() else kept / "checkpoint" / "updates.json"
     config = on_hf_backend(TrainConfig.from_dict(read_run_config(kept, "bench.curves.score")))
     backend = load_backend(config, "cpu")
     space = build_space(config, backend)
-    log = json.loads(updates.read_text())
+    log = _load_update_log(updates)
     done = 0
     for steps in steps_at_marks:
         space.replay(log[done:steps])
