@@ -87,14 +87,29 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
 
 
 def transfer_cut(seeds: list[dict[str, Any]]) -> str:
-    """' (answers cut: ...)' where, at a seed's last mark, the transfer split's scored budget ended fewer than
-    ENDED_SHARE_FLAG of its answers (the method study's flag): its transfer score there is a floor, not a score."""
+    """Where, at a seed's last mark, the transfer split's scored budget ended fewer than ENDED_SHARE_FLAG of its
+    answers (the method study's flag), which of two things that means. ' (answers cut: ...)' where the score still
+    changed from the scored budget to the largest one checked: the score there is a floor. Otherwise the unended
+    answers run on without changing the score (a model that loops, not a budget that cuts), and the flag says so:
+    ' (80% ended within 192 tokens, 81% within 256; scored the same from 64 to 256)'."""
     from bench.method_matrix.tables import ENDED_SHARE_FLAG
 
-    ended = min(seed["marks"][-1]["transfer"].get("ended_by_budget", {}).get(
-        str(seed["marks"][-1]["transfer"].get("scored_budget")), 1.0) for seed in seeds)
-    budget = seeds[0]["marks"][-1]["transfer"].get("scored_budget")
-    return f" (answers cut: {100 * ended:.0f}% ended within {budget} tokens)" if ended < ENDED_SHARE_FLAG else ""
+    lasts = [seed["marks"][-1]["transfer"] for seed in seeds]
+    scored = str(lasts[0].get("scored_budget"))
+    ended = min(last.get("ended_by_budget", {}).get(scored, 1.0) for last in lasts)
+    if ended >= ENDED_SHARE_FLAG:
+        return ""
+    budgets = sorted(int(budget) for budget in lasts[0]["accuracy_by_budget"])  # (64, 128, 192, 256)
+    largest = str(budgets[-1])
+    if any(last["accuracy_by_budget"][largest] != last["accuracy_by_budget"][scored] for last in lasts):
+        return f" (answers cut: {100 * ended:.0f}% ended within {scored} tokens)"
+    # the smallest budget from which every seed's score stays what it is at the largest
+    settled = min(budget for budget in budgets if all(
+        last["accuracy_by_budget"][str(later)] == last["accuracy_by_budget"][largest]
+        for last in lasts for later in budgets if later >= budget))
+    ended_largest = min(last["ended_by_budget"][largest] for last in lasts)
+    return (f" ({100 * ended:.0f}% ended within {scored} tokens, {100 * ended_largest:.0f}% within {largest}; "
+            f"scored the same from {settled} to {largest})")
 
 
 def curves_table(results: Path = RESULTS) -> str:

@@ -98,6 +98,24 @@ def test_es_against_grpo_is_called_ahead_or_behind_only_from_two_seeds_each(tmp_
     assert "32.0%, still rising, behind" in three and "at 7,200 CPU s" in three
 
 
+def test_unended_transfer_answers_are_called_cut_only_where_a_larger_budget_changed_the_score():
+    from bench.curves.page import transfer_cut
+
+    def seed(accuracy, ended):  # the last mark's transfer record at budgets 64, 128, 192 (scored), 256
+        budgets = ("64", "128", "192", "256")
+        return {"marks": [{"transfer": {"scored_budget": 192, "accuracy_by_budget": dict(zip(budgets, accuracy)),
+                                        "ended_by_budget": dict(zip(budgets, ended))}}]}
+
+    looping = seed([0.04, 0.04, 0.04, 0.04], [0.797, 0.802, 0.802, 0.8125])  # lowrank-es seed 0 at 7,200 CPU s
+    assert transfer_cut([looping]) == " (80% ended within 192 tokens, 81% within 256; scored the same from 64 to 256)"
+    late = seed([0.04, 0.10, 0.12, 0.12], [0.60, 0.80, 0.85, 0.86])  # settles at 192
+    assert transfer_cut([looping, late]) == (" (80% ended within 192 tokens, 81% within 256; scored the same from "
+                                             "192 to 256)")
+    cut = seed([0.04, 0.10, 0.12, 0.15], [0.60, 0.80, 0.85, 0.95])  # 256 tokens still found answers
+    assert transfer_cut([looping, cut]) == " (answers cut: 80% ended within 192 tokens)"
+    assert transfer_cut([seed([0.3] * 4, [0.95] * 4)]) == ""  # 90% or more ended: no flag
+
+
 @pytest.mark.slow
 def test_only_the_long_answers_go_to_the_whole_budget_and_every_answer_is_the_same():
     """The curves' scorer (FIRST_PASS): every answer generated to a first budget, the ones not ended by then again
