@@ -72,8 +72,13 @@ def last_slope(seeds: list[dict[str, Any]], which: str = "template",
 
 def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float, float] | None) -> str:
     """What the arm's numbers support, in one sentence."""
-    reached = [(threshold, time_to_reach(curve, threshold)) for threshold in THRESHOLDS]
-    best = [f"{100 * threshold:.0f}% by {seconds:,.0f} CPU s" for threshold, seconds in reached if seconds is not None]
+    by_time: dict[float, list[str]] = {}  # thresholds first reached at one mark are named together
+    for threshold in THRESHOLDS:
+        seconds = time_to_reach(curve, threshold)
+        if seconds is not None:
+            by_time.setdefault(seconds, []).append(f"{100 * threshold:.0f}%")
+    best = [f"{', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}{names[-1]} by {seconds:,.0f} CPU s"
+            for seconds, names in by_time.items()]
     start, end = curve[0][1], curve[-1][1]
     text = (f"{label} went from {100 * start:.1f}% to {100 * end:.1f}% on the template"
             + (f" (reaching {', '.join(best)})" if best else f" (not reaching {100 * THRESHOLDS[0]:.0f}%)")

@@ -74,6 +74,9 @@ def test_the_curves_page_reads_thresholds_and_the_last_slope_from_the_scores(tmp
     said = [sentence(seeds[0]["label"], mean_curve(seeds, "template"), mean_curve(seeds, "transfer"), last_slope(seeds))
             for seeds in arms.values()]
     assert "still rising" in said[0] and "flat within the noise" in said[1]
+    assert "(reaching 30% by 1,200 CPU s, 40% by 1,800 CPU s, 50% by 3,000 CPU s)" in said[0]
+    fast = [(600.0 * index, value, value, value) for index, value in enumerate([0.2, 0.55, 0.6, 0.62])]
+    assert "(reaching 30%, 40% and 50% by 600 CPU s)" in sentence("grpo-lora", fast, fast, None)
     assert curves_table(tmp_path / "nothing").startswith("not run yet")
 
 
