@@ -70,8 +70,22 @@ def last_slope(seeds: list[dict[str, Any]], which: str = "template",
     return slope * scale, (slope - half) * scale, (slope + half) * scale
 
 
-def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float, float] | None) -> str:
-    """What the arm's numbers support, in one sentence."""
+def still_iterations(seeds: list[dict[str, Any]], results: Path = RESULTS) -> tuple[int, int] | None:
+    """(iterations that moved nothing, iterations) over an ES arm's seeds, read from the update logs the runs kept
+    (replay/ARM_seedN/updates.json): an iteration whose coefficients are all 0 had every candidate score alike, so
+    its step was nil. MeZO's two candidates on a reward of whole answers tie often. None: no kept log (GRPO)."""
+    from evotune.files.checkpoint import _load_update_log
+
+    logs = [results / "replay" / f"{seed['arm']}_seed{seed['seed']}" / "updates.json" for seed in seeds]
+    if not all(log.is_file() for log in logs):
+        return None
+    entries = [entry for log in logs for entry in _load_update_log(log)]
+    return sum(not any(entry["coefficients"]) for entry in entries), len(entries)
+
+
+def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float, float] | None,
+             still: tuple[int, int] | None = None) -> str:
+    """What the arm's numbers support, in one sentence; `still`: still_iterations's count, named where any was."""
     by_time: dict[float, list[str]] = {}  # thresholds first reached at one mark are named together
     for threshold in THRESHOLDS:
         seconds = time_to_reach(curve, threshold)
@@ -83,6 +97,9 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
     text = (f"{label} went from {100 * start:.1f}% to {100 * end:.1f}% on the template"
             + (f" (reaching {', '.join(best)})" if best else f" (not reaching {100 * THRESHOLDS[0]:.0f}%)")
             + f" and from {100 * transfer[0][1]:.1f}% to {100 * transfer[-1][1]:.1f}% past it")
+    if still and still[0]:
+        text += (f"; {still[0]:,} of its {still[1]:,} iterations ({100 * still[0] / still[1]:.0f}%) moved nothing "
+                 "(every candidate scored alike)")
     if slope is None:
         return text + "; too few marks to read its last slope."
     value, low, high = slope

@@ -101,6 +101,27 @@ def test_es_against_grpo_is_called_ahead_or_behind_only_from_two_seeds_each(tmp_
     assert "32.0%, still rising, behind" in three and "at 7,200 CPU s" in three
 
 
+def test_an_es_arms_iterations_that_moved_nothing_are_counted_from_its_kept_update_logs(tmp_path):
+    """A MeZO step whose two candidates scored alike has coefficients (0, 0): the sentence names how many."""
+    import json
+
+    from bench.curves.page import sentence, still_iterations
+
+    for seed, coefficients in ((0, [[0.0, 0.0], [0.5, -0.5], [0.0, 0.0]]), (1, [[0.0, 0.0], [0.25, -0.25]])):
+        kept = tmp_path / "replay" / f"mezo_seed{seed}"
+        kept.mkdir(parents=True)
+        (kept / "updates.json").write_text(json.dumps([
+            {"kind": "seeds", "iteration": index, "seeds": [7, 7], "coefficients": pair}
+            for index, pair in enumerate(coefficients)]))
+    seeds = [{"arm": "mezo", "seed": 0}, {"arm": "mezo", "seed": 1}]
+    assert still_iterations(seeds, tmp_path) == (3, 5)
+    assert still_iterations([{"arm": "grpo_lora", "seed": 0}], tmp_path) is None  # GRPO keeps no update log
+    curve = [(0.0, 0.2, 0.2, 0.2), (600.0, 0.25, 0.25, 0.25)]
+    said = sentence("mezo", curve, curve, None, (3, 5))
+    assert "; 3 of its 5 iterations (60%) moved nothing (every candidate scored alike); too few marks" in said
+    assert "moved nothing" not in sentence("mezo", curve, curve, None, (0, 5))
+
+
 def test_unended_transfer_answers_are_called_cut_only_where_a_larger_budget_changed_the_score():
     from bench.curves.page import transfer_cut
 

@@ -19,13 +19,13 @@ def per_arm() -> str:
     """Each scored arm's sentence from bench/curves/page.py (start and end on the template and past it, the CPU
     seconds to each threshold, its last slope with a 95% interval: rising, falling or flat); until a score file
     exists, that the study has not run."""
-    from bench.curves.page import last_slope, mean_curve, sentence
+    from bench.curves.page import last_slope, mean_curve, sentence, still_iterations
 
     arms = _scores()
     if not arms:
         return "The study has not run yet (no score file under `bench/results/curves/scores/`): nothing to conclude."
     return " ".join(sentence(seeds[0]["label"], mean_curve(seeds, "template"), mean_curve(seeds, "transfer"),
-                             last_slope(seeds)) for seeds in arms.values())
+                             last_slope(seeds), still_iterations(seeds)) for seeds in arms.values())
 
 
 def against_grpo() -> str:
