@@ -153,6 +153,10 @@ def curves_table(results: Path = RESULTS) -> str:
         lines.append(f"| {label} | {len(seeds)} | {100 * curve[0][1]:.1f}% -> {100 * curve[-1][1]:.1f}% | "
                      f"{100 * transfer[0][1]:.1f}% -> {100 * transfer[-1][1]:.1f}%{transfer_cut(seeds)} | {reached} | "
                      f"{slope_text} |")
+    waiting = [path.stem.replace("_seed", " seed ") for path in sorted((results / "runs").glob("*.json"))
+               if not (results / "scores" / path.name).is_file()]
+    if waiting:  # a run trained in one session and scored in a later one (an ES run's kept replay)
+        lines += ["", f"Trained, not scored yet (not in the table): {', '.join(waiting)}."]
     return "\n".join(lines) + "\n"
 
 

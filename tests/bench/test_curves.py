@@ -78,6 +78,10 @@ def test_the_curves_page_reads_thresholds_and_the_last_slope_from_the_scores(tmp
     fast = [(600.0 * index, value, value, value) for index, value in enumerate([0.2, 0.55, 0.6, 0.62])]
     assert "(reaching 30%, 40% and 50% by 600 CPU s)" in sentence("grpo-lora", fast, fast, None)
     assert curves_table(tmp_path / "nothing").startswith("not run yet")
+    assert "not scored yet" not in page
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "mezo_seed3.json").write_text("{}")  # trained, its scores to come
+    assert curves_table(tmp_path).endswith("\n\nTrained, not scored yet (not in the table): mezo seed 3.\n")
 
 
 def test_es_against_grpo_is_called_ahead_or_behind_only_from_two_seeds_each(tmp_path, monkeypatch):
