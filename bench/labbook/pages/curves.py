@@ -119,8 +119,8 @@ its one answer that never ends). An ES run's model at every mark is replayed fro
 `bench/results/curves/replay/`. Each run records its speed probe. An arm's last slope is the least-squares slope of its
 template accuracy over its seeds' marks in the last 1,200 CPU seconds, with a 95% t interval: rising where the
 interval lies above 0, falling where below, flat otherwise. The transfer split is scored at 192 tokens and checked at
-64, 128 and 256: where under nine in ten of the last mark's answers ended within 192, the table says whether 256 tokens changed
-the score ("answers cut": the score is a floor) or not (the unended answers run on without an answer).""",
+64, 128 and 256: where under nine in ten of the last mark's answers ended within 192, the table says whether 256 tokens
+changed the score ("answers cut": the score is a floor) or not (the unended answers run on without an answer).""",
     files=("curves/runs/*.json",),
     results="""<!-- claim:curves-table --><!-- /claim -->
 
