@@ -96,7 +96,9 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
     start, end = curve[0][1], curve[-1][1]
     text = (f"{label} went from {100 * start:.1f}% to {100 * end:.1f}% on the template"
             + (f" (reaching {', '.join(best)})" if best else f" (not reaching {100 * THRESHOLDS[0]:.0f}%)")
-            + f" and from {100 * transfer[0][1]:.1f}% to {100 * transfer[-1][1]:.1f}% past it")
+            + (f" and stayed at {100 * transfer[0][1]:.1f}% past it"
+               if f"{100 * transfer[0][1]:.1f}" == f"{100 * transfer[-1][1]:.1f}"
+               else f" and from {100 * transfer[0][1]:.1f}% to {100 * transfer[-1][1]:.1f}% past it"))
     if still and still[0]:
         text += (f"; {still[0]:,} of its {still[1]:,} iterations ({100 * still[0] / still[1]:.0f}%) moved nothing "
                  "(every candidate scored alike)")
@@ -108,11 +110,19 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
                    f"{trend}.")
 
 
+def share(fraction: float) -> str:
+    """A share in percent, whole where that is exact to a tenth, else to a tenth: 0.8958 reads 89.6%, not a 90% that
+    sits on the flag's own threshold."""
+    percent = 100 * fraction
+    return f"{percent:.0f}%" if abs(percent - round(percent)) < 0.05 else f"{percent:.1f}%"
+
+
 def transfer_cut(seeds: list[dict[str, Any]]) -> str:
     """Where, at a seed's last mark, the transfer split's scored budget ended fewer than ENDED_SHARE_FLAG of its
-    answers (the method study's flag), which of two things that means. ' (answers cut: ...)' where the score still
-    changed from the scored budget to the largest one checked: the score there is a floor. Otherwise the unended
-    answers run on without changing the score (a model that loops, not a budget that cuts), and the flag says so:
+    answers (the method study's flag), which of three things that means. 'answers cut' where the largest budget
+    checked scored more for some seed: the score at the scored budget is a floor. Where it scored less (answers that
+    run on change a correct one), it says so, with that score. Otherwise the unended answers run on without changing
+    the score (a model that loops, not a budget that cuts):
     ' (80% ended within 192 tokens, 81% within 256; scored the same from 64 to 256)'."""
     from bench.method_matrix.tables import ENDED_SHARE_FLAG
 
@@ -123,15 +133,19 @@ def transfer_cut(seeds: list[dict[str, Any]]) -> str:
         return ""
     budgets = sorted(int(budget) for budget in lasts[0]["accuracy_by_budget"])  # (64, 128, 192, 256)
     largest = str(budgets[-1])
-    if any(last["accuracy_by_budget"][largest] != last["accuracy_by_budget"][scored] for last in lasts):
-        return f" (answers cut: {100 * ended:.0f}% ended within {scored} tokens)"
+    ended_largest = min(last["ended_by_budget"][largest] for last in lasts)
+    shares = f"{share(ended)} ended within {scored} tokens, {share(ended_largest)} within {largest}"
+    at_largest = sum(last["accuracy_by_budget"][largest] for last in lasts) / len(lasts)
+    changes = [last["accuracy_by_budget"][largest] - last["accuracy_by_budget"][scored] for last in lasts]
+    if any(change > 0 for change in changes):
+        return f" (answers cut: {shares}, which scored {100 * at_largest:.1f}%)"
+    if any(change < 0 for change in changes):
+        return f" ({shares}, which scored {100 * at_largest:.1f}%: answers that ran on lost correct ones)"
     # the smallest budget from which every seed's score stays what it is at the largest
     settled = min(budget for budget in budgets if all(
         last["accuracy_by_budget"][str(later)] == last["accuracy_by_budget"][largest]
         for last in lasts for later in budgets if later >= budget))
-    ended_largest = min(last["ended_by_budget"][largest] for last in lasts)
-    return (f" ({100 * ended:.0f}% ended within {scored} tokens, {100 * ended_largest:.0f}% within {largest}; "
-            f"scored the same from {settled} to {largest})")
+    return f" ({shares}; scored the same from {settled} to {largest})"
 
 
 def curves_table(results: Path = RESULTS) -> str:

@@ -124,6 +124,9 @@ def test_an_es_arms_iterations_that_moved_nothing_are_counted_from_its_kept_upda
     said = sentence("mezo", curve, curve, None, (3, 5))
     assert "; 3 of its 5 iterations (60%) moved nothing (every candidate scored alike); too few marks" in said
     assert "moved nothing" not in sentence("mezo", curve, curve, None, (0, 5))
+    assert " and from 20.0% to 25.0% past it" in said
+    flat = [(0.0, 0.0781, 0.0781, 0.0781), (600.0, 0.0781, 0.0781, 0.0781)]  # the same to a tenth: one phrase
+    assert " and stayed at 7.8% past it" in sentence("mezo", curve, flat, None)
 
 
 def test_unended_transfer_answers_are_called_cut_only_where_a_larger_budget_changed_the_score():
@@ -135,12 +138,18 @@ def test_unended_transfer_answers_are_called_cut_only_where_a_larger_budget_chan
                                         "ended_by_budget": dict(zip(budgets, ended))}}]}
 
     looping = seed([0.04, 0.04, 0.04, 0.04], [0.797, 0.802, 0.802, 0.8125])  # lowrank-es seed 0 at 7,200 CPU s
-    assert transfer_cut([looping]) == " (80% ended within 192 tokens, 81% within 256; scored the same from 64 to 256)"
+    assert transfer_cut([looping]) == (" (80.2% ended within 192 tokens, 81.2% within 256; scored the same from 64 "
+                                       "to 256)")
     late = seed([0.04, 0.10, 0.12, 0.12], [0.60, 0.80, 0.85, 0.86])  # settles at 192
-    assert transfer_cut([looping, late]) == (" (80% ended within 192 tokens, 81% within 256; scored the same from "
-                                             "192 to 256)")
+    assert transfer_cut([looping, late]) == (" (80.2% ended within 192 tokens, 81.2% within 256; scored the same "
+                                             "from 192 to 256)")
     cut = seed([0.04, 0.10, 0.12, 0.15], [0.60, 0.80, 0.85, 0.95])  # 256 tokens still found answers
-    assert transfer_cut([looping, cut]) == " (answers cut: 80% ended within 192 tokens)"
+    assert transfer_cut([looping, cut]) == (" (answers cut: 80.2% ended within 192 tokens, 81.2% within 256, which "
+                                            "scored 9.5%)")
+    # mezo seed 0 at 7,200 CPU s: 256 tokens scored one answer fewer, and 89.58% ended (not a rounded 90%)
+    lost = seed([0.0833, 0.0781, 0.0781, 0.0729], [0.8177, 0.875, 0.8958, 0.9531])
+    assert transfer_cut([lost]) == (" (89.6% ended within 192 tokens, 95.3% within 256, which scored 7.3%: answers "
+                                    "that ran on lost correct ones)")
     assert transfer_cut([seed([0.3] * 4, [0.95] * 4)]) == ""  # 90% or more ended: no flag
 
 

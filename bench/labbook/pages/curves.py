@@ -64,7 +64,7 @@ def against_grpo() -> str:
                      f"{grpo_seeds[0]['label']} ({_count(grpo_seeds)}, {100 * other:.1f}%) at {mark:,.0f} CPU s")
     if not parts:
         return "No ES arm shares a scored mark with GRPO: no comparison."
-    return "On the template at the last mark both reached: " + "; ".join(parts) + "."
+    return "On the template, at the last mark each ES arm and GRPO both reached: " + "; ".join(parts) + "."
 
 
 def _count(seeds: list[dict]) -> str:
@@ -119,8 +119,9 @@ its one answer that never ends). An ES run's model at every mark is replayed fro
 `bench/results/curves/replay/`. Each run records its speed probe. An arm's last slope is the least-squares slope of its
 template accuracy over its seeds' marks in the last 1,200 CPU seconds, with a 95% t interval: rising where the
 interval lies above 0, falling where below, flat otherwise. The transfer split is scored at 192 tokens and checked at
-64, 128 and 256: where under nine in ten of the last mark's answers ended within 192, the table says whether 256 tokens
-changed the score ("answers cut": the score is a floor) or not (the unended answers run on without an answer).""",
+64, 128 and 256: where under nine in ten of the last mark's answers ended within 192, the table says what 256 tokens
+did to the score: raised it ("answers cut": the score is a floor), lowered it (answers that ran on lost correct
+ones; the score at 256 is given) or left it (the unended answers run on without an answer).""",
     files=("curves/runs/*.json",),
     results="""<!-- claim:curves-table --><!-- /claim -->
 
