@@ -186,13 +186,13 @@ def plot(results: Path = RESULTS) -> Path:
             curve = mean_curve(seeds, which)
             marks = [mark for mark, *_ in curve]
             axis.plot(marks, [100 * mean for _, mean, _, _ in curve], color=f"C{index}",
-                      label=f"{seeds[0]['label']} ({len(seeds)} seeds)")
+                      label=f"{seeds[0]['label']} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
             axis.fill_between(marks, [100 * low for *_, low, _ in curve], [100 * high for *_, high in curve],
                               color=f"C{index}", alpha=0.2)
     for axis, title in zip(axes, ("held-out, training template", "transfer split (never trained on)")):
         axis.set_title(title)
         axis.set_xlabel("the run's own CPU seconds")
-    axes[0].set_ylabel("accuracy (%): seeds' mean, band = lowest to highest seed")
+    axes[0].set_ylabel("accuracy (%): seeds' mean\nband: lowest to highest seed")
     axes[0].legend(fontsize=8)
     figure.tight_layout()
     out = results / "curves.png"
