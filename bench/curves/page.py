@@ -94,11 +94,10 @@ def sentence(label: str, curve: list, transfer: list, slope: tuple[float, float,
     best = [f"{', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}{names[-1]} by {seconds:,.0f} CPU s"
             for seconds, names in by_time.items()]
     start, end = curve[0][1], curve[-1][1]
+    first, last = f"{100 * transfer[0][1]:.1f}%", f"{100 * transfer[-1][1]:.1f}%"  # one figure: "stayed at"
     text = (f"{label} went from {100 * start:.1f}% to {100 * end:.1f}% on the template"
             + (f" (reaching {', '.join(best)})" if best else f" (not reaching {100 * THRESHOLDS[0]:.0f}%)")
-            + (f" and stayed at {100 * transfer[0][1]:.1f}% past it"
-               if f"{100 * transfer[0][1]:.1f}" == f"{100 * transfer[-1][1]:.1f}"
-               else f" and from {100 * transfer[0][1]:.1f}% to {100 * transfer[-1][1]:.1f}% past it"))
+            + (f" and stayed at {first} past it" if first == last else f" and from {first} to {last} past it"))
     if still and still[0]:
         text += (f"; {still[0]:,} of its {still[1]:,} iterations ({100 * still[0] / still[1]:.0f}%) moved nothing "
                  "(every candidate scored alike)")
@@ -123,7 +122,7 @@ def transfer_cut(seeds: list[dict[str, Any]]) -> str:
     checked scored more for some seed: the score at the scored budget is a floor. Where it scored less (answers that
     run on change a correct one), it says so, with that score. Otherwise the unended answers run on without changing
     the score (a model that loops, not a budget that cuts):
-    ' (80% ended within 192 tokens, 81% within 256; scored the same from 64 to 256)'."""
+    ' (80.2% ended within 192 tokens, 81.2% within 256; scored the same from 64 to 256)'."""
     from bench.method_matrix.tables import ENDED_SHARE_FLAG
 
     lasts = [seed["marks"][-1]["transfer"] for seed in seeds]

@@ -129,7 +129,7 @@ def test_an_es_arms_iterations_that_moved_nothing_are_counted_from_its_kept_upda
     assert " and stayed at 7.8% past it" in sentence("mezo", curve, flat, None)
 
 
-def test_unended_transfer_answers_are_called_cut_only_where_a_larger_budget_changed_the_score():
+def test_unended_transfer_answers_are_called_cut_only_where_a_larger_budget_raised_the_score():
     from bench.curves.page import transfer_cut
 
     def seed(accuracy, ended):  # the last mark's transfer record at budgets 64, 128, 192 (scored), 256
