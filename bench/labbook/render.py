@@ -1,6 +1,7 @@
 """The lab book's one renderer: every page of docs/benchmarks/ written from its page module (bench/labbook/pages/)
 and its study's result files, in one shape: what was asked, the setup with the machines that ran it, the results,
-what it means, how to rerun. Nothing on those pages is kept by hand; a rerun of a study refreshes its page.
+what it means, how to rerun. Nothing on those pages is kept by hand; a rerun of a study refreshes its page. It
+writes the method study's REPORT.md (every table of its result files) too, so no report lags the pages.
 
     python -m bench.labbook.render            # write every page
     python -m bench.labbook.render --check    # exit 1 naming each page that differs from what its files render
@@ -54,12 +55,15 @@ def render_index(every: list[StudyPage]) -> str | None:
 
 
 def rendered() -> dict[Path, str]:
-    """Every lab-book page and the index, as their files render them now."""
+    """Every lab-book page, the index and the method study's REPORT.md, as their files render them now."""
+    from bench.method_matrix.report import STUDY, report
+
     every = pages()
     out = {LAB_BOOK / f"{page.slug}.md": render_page(page) for page in every}
     index = render_index(every)
     if index is not None:
         out[LAB_BOOK / "index.md"] = index
+    out[STUDY / "REPORT.md"] = report(STUDY)
     return out
 
 

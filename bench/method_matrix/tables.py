@@ -85,14 +85,31 @@ ENDED_SHARE_FLAG = 0.9
 
 
 def cut_text(found: Arm) -> str:
-    """' (answers cut: ...)' when the scored budget ended fewer than ENDED_SHARE_FLAG of the arm's answers."""
+    """' (answers cut: ...)' when the scored budget ended fewer than ENDED_SHARE_FLAG of the arm's answers, with what
+    the smaller budgets say of it (means over seeds): a score still rising at the scored budget is a floor; one that
+    stopped rising at a smaller budget was not held down by the budget there, e.g. ' (answers cut: 56% ended within
+    128 tokens; its score rose no further after 48 tokens: 5.5% there, 5.0% at 128)'."""
     runs = [run for run in found.runs if "ended_by_budget" in run.heldout]
     if not runs:
         return ""
     scored = str(runs[0].heldout["scored_budget"])
     ended = sum(run.heldout["ended_by_budget"][scored] for run in runs) / len(runs)
-    return (f" (answers cut: {100 * ended:.0f}% ended within {scored} tokens)" if ended < ENDED_SHARE_FLAG
-            else "")
+    if ended >= ENDED_SHARE_FLAG:
+        return ""
+    flag = f" (answers cut: {100 * ended:.0f}% ended within {scored} tokens"
+    budgets = sorted((int(budget) for budget in runs[0].heldout["accuracy_by_budget"]
+                      if int(budget) <= int(scored)), reverse=True)  # the scored budget first: (128, 96, 64, 48, 32)
+    means = [sum(run.heldout["accuracy_by_budget"][str(budget)] for run in runs) / len(runs) for budget in budgets]
+    if len(budgets) < 2:
+        return flag + ", no smaller budget measured)"
+    if means[0] > means[1]:
+        return flag + f", and its score still rose from {budgets[1]} to {scored}: a floor)"
+    if means[0] == max(means):  # the smallest budget from which every larger one scores what the scored one does
+        settled = budgets[next((index for index, mean in enumerate(means) if mean != means[0]), len(means)) - 1]
+        return flag + f"; scored the same from {settled} to {scored})"
+    peak = min(budgets[index] for index, mean in enumerate(means) if mean == max(means))
+    return (flag + f"; its score rose no further after {peak} tokens: {100 * max(means):.1f}% there, "
+            f"{100 * means[0]:.1f}% at {scored})")
 
 
 def ifeval_prompts() -> int:

@@ -318,6 +318,15 @@ def test_the_report_quotes_every_result_file_and_lists_what_has_not_run():
     assert text.count("| not run |") >= len(not_run)
 
 
+def test_the_committed_report_is_the_one_its_result_files_give():
+    """A reader of bench/results/method_matrix/REPORT.md never reads an older answer than the result files beside it
+    give: a result file added or a table's wording changed without regenerating it fails here."""
+    from bench.method_matrix.report import STUDY, report
+
+    assert (STUDY / "REPORT.md").read_text() == report(STUDY), \
+        "REPORT.md is stale: regenerate it with `python -m bench.method_matrix.report`"
+
+
 def test_the_report_names_the_speed_spread_between_runs_of_equal_work(tmp_path):
     """Two tuning runs that differ only in learning rate have the same shapes per step; the report gives how much
     longer one job's steps took than the other's, from their files."""

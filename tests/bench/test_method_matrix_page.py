@@ -251,8 +251,26 @@ def test_an_arm_whose_answers_the_budget_cuts_is_flagged_in_the_table(study):
     lines = [line for line in page.task_table("arithmetic", study).splitlines() if line.startswith("| ")]
     flagged = [line.split(" | ")[0] for line in lines if "answers cut" in line]
     assert flagged == ["| lora-es"], flagged
-    assert f"(answers cut: 43% ended within {SCORED_BUDGET} tokens)" in next(line for line in lines
-                                                                              if "lora-es" in line)
+    assert f"(answers cut: 43% ended within {SCORED_BUDGET} tokens; scored the same from 64 to {SCORED_BUDGET})" \
+        in next(line for line in lines if "lora-es" in line)
+
+
+@pytest.mark.parametrize(("at_64", "reading"), [
+    (0.15, ", and its score still rose from 64 to {scored}: a floor)"),
+    (0.23, "; scored the same from 64 to {scored})"),
+    (0.30, "; its score rose no further after 64 tokens: 30.0% there, 23.0% at {scored})")])
+def test_the_cut_flag_says_what_the_smaller_budgets_show(study, at_64, reading):
+    """A score read where most answers had not ended is a floor only while it still rises at the scored budget: a
+    score that stopped rising at a smaller budget (or fell, as answers that ran on changed their last number) is
+    said to have done so, with its figures."""
+    path = study / "main" / "arithmetic" / "es_lora" / "seed0.json"
+    record = json.loads(path.read_text())
+    record["heldout"]["ended_by_budget"][str(SCORED_BUDGET)] = 0.43
+    record["heldout"]["accuracy_by_budget"] = {"64": at_64, str(SCORED_BUDGET): 0.23}
+    path.write_text(json.dumps(record))
+    found = next(item for item in page.arms(study, "arithmetic") if item.label == "lora-es")
+    assert page.cut_text(found) == (f" (answers cut: 43% ended within {SCORED_BUDGET} tokens"
+                                    + reading.format(scored=SCORED_BUDGET))
 
 
 def test_the_validation_line_shows_an_arm_that_fell_during_training_per_seed(study):
@@ -349,7 +367,7 @@ def test_an_arm_whose_answers_the_budget_cuts_is_flagged_wherever_it_is_named_an
         record = json.loads(path.read_text())
         record["heldout"]["ended_by_budget"][str(SCORED_BUDGET)] = 0.4
         path.write_text(json.dumps(record))
-    flag = f" (answers cut: 40% ended within {SCORED_BUDGET} tokens)"
+    flag = f" (answers cut: 40% ended within {SCORED_BUDGET} tokens; scored the same from 64 to {SCORED_BUDGET})"
     assert (f"- **Learns most, 2-digit addition**: grpo-lora 60.0% (std 1.4), 2 of 5 seeds{flag}, "
             f"{page.CUT_NOT_RANKED} full-es 30.0% (std 2.0), 3 of 5 seeds.") in page.answer(study)
     assert f"| grpo-lora | 60.0% (std 1.4), 2 of 5 seeds{flag} |" in page.readme_table(study)
