@@ -17,8 +17,9 @@ from evotune.config.parts import base_for_parts
 from evotune.config.train import QUICKSTART, TrainConfig
 from evotune.errors import ConfigError
 from evotune.estimate.model import load_coefficients
+from evotune.estimate.roofline import time_counts
 from evotune.estimate.shape import PUBLIC_SHAPES, ModelShape, resolve_shape
-from evotune.estimate.workload import memory_terms, time_terms, workload
+from evotune.estimate.workload import memory_terms, workload
 
 # published parameter counts (each model card's config at its own vocabulary)
 PUBLISHED = {"HuggingFaceTB/SmolLM2-135M-Instruct": 134_515_008, "Qwen/Qwen2.5-0.5B-Instruct": 494_032_768,
@@ -84,7 +85,16 @@ def test_the_workload_counts_each_methods_passes_copies_and_sequences():
     assert grpo.dtype_bytes == 2 and grpo.optimizer_bytes_per_trained == 12
     memory = memory_terms(full, SHAPE)
     assert memory["fp32 master copy"] == pytest.approx(SHAPE.parameters() * 4 / 2**20)
-    assert time_terms(lowrank, SHAPE)["weight reads (GB)"] == pytest.approx(48 * SHAPE.parameters() * 4 / 1e9)
+    # lowrank-es's 48 passes (a prefill, then 47 decode steps) each read every projection's and the LM head's
+    # weights once, whatever the population: the roofline's bytes
+    counted = time_counts(lowrank, SHAPE)
+    hidden, kv, mlp = SHAPE.hidden_size, SHAPE.num_key_value_heads * SHAPE.head_dim, SHAPE.intermediate_size
+    read = (SHAPE.num_hidden_layers * (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * mlp)
+            + hidden * SHAPE.vocab_size)
+    assert sum(times * sum(size for size, _ in matmuls)
+               for times, matmuls in counted.passes) == pytest.approx(48 * read * 4)
+    assert lowrank.lowrank and not lowrank.adapter and lora.adapter and not full.adapter and not full.lowrank
+    assert time_counts(stacked, SHAPE).stacked and time_counts(stacked, SHAPE).weight_bytes == 4 * full.parameters * 4
     # autograd keeps hidden-size and MLP-width tensors per token and layer: a wider MLP keeps more
     wide = dataclasses.replace(SHAPE, intermediate_size=2 * SHAPE.intermediate_size)
     assert memory_terms(grpo, wide)["activations"] > memory_terms(grpo, SHAPE)["activations"]
@@ -98,19 +108,22 @@ def test_the_committed_coefficients_are_the_fit_of_the_committed_cells():
     assert committed["cells"] == len(found) >= 1, "refit: python -m bench.scaling.fit"
     refit = fit.fit_all(found)
     assert committed["unfitted"] == refit["unfitted"] and committed["shapes"] == refit["shapes"]
-    for kind in ("memory", "time"):
-        for name, value in refit[kind].items():  # None: a rate no cell has measured yet
-            assert (committed[kind][name] is None if value is None
-                    else committed[kind][name] == pytest.approx(value, rel=1e-6, abs=1e-9)), (kind, name)
+    for name, value in refit["memory"].items():
+        assert committed["memory"][name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+    assert committed["machine_types"].keys() == refit["machine_types"].keys()
+    for kind, typed in refit["machine_types"].items():
+        for name, value in typed["rates"].items():  # None: a rate no cell of the type has measured
+            assert (committed["machine_types"][kind]["rates"][name] is None if value is None else
+                    committed["machine_types"][kind]["rates"][name] == pytest.approx(value, rel=1e-4)), (kind, name)
     assert committed["worst_error"] == refit["worst_error"]  # what `evotune estimate` and the page say of the fit
     assert committed["held_out_error"] == refit["held_out_error"]  # what it prints beside each method
 
 
 # The issue's bounds, on every cell the fit has. On the 44 cells of five public sizes on one machine type (135M to
 # SmolLM2-1.7B, AMD EPYC) the fit held them (memory 13.1%, time 24.1%); with the deep-narrow and shallow-wide shapes and
-# SmolLM2-135M again on a second machine type (an AMX Xeon) it does not: the model's terms are not yet right for every
-# proportion and machine (coefficients.json's worst_error; docs/benchmarks/scaling.md lists each cell). Strict: this
-# test fails the day the fit holds them again, so the mark comes off.
+# a second machine type (an AMX Xeon) it does not: memory is 24% off at worst, the roofline's time 26%
+# (coefficients.json's worst_error; docs/benchmarks/scaling.md lists each cell). Strict: this test fails the day the
+# fit holds them again, so the mark comes off.
 @pytest.mark.xfail(strict=True, reason="the fit misses the bounds on the shapes of other proportions and the second "
                                        "machine type (issue: estimate's time within 25% out of sample)")
 def test_the_estimate_predicts_every_measured_cell_within_the_bounds():
@@ -145,34 +158,47 @@ def test_a_cell_measured_in_two_sessions_on_one_machine_type_is_one_row_at_their
 
 
 def test_every_term_is_needed_a_fit_without_any_one_is_worse():
-    """Dropped, every term makes the fit's worst error worse and breaks a bound. (A time term for the cached
-    positions each decode step attends over was needed on 31 cells and is gone: on 44 cells of five sizes it moved
-    the worst time error by 0.3 points under the worst-error fit, and least squares did better without it.)"""
-    from bench.scaling import fit
+    """Dropped, every memory term makes the worst memory error worse, and every additive time term (roofline.py's
+    DROPPABLE) the worst time error of a machine type's cells, or else of a shape's cells predicted by a fit on the
+    other shapes: a term that helps neither is not in the model. (A constant per SFT step fitted the SFT cells in
+    sample and put narrow-12L's 59% off out of sample; without it, 31%.)"""
+    from bench.scaling import fit, roofline
 
     found = fit.rows()
     shapes = {row["record"]["shape"] for row in found}
     if len(shapes) < 3:  # per-parameter terms cannot be told from the runtime on one or two model sizes
         pytest.skip(f"the scaling study has cells of {len(shapes)} shapes so far; this needs 3")
-    memory, seconds = fit.worst(fit.errors(found, fit.fit_all(found)))
-    for name in [*found[0]["memory"], *found[0]["time"]]:
-        without = fit.worst(fit.errors(found, fit.fit_all(found, drop=name)))
-        assert without[0] > memory + 0.005 or without[1] > seconds + 0.005, f"{name!r} is not needed by the cells"
-        assert without[0] > fit.MEMORY_BOUND or without[1] > fit.TIME_BOUND, f"{name!r} breaks no bound"
+    full = fit.fit_all(found, held_out=False)
+    memory = fit.worst(fit.errors(found, full))[0]
+    for name in found[0]["memory"]:
+        without = fit.worst(fit.errors(found, fit.fit_all(found, drop=name, held_out=False)))[0]
+        assert without > memory + 0.005 and without > fit.MEMORY_BOUND, f"{name!r} is not needed by the cells"
+    typed = roofline.in_sample(found, full, fit.machine_type)
+    held_out = None
+    for name in roofline.DROPPABLE:
+        dropped = fit.fit_all(found, drop=name, held_out=False)
+        if any(worst > typed[kind] + 0.005 for kind, worst in roofline.in_sample(found, dropped,
+                                                                                  fit.machine_type).items()):
+            continue
+        held_out = held_out or {shape: error["time"] for shape, error in fit.held_out_errors(found)["by_shape"].items()}
+        out = {shape: fit.worst(fit.errors([row for row in found if row["record"]["shape"] == shape],
+                                           fit.fit_all([row for row in found if row["record"]["shape"] != shape],
+                                                       drop=name, held_out=False)))[1] for shape in held_out}
+        assert any(out[shape] > held_out[shape] + 0.005 for shape in held_out), f"{name!r} is not needed by the cells"
 
 
 def test_a_term_no_cell_has_measured_keeps_its_memory_prior_and_leaves_the_time_unpredicted():
     from evotune.estimate.model import MEMORY_PRIORS, estimate
 
-    coefficients = {"memory": {**MEMORY_PRIORS}, "time": {"weight reads (GB)": 1.0, "layer passes (thousands)": 1.0,
-                                                          "forward (TFLOP)": 1.0, "training (TFLOP)": None,
-                                                          "token distributions (G elements)": 1.0,
-                                                          "KV cache reads (GB)": 1.0},
-                    "unfitted": ["activations", "training (TFLOP)"], "reference_probe_s": 1.0}
+    coefficients = load_coefficients()
+    reference = coefficients["reference_machine"]
+    rates = {**coefficients["machine_types"][reference]["rates"], "training": None}
+    coefficients = {**coefficients, "memory": {**MEMORY_PRIORS}, "unfitted": ["activations"],
+                    "machine_types": {reference: {**coefficients["machine_types"][reference], "rates": rates}}}
     grpo = workload("grpo", GRPORunConfig.from_dict({**GRPO_QUICKSTART}), SHAPE, 50, "float32")
     result = estimate(grpo, SHAPE, coefficients)
     assert result.seconds_per_iteration is None and result.memory_mib["activations"] > 0
-    assert "activations, training (TFLOP)" in result.notes[0]
+    assert "activations, training" in result.notes[0]
     es = estimate(workload("train", train_config(), SHAPE, 50, "float32"), SHAPE, coefficients)
     assert es.seconds_per_iteration is not None and es.notes == []  # ES has neither term
 
@@ -362,23 +388,36 @@ def test_command_train_with_a_train_key_estimates_the_train_methods(capsys):
                                                                              "essa", "mezo"]
 
 
-def test_a_machine_type_the_study_measured_runs_at_its_own_factors_another_at_the_probes_ratio():
-    """Seconds scale by machine type: a type with cells in the fit gets its fitted (compute, overhead) factors, times
-    this probe's ratio to the type's median; another type gets the reference type's rates times its probe's ratio."""
+def test_a_machine_type_the_study_measured_runs_at_its_own_rates_another_at_the_probes_ratio():
+    """Seconds by machine type: a type with cells in the fit runs at its own fitted rates, times this probe's ratio
+    to the type's median; another type at the reference type's rates times its probe's ratio to the reference's."""
     from evotune.estimate.model import estimate
     from evotune.estimate.report import machine_scaling
 
-    coefficients = {**load_coefficients(), "reference_probe_s": 6.0, "reference_machine": "EPYC | x | 2 threads",
-                    "machine_types": {"Xeon | amx_bf16 | 2 threads": {"factors": {"compute": 0.6, "overhead": 0.3},
-                                                                      "probe_s": 3.0, "cells": 20}}}
-    ratio, factors, line = machine_scaling(coefficients, 3.3, machine="Xeon | amx_bf16 | 2 threads")
-    assert factors == {"compute": 0.6, "overhead": 0.3} and ratio == pytest.approx(1.1)
+    committed = load_coefficients()
+    reference = committed["machine_types"][committed["reference_machine"]]
+    faster = {name: (None if value is None else 2 * value if divides(name) else value / 2)
+              for name, value in reference["rates"].items()}
+    coefficients = {**committed, "reference_probe_s": 6.0, "reference_machine": "EPYC | x | 2 threads",
+                    "machine_types": {"EPYC | x | 2 threads": {**reference, "probe_s": 6.0},
+                                      "Xeon | amx_bf16 | 2 threads": {**reference, "rates": faster, "probe_s": 3.0,
+                                                                      "cells": 20}}}
+    ratio, machine, line = machine_scaling(coefficients, 3.3, machine="Xeon | amx_bf16 | 2 threads")
+    assert machine == "Xeon | amx_bf16 | 2 threads" and ratio == pytest.approx(1.1)
     assert "measured (20 cells)" in line
-    assert machine_scaling(coefficients, None, machine="Xeon | amx_bf16 | 2 threads")[:2] == (1.0, factors)
-    ratio, factors, line = machine_scaling(coefficients, 3.0, machine="Other | none | 4 threads")
-    assert factors is None and ratio == pytest.approx(0.5) and "not one the study measured" in line
+    assert machine_scaling(coefficients, None, machine="Xeon | amx_bf16 | 2 threads")[:2] == (1.0, machine)
+    ratio, other, line = machine_scaling(coefficients, 3.0, machine="Other | none | 4 threads")
+    assert other is None and ratio == pytest.approx(0.5) and "not one the study measured" in line
     load = workload("train", train_config(), SHAPE, 50, "float32")
-    plain = estimate(load, SHAPE, coefficients)
-    typed = estimate(load, SHAPE, coefficients, factors={"compute": 0.6, "overhead": 0.3})
-    for name, seconds in typed.seconds.items():  # each term at its group's factor
-        assert seconds == pytest.approx(plain.seconds[name] * (0.3 if name == "layer passes (thousands)" else 0.6))
+    plain = estimate(load, SHAPE, coefficients, speed_ratio=ratio, machine=other)
+    typed = estimate(load, SHAPE, coefficients, machine=machine)
+    # every rate twice as fast: every part of the time halves; the unmeasured type: the reference's, at the probe's
+    assert typed.seconds_per_iteration == pytest.approx(estimate(load, SHAPE, coefficients).seconds_per_iteration / 2)
+    assert plain.seconds_per_iteration == pytest.approx(estimate(load, SHAPE, coefficients).seconds_per_iteration / 2)
+
+
+def divides(name: str) -> bool:
+    """A rate its count is divided by (bytes or FLOPs per second): twice as fast is twice the rate."""
+    from evotune.estimate.roofline import RATES
+
+    return RATES[name][0] in ("GB/s", "GFLOP/s")

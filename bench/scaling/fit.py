@@ -1,12 +1,10 @@
 """Fit `evotune estimate`'s coefficients on the scaling study's measured cells, and print its predictions beside them.
 
 Each evotune cell (and plain generation, the pure-inference reference) is counted by evotune.estimate.workload from
-the config it ran and its shape; one non-negative coefficient per term is fitted on every cell at once (relative
-error), memory on peak RSS and time on seconds per iteration. Time is fitted on the reference machine type's rates
-(the type with the most cells) times two factors per other machine type, one for the per-layer overhead and one for
-the rest (evotune.estimate.model.OVERHEAD_TERMS): a type's speed probe told its decode of a deep, narrow shape and of
-a shallow, wide one apart by a factor of two. Coefficients and factors are fitted in turn until the worst error stops
-falling (the rates for the worst error, a type's two factors by least squares). The cells of a shape also measured on
+the config it ran and its shape. Memory: one non-negative coefficient per term, fitted on every cell at once
+(least squares on relative error, peak RSS). Time: the per-matmul roofline of evotune.estimate.roofline, its rates
+fitted per machine type on that type's cells alone (roofline.py); a linear model over one type's rates with two
+factors per other type missed the narrow shapes by up to 118% out of sample. The cells of a shape also measured on
 another machine type (CROSS) are read beside the study's own; the peer's cells are shown, not fitted.
 
     python -m bench.scaling.fit            # fit, write src/evotune/estimate/coefficients.json, print the table
@@ -26,16 +24,15 @@ from evotune.estimate.model import (
     COEFFICIENTS,
     EXACT_MEMORY_TERMS,
     MEMORY_PRIORS,
-    UNIT_FACTORS,
     estimate,
     fit,
     load_coefficients,
     machine_key,
-    term_group,
 )
-from evotune.estimate.workload import memory_terms, time_terms
+from evotune.estimate.workload import memory_terms
 
 from .arms import ARMS
+from .roofline import DROPPABLE, fit_types
 from .run import DTYPE, RESULTS
 from .shapes import SHAPES, TOKENIZER_VOCAB
 from .workloads import FITTED, cell_workload, model_shape
@@ -50,7 +47,6 @@ MEMORY_BOUND, TIME_BOUND = 0.15, 0.25  # the issue's: predicted within 15% of pe
 CROSS = RESULTS / f"{DTYPE}_cross"
 # cells measured again in another session on a machine type that already has them: how far one session's time moves
 REPEATS = RESULTS / f"{DTYPE}_repeat"
-FACTOR_ROUNDS = 12  # coefficients and machine factors fitted in turn: the worst error settles within a few rounds
 
 
 def rows(results: Path = RESULTS / DTYPE, cross: Path | None = CROSS,
@@ -66,8 +62,8 @@ def rows(results: Path = RESULTS / DTYPE, cross: Path | None = CROSS,
         if record["status"] != "ran" or ARMS[record["arm"]]["command"] not in FITTED:
             continue
         load, shape = cell_workload(record), model_shape(record["shape"])
-        found.append({"record": record, "memory": memory_terms(load, shape), "time": time_terms(load, shape),
-                      "load": load, "shape": shape, "probe_s": record["speed_probe"]["probe_s"]})
+        found.append({"record": record, "memory": memory_terms(load, shape), "load": load, "shape": shape,
+                      "probe_s": record["speed_probe"]["probe_s"]})
     found = repeated_cells(found)
     probes = [machine_probe(found, row) for row in found]  # within one machine type: its median probe
     for row, probe in zip(found, probes):
@@ -118,14 +114,11 @@ def sizes(found: list[dict[str, Any]]) -> list[str]:
 
 
 def fit_all(found: list[dict[str, Any]], drop: str | None = None, held_out: bool = True) -> dict[str, Any]:
-    """Every term some cell counts is fitted; a term none counts yet keeps its memory prior (MEMORY_PRIORS) and has
-    no rate of time (null: `evotune estimate` then does not predict the time of a run that has it), named in
-    `unfitted`. `drop`: a term left out of the fit (the test that each term is needed)."""
-    measured = [name for name in [*found[0]["memory"], *found[0]["time"]] if any(row["memory"].get(name)
-                                                                                  or row["time"].get(name)
-                                                                                  for row in found)]
-    memory_names = [name for name in found[0]["memory"] if name != drop and name in measured]
-    time_names = [name for name in found[0]["time"] if name != drop and name in measured]
+    """Memory: every term some cell counts is fitted; a term none counts yet keeps its prior (MEMORY_PRIORS), named
+    in `unfitted`. Time: each machine type's rates (roofline.py's fit_types). `drop`: a memory term or an additive
+    time term left out of the fit (the test that each term is needed)."""
+    measured = [name for name in found[0]["memory"] if any(row["memory"].get(name) for row in found)]
+    memory_names = [name for name in measured if name != drop]
     shapes = sizes(found)
     held = [name for name in EXACT_MEMORY_TERMS if name in memory_names]  # byte counts: no coefficient
     offsets = [sum(MEMORY_PRIORS[name] * row["memory"].get(name, 0.0) for name in held) for row in found]
@@ -133,28 +126,27 @@ def fit_all(found: list[dict[str, Any]], drop: str | None = None, held_out: bool
                  [name for name in memory_names if name not in held], offsets)
     memory.update({name: MEMORY_PRIORS[name] for name in held})
     memory.update({name: MEMORY_PRIORS[name] for name in found[0]["memory"] if name not in measured})
-    # time: the fit that minimizes the worst error, the figure the estimate promises (on 44 cells least squares left
-    # one cell at 31% while most sat within 10%); memory: least squares
-    seconds, machines = fit_time(found, time_names)
-    seconds.update({name: None for name in found[0]["time"] if name not in measured})
-    if drop is not None:  # the term left out of the model: it counts nothing
-        (memory if drop in found[0]["memory"] else seconds)[drop] = 0.0
+    if drop in found[0]["memory"]:
+        memory[drop] = 0.0
+    machines = fit_types(found, machine_type, drop if drop in DROPPABLE else None)
     cpus = sorted({row["record"]["machine"]["cpu"] for row in found})
-    unfitted = [name for name in [*found[0]["memory"], *found[0]["time"]] if name not in measured]
-    reference = machines[reference_type(found)]["probe_s"]
-    coefficients = {"memory": memory, "time": seconds, "reference_probe_s": reference, "machine_types": machines}
+    unfitted = [name for name in found[0]["memory"] if name not in measured]
+    reference = reference_type(found)
+    coefficients = {"memory": memory, "machine_types": machines, "reference_machine": reference,
+                    "reference_probe_s": machines[reference]["probe_s"]}
     fitted_rows = errors(found, coefficients) if drop is None else []
     worst_errors = {"memory": round(max(abs(row["memory_error"]) for row in fitted_rows), 3),
                     "time": round(max(abs(row["time_error"]) for row in fitted_rows), 3)} if fitted_rows else {}
     out_of_sample = held_out_errors(found) if held_out and drop is None else {}
-    return {"memory": memory, "time": seconds, "machine_types": machines, "reference_machine": reference_type(found),
+    return {"memory": memory, "machine_types": machines, "reference_machine": reference,
             "held_at_prior": held, "unfitted": unfitted, "worst_error": worst_errors,
             "held_out_error": out_of_sample,
-            "reference_probe_s": reference, "cells": len(found), "shapes": shapes, "vocabulary": TOKENIZER_VOCAB,
-            "machines": cpus, "dtype": DTYPE, "threads": found[0]["record"]["machine"]["threads"],
-            "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB, time in "
-                    "seconds per unit on the reference machine type, each other type's at its factors (compute, "
-                    "overhead); probes: evotune doctor --speed, float32"}
+            "reference_probe_s": machines[reference]["probe_s"], "cells": len(found), "shapes": shapes,
+            "vocabulary": TOKENIZER_VOCAB, "machines": cpus, "dtype": DTYPE,
+            "threads": found[0]["record"]["machine"]["threads"],
+            "note": "fitted by bench/scaling/fit.py on bench/results/scaling; memory in MiB per counted MiB; time: "
+                    "each machine type's rates (evotune/estimate/roofline.py's RATES units), another type at the "
+                    "reference type's times its probe's ratio; probes: evotune doctor --speed, float32"}
 
 
 def reference_type(found: list[dict[str, Any]]) -> str:
@@ -165,64 +157,16 @@ def reference_type(found: list[dict[str, Any]]) -> str:
     return max(sorted(counts), key=counts.get)
 
 
-def split_seconds(row: dict[str, Any], seconds: dict[str, Any]) -> dict[str, float]:
-    """A cell's predicted seconds at the reference type's rates, by group (compute, overhead)."""
-    parts = {"compute": 0.0, "overhead": 0.0}
-    for name, count in row["time"].items():
-        parts[term_group(name)] += count * (seconds.get(name) or 0.0)
-    return parts
-
-
-def fit_time(found: list[dict[str, Any]], names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Time coefficients (the reference type's rates) and each machine type's factors, fitted in turn for the
-    smallest worst relative error; returns (rates, {type: {factors, probe_s, cells}})."""
-    reference = reference_type(found)
-    kinds = sorted({machine_type(row["record"]) for row in found})
-    measured = [row["record"]["seconds_per_iteration"] for row in found]
-    # each type's median probe over these cells (a leave-one-shape-out fold's own)
-    probes = {kind: statistics.median(row["record"]["speed_probe"]["probe_s"] for row in found
-                                      if machine_type(row["record"]) == kind) for kind in kinds}
-    # a type's factors start at its probe's ratio to the reference type's (one speed), then move apart if its cells
-    # say so: coefficients and factors in turn, each for the smallest worst error, while that error falls
-    factors = {kind: {group: probes[kind] / probes[reference] for group in UNIT_FACTORS} for kind in kinds}
-    best: tuple[float, dict[str, Any], dict[str, Any]] | None = None
-    for _ in range(FACTOR_ROUNDS):
-        scaled = [{name: count * factors[machine_type(row["record"])][term_group(name)]
-                   for name, count in row["time"].items()} for row in found]
-        seconds = fit(scaled, measured, names, worst=True)
-        worst_error = max(abs(sum(part * factors[machine_type(row["record"])][group]
-                                  for group, part in split_seconds(row, seconds).items()) / target - 1)
-                          for row, target in zip(found, measured))
-        if best is not None and worst_error >= best[0] - 1e-6:
-            break
-        best = (worst_error, seconds, {kind: dict(values) for kind, values in factors.items()})
-        for kind in kinds:
-            mine = [row for row in found if machine_type(row["record"]) == kind]
-            if kind != reference:
-                # least squares: a worst-error fit of two factors followed the one or two cells at its bound, and
-                # leaving out the 40-layer shape (most of this type's overhead) moved its overhead factor 0.26 -> 0.59
-                factors[kind] = fit([split_seconds(row, seconds) for row in mine],
-                                    [row["record"]["seconds_per_iteration"] for row in mine],
-                                    ["compute", "overhead"])
-    _, seconds, factors = best
-    machines = {kind: {"factors": {group: round(value, 6) for group, value in factors[kind].items()},
-                       "probe_s": probes[kind],
-                       "cells": sum(machine_type(row["record"]) == kind for row in found)} for kind in kinds}
-    return seconds, machines
-
-
 def errors(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> list[dict[str, Any]]:
     """Each cell's predicted and measured peak and time, and their relative errors: a cell of a machine type the
-    coefficients have factors for at that type's factors, another at the reference type's rates times its probe's
-    ratio."""
+    coefficients have rates for at that type's rates, another at the reference type's times its probe's ratio."""
     table = []
     types = coefficients.get("machine_types", {})
     for row in found:
         record = row["record"]
-        typed = types.get(machine_type(record))
-        ratio = 1.0 if typed else row["probe_s"] / coefficients["reference_probe_s"]
-        predicted = estimate(row["load"], row["shape"], coefficients, speed_ratio=ratio,
-                             factors=typed["factors"] if typed else None)
+        kind = machine_type(record)
+        ratio = 1.0 if kind in types else row["probe_s"] / coefficients["reference_probe_s"]
+        predicted = estimate(row["load"], row["shape"], coefficients, speed_ratio=ratio, machine=kind)
         table.append({"shape": record["shape"], "arm": record["arm"], "measured_mib": record["peak_rss_mib"],
                       "predicted_mib": round(predicted.peak_mib), "measured_s": record["seconds_per_iteration"],
                       "predicted_s": round(predicted.seconds_per_iteration, 2),
@@ -296,7 +240,7 @@ def main() -> None:
         print(f"{shape} predicted by a fit on the other shapes alone: worst memory {error['memory']:.1%}, time "
               f"{error['time']:.1%}")
     if args.drop:
-        for name in [*found[0]["memory"], *found[0]["time"]]:
+        for name in [*found[0]["memory"], *DROPPABLE]:
             memory, seconds = worst(errors(found, fit_all(found, drop=name)))
             print(f"without {name!r}: worst memory {memory:.1%}, time {seconds:.1%}")
 

@@ -183,8 +183,8 @@ def estimate_within_bounds() -> str:
     memory, seconds = worst(table)
     over = {name: sum(abs(row[f"{name}_error"]) > bound for row in table)
             for name, bound in (("memory", MEMORY_BOUND), ("time", TIME_BOUND))}
-    verdicts = [f"{name} within its bound" if not over[name] else f"{name} past its bound on {over[name]} cells"
-                for name in over]
+    verdicts = [f"{name} within its bound" if not over[name] else
+                f"{name} past its bound on {over[name]} cell{'s' if over[name] > 1 else ''}" for name in over]
     text = (f"In sample, `evotune estimate`'s worst errors over the {len(table)} cells are {memory:.0%} of peak memory "
             f"and {seconds:.0%} of time, against the study's bounds of {MEMORY_BOUND:.0%} and {TIME_BOUND:.0%}: "
             f"{' and '.join(verdicts)}.")
@@ -244,9 +244,12 @@ in its own process: <!-- claim:scaling-progress --><!-- /claim -->
 - **The peer**: the loop a user would write instead with `torcheggroll` 0.2.0 (its `prepare_population` /
   `apply_fitness_scores` API around transformers' `generate`, `bench/scaling/inference.py`), which materializes every
   member's weights.
-- **`evotune estimate`** counts a run's memory and time terms from its config and its model's (`bench/scaling/fit.py`
-  names them) and scales each by a coefficient fitted on these cells, memory by least squares on relative error, time
-  by the fit with the smallest worst relative error; seconds scale to another machine by its speed probe.""",
+- **`evotune estimate`** counts a run's memory terms from its config and its model's shape and scales each by a
+  coefficient fitted on these cells (least squares on relative error). Its time is a per-matmul roofline: each
+  projection of each decode or prefill pass at the larger of its bytes' time and its FLOPs' (a layer at least a
+  floor), plus per-layer, KV-cache, training and token-distribution terms, at rates fitted per machine type on that
+  type's cells (`bench/scaling/roofline.py`); a machine of another type runs at the reference type's rates, scaled by
+  its speed probe.""",
     notes=("Seconds are per token, so they compare across cells that ran different fractions of the unit; a peak is "
            "its own unit's.",
            "The study's GPU part (bfloat16, every shape up to Llama-3-8B) runs with `bash bench/gpu_check/gpu_check.sh "

@@ -129,7 +129,7 @@ def free_mib(device: str) -> tuple[float, str]:
 
 
 def build(command: str, config: Any, shape: ModelShape | None = None, speed_ratio: float = 1.0,
-          tokens: int | None = None, factors: dict[str, float] | None = None) -> tuple[Estimate, dict[str, Any]]:
+          tokens: int | None = None, machine: str | None = None) -> tuple[Estimate, dict[str, Any]]:
     """The estimate of `config`'s run and what it rests on (prompt length, dtype, device, the study's machine)."""
     shape = shape or resolve_shape(config.model)
     device = resolve_device(getattr(config, "device", "cpu"))
@@ -140,7 +140,7 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
     sequence, measured = sft_sequence_tokens(config) if command == "sft" else (None, None)
     coefficients = load_coefficients()
     result = estimate(workload(command, config, shape, tokens, dtype, sequence), shape, coefficients, speed_ratio,
-                      factors)
+                      machine)
     context_length, budget = shape.max_position_embeddings, getattr(config, "max_new_tokens", 0)
     if context_length and command != "sft" and tokens + budget > context_length:  # as train's check_prompt_lengths
         result.notes.insert(0, f"does NOT run: prompts of {tokens} tokens + max_new_tokens {budget} = "
@@ -159,7 +159,7 @@ def build(command: str, config: Any, shape: ModelShape | None = None, speed_rati
                             "generate stops once every answer in its batch has ended, so a task with short answers "
                             "takes less time than this")
     vocabulary = coefficients.get("vocabulary")
-    if vocabulary and shape.vocab_size != vocabulary and result.seconds.get("token distributions (G elements)"):
+    if vocabulary and shape.vocab_size != vocabulary and result.seconds.get("token distributions"):
         result.notes.append(f"the time of the full next-token distributions was measured at one vocabulary "
                             f"({vocabulary:,} tokens); at this model's {shape.vocab_size:,} it is scaled, not measured")
     if getattr(config, "backend", "hf") != "hf":
@@ -318,22 +318,23 @@ def this_machine() -> str:
 
 
 def machine_scaling(coefficients: dict[str, Any], probe_s: float | None,
-                    machine: str | None = None) -> tuple[float, dict[str, float] | None, str]:
-    """(speed ratio, the machine type's factors or None, the line that says which) for this machine: a type the
-    scaling study measured runs at its own fitted speeds (times this probe's ratio to the type's median probe, when
-    probed); another at the reference type's, times its probe's ratio to the reference's."""
+                    machine: str | None = None) -> tuple[float, str | None, str]:
+    """(speed ratio, the machine type whose rates apply or None for the reference type's, the line that says
+    which) for this machine: a type the scaling study measured runs at its own fitted rates (times this probe's
+    ratio to the type's median probe, when probed); another at the reference type's, times its probe's ratio to
+    the reference's."""
     machine = machine or this_machine()
     typed = (coefficients.get("machine_types") or {}).get(machine)
     if typed:
         ratio = probe_s / typed["probe_s"] if probe_s else 1.0
         probed = (f"; this probe {probe_s:.2f} s against the type's {typed['probe_s']:.2f} s: x{ratio:.2f}"
                   if probe_s else "; without --no-speed-probe, scaled by this session's probe too")
-        return ratio, typed["factors"], (f"seconds: this machine's type ({machine}) is one the scaling study "
-                                         f"measured ({typed['cells']} cells): at its own fitted speeds{probed}")
-    where, reference = ", ".join(coefficients["machines"]), coefficients["reference_probe_s"]
+        return ratio, machine, (f"seconds: this machine's type ({machine}) is one the scaling study measured "
+                                f"({typed['cells']} cells): at its own fitted rates{probed}")
+    reference = coefficients["reference_probe_s"]
     if not probe_s:
-        return 1.0, None, (f"seconds: on the study's reference machine ({coefficients.get('reference_machine', where)}"
-                           f", speed probe {reference:.2f} s); without --no-speed-probe they scale to this one")
+        return 1.0, None, (f"seconds: on the study's reference machine ({coefficients['reference_machine']}, speed "
+                           f"probe {reference:.2f} s); without --no-speed-probe they scale to this one")
     return probe_s / reference, None, (f"seconds: this machine's type ({machine}) is not one the study measured: its "
                                        f"speed probe is {probe_s / reference:.2f}x the reference type's "
                                        f"({reference:.2f} s), and every term scales by it")
@@ -356,13 +357,13 @@ def run_estimate(config_path: str | None, command: str | None, method: str | Non
     # every method, or with --command the methods that command runs (their --set keys are that command's)
     names = [method] if method or config_path else [name for name in METHODS
                                                      if given_command in (None, METHODS[name][0])]
-    ratio, factors, line = machine_scaling(load_coefficients(), speed_probe()["probe_s"] if speed else None)
+    ratio, machine, line = machine_scaling(load_coefficients(), speed_probe()["probe_s"] if speed else None)
     found, tokens, fits = [], prompt_tokens_given, {}
     for name in names:
         method_command, keys = METHODS[name] if name else (command, {})
         config = resolve_config(method_command, config_path, overrides, keys, model)
         shape = resolve_shape(config.model)
-        result, context = build(method_command, config, shape, speed_ratio=ratio, tokens=tokens, factors=factors)
+        result, context = build(method_command, config, shape, speed_ratio=ratio, tokens=tokens, machine=machine)
         context["speed_line"] = line
         tokens = tokens or int(context["prompt_tokens"].split()[0])  # the task's prompts measured once
         label = name or getattr(config, "method", None) or command

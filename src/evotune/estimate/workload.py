@@ -53,6 +53,8 @@ class Workload:
     quantized: int = 0  # weights of the Linear layers a quantized base stores in quantized_bytes each (embeddings stay)
     quantized_bytes: float = 0.0
     new_tokens: int = 0  # tokens each decode generates (max_new_tokens): its steps attend over prompt + half of them
+    adapter: bool = False  # a LoRA's two extra matmuls per target module and layer pass (lora-es, ESSA, GRPO, SFT)
+    lowrank: bool = False  # lowrank-es's per-member factors ride along each layer pass of the batched population
 
 
 def quantized_weights(config: Any, shape: ModelShape) -> dict[str, Any]:
@@ -89,7 +91,7 @@ def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) 
         forward_tokens=members * prompts * (prompt_tokens + new), trained_sequences=0, trained_tokens=0,
         fp32_master=space in ("full", "lowrank"), drift_copy=space in ("full", "lowrank") and config.log_drift,
         stacked_copies=stacked, optimizer_bytes_per_trained=optimizer, new_tokens=new,
-        **quantized_weights(config, shape))
+        adapter=space in ("lora", "svd_lora"), lowrank=space == "lowrank", **quantized_weights(config, shape))
 
 
 def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
@@ -105,7 +107,7 @@ def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str
         forward_tokens=completions * length, trained_sequences=completions // config.gradient_accumulation_steps,
         trained_tokens=completions * length, training_flops_per_token=4 if config.lora else 6,
         optimizer_bytes_per_trained=12 if not config.lora else 16,  # fp32 gradient + AdamW's two moments (+ fp32 LoRA)
-        distribution_tokens=completions * new + completions * length, new_tokens=new,
+        distribution_tokens=completions * new + completions * length, new_tokens=new, adapter=bool(config.lora),
         **quantized_weights(config, shape))
 
 
@@ -120,7 +122,7 @@ def sft_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str,
         trained=shape.lora_parameters(config.lora_rank, config.lora_target_modules), members=1, passes=0,
         weight_reads=0, kv_sequences=0, sequence_tokens=length, forward_tokens=0,
         trained_sequences=config.batch_size, trained_tokens=config.batch_size * length, training_flops_per_token=4,
-        optimizer_bytes_per_trained=16, distribution_tokens=config.batch_size * length,
+        optimizer_bytes_per_trained=16, distribution_tokens=config.batch_size * length, adapter=True,
         **quantized_weights(config, shape))
 
 
@@ -158,22 +160,3 @@ def saved_per_token_and_layer(shape: ModelShape) -> int:
     MLP, 5.4 hidden sizes wide against SmolLM2's 2.7, made GRPO's peak at Qwen2.5-0.5B a fifth under the fit."""
     kv = shape.num_key_value_heads * shape.head_dim
     return 8 * shape.hidden_size + 2 * kv + 4 * shape.intermediate_size
-
-
-def time_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
-    """Each term of an iteration's time in its own unit (estimate.py scales each by its fitted seconds per unit)."""
-    stacked = load.stacked_copies > 0  # full-es's stacked candidates: one batched matmul over their copies
-    reads = load.weight_reads * load.parameters * load.dtype_bytes / 1e9
-    return {"weight reads (GB)": 0.0 if stacked else reads,
-            # a batched matmul streams every stacked copy once per pass, at another rate than one model's weights:
-            # counted as plain reads, full-es with 4 stacked candidates ran a third under the fit at 360M and 0.5B
-            "stacked weight reads (GB)": reads if stacked else 0.0,
-            "layer passes (thousands)": load.passes * shape.num_hidden_layers / 1e3,
-            "forward (TFLOP)": 2 * load.parameters * load.forward_tokens / 1e12,
-            "training (TFLOP)": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
-            "token distributions (G elements)": load.distribution_tokens * shape.vocab_size / 1e9,
-            # each decode step reads the keys and values every held sequence has cached, at every layer: at 135M
-            # and 128 sequences (lowrank-es's batched population) as many bytes as the weights themselves; without
-            # it a deep, narrow shape's decode was over-predicted by half (bench/scaling/fit.py, leave one shape out)
-            "KV cache reads (GB)": load.passes * load.kv_sequences * max(load.sequence_tokens - load.new_tokens / 2, 0)
-            * shape.num_hidden_layers * 2 * shape.num_key_value_heads * shape.head_dim * load.dtype_bytes / 1e9}
