@@ -59,7 +59,7 @@ EXACT_MEMORY_TERMS = ("weights", "fp32 master copy", "drift copy", "stacked cand
 
 
 # A machine type is not one speed: a 2-core AMX Xeon ran the scaling study's probe 1.8x faster than a 2-core EPYC, but
-# the narrow shapes' decode 3.3x faster (its cache holds their weights) and lowrank-es's batched population 1.2x. So
+# narrow-12L's plain decode 3.3x faster (its cache holds the weights) and the same shape's batched full-es 1.3x. So
 # each machine type the study measured has its own rates (bench/scaling/roofline.py fits them on its cells alone);
 # another machine runs at the reference type's, scaled by its speed probe.
 def machine_key(cpu: str, amx_bf16: Any, avx512_bf16: Any, threads: int) -> str:
@@ -83,11 +83,12 @@ def estimate(load: Workload, shape: ModelShape, coefficients: dict[str, Any] | N
     the time unpredicted, with a note either way."""
     coefficients = coefficients or load_coefficients()
     unfitted = set(coefficients.get("unfitted", []))
-    memory = {name: value * coefficients["memory"].get(name, 0.0) for name, value in memory_terms(load, shape).items()}
+    counted_memory = memory_terms(load, shape)
+    memory = {name: value * coefficients["memory"].get(name, 0.0) for name, value in counted_memory.items()}
     typed = machine_rates(coefficients, machine)
     counted = time_counts(load, shape)
     seconds = time_parts(counted, typed["rates"], typed["last_level_cache_mib"] * 2**20)
-    missing = sorted({name for name in unfitted if memory_terms(load, shape).get(name)}
+    missing = sorted({name for name in unfitted if counted_memory.get(name)}
                      | {name for name, value in seconds.items() if value is None})
     notes = [f"no scaling cell has measured {', '.join(missing)} yet: memory takes its first-principles value, and "
              "the time is not predicted"] if missing else []
