@@ -173,12 +173,11 @@ def test_every_term_is_needed_a_fit_without_any_one_is_worse():
     for name in found[0]["memory"]:
         without = fit.worst(fit.errors(found, fit.fit_all(found, drop=name, held_out=False)))[0]
         assert without > memory + 0.005 and without > fit.MEMORY_BOUND, f"{name!r} is not needed by the cells"
-    typed = roofline.in_sample(found, full, fit.machine_type)
+    typed = fit.in_sample(found, full)
     held_out = None
     for name in roofline.DROPPABLE:
         dropped = fit.fit_all(found, drop=name, held_out=False)
-        if any(worst > typed[kind] + 0.005 for kind, worst in roofline.in_sample(found, dropped,
-                                                                                  fit.machine_type).items()):
+        if any(worst > typed[kind] + 0.005 for kind, worst in fit.in_sample(found, dropped).items()):
             continue
         held_out = held_out or {shape: error["time"] for shape, error in fit.held_out_errors(found)["by_shape"].items()}
         out = {shape: fit.worst(fit.errors([row for row in found if row["record"]["shape"] == shape],

@@ -10,6 +10,8 @@ another machine type (CROSS) are read beside the study's own; the peer's cells a
     python -m bench.scaling.fit            # fit, write src/evotune/estimate/coefficients.json, print the table
     python -m bench.scaling.fit --check    # print the table with the committed coefficients
     python -m bench.scaling.fit --drop     # refit without each term in turn: the worst error each drop causes
+    python -m bench.scaling.fit --rates    # each machine type's time rates, its worst time error in sample, and the
+                                           # worst per shape left out (the committed coefficients)
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from evotune.estimate.model import (
     load_coefficients,
     machine_key,
 )
+from evotune.estimate.roofline import RATES
 from evotune.estimate.workload import memory_terms
 
 from .arms import ARMS
-from .roofline import DROPPABLE, fit_types
+from .roofline import DROPPABLE, fit_types, summary
 from .run import DTYPE, RESULTS
 from .shapes import SHAPES, TOKENIZER_VOCAB
 from .workloads import FITTED, cell_workload, model_shape
@@ -213,6 +216,24 @@ def held_out_errors(found: list[dict[str, Any]]) -> dict[str, Any]:
             "worst": rounded(table)}
 
 
+def in_sample(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> dict[str, float]:
+    """Per machine type, the worst time error of its cells under `coefficients`."""
+    table = errors(found, coefficients)
+    return {kind: max(abs(row["time_error"]) for row, cell in zip(table, found) if machine_type(cell["record"]) == kind)
+            for kind in coefficients["machine_types"]}
+
+
+def print_rates(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> None:
+    worst_by_type = in_sample(found, coefficients)
+    for kind, typed in coefficients["machine_types"].items():
+        print(f"{kind} ({typed['cells']} cells, last-level cache {typed['last_level_cache_mib']} MiB): worst time "
+              f"error in sample {worst_by_type[kind]:.1%}")
+        for name, value in typed["rates"].items():
+            print(f"  {name:22} " + ("no cell of this type measures it" if value is None
+                                     else f"{value:10.3f} {RATES[name][0]}"))
+    print("worst time error per shape left out: " + summary(coefficients["held_out_error"]["by_shape"]))
+
+
 def worst(table: list[dict[str, Any]]) -> tuple[float, float]:
     return max(abs(row["memory_error"]) for row in table), max(abs(row["time_error"]) for row in table)
 
@@ -221,8 +242,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="the committed coefficients, not a new fit")
     parser.add_argument("--drop", action="store_true", help="refit without each term: the worst error it causes")
+    parser.add_argument("--rates", action="store_true", help="print each machine type's time rates (committed)")
     args = parser.parse_args()
     found = rows()
+    if args.rates:
+        print_rates(found, load_coefficients())
+        return
     coefficients = load_coefficients() if args.check else fit_all(found)
     if not args.check:
         COEFFICIENTS.write_text(json.dumps(coefficients, indent=1) + "\n")

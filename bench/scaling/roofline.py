@@ -1,9 +1,8 @@
 """The fit of `evotune estimate`'s time rates (evotune.estimate.roofline) per machine type, on the scaling study's
 cells of that type alone: every rate positive (log-parametrized), least squares on the log of predicted over
 measured time (scipy's least_squares), no factor between types. A read rate no cell of a type measures (no shape in
-its cache, no stacked copies) is left unfitted, and the plain read rate stands in for it.
-
-    python -m bench.scaling.roofline       # fitted rates per type, the worst error in sample and per shape left out
+its cache, no stacked copies) is left unfitted, and the plain read rate stands in for it. fit.py calls it;
+`python -m bench.scaling.fit --rates` prints each type's rates and errors.
 """
 
 from __future__ import annotations
@@ -72,31 +71,3 @@ def summary(held_out: dict[str, dict[str, Any]]) -> str:
     by_shape; what bench/scaling/README.md quotes)."""
     shapes = sorted(held_out, key=lambda shape: -held_out[shape]["time"])
     return "; ".join(f"{shape} {held_out[shape]['time']:.0%}" for shape in shapes)
-
-
-def in_sample(found: list[dict[str, Any]], coefficients: dict[str, Any], kind_of: Any) -> dict[str, float]:
-    """Per machine type, the worst time error of its cells under the fit of every cell."""
-    from .fit import errors
-
-    table = errors(found, coefficients)
-    return {kind: max(abs(row["time_error"]) for row, cell in zip(table, found) if kind_of(cell["record"]) == kind)
-            for kind in coefficients["machine_types"]}
-
-
-def main() -> None:
-    from .fit import fit_all, machine_type, rows
-
-    found = rows()
-    coefficients = fit_all(found)
-    worst = in_sample(found, coefficients, machine_type)
-    for kind, typed in coefficients["machine_types"].items():
-        print(f"{kind} ({typed['cells']} cells, last-level cache {typed['last_level_cache_mib']} MiB): worst time "
-              f"error in sample {worst[kind]:.1%}")
-        for name, value in typed["rates"].items():
-            print(f"  {name:22} " + ("no cell of this type measures it" if value is None
-                                     else f"{value:10.3f} {RATES[name][0]}"))
-    print("worst time error per shape left out: " + summary(coefficients["held_out_error"]["by_shape"]))
-
-
-if __name__ == "__main__":
-    main()
