@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from evotune.estimate.roofline import RATES, ROOFLINE_RATES, TimeCounts, time_counts, time_parts
+from evotune.estimate.roofline import RATES, ROOFLINE_RATES, TimeCounts, read_rate_name, time_counts, time_parts
 
 # Last-level cache per CPU model (lscpu): the Xeon's holds narrow-12L's 88 MB and deep-narrow-40L's 176 MB of float32
 # weights, the EPYC's none of the study's shapes
@@ -26,13 +26,11 @@ def seconds(counted: TimeCounts, rates: dict[str, float | None], cache_mib: floa
 
 
 def measured_by(cells: list[tuple[TimeCounts, float]], cache_mib: float) -> list[str]:
-    """The rates some cell's time depends on."""
-    cached = [counted.weight_bytes < cache_mib * 2**20 for counted, _ in cells]
-    uses = {"weight reads": any(not hit and not counted.stacked for hit, (counted, _) in zip(cached, cells)),
-            "cached weight reads": any(cached),
-            "stacked weight reads": any(counted.stacked and not hit for hit, (counted, _) in zip(cached, cells)),
-            "arithmetic": True, "layer floor": True}
-    return [name for name in RATES if uses.get(name, any(counted.counts.get(name) for counted, _ in cells))]
+    """The rates some cell's time depends on: the read rates its cells' weights go at (read_rate_name), the
+    arithmetic and the floor, and every additive rate some cell counts."""
+    reads = {read_rate_name(counted, cache_mib * 2**20) for counted, _ in cells}
+    return [name for name in RATES if name in reads or name in ("arithmetic", "layer floor")
+            or (name not in ROOFLINE_RATES and any(counted.counts.get(name) for counted, _ in cells))]
 
 
 def fit(cells: list[tuple[TimeCounts, float]], cache_mib: float, drop: str | None = None) -> dict[str, float | None]:

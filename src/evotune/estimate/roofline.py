@@ -77,12 +77,17 @@ def time_counts(load: Workload, shape: ModelShape) -> TimeCounts:
                       stacked=copies > 1, counts=counts)
 
 
-def read_rate(found: TimeCounts, rates: dict[str, float | None], cache_bytes: float) -> float:
-    """GB/s of this iteration's weight reads: the cache's where every copy fits in it, the stacked copies' for a
-    batched population, else the plain one (which also stands in for a rate no cell of the type measured)."""
-    name = "cached weight reads" if found.weight_bytes < cache_bytes else \
+def read_rate_name(found: TimeCounts, cache_bytes: float) -> str:
+    """Which rate this iteration's weight reads go at: the cache's where every copy fits in it, the stacked copies'
+    for a batched population, else the plain one."""
+    return "cached weight reads" if found.weight_bytes < cache_bytes else \
         "stacked weight reads" if found.stacked else "weight reads"
-    return rates.get(name) or rates["weight reads"]
+
+
+def read_rate(found: TimeCounts, rates: dict[str, float | None], cache_bytes: float) -> float:
+    """GB/s of this iteration's weight reads (read_rate_name's; the plain rate stands in for one no cell of the type
+    measured)."""
+    return rates.get(read_rate_name(found, cache_bytes)) or rates["weight reads"]
 
 
 def time_parts(found: TimeCounts, rates: dict[str, float | None], cache_bytes: float) -> dict[str, float | None]:
