@@ -69,6 +69,7 @@ class FakeLoop:
         self.config, self.output_dir, self.logger, self.strategy, self.task = None, None, None, None, None
         self.last_completions: list[str] = []
         self.should_stop = False
+        self.training_seconds = 0.0
 
     def run_evaluation(self, record) -> None:
         pass
@@ -105,3 +106,26 @@ def test_the_progress_bar_shows_the_seconds_trained_of_a_time_budget(tiny_model_
     Trainer(config, tmp_path / "budget").train()
     bar = capsys.readouterr().err
     assert "/3,600 cpu s" in bar and "trained=" in bar
+
+
+def test_a_time_budgeted_bar_ends_where_the_budget_will_stop_the_run():
+    from types import SimpleNamespace
+
+    from evotune.callbacks import ProgressCallback, projected_iterations
+
+    # 10 of a 10,000,000-iteration run in 60 of 600 seconds: the budget stops it near 100
+    assert projected_iterations(10_000_000, 10, 60.0, 600.0) == 100
+    assert projected_iterations(50, 10, 60.0, 600.0) == 50  # `iterations` comes first
+    assert projected_iterations(10_000_000, 10, 700.0, 600.0) == 10  # past the budget: this one is the last
+    assert projected_iterations(500, 0, 0.0, 600.0) == 500  # nothing measured yet
+    loop = FakeLoop()
+    loop.config = SimpleNamespace(iterations=10_000_000, max_training_seconds=600.0, training_clock="cpu")
+    loop.strategy = SimpleNamespace(iteration=4)
+    loop.training_seconds = 40.0  # a resumed run: 4 iterations in 40 s before this process
+    progress = ProgressCallback()
+    progress.on_train_begin(loop)
+    assert (progress.bar.n, progress.bar.total) == (4, 60)
+    loop.training_seconds = 60.0
+    progress.on_iteration_end(loop, {"iteration": 5, "reward_mean": 0.5, "reward_max": 1.0})
+    assert (progress.bar.n, progress.bar.total) == (5, 50)
+    progress.on_train_end(loop)

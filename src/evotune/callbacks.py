@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from .config.train import TrainConfig
 from .strategies.base import Strategy
 from .tasks.base import Task, prompt_text
-from .tracking.tracker import CurvesRedraw, MetricsLogger, dumps_strict
+from .tracking.tracker import CurvesRedraw, MetricsLogger, dumps_strict, projected_iterations
 
 
 @runtime_checkable
@@ -39,6 +39,7 @@ class ESLoop(Protocol):
     task: Task
     last_completions: list[str]  # of the last evaluation, one per task.eval_rows
     should_stop: bool  # set True to end the run after this iteration (checkpoint and final/ are written)
+    training_seconds: float  # spent so far in `training_clock`'s seconds, summed over resumes
 
     def run_evaluation(self, record: dict[str, Any]) -> None:
         """Evaluate the current mean into `record` and tell every callback (on_evaluate)."""
@@ -181,17 +182,21 @@ class ProgressCallback(ESCallback):
     def on_train_begin(self, trainer: ESLoop) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=trainer.config.iterations, initial=trainer.strategy.iteration, desc="evotune",
-                        unit="it", dynamic_ncols=True)
+        config, done = trainer.config, trainer.strategy.iteration
+        total = projected_iterations(config.iterations, done, trainer.training_seconds, config.max_training_seconds) \
+            if config.max_training_seconds else config.iterations
+        self.bar = tqdm(total=total, initial=done, desc="evotune", unit="it", dynamic_ncols=True)
 
     def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         self.last_eval = {key: value for key, value in record.items() if key in ("eval/accuracy", "eval/reward")}
 
     def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
-        self.bar.update(1)
         budget = trainer.config.max_training_seconds
-        # a run stopped by its time budget ends long before `iterations`: the bar's own ETA is then meaningless,
-        # so the seconds trained of the budget stand beside it (in the clock the budget counts)
+        if budget:
+            self.bar.total = projected_iterations(trainer.config.iterations, record["iteration"],
+                                                  trainer.training_seconds, budget)
+        self.bar.update(1)
+        # the seconds trained of the budget stand beside the bar, in the clock the budget counts
         spent = {"trained": f"{trainer.training_seconds:,.0f}/{budget:,.0f} {trainer.config.training_clock} s"}
         self.bar.set_postfix({"reward": f"{record['reward_mean']:.3f}", "max": f"{record['reward_max']:.3f}",
                               **{key: f"{value:.3f}" for key, value in self.last_eval.items()},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -134,9 +135,9 @@ def test_grpo_adapter_needs_lora(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("clock", ["wall", "cpu"])
-def test_grpo_stops_at_its_time_budget_with_a_final_evaluation(tiny_model_dir, tmp_path, clock):
+def test_grpo_stops_at_its_time_budget_with_a_final_evaluation(tiny_model_dir, tmp_path, clock, capsys):
     """max_training_seconds, as for `evotune train`, on either clock: a tiny budget ends GRPO after its first step,
-    evaluated; the step records its wall and CPU seconds."""
+    evaluated; the step records its wall and CPU seconds. The progress bar ends at that step, not at 50."""
     from evotune.baselines.grpo import GRPORunConfig, run_grpo
 
     run = tmp_path / "grpo"
@@ -148,6 +149,8 @@ def test_grpo_stops_at_its_time_budget_with_a_final_evaluation(tiny_model_dir, t
     assert [r["iteration"] for r in steps] == [1] and "eval/reward" in steps[0]
     assert steps[0]["cpu_s"] > 0 and steps[0]["time_s"] > 0
     assert (run / "final" / "adapter_config.json").exists()
+    bars = re.findall(r"(\d+)/(\d+) \[", capsys.readouterr().err)
+    assert ("0", "50") in bars and bars[-1] == ("1", "1")  # drawn over 50 steps, ended over the one taken
 
 
 def prompt_order(model_dir: str, output, seed: int, data_seed: int | None) -> list[str]:

@@ -268,6 +268,7 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
                    spent: float) -> tuple[Any, Any, Any]:
     """(TRL's GRPOTrainer, the metrics callback, the tokenizer) of this run."""
     from peft import LoraConfig
+    from transformers.trainer_callback import ProgressCallback
 
     from ..backends import HFBackend
     from ..backends.hf import contiguous_head_input
@@ -293,9 +294,12 @@ def _build_trainer(config: GRPORunConfig, output: Path, checkpoint: Path | None,
     contiguous_head_input(trainer.model)  # TRL generates with HF generate(): same 2x CPU fix as HFBackend
     evaluator = lambda: HFBackend(trainer.model, tokenizer)  # noqa: E731 - greedy eval on the live policy
     retention = build_retention(config, evaluator())  # LoRA: the adapter switched off is the KL's base
+    # transformers' own bar: with a time budget its total becomes where the budget stops the run
+    progress = next((hook for hook in trainer.callback_handler.callbacks if isinstance(hook, ProgressCallback)), None)
     callback = EvotuneMetricsCallback(logger, task, evaluator, config,
                                       samples_per_step=config.batch_size * config.num_generations,
-                                      training_seconds=spent, retention=retention)
+                                      training_seconds=spent, retention=retention,
+                                      progress_bar=lambda: getattr(progress, "training_bar", None))
     trainer.add_callback(callback)
     return trainer, callback, tokenizer
 

@@ -12,7 +12,7 @@ same rule as `evotune train` (tracking.tracker.out_of_time), so both methods can
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from transformers import TrainerCallback
 
@@ -20,7 +20,7 @@ from ..backends.base import Backend
 from ..evaluation.generation import eval_budget, eval_record, evaluate_model
 from ..tasks.base import Task
 from ..tracking.clock import StepClock
-from ..tracking.tracker import CurvesRedraw, MetricsLogger, out_of_time, peak_memory_mib
+from ..tracking.tracker import CurvesRedraw, MetricsLogger, out_of_time, peak_memory_mib, projected_iterations
 
 if TYPE_CHECKING:
     from ..evaluation.retention import Retention
@@ -42,8 +42,10 @@ class EvotuneMetricsCallback(TrainerCallback):
     """GRPO steps as metrics.jsonl records, with evotune's held-out evaluation and time budget (module doc)."""
 
     def __init__(self, logger: MetricsLogger, task: Task, backend_fn: Callable[[], Backend], config: EvalSchedule,
-                 samples_per_step: int, training_seconds: float = 0.0, retention: Retention | None = None):
+                 samples_per_step: int, training_seconds: float = 0.0, retention: Retention | None = None,
+                 progress_bar: Callable[[], Any] = lambda: None):
         self.logger = logger
+        self.progress_bar = progress_bar  # transformers' tqdm bar of the steps, once training has begun (or None)
         self.retention = retention
         self.task = task
         self.backend_fn = backend_fn
@@ -80,6 +82,11 @@ class EvotuneMetricsCallback(TrainerCallback):
         if out_of_time(self.training_seconds, self.config.max_training_seconds, self._step_time):
             # saved too: a resume with a larger budget continues from this step, not from an earlier checkpoint
             self.out_of_time = control.should_training_stop = control.should_save = True
+        bar = self.progress_bar()
+        if self.config.max_training_seconds and bar is not None:  # its ETA, to where the budget will stop the run
+            bar.total = projected_iterations(state.max_steps, state.global_step, self.training_seconds,
+                                             self.config.max_training_seconds)
+            bar.refresh()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}

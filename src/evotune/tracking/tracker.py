@@ -46,6 +46,16 @@ def out_of_time(training_seconds: float, max_training_seconds: float, last_step_
     return training_seconds >= max_training_seconds or training_seconds + last_step_seconds / 2 > max_training_seconds
 
 
+def projected_iterations(iterations: int, done: int, seconds: float, budget: float) -> int:
+    """Where a run with a time budget will stop: `iterations`, or sooner the iteration its budget runs out at, at the
+    seconds per iteration so far (summed over resumes). The progress bar's total, in the ES loop and GRPO's alike: a
+    budgeted run sets `iterations` far past where it stops, and a bar over those showed an ETA of 60,000 hours for a
+    two-hour run."""
+    if done <= 0 or seconds <= 0:
+        return iterations
+    return max(done, min(iterations, math.ceil(budget * done / seconds)))
+
+
 def strict_json(value: Any) -> Any:
     """`value` with NaN and infinities replaced by None (JSON null) and numpy scalars made Python ones."""
     if isinstance(value, (float, np.floating)):
