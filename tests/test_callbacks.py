@@ -118,6 +118,7 @@ def test_a_time_budgeted_bar_ends_where_the_budget_will_stop_the_run():
     assert projected_iterations(50, 10, 60.0, 600.0) == 50  # `iterations` comes first
     assert projected_iterations(10_000_000, 10, 700.0, 600.0) == 10  # past the budget: this one is the last
     assert projected_iterations(500, 0, 0.0, 600.0) == 500  # nothing measured yet
+    assert projected_iterations(500, 10, 60.0, 0.0) == 500  # no budget
     loop = FakeLoop()
     loop.config = SimpleNamespace(iterations=10_000_000, max_training_seconds=600.0, training_clock="cpu")
     loop.strategy = SimpleNamespace(iteration=4)

@@ -183,8 +183,7 @@ class ProgressCallback(ESCallback):
         from tqdm.auto import tqdm
 
         config, done = trainer.config, trainer.strategy.iteration
-        total = projected_iterations(config.iterations, done, trainer.training_seconds, config.max_training_seconds) \
-            if config.max_training_seconds else config.iterations
+        total = projected_iterations(config.iterations, done, trainer.training_seconds, config.max_training_seconds)
         self.bar = tqdm(total=total, initial=done, desc="evotune", unit="it", dynamic_ncols=True)
 
     def on_evaluate(self, trainer: ESLoop, record: dict[str, Any]) -> None:
@@ -192,9 +191,8 @@ class ProgressCallback(ESCallback):
 
     def on_iteration_end(self, trainer: ESLoop, record: dict[str, Any]) -> None:
         budget = trainer.config.max_training_seconds
-        if budget:
-            self.bar.total = projected_iterations(trainer.config.iterations, record["iteration"],
-                                                  trainer.training_seconds, budget)
+        self.bar.total = projected_iterations(trainer.config.iterations, record["iteration"], trainer.training_seconds,
+                                              budget)
         self.bar.update(1)
         # the seconds trained of the budget stand beside the bar, in the clock the budget counts
         spent = {"trained": f"{trainer.training_seconds:,.0f}/{budget:,.0f} {trainer.config.training_clock} s"}

@@ -83,7 +83,7 @@ class EvotuneMetricsCallback(TrainerCallback):
             # saved too: a resume with a larger budget continues from this step, not from an earlier checkpoint
             self.out_of_time = control.should_training_stop = control.should_save = True
         bar = self.progress_bar()
-        if self.config.max_training_seconds and bar is not None:  # its ETA, to where the budget will stop the run
+        if bar is not None:  # its ETA, to where a time budget will stop the run
             bar.total = projected_iterations(state.max_steps, state.global_step, self.training_seconds,
                                              self.config.max_training_seconds)
             bar.refresh()

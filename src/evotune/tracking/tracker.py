@@ -50,8 +50,8 @@ def projected_iterations(iterations: int, done: int, seconds: float, budget: flo
     """Where a run with a time budget will stop: `iterations`, or sooner the iteration its budget runs out at, at the
     seconds per iteration so far (summed over resumes). The progress bar's total, in the ES loop and GRPO's alike: a
     budgeted run sets `iterations` far past where it stops, and a bar over those showed an ETA of 60,000 hours for a
-    two-hour run."""
-    if done <= 0 or seconds <= 0:
+    two-hour run. No budget (0), or nothing measured yet: `iterations`."""
+    if not budget or done <= 0 or seconds <= 0:
         return iterations
     return max(done, min(iterations, math.ceil(budget * done / seconds)))
 
