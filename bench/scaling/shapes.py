@@ -66,6 +66,9 @@ SHAPES = {shape.name: shape for shape in [
     # deep-narrow's width at a public shape's depth: left out of the fit, deep-narrow's cost per layer of small
     # matmuls is otherwise seen only through wider shapes, where the matmuls' own work hides it
     Shape("narrow-12L", "llama", 256, 12, 4, 2, 768, True, 49_152, published=False),
+    # the same width at a third depth: with 12 and 40 layers alone, a cost per layer and a cost per decode step
+    # (fixed work each new token pays whatever the depth) fit the narrow shapes equally well
+    Shape("narrow-24L", "llama", 256, 24, 4, 2, 768, True, 49_152, published=False),
     Shape("shallow-wide-4L", "llama", 1536, 4, 24, 8, 6144, True, 49_152, published=False),
 ]}
 PROPORTIONS = [name for name, shape in SHAPES.items() if not shape.published]

@@ -36,13 +36,16 @@ def test_the_shapes_of_other_proportions_pull_layers_and_width_apart():
     public = [shape for shape in shapes.SHAPES.values() if shape.published]
     ratio = [shape.num_hidden_layers / shape.hidden_size for shape in public]
     deep, wide = shapes.SHAPES["deep-narrow-40L"], shapes.SHAPES["shallow-wide-4L"]
-    assert set(shapes.PROPORTIONS) == {"deep-narrow-40L", "shallow-wide-4L", "narrow-12L"}
+    assert set(shapes.PROPORTIONS) == {"deep-narrow-40L", "shallow-wide-4L", "narrow-12L", "narrow-24L"}
     assert deep.num_hidden_layers / deep.hidden_size > 2 * max(ratio)
     assert wide.num_hidden_layers / wide.hidden_size < min(ratio) / 2
     # narrow-12L: deep-narrow's width at a public shape's depth (the small matmuls' cost apart from the depth)
     narrow = shapes.SHAPES["narrow-12L"]
     assert narrow.hidden_size == deep.hidden_size and narrow.intermediate_size == deep.intermediate_size
     assert min(shape.num_hidden_layers for shape in public) / 2 <= narrow.num_hidden_layers < deep.num_hidden_layers
+    # narrow-24L: the same width at a third depth, so a per-layer cost and a per-step cost come apart
+    narrow_widths = [shape for shape in shapes.SHAPES.values() if shape.hidden_size == deep.hidden_size]
+    assert sorted(shape.num_hidden_layers for shape in narrow_widths) == [12, 24, 40]
 
 
 def test_a_built_model_has_the_parameters_its_shape_says_and_always_generates_the_whole_budget(tmp_path):
