@@ -227,9 +227,10 @@ in its own process: <!-- claim:scaling-progress --><!-- /claim -->
 - **Shapes**: SmolLM2-135M (the built-in), SmolLM2-360M, Qwen2.5-0.5B, Qwen2.5-1.5B and SmolLM2-1.7B, rebuilt from
   their published configs with random weights from a fixed seed (a forward pass costs the same per token whatever
   the weights learned), each with SmolLM2's tokenizer and so a vocabulary resized to 49,152 tokens
-  (<!-- claim:scaling-parameters --><!-- /claim -->). For the estimate's fit alone, two shapes of no public model pull
+  (<!-- claim:scaling-parameters --><!-- /claim -->). For the estimate's fit alone, shapes of no public model pull
   apart layers and width, which the public ones keep in one proportion (24 to 32 layers): `deep-narrow-40L` (40
-  layers of width 256) and `shallow-wide-4L` (4 layers of width 1,536).
+  layers of width 256) and `shallow-wide-4L` (4 layers of width 1,536), and the narrow width at two more depths,
+  `narrow-12L` and `narrow-24L`, so a cost per layer and one per decode step come apart.
 - **Equal work per cell**: the method study's unit, every completion forced to all 48 tokens (`min_new_tokens`): ES
   16 members x 8 prompts, GRPO 8 prompts x 8 completions, SFT 8 sequences. Above 250M parameters a cell runs half of
   it, a quarter above 1B, less where the whole is predicted not to fit (`[0.5 unit]` in the table).
