@@ -15,8 +15,8 @@ import numpy as np
 
 from evotune.estimate.roofline import RATES, ROOFLINE_RATES, TimeCounts, read_rate_name, time_counts, time_parts
 
-# Last-level cache per CPU model (lscpu): the Xeon's holds narrow-12L's 88 MB and deep-narrow-40L's 176 MB of float32
-# weights, the EPYC's none of the study's shapes
+# Last-level cache per CPU model (lscpu): the Xeon's holds narrow-12L's 88 MB, narrow-24L's 125 MB and deep-narrow-40L's
+# 176 MB of float32 weights, the EPYC's none of the study's shapes
 LAST_LEVEL_CACHE_MIB = {"AMD EPYC": 32, "Intel(R) Xeon(R) Processor": 300}
 DROPPABLE = tuple(name for name in RATES if name not in ROOFLINE_RATES)  # the additive terms (fit.py --drop)
 
