@@ -8,7 +8,8 @@ copies of full-es's batched population at theirs. The rest adds: a cost per laye
 layer pass: their extra kernels), the KV cache's reads, training FLOPs and each backward micro-batch's layers, and
 GRPO's full next-token distributions. The rates are fitted per machine type on the scaling
 study's cells (bench/scaling/roofline.py); a linear model with two factors between types missed the narrow shapes
-by up to 118% out of sample, this one by 37% on 154 cells (bench/scaling/README.md gives each shape's).
+by up to 118% out of sample, this one by less (bench/scaling/README.md gives each shape's, checked against the
+committed fit by a test).
 """
 
 from __future__ import annotations
