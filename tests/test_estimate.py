@@ -420,3 +420,25 @@ def divides(name: str) -> bool:
     from evotune.estimate.roofline import RATES
 
     return RATES[name][0] in ("GB/s", "GFLOP/s")
+
+
+def test_rates_print_each_shapes_worst_cell_left_out_per_machine_type(capsys):
+    """`fit --rates` names, per machine type and shape, the cell a fit without that shape predicts worst: the
+    figure that says which machine type's cells another session's repeat should measure."""
+    from bench.scaling import fit
+
+    shapes = ("narrow-12L", "narrow-24L", "SmolLM2-135M", "SmolLM2-360M")  # each left out, the rest read uncached
+    found = [row for row in fit.rows() if row["record"]["shape"] in shapes]
+    coefficients = fit.fit_all(found)
+    fit.print_rates(found, coefficients)
+    lines = capsys.readouterr().out.splitlines()
+    table = fit.held_out_rows(found)
+    printed = 0
+    for kind in coefficients["machine_types"]:
+        for shape in shapes:
+            cells = [row for row in table if row["shape"] == shape and row["machine"] == kind]
+            worst = max(cells, key=lambda row: abs(row["time_error"]))
+            expected = f"{worst['time_error']:+6.0%} ({worst['arm']}:"
+            assert any(line.startswith(f"  {kind[:40]:40} {shape:16} {expected}") for line in lines), (kind, shape)
+            printed += 1
+    assert printed == 8  # both machine types measured all four shapes

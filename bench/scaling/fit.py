@@ -11,7 +11,8 @@ another machine type (CROSS) are read beside the study's own; the peer's cells a
     python -m bench.scaling.fit --check    # print the table with the committed coefficients
     python -m bench.scaling.fit --drop     # refit without each term in turn: the worst error each drop causes
     python -m bench.scaling.fit --rates    # each machine type's time rates, its worst time error in sample, and the
-                                           # worst per shape left out (the committed coefficients)
+                                           # worst per shape left out (the committed coefficients),
+                                           # then per shape and machine type (each refitted without it)
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def errors(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> list[di
         kind = machine_type(record)
         ratio = 1.0 if kind in types else row["probe_s"] / coefficients["reference_probe_s"]
         predicted = estimate(row["load"], row["shape"], coefficients, speed_ratio=ratio, machine=kind)
-        table.append({"shape": record["shape"], "arm": record["arm"], "measured_mib": record["peak_rss_mib"],
+        table.append({"shape": record["shape"], "arm": record["arm"], "machine": kind,
+                      "measured_mib": record["peak_rss_mib"],
                       "predicted_mib": round(predicted.peak_mib), "measured_s": record["seconds_per_iteration"],
                       "predicted_s": round(predicted.seconds_per_iteration, 2),
                       "memory_error": predicted.peak_mib / record["peak_rss_mib"] - 1,
@@ -232,6 +234,15 @@ def print_rates(found: list[dict[str, Any]], coefficients: dict[str, Any]) -> No
             print(f"  {name:22} " + ("no cell of this type measures it" if value is None
                                      else f"{value:10.3f} {RATES[name][0]}"))
     print("worst time error per shape left out: " + summary(coefficients["held_out_error"]["by_shape"]))
+    print("the same per machine type (its worst cell): where another session's repeat would help most")
+    table = held_out_rows(found)
+    for kind in coefficients["machine_types"]:
+        for shape in sizes(found):
+            cells = [row for row in table if row["shape"] == shape and row["machine"] == kind]
+            if cells:
+                cell = max(cells, key=lambda row: abs(row["time_error"]))
+                print(f"  {kind[:40]:40} {shape:16} {cell['time_error']:+6.0%} ({cell['arm']}: "
+                      f"{cell['measured_s']:.1f} s measured, {cell['predicted_s']:.1f} s predicted)")
 
 
 def worst(table: list[dict[str, Any]]) -> tuple[float, float]:
