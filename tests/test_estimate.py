@@ -93,7 +93,7 @@ def test_the_workload_counts_each_methods_passes_copies_and_sequences():
             + hidden * SHAPE.vocab_size)
     assert sum(times * sum(size for size, _ in matmuls)
                for times, matmuls in counted.passes) == pytest.approx(48 * read * 4)
-    assert lowrank.lowrank and not lowrank.adapter and lora.adapter and not full.adapter and not full.lowrank
+    assert not lowrank.adapter and lora.adapter and not full.adapter
     assert time_counts(stacked, SHAPE).stacked and time_counts(stacked, SHAPE).weight_bytes == 4 * full.parameters * 4
     # autograd keeps hidden-size and MLP-width tensors per token and layer: a wider MLP keeps more
     wide = dataclasses.replace(SHAPE, intermediate_size=2 * SHAPE.intermediate_size)

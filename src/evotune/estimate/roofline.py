@@ -4,12 +4,13 @@ Each decode or prefill pass runs every layer's seven projections and, once, the 
 weights over `rows` rows takes the larger of its bytes at the type's read rate and its FLOPs at its arithmetic rate
 (a roofline), and a layer takes at least a floor (its kernels' dispatch: the 256-wide shapes' decode costs the same
 per layer at 12 and 40 layers). Weights that fit in the type's last-level cache read at their own rate, the stacked
-copies of full-es's batched population at theirs. The rest adds: a cost per layer pass (and per adapter or low-rank
-layer pass: their extra kernels), the KV cache's reads, training FLOPs and each backward micro-batch's layers, and
-GRPO's full next-token distributions. The rates are fitted per machine type on the scaling
-study's cells (bench/scaling/roofline.py); a linear model with two factors between types missed the narrow shapes
-by up to 118% out of sample, this one by less (bench/scaling/README.md gives each shape's, checked against the
-committed fit by a test).
+copies of full-es's batched population at theirs. The rest adds: a cost per layer pass (and per adapter layer pass:
+its extra kernels), the KV cache's reads, training FLOPs and each backward micro-batch's layers, and GRPO's full
+next-token distributions. (A cost per low-rank layer pass, for lowrank-es's per-member factors, was fitted at 0 on
+the EPYC and made no type's or shape's worst error smaller: it is not counted.) The rates are fitted per machine
+type on the scaling study's cells (bench/scaling/roofline.py); a linear model with two factors between types missed
+the narrow shapes by up to 118% out of sample, this one by less (bench/scaling/README.md gives each shape's, checked
+against the committed fit by a test).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .workload import Workload
 # every other one multiplies its count (a rate in ms its count in thousands)
 RATES = {"weight reads": ("GB/s", 8.0), "cached weight reads": ("GB/s", 20.0), "stacked weight reads": ("GB/s", 8.0),
          "arithmetic": ("GFLOP/s", 80.0), "layer floor": ("ms", 0.5), "layer pass": ("ms", 0.5),
-         "adapter layer pass": ("ms", 0.1), "low-rank layer pass": ("ms", 0.5), "KV cache reads": ("s/GB", 0.2),
+         "adapter layer pass": ("ms", 0.1), "KV cache reads": ("s/GB", 0.2),
          "training": ("s/TFLOP", 5.0), "backward layer": ("ms", 5.0), "token distributions": ("s/G elements", 30.0)}
 ROOFLINE_RATES = ("weight reads", "cached weight reads", "stacked weight reads", "arithmetic", "layer floor")
 PROJECTIONS = "projections (roofline)"
@@ -68,7 +69,7 @@ def time_counts(load: Workload, shape: ModelShape) -> TimeCounts:
     kv_reads = load.passes * load.kv_sequences * max(load.sequence_tokens - load.new_tokens / 2, 0) \
         * shape.num_hidden_layers * 2 * shape.num_key_value_heads * shape.head_dim * load.dtype_bytes / 1e9
     counts = {"layer pass": layer_passes, "adapter layer pass": layer_passes if load.adapter else 0.0,
-              "low-rank layer pass": layer_passes if load.lowrank else 0.0, "KV cache reads": kv_reads,
+              "KV cache reads": kv_reads,
               "training": load.training_flops_per_token * load.parameters * load.trained_tokens / 1e12,
               # GRPO's sampling and log-probabilities over the vocabulary; SFT's one cross-entropy per step is not
               # counted: at GRPO's rate it made the narrow shapes' SFT steps 30 points slower out of sample

@@ -54,7 +54,6 @@ class Workload:
     quantized_bytes: float = 0.0
     new_tokens: int = 0  # tokens each decode generates (max_new_tokens): its steps attend over prompt + half of them
     adapter: bool = False  # a LoRA's two extra matmuls per target module and layer pass (lora-es, ESSA, GRPO, SFT)
-    lowrank: bool = False  # lowrank-es's per-member factors ride along each layer pass of the batched population
 
 
 def quantized_weights(config: Any, shape: ModelShape) -> dict[str, Any]:
@@ -91,7 +90,7 @@ def es_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) 
         forward_tokens=members * prompts * (prompt_tokens + new), trained_sequences=0, trained_tokens=0,
         fp32_master=space in ("full", "lowrank"), drift_copy=space in ("full", "lowrank") and config.log_drift,
         stacked_copies=stacked, optimizer_bytes_per_trained=optimizer, new_tokens=new,
-        adapter=space in ("lora", "svd_lora"), lowrank=space == "lowrank", **quantized_weights(config, shape))
+        adapter=space in ("lora", "svd_lora"), **quantized_weights(config, shape))
 
 
 def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int, dtype: str) -> Workload:
