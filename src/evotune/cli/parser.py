@@ -289,10 +289,11 @@ def _add_estimate(commands: Any) -> None:
         evotune estimate --method grpo-full --model Qwen2.5-0.5B
         evotune estimate examples/arithmetic.yaml --set population_size=32
         evotune estimate examples/grpo_arithmetic.yaml --command grpo --json""",
-                            """Counts a run's terms (weights, fp32 master copy, drift copy, KV cache, stacked
-        candidates, optimizer state, activations, logits; passes over the weights, tokens forward and backward)
-        from its config and its model's config, with coefficients fitted on the scaling study's measured cells
-        (docs/benchmarks/scaling.md); seconds scale to this machine by its speed probe. The hf backend's costs.""")
+                            """Counts a run's terms (runtime and GRPO's trainer runtime, weights, fp32 master
+        copy, drift copy, KV cache, stacked candidates, optimizer state, activations, logits; passes over the
+        weights, tokens forward and backward) from its config and its model's config, with coefficients fitted on
+        the scaling study's measured cells (docs/benchmarks/scaling.md); seconds scale to this machine by its
+        speed probe. The hf backend's costs.""")
     estimate.add_argument("config", nargs="?", help="the run's YAML config (default: the command's quickstart)")
     estimate.add_argument("--command", choices=["train", "grpo", "sft"], default=None,
                           help="whose config CONFIG is (default train, or the --method's)")

@@ -139,7 +139,7 @@ def memory_terms(load: Workload, shape: ModelShape) -> dict[str, float]:
     """MiB of each term of the peak, as counted (estimate.py scales each by its fitted coefficient)."""
     weights = ((load.parameters - load.quantized) * load.dtype_bytes + load.quantized * load.quantized_bytes) / MIB
     kv = 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * load.dtype_bytes / MIB
-    found = {"runtime": 1.0, "weights": weights,
+    found = {"runtime": 1.0, "GRPO runtime": 1.0 if load.command == "grpo" else 0.0, "weights": weights,
              "fp32 master copy": load.trained * 4 / MIB if load.fp32_master else 0.0,
              "drift copy": load.trained * load.dtype_bytes / MIB if load.drift_copy else 0.0,
              "stacked candidates": load.stacked_copies * weights,
