@@ -246,3 +246,38 @@ def test_the_largest_model_sentence_groups_methods_by_the_largest_shape_each_ran
         "lowrank-es and sft up to Qwen2.5-1.5B (1.39B parameters; peak 2.0-6.0 GiB, sft only at 2 members); "
         "grpo-full up to SmolLM2-135M (0.13B parameters; peak 16.0 GiB; grpo-full at Qwen2.5-1.5B: "
         "predicted to need 40.0 GiB, 22.0 GiB at 1 prompt).")
+
+
+def test_phase_peaks_charge_an_allocation_to_the_phase_it_was_made_in():
+    import numpy as np
+
+    from bench.scaling.phases import PhasePeaks
+
+    peaks = PhasePeaks()
+    peaks.sample()
+    with peaks.phase("backward"):
+        held = np.ones(64 * 2**20 // 8)  # 64 MiB, written so that it is resident
+    assert peaks.peaks["backward"] > peaks.peaks["outside"] + 50 and held.sum() > 0
+    assert peaks.stack == ["outside"]
+    assert peaks.wrapped("loss", lambda value: value + 1)(1) == 2 and "loss" in peaks.peaks
+
+
+@pytest.mark.engine  # a GRPO cell's command on the tiny shape, in this process
+def test_the_phase_trace_finds_a_grpo_cells_peak_in_a_training_phase(tmp_path, monkeypatch):
+    import torch
+    from trl import GRPOTrainer
+
+    from bench.scaling.phases import PHASES, PhasePeaks, trace
+
+    for name in PHASES:  # trace() wraps them for good: put them back for the tests after this one
+        monkeypatch.setattr(GRPOTrainer, name, getattr(GRPOTrainer, name))
+    monkeypatch.setattr(torch.Tensor, "backward", torch.Tensor.backward)
+    monkeypatch.setattr(sys, "argv", sys.argv)
+    monkeypatch.setitem(shapes.SHAPES, "Tiny", TINY)
+    model = shapes.build(TINY, "float32", tmp_path / "cache", arms.MAX_NEW_TOKENS)
+    (tmp_path / "work").mkdir()
+    command = cell.command_line("grpo_full", model, "float32", tmp_path / "work", 1.0, 1)
+    peaks = PhasePeaks()
+    trace(command[command.index("evotune.cli.main") + 1:], peaks)
+    assert {"outside", "_generate", "backward", "compute_loss"} <= set(peaks.peaks), peaks.peaks
+    assert max(peaks.peaks, key=peaks.peaks.get) != "outside", peaks.peaks  # the step, not loading, sets the peak
