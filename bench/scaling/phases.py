@@ -62,7 +62,7 @@ class PhasePeaks:
 
 
 def trace(command: list[str], peaks: PhasePeaks) -> None:
-    """Run `command` (an `evotune` cell's, from `python -m evotune.cli.main` on) here, TRL's phases and every
+    """Run a cell's `command` (cell.command_line's) here, TRL's phases and every
     backward pass wrapped so that `peaks` charges each sample to the phase it fell in."""
     import torch
     from trl import GRPOTrainer
@@ -72,7 +72,7 @@ def trace(command: list[str], peaks: PhasePeaks) -> None:
     torch.Tensor.backward = peaks.wrapped("backward", torch.Tensor.backward)
     from evotune.cli.main import main
 
-    sys.argv = ["evotune", *command]
+    sys.argv = ["evotune", *command[command.index("evotune.cli.main") + 1:]]
     watcher = threading.Thread(target=peaks.watch, daemon=True)
     watcher.start()
     try:
@@ -97,7 +97,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         command = command_line(args.arm, model, "float32", Path(work), 1.0, args.iterations)
         started, peaks = time.perf_counter(), PhasePeaks()
-        trace(command[command.index("evotune.cli.main") + 1:], peaks)
+        trace(command, peaks)
     print(f"{args.shape} {args.arm}: {time.perf_counter() - started:.0f} s")
     for name, mib in sorted(peaks.peaks.items(), key=lambda item: -item[1]):
         print(f"  {name:36} {mib:8,.0f} MiB")
