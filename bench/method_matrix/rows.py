@@ -20,6 +20,9 @@ from bench.method_matrix.arms import METHODS, TASKS, main_path
 from bench.method_matrix.measure import SCORED_BUDGET
 from bench.method_matrix.run import ANY_MACHINE_PREFIX, SFT_ALONE, UNTIMED
 
+# a run that took its arm's steps on another machine type (run.py --step-matched; tables.step_matched_note)
+STEP_MATCHED_MARK = "†"
+
 STUDY = RESULTS / "method_matrix"
 RETENTION_TASKS = ("conciseness", "ifeval")
 

@@ -97,7 +97,10 @@ def plan(results: Path, step_matched: bool = False, training_clock: str = "wall"
                              "path": main_path(task, method, seed)})
                 if step_matched:
                     jobs[-1]["step_matched"] = matched_steps(results, task, method)
-    jobs += reruns(finished, jobs)
+    for rerun in reruns(finished, jobs):
+        if step_matched:  # a rerun matches its arm's reruns (they trained on a later commit, at other steps)
+            rerun["step_matched"] = matched_steps(results, rerun["task"], rerun["method"], folder="transfer/main")
+        jobs.append(rerun)
     for task, spec in TASKS.items():  # ESSA's SFT alone, where ESSA is the only arm that starts from it
         if "essa" in METHODS and not spec["warm_start"]:
             for seed in spec["seeds"]:
@@ -143,12 +146,13 @@ def reruns(finished: Callable[[str], dict | None], jobs: list[dict]) -> list[dic
     return again
 
 
-def matched_steps(results: Path, task: str, method: str) -> dict | None:
+def matched_steps(results: Path, task: str, method: str, folder: str = "main") -> dict | None:
     """Equal work on another machine type: the median of the steps this arm's finished seeds took on the study's
-    machine type (at equal time there), rounded, and the files it is read from; None while no seed has finished."""
+    machine type (at equal time there), rounded, and the files it is read from; None while no seed has finished.
+    `folder` is where the seeds are read: `main` for a main run, `transfer/main` for a rerun (run.py's reruns)."""
     recorded = json.loads((results / "machine.json").read_text())
     steps, files = [], []
-    for file in sorted((results / "main" / task / method).glob("seed*.json")):
+    for file in sorted((results / folder / task / method).glob("seed*.json")):
         data = json.loads(file.read_text())
         ran_on = {"cpu": data["machine"]["cpu"], "amx_bf16": data["machine"]["amx_bf16"]}
         if "step_matched" not in data["training"] and ran_on == {key: recorded[key] for key in ran_on}:

@@ -10,6 +10,7 @@ from pathlib import Path
 from bench.method_matrix.arms import MEMORY_PROBES, METHODS, TASKS, TRANSFER_TASK, TUNING_SEED, TUNING_SETTINGS
 from bench.method_matrix.measure import RETENTION_NUM_EVAL, SCORED_BUDGET
 from bench.method_matrix.rows import (
+    STEP_MATCHED_MARK,
     STUDY,
     Arm,
     Run,
@@ -25,7 +26,7 @@ from bench.method_matrix.rows import (
     wilson,
 )
 from bench.method_matrix.run import selection
-from bench.method_matrix.transfer import transfer_records
+from bench.method_matrix.transfer import matched_reruns, transfer_records
 
 TASK_NAMES = {"arithmetic": "2-digit addition", "countdown": "Countdown (3 numbers, from the SFT warm start)"}
 IFEVAL_STRICT = "retain/ifeval/prompt_strict"
@@ -42,9 +43,6 @@ def _accuracy_text(accuracies: list[float]) -> str:
     """Mean accuracy over seeds, with its std once there are two."""
     spread = f" (std {statistics.stdev(accuracies):.1f})" if len(accuracies) > 1 else ""
     return f"{statistics.mean(accuracies):.1f}%{spread}"
-
-
-STEP_MATCHED_MARK = "†"  # a run that took its arm's steps on another machine type (step_matched_note)
 
 
 def _per_seed_text(runs: list[Run]) -> str:
@@ -332,7 +330,9 @@ def _transfer_mean(results: Path, found: Arm) -> str:
     mean = f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%"
     if not again:
         return f"{mean}, {len(records)} seeds"
-    return f"{mean}, {len(again)} seed{'s' if len(again) > 1 else ''} trained again"
+    matched = len(matched_reruns(results, found))
+    marked = f" ({matched} step-matched{STEP_MATCHED_MARK})" if matched else ""
+    return f"{mean}, {len(again)} seed{'s' if len(again) > 1 else ''} trained again{marked}"
 
 
 def readme_table(results: Path = STUDY) -> str:

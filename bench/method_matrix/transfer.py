@@ -16,7 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.method_matrix.arms import METHODS, TASKS, TRANSFER_TASK, rerun_path
-from bench.method_matrix.rows import STUDY, Arm, arm, arms, heldout, load, paired_gain, paired_over_seeds, separated
+from bench.method_matrix.rows import (
+    STEP_MATCHED_MARK,
+    STUDY,
+    Arm,
+    arm,
+    arms,
+    heldout,
+    load,
+    paired_gain,
+    paired_over_seeds,
+    separated,
+)
 
 BASE_TRANSFER = "transfer/base/arithmetic.json"
 
@@ -37,6 +48,24 @@ def reruns(results: Path, found: Arm) -> list[dict[str, Any]]:
     records = [load(results, rerun_path(found.task, found.method, seed))
                for seed in TASKS[found.task]["seeds"]]
     return [record["heldout"] for record in records if record is not None]
+
+
+def matched_reruns(results: Path, found: Arm) -> list[dict[str, Any]]:
+    """An arm's reruns that took its reruns' median steps on another machine type (run.py --step-matched)."""
+    records = [load(results, rerun_path(found.task, found.method, seed)) for seed in TASKS[found.task]["seeds"]]
+    return [record for record in records if record is not None and record["training"].get("step_matched")]
+
+
+def matched_text(results: Path, found: Arm) -> str:
+    """'' or how many of an arm's reruns were step-matched, with the mark the per-seed tables use, where they ran and
+    the steps they took (their seconds are not compared)."""
+    matched = matched_reruns(results, found)
+    if not matched:
+        return ""
+    steps = sorted({record["training"]["step_matched"]["steps"] for record in matched})
+    cpus = " / ".join(sorted({record["machine"]["cpu"] for record in matched}))
+    return (f"; {len(matched)} of them step-matched{STEP_MATCHED_MARK} on {cpus}, at "
+            f"{' / '.join(map(str, steps))} steps, the median of the arm's reruns on the study's machine type")
 
 
 def transfer_records(results: Path, found: Arm) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -69,7 +98,7 @@ def _transfer_cell(found: Arm, base: dict[str, Any] | None, results: Path) -> st
     template = statistics.mean(record["accuracy"] for record in again)
     # the rerun's own template score beside its transfer score: one run's two scores, never two runs' scores mixed
     return (f"{100 * mean:.1f}% ({len(again)} of {found.planned} seeds trained again, which scored "
-            f"{100 * template:.1f}% in the template){_gain_text(records, base)}")
+            f"{100 * template:.1f}% in the template{matched_text(results, found)}){_gain_text(records, base)}")
 
 
 def transfer_table(results: Path = STUDY) -> str:

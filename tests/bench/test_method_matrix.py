@@ -263,6 +263,32 @@ def test_on_another_machine_type_a_main_run_takes_its_arms_median_steps(tmp_path
     assert "step_matched" not in run.plan(tmp_path)[-1]  # the study's own type plans equal time
 
 
+def test_on_another_machine_type_a_rerun_takes_its_arms_reruns_median_steps(tmp_path):
+    """A main run trained again for the transfer split (run.py's reruns) matches the steps its arm's reruns took on
+    the study's type, not the first runs' (the reruns trained on a later commit, at other steps); with no rerun of
+    the arm finished there it waits."""
+    (tmp_path / "machine.json").write_text(json.dumps({"cpu": "Study CPU", "amx_bf16": True, "cores": 2}))
+
+    def finished(path: str, steps: int, heldout: dict) -> None:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps({"job": {"setting": 1}, "heldout": heldout, "training": {
+            "steps": steps}, "machine": {"cpu": "Study CPU", "amx_bf16": True}}))
+
+    scored = {"accuracy": 0.3, "scored_budget": measure.SCORED_BUDGET}
+    for seed, steps in enumerate((5, 6, 5, 6)):
+        finished(f"main/arithmetic/full_es/seed{seed}.json", steps, scored)
+        finished(f"main/arithmetic/lowrank/seed{seed}.json", steps, scored)
+    for seed, steps in enumerate((8, 9, 7)):
+        finished(f"transfer/main/arithmetic/full_es/seed{seed}.json", steps, {**scored, "transfer": {}})
+    jobs = {job["path"]: job for job in run.plan(tmp_path, step_matched=True)}
+    rerun = jobs["transfer/main/arithmetic/full_es/seed3.json"]
+    assert rerun["phase"] == "rerun" and rerun["step_matched"]["steps"] == 8
+    assert rerun["step_matched"]["median_of"] == [8, 9, 7] and run.runs_here(rerun, other_type=True)
+    assert jobs["main/arithmetic/full_es/seed4.json"]["step_matched"]["median_of"] == [5, 6, 5, 6]
+    waiting = jobs["transfer/main/arithmetic/lowrank/seed0.json"]  # no lowrank rerun has finished on the study's type
+    assert waiting["step_matched"] is None and not run.runs_here(waiting, other_type=True)
+
+
 def test_a_run_whose_sft_weights_are_gone_waits_for_them_to_be_made_again(tmp_path):
     """A later session's --runs folder holds no weights of the SFTs earlier sessions made: each job starting from
     one waits for one restore job (not one per job), a running or failed restore is not started again, and a job
@@ -460,6 +486,16 @@ def test_the_transfer_table_and_mezos_pairing_read_the_runs_that_have_a_transfer
             path.write_text(json.dumps(data))
     readme = tables.readme_table(tmp_path)
     assert "| full-es | 25.0%" in readme and "| 25.0%, 1 seed trained again |" in readme
+    # seed 1 trained again on another machine type at the arm's reruns' median steps (run.py --step-matched)
+    write("transfer/main/arithmetic/full_es/seed1.json", "1" * 20 + "0" * 20, "1" * 5 + "0" * 15,
+          steps=8, step_matched={"steps": 8, "median_of": [8],
+                                 "files": ["transfer/main/arithmetic/full_es/seed0.json"]})
+    matched = tmp_path / "transfer/main/arithmetic/full_es/seed1.json"
+    matched.write_text(json.dumps({**json.loads(matched.read_text()), "machine": {"cpu": "Other CPU"}}))
+    assert ("25.0% (2 of 5 seeds trained again, which scored 50.0% in the template; 1 of them step-matched† on "
+            "Other CPU, at 8 steps, the median of the arm's reruns on the study's machine type)") in \
+        transfer.transfer_table(tmp_path)
+    assert "| 25.0%, 2 seeds trained again (1 step-matched†) |" in tables.readme_table(tmp_path)
     assert "| mezo | 75.0%" in readme and "| 50.0%, 2 seeds |" in readme
     answer = transfer.mezo_answer(tmp_path)
     assert "mezo (2 candidates per step, 40 steps per run) scored 75.0% over 2 seeds" in answer
