@@ -330,8 +330,10 @@ def _transfer_mean(results: Path, found: Arm) -> str:
     mean = f"{100 * statistics.mean(record['accuracy'] for record in records):.1f}%"
     if not again:
         return f"{mean}, {len(records)} seeds"
-    matched = len(matched_reruns(results, found))
-    marked = f" ({matched} step-matched{STEP_MATCHED_MARK})" if matched else ""
+    matched = matched_reruns(results, found)
+    cpus = " / ".join(sorted({record["machine"]["cpu"] for record in matched}))
+    # no footnote: the README stays short; "equal steps" against the study's equal time says what differs
+    marked = f" ({len(matched)} at equal steps on {cpus}{STEP_MATCHED_MARK})" if matched else ""
     return f"{mean}, {len(again)} seed{'s' if len(again) > 1 else ''} trained again{marked}"
 
 
