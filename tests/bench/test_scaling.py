@@ -256,8 +256,10 @@ def test_phase_peaks_charge_an_allocation_to_the_phase_it_was_made_in():
     peaks = PhasePeaks()
     peaks.sample()
     with peaks.phase("backward"):
+        # measured here, not against "outside": a shared test worker's resident set can fall between two samples
+        before = peaks.process.memory_info().rss / 2**20
         held = np.ones(64 * 2**20 // 8)  # 64 MiB, written so that it is resident
-    assert peaks.peaks["backward"] > peaks.peaks["outside"] + 50 and held.sum() > 0
+    assert peaks.peaks["backward"] > before + 50 and held.sum() > 0 and "outside" in peaks.peaks
     assert peaks.stack == ["outside"]
     assert peaks.wrapped("loss", lambda value: value + 1)(1) == 2 and "loss" in peaks.peaks
 
