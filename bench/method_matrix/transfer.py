@@ -42,18 +42,21 @@ def transfers(found: Arm) -> list[dict[str, Any]]:
     return [run.heldout["transfer"] for run in found.runs if "transfer" in run.heldout]
 
 
+def rerun_files(results: Path, found: Arm) -> list[dict[str, Any]]:
+    """The result files of an arm's main runs trained again to be scored past the template (run.py's reruns: their
+    first runs predate the transfer split), in seed order."""
+    records = [load(results, rerun_path(found.task, found.method, seed)) for seed in TASKS[found.task]["seeds"]]
+    return [record for record in records if record is not None]
+
+
 def reruns(results: Path, found: Arm) -> list[dict[str, Any]]:
-    """The held-out records of an arm's main runs trained again to be scored past the template (run.py's reruns:
-    their first runs predate the transfer split), in seed order; each holds its own template score too."""
-    records = [load(results, rerun_path(found.task, found.method, seed))
-               for seed in TASKS[found.task]["seeds"]]
-    return [record["heldout"] for record in records if record is not None]
+    """The held-out records of an arm's reruns (rerun_files), each holding its own template score too."""
+    return [record["heldout"] for record in rerun_files(results, found)]
 
 
 def matched_reruns(results: Path, found: Arm) -> list[dict[str, Any]]:
     """An arm's reruns that took its reruns' median steps on another machine type (run.py --step-matched)."""
-    records = [load(results, rerun_path(found.task, found.method, seed)) for seed in TASKS[found.task]["seeds"]]
-    return [record for record in records if record is not None and record["training"].get("step_matched")]
+    return [record for record in rerun_files(results, found) if record["training"].get("step_matched")]
 
 
 def matched_text(results: Path, found: Arm) -> str:
